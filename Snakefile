@@ -1,0 +1,30 @@
+# headstab: attention-head stability across independently seeded refits
+# (Bali, Stanley, Suresh & Bzdok 2026). See README.md.
+#
+#   snakemake -n                                   # plan the full paper (config/config.yaml)
+#   snakemake --cores all --configfile config/demo.yaml   # the offline demo (make demo)
+#   snakemake --profile slurm                      # the full paper on a Slurm cluster
+#
+# A --configfile on the command line replaces config/config.yaml entirely (no silent merge of the
+# paper's 26 architectures into a small run); --config key=value still overrides single keys.
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+
+
+rule all:
+    """Everything this configuration's run selects."""
+    input:
+        all_targets(),
+    default_target: True

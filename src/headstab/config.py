@@ -1,0 +1,287 @@
+"""Configuration: schema validation, defaults and the architecture registry.
+
+The workflow (workflow/rules/common.smk), the scripts and the tests all read the configuration
+through this module, so a misspelt key or an unknown architecture fails the same way everywhere:
+in the first second, naming the key and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Iterable
+
+import jsonschema
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, misspelt or inconsistent; the message says which and how to fix it."""
+
+
+@dataclass(frozen=True)
+class ArchitectureSpec:
+    """One row of the paper's Table 1: the model, its data and its training recipe."""
+
+    name: str
+    # model
+    n_layers: int
+    n_heads: int
+    d_model: int
+    d_head: int
+    d_mlp: int
+    n_ctx: int
+    d_vocab: int
+    act_fn: str
+    normalization_type: str
+    positional_embedding_type: str
+    init_mode: str
+    attn_only: bool
+    # data
+    tokenizer: str
+    corpus: str
+    # training
+    optimizer: str
+    weight_decay: float
+    lr: float
+    batch_size: int
+    seq_len: int
+    epochs: int
+    n_tokens: int | None
+    checkpoint_every: int
+    log_every: int
+    seeds: tuple[int, ...]
+
+    @property
+    def initializer_range(self) -> float:
+        """Std of TransformerLens's gpt2 init: 0.8 / sqrt(d_model) (0.0353553 at d_model 512)."""
+        return 0.8 / math.sqrt(self.d_model)
+
+    @property
+    def n_params(self) -> int:
+        """Attention and MLP weight matrices, without biases, LayerNorms or embeddings (the listings' n_params)."""
+        attention = 4 * self.d_model * self.n_heads * self.d_head
+        mlp = 0 if self.attn_only else 2 * self.d_model * self.d_mlp
+        return self.n_layers * (attention + mlp)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len
+
+    def model_config(self, seed: int) -> dict[str, Any]:
+        """Keyword arguments for TransformerLens's TransformerBridgeConfig (seeded initialisation)."""
+        return {
+            "n_layers": self.n_layers,
+            "n_heads": self.n_heads,
+            "d_model": self.d_model,
+            "d_head": self.d_head,
+            "d_mlp": self.d_mlp,
+            "n_ctx": self.n_ctx,
+            "d_vocab": self.d_vocab,
+            "act_fn": self.act_fn,
+            "normalization_type": self.normalization_type,
+            "positional_embedding_type": self.positional_embedding_type,
+            "init_mode": self.init_mode,
+            "initializer_range": self.initializer_range,
+            "attn_only": self.attn_only,
+            "seed": int(seed),
+            "tie_word_embeddings": False,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["seeds"] = list(self.seeds)
+        return out
+
+
+ARCHITECTURE_FIELDS = tuple(f.name for f in fields(ArchitectureSpec) if f.name != "name")
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML configuration file, with the file's name in every error."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist; pass an existing file with --configfile")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {path} is not valid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def _with_defaults(validator_class: type) -> type:
+    """jsonschema validator that fills `default` values of plain `properties` while validating."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for key, subschema in properties.items():
+                if "default" in subschema and key not in instance:
+                    default = subschema["default"]
+                    instance[key] = dict(default) if isinstance(default, dict) else default
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "(top level)"
+
+
+def _describe(error: jsonschema.ValidationError, schema: dict[str, Any]) -> str:
+    where = _key_path(error)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        hints = []
+        for key in extra:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hints.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+        return (
+            f"config key '{where}': unknown key {', '.join(hints)}; allowed keys: {', '.join(allowed)}"
+        )
+    if error.validator == "oneOf" and error.context:
+        # A type mismatch against the other alternatives says little; prefer the alternative that matched in type.
+        informative = [e for e in error.context if e.validator not in ("type", "const")] or list(error.context)
+        best = informative[0]
+        expected = error.schema.get("description", "") if isinstance(error.schema, dict) else ""
+        hint = f"; expected {expected}" if expected else ""
+        return f"config key '{where}': {error.instance!r} is not valid ({best.message}{hint})"
+    description = error.schema.get("description") if isinstance(error.schema, dict) else None
+    hint = f" ({description})" if description else ""
+    return f"config key '{where}': {error.message}{hint}"
+
+
+def validate_config(config: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
+    """Validate `config` against the schema (filling defaults in place) and check cross-references.
+
+    Returns the same dict. Raises ConfigError naming the first bad key and the fix.
+    """
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
+    if errors:
+        raise ConfigError(_describe(errors[0], schema))
+    _check_references(config)
+    return config
+
+
+def _closest(name: str, valid: Iterable[str]) -> str:
+    valid = sorted(valid)
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f" Did you mean '{close[0]}'?" if close else ""
+    return f"{hint} Valid names: {', '.join(valid)}"
+
+
+def _check_references(config: dict[str, Any]) -> None:
+    architectures = config["architectures"]
+    wanted = config["run"]["architectures"]
+    if wanted != "all":
+        for name in wanted:
+            if name not in architectures:
+                raise ConfigError(
+                    f"config key 'run.architectures': unknown architecture '{name}'.{_closest(name, architectures)}"
+                )
+    for name in selected_architectures(config):
+        spec = architecture_spec(config, name)
+        if spec.tokenizer not in config["tokenizers"]:
+            raise ConfigError(
+                f"config key 'architectures.{name}.tokenizer': unknown tokenizer '{spec.tokenizer}'."
+                f"{_closest(spec.tokenizer, config['tokenizers'])}"
+            )
+        if spec.corpus not in config["corpora"]:
+            raise ConfigError(
+                f"config key 'architectures.{name}.corpus': unknown corpus '{spec.corpus}'."
+                f"{_closest(spec.corpus, config['corpora'])}"
+            )
+        if spec.seq_len > spec.n_ctx:
+            raise ConfigError(
+                f"config key 'architectures.{name}.seq_len': {spec.seq_len} exceeds n_ctx {spec.n_ctx}; "
+                "lower seq_len or raise n_ctx"
+            )
+        tokenizer = config["tokenizers"][spec.tokenizer]
+        if tokenizer["source"] == "train" and tokenizer["vocab_size"] > spec.d_vocab:
+            raise ConfigError(
+                f"config key 'tokenizers.{spec.tokenizer}.vocab_size': {tokenizer['vocab_size']} is larger than "
+                f"d_vocab {spec.d_vocab} of architecture '{name}'; lower vocab_size or raise d_vocab"
+            )
+    for corpus_name, corpus in config["corpora"].items():
+        if corpus["tokenizer"] not in config["tokenizers"]:
+            raise ConfigError(
+                f"config key 'corpora.{corpus_name}.tokenizer': unknown tokenizer '{corpus['tokenizer']}'."
+                f"{_closest(corpus['tokenizer'], config['tokenizers'])}"
+            )
+        if corpus["source"] == "local" and not Path(corpus["path"]).exists():
+            raise ConfigError(
+                f"config key 'corpora.{corpus_name}.path': {corpus['path']} does not exist; point it at a "
+                "save_to_disk directory or text/jsonl/parquet files (relative paths start at the repository root)"
+            )
+    for tok_name, tokenizer in config["tokenizers"].items():
+        if tokenizer["source"] == "train" and tokenizer["corpus"] not in config["corpora"]:
+            raise ConfigError(
+                f"config key 'tokenizers.{tok_name}.corpus': unknown corpus '{tokenizer['corpus']}'."
+                f"{_closest(tokenizer['corpus'], config['corpora'])}"
+            )
+        if tokenizer["source"] == "local" and not Path(tokenizer["path"]).is_dir():
+            raise ConfigError(
+                f"config key 'tokenizers.{tok_name}.path': {tokenizer['path']} is not a directory; point it at a "
+                "directory saved with tokenizer.save_pretrained"
+            )
+    heldout = config.get("analysis", {}).get("heldout_corpus")
+    if heldout is not None and heldout not in config["corpora"]:
+        raise ConfigError(
+            f"config key 'analysis.heldout_corpus': unknown corpus '{heldout}'.{_closest(heldout, config['corpora'])}"
+        )
+    for set_name, path in config["prompt_sets"].items():
+        if not Path(path).is_file():
+            raise ConfigError(f"config key 'prompt_sets.{set_name}': prompt file {path} does not exist")
+
+
+def _expand_seeds(value: Any, where: str) -> tuple[int, ...]:
+    if isinstance(value, dict):
+        if value["last"] < value["first"]:
+            raise ConfigError(f"config key '{where}': last ({value['last']}) is below first ({value['first']})")
+        return tuple(range(value["first"], value["last"] + 1))
+    return tuple(int(s) for s in value)
+
+
+def architecture_spec(config: dict[str, Any], name: str) -> ArchitectureSpec:
+    """The registry entry `name` merged over `architecture_defaults`, with the run's seed override."""
+    if name not in config["architectures"]:
+        raise ConfigError(f"unknown architecture '{name}'.{_closest(name, config['architectures'])}")
+    merged = {**config["architecture_defaults"], **config["architectures"][name]}
+    missing = [key for key in ARCHITECTURE_FIELDS if key not in merged]
+    if missing:
+        raise ConfigError(
+            f"config key 'architectures.{name}': missing {', '.join(missing)}; set them in the entry or in "
+            "architecture_defaults"
+        )
+    override = config["run"].get("seeds")
+    merged["seeds"] = _expand_seeds(
+        override if override is not None else merged["seeds"],
+        "run.seeds" if override is not None else f"architectures.{name}.seeds",
+    )
+    if merged["seq_len"] is None:
+        merged["seq_len"] = merged["n_ctx"]
+    values = {key: merged[key] for key in ARCHITECTURE_FIELDS}
+    return ArchitectureSpec(name=name, **values)
+
+
+def selected_architectures(config: dict[str, Any]) -> list[str]:
+    """Architectures this run builds, in registry order."""
+    wanted = config["run"]["architectures"]
+    if wanted == "all":
+        return list(config["architectures"])
+    return list(wanted)
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read and validate a configuration file (defaults filled in)."""
+    return validate_config(load_yaml(path))
