@@ -1,0 +1,37 @@
+# headstab: the two commands of the README, and the benchmarks.
+#   make demo   offline toy-scale reproduction (config/demo.yaml), ~15 min on 2 cores
+#   make test   unit + integration tests (and the real-Slurm test when Slurm is installed)
+#   make bench  side-by-side benchmarks -> results/bench/summary.json
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.headstab-installed
+CORES ?= all
+
+.PHONY: demo test bench venv clean-demo
+
+venv: $(STAMP)
+
+# torch first, pinned: an unpinned torch (or one pulled in by another package) would download the
+# newest CUDA build. The lock file constrains everything else to the versions we test with.
+$(STAMP): requirements.txt requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -r requirements.txt -c requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+demo: $(STAMP)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PATH="$(CURDIR)/$(BIN):$$PATH" \
+		$(BIN)/snakemake --cores $(CORES) --configfile config/demo.yaml
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest
+
+bench: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/run_all.py
+
+clean-demo:
+	rm -rf results/demo

@@ -1,0 +1,184 @@
+"""Schema and registry: good configs pass, a new user's mistakes fail naming the key and the fix."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from headstab.config import (
+    ConfigError,
+    architecture_spec,
+    load_yaml,
+    selected_architectures,
+    validate_config,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _run_from_repository_root(monkeypatch):
+    # relative paths in configs (prompt files) start at the repository root, as under Snakemake
+    monkeypatch.chdir(REPO)
+
+
+@pytest.fixture()
+def paper_config() -> dict:
+    return validate_config(load_yaml(REPO / "config/config.yaml"))
+
+
+@pytest.fixture()
+def demo() -> dict:
+    return load_yaml(REPO / "config/demo.yaml")
+
+
+def test_paper_registry_has_the_26_architectures_of_table_1(paper_config):
+    names = list(paper_config["architectures"])
+    assert len(names) == 26
+    expected = {"gpt2", "gpt2_wd"}
+    for layers in (2, 4, 8):
+        for heads in (8, 16):
+            base = f"l{layers}_h{heads}"
+            expected |= {base, f"{base}_attn", f"{base}_wd", f"{base}_attn_wd"}
+    assert set(names) == expected
+
+
+def test_paper_plans_1210_refits(paper_config):
+    total = sum(len(architecture_spec(paper_config, n).seeds) for n in selected_architectures(paper_config))
+    assert total == 24 * 50 + 2 * 5
+
+
+@pytest.mark.parametrize(
+    "name, n_params",
+    [("l8_h8", 25_165_824), ("l8_h8_attn", 8_388_608), ("gpt2", 84_934_656)],
+)
+def test_listing_parameter_counts(paper_config, name, n_params):
+    assert architecture_spec(paper_config, name).n_params == n_params
+
+
+def test_registry_values_follow_the_listings(paper_config):
+    spec = architecture_spec(paper_config, "l4_h16_attn_wd")
+    assert (spec.n_layers, spec.n_heads, spec.d_model, spec.d_head, spec.d_mlp) == (4, 16, 512, 64, 2048)
+    assert spec.attn_only and spec.optimizer == "adamw" and spec.weight_decay == 0.1
+    assert (spec.n_ctx, spec.d_vocab, spec.act_fn, spec.batch_size, spec.lr) == (1024, 48262, "gelu", 5, 1e-4)
+    assert spec.checkpoint_every == 66_285 and spec.seeds == tuple(range(1, 51))
+    assert spec.initializer_range == pytest.approx(0.0353553, abs=1e-7)
+    adam = architecture_spec(paper_config, "l2_h8")
+    assert adam.optimizer == "adam" and adam.weight_decay == 0.0 and not adam.attn_only
+    gpt2 = architecture_spec(paper_config, "gpt2")
+    assert (gpt2.n_layers, gpt2.n_heads, gpt2.d_model, gpt2.d_mlp, gpt2.d_vocab) == (12, 12, 768, 3072, 50257)
+    assert gpt2.tokenizer == "gpt2" and gpt2.corpus == "openwebtext" and gpt2.lr == 5e-5 and gpt2.seeds == (1, 2, 3, 4, 5)
+    assert paper_config["corpora"]["c4_code_2b"]["name"] == "NeelNanda/c4-code-tokenized-2b"
+    assert paper_config["tokenizers"]["neox_digits"]["name"] == "NeelNanda/gpt-neox-tokenizer-digits"
+
+
+def test_demo_config_is_valid_and_selects_the_8_toy_architectures(demo):
+    config = validate_config(demo)
+    names = selected_architectures(config)
+    assert names == ["l2_h8", "l2_h8_attn", "l2_h8_wd", "l2_h8_attn_wd", "l4_h8", "l4_h8_attn", "l4_h8_wd", "l4_h8_attn_wd"]
+    assert sum(len(architecture_spec(config, n).seeds) for n in names) == 32
+    # defaults from the schema are filled in
+    assert config["cache"]["dtype"] == "float32" and config["cache"]["prepend_bos"] is True
+
+
+def test_run_seed_override_replaces_every_architectures_seeds(demo):
+    demo["run"]["seeds"] = [7, 9]
+    config = validate_config(demo)
+    assert architecture_spec(config, "l4_h8").seeds == (7, 9)
+
+
+def _error(config: dict) -> str:
+    with pytest.raises(ConfigError) as info:
+        validate_config(config)
+    return str(info.value)
+
+
+def test_misspelt_top_level_key_names_the_key_and_suggests_the_fix(demo):
+    demo["reslts_dir"] = demo.pop("results_dir")
+    message = _error(demo)
+    assert "'reslts_dir'" in message and "did you mean 'results_dir'" in message
+
+
+def test_misspelt_architecture_key_names_its_path(demo):
+    demo["architectures"]["l2_h8"]["n_layer"] = 2
+    message = _error(demo)
+    assert "architectures.l2_h8" in message and "did you mean 'n_layers'" in message
+
+
+def test_unknown_architecture_lists_the_valid_ones(demo):
+    demo["run"]["architectures"] = ["l2_h8", "l3_h8"]
+    message = _error(demo)
+    assert "unknown architecture 'l3_h8'" in message
+    for name in demo["architectures"]:
+        assert name in message
+
+
+@pytest.mark.parametrize("key, value", [("n_layers", 0), ("n_heads", 0), ("n_layers", -1), ("n_heads", -4)])
+def test_zero_or_negative_layer_or_head_count_fails(demo, key, value):
+    demo["architectures"]["l4_h8"][key] = value
+    message = _error(demo)
+    assert f"architectures.l4_h8.{key}" in message and "minimum of 1" in message
+
+
+def test_trained_tokenizer_larger_than_d_vocab_fails(demo):
+    demo["tokenizers"]["demo_bpe"]["vocab_size"] = demo["architecture_defaults"]["d_vocab"] + 1
+    message = _error(demo)
+    assert "tokenizers.demo_bpe.vocab_size" in message and "d_vocab" in message
+
+
+def test_missing_local_corpus_path_fails_naming_the_path(demo, tmp_path):
+    missing = tmp_path / "no_such_corpus"
+    demo["corpora"]["synthetic"] = {"source": "local", "path": str(missing), "tokenizer": "demo_bpe", "n_shards": 1}
+    message = _error(demo)
+    assert str(missing) in message and "corpora.synthetic.path" in message
+
+
+def test_missing_local_tokenizer_dir_fails(demo, tmp_path):
+    demo["tokenizers"]["demo_bpe"] = {"source": "local", "path": str(tmp_path / "nope")}
+    assert "tokenizers.demo_bpe.path" in _error(demo)
+
+
+def test_architecture_pointing_at_unknown_corpus_fails(demo):
+    demo["architectures"]["l2_h8"]["corpus"] = "synthetc"
+    message = _error(demo)
+    assert "unknown corpus 'synthetc'" in message and "did you mean 'synthetic'" in message.lower()
+
+
+def test_hub_corpus_without_name_fails(demo):
+    demo["corpora"]["web"] = {"source": "hub", "tokenizer": "demo_bpe", "n_shards": 2}
+    message = _error(demo)
+    assert "corpora.web" in message and "'name' is a required property" in message
+
+
+def test_seq_len_longer_than_context_fails(demo):
+    demo["architectures"]["l2_h8"]["seq_len"] = 4096
+    assert "seq_len" in _error(demo)
+
+
+def test_bad_seed_range_fails(demo):
+    demo["run"]["seeds"] = {"first": 5, "last": 2}
+    validate_config(copy.deepcopy(demo))  # the schema allows it ...
+    with pytest.raises(ConfigError, match=re.escape("run.seeds")):
+        architecture_spec(demo, "l2_h8")  # ... the registry refuses it
+
+
+def test_conda_environment_pins_match_requirements():
+    requirements = {}
+    for line in (REPO / "requirements.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, version = line.split("==")
+            requirements[name.lower()] = version
+    env = yaml.safe_load((REPO / "envs/headstab.yaml").read_text())
+    pip_section = next(item["pip"] for item in env["dependencies"] if isinstance(item, dict))
+    pinned = {}
+    for line in pip_section:
+        if "==" in line:
+            name, version = line.split("==")
+            pinned[name.lower()] = version
+    assert pinned == requirements
+    assert "python=3.11" in env["dependencies"]

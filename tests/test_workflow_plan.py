@@ -1,0 +1,78 @@
+"""Dry runs: the full paper plans 1,210 refits without touching the network; bad configs fail fast."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def _dry_run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    return subprocess.run(
+        [*SNAKEMAKE, "-n", "--quiet", "rules", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+def _job_counts(output: str) -> dict[str, int]:
+    counts = {}
+    for line in output.splitlines():
+        match = re.match(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s+(\d+)\s*$", line)
+        if match:
+            counts[match.group(1)] = int(match.group(2))
+    return counts
+
+
+def test_full_paper_plans_1210_train_jobs():
+    result = _dry_run("--configfile", "config/config.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = _job_counts(result.stdout + result.stderr)
+    assert counts.get("train") == 24 * 50 + 2 * 5, counts
+
+
+def test_default_config_is_the_full_paper():
+    result = _dry_run()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _job_counts(result.stdout + result.stderr).get("train") == 1210
+
+
+def test_one_architecture_with_a_seed_override(tmp_path):
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    config["run"] = {"architectures": ["l4_h16_wd"], "seeds": [3, 4, 5]}
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = _dry_run("--configfile", str(path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _job_counts(result.stdout + result.stderr).get("train") == 3
+
+
+def _failing_run(tmp_path: Path, mutate) -> str:
+    config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
+    mutate(config)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    started = time.monotonic()
+    result = _dry_run("--configfile", str(path))
+    elapsed = time.monotonic() - started
+    assert result.returncode != 0
+    assert elapsed < 60, "a bad config must fail within seconds, before any job"
+    return result.stdout + result.stderr
+
+
+def test_unknown_architecture_fails_the_plan_with_valid_names(tmp_path):
+    output = _failing_run(tmp_path, lambda c: c["run"].update(architectures=["l2_h8", "l2_h32"]))
+    assert "unknown architecture 'l2_h32'" in output and "l4_h8_attn_wd" in output
+
+
+def test_misspelt_key_fails_the_plan(tmp_path):
+    output = _failing_run(tmp_path, lambda c: c.update(prompt_set=c.pop("prompt_sets")))
+    assert "did you mean 'prompt_sets'" in output
