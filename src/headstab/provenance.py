@@ -94,6 +94,9 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
         json.dump(data, tmp, indent=2, sort_keys=True, default=str)
         tmp.write("\n")
         tmp_name = tmp.name
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp_name, 0o666 & ~umask)  # NamedTemporaryFile creates 0600; give the usual permissions
     os.replace(tmp_name, path)
 
 
