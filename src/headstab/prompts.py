@@ -1,0 +1,106 @@
+"""Prompt sets: loading the files named in the config's `prompt_sets` (paper §A.4).
+
+A prompt file is one of
+- a JSON list of strings: one set, named after its config key;
+- a JSON object whose values are lists of strings: one set per member, named `{key}{member}`
+  (so `len: resources/prompts/length_sweep.json` gives `len5`, `len10`, ... `len50`), in numeric
+  order when every member name is an integer, in file order otherwise;
+- a text file (`.txt`): one prompt per non-empty line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+__all__ = ["load_prompt_file", "load_prompt_sets", "prompt_file_sha256"]
+
+
+def _check_prompts(prompts: object, path: Path, where: str) -> list[str]:
+    """Validate one list of prompts; `where` names the place in the file for error messages."""
+    if not isinstance(prompts, list):
+        raise ValueError(
+            f"{path}: {where} must be a list of prompt strings; got {type(prompts).__name__}"
+        )
+    if not prompts:
+        raise ValueError(f"{path}: {where} is an empty list; give at least one prompt")
+    for index, prompt in enumerate(prompts):
+        if not isinstance(prompt, str):
+            raise ValueError(
+                f"{path}: {where}[{index}] must be a string; got {type(prompt).__name__} {prompt!r}"
+            )
+        if not prompt.strip():
+            raise ValueError(f"{path}: {where}[{index}] is an empty prompt; remove it or fill it in")
+    return list(prompts)
+
+
+def load_prompt_file(name: str, path: str | Path) -> dict[str, list[str]]:
+    """Prompt sets of one file, named from `name` as described in the module docstring.
+
+    Returns {set name: [prompt, ...]}.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"prompt file for set {name!r} not found: {path}; fix the path under `prompt_sets` in the config"
+        )
+    text = path.read_text(encoding="utf-8")
+    if path.suffix.lower() == ".txt":
+        prompts = [line.strip() for line in text.splitlines() if line.strip()]
+        if not prompts:
+            raise ValueError(f"{path}: no prompts (the file has no non-empty lines)")
+        return {name: prompts}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{path}: invalid JSON ({error.msg} at line {error.lineno}, column {error.colno}); "
+            "a prompt file is a JSON list of strings, a JSON object of such lists, or a .txt file"
+        ) from error
+    if isinstance(data, list):
+        return {name: _check_prompts(data, path, "the top-level list")}
+    if isinstance(data, dict):
+        if not data:
+            raise ValueError(f"{path}: the JSON object has no members; give at least one list of prompts")
+        members = list(data)
+        if all(member.strip().lstrip("-").isdigit() for member in members):
+            members.sort(key=int)
+        return {
+            f"{name}{member}": _check_prompts(data[member], path, f"member {member!r}")
+            for member in members
+        }
+    raise ValueError(
+        f"{path}: top-level JSON must be a list of prompt strings or an object of such lists; "
+        f"got {type(data).__name__}"
+    )
+
+
+def load_prompt_sets(sets: Mapping[str, str | Path]) -> dict[str, list[str]]:
+    """All prompt sets named in the config's `prompt_sets` (config key -> file).
+
+    Returns {set name: [prompt, ...]} in config order. Two files that would produce the same set
+    name fail, naming both files.
+    """
+    loaded: dict[str, list[str]] = {}
+    origin: dict[str, Path] = {}
+    for name, path in sets.items():
+        for set_name, prompts in load_prompt_file(name, path).items():
+            if set_name in loaded:
+                raise ValueError(
+                    f"prompt set name {set_name!r} is produced by both {origin[set_name]} and {path}; "
+                    "rename one of the `prompt_sets` keys in the config"
+                )
+            loaded[set_name] = prompts
+            origin[set_name] = Path(path)
+    return loaded
+
+
+def prompt_file_sha256(path: str | Path) -> str:
+    """Hex sha256 of a prompt file's bytes (recorded in cache attributes)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

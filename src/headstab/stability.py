@@ -1,0 +1,287 @@
+"""Head, layer and cross-layer stability across refits, alignment maps and commonness.
+
+Paper Eq. 3-5 (§3.2), the cross-layer variant (§3.3, §4.2) and within-layer commonness (Eq. 10,
+§A.6), computed from the pair-similarity tensor of `headstab.similarity` and returned as tidy
+pandas DataFrames whose columns are the CSV contract of the workflow's tables. Layers and heads are
+0-based (as in hook names); seeds are the refits' seeds as given.
+
+Every function is vectorised with numpy (argmax over axes, diagonals of the tensor); there is no
+Python loop over heads, pairs of heads or pairs of refits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "PAIR_COLUMNS",
+    "HEAD_COLUMNS",
+    "LAYER_COLUMNS",
+    "ALIGNMENT_COLUMNS",
+    "KURTOSIS_COLUMNS",
+    "COMMONNESS_COLUMNS",
+    "SCOPES",
+    "pair_stability_table",
+    "head_stability_table",
+    "layer_stability_table",
+    "alignment_map_table",
+    "alignment_kurtosis_table",
+    "commonness_table",
+]
+
+SCOPES = ("same_layer", "cross_layer")
+PAIR_COLUMNS = [
+    "promptset", "scope", "anchor_seed", "pair_seed", "layer", "head",
+    "best_layer", "best_head", "similarity",
+]
+HEAD_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", "head", "stability", "n_pairs"]
+LAYER_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", "mean", "std"]
+ALIGNMENT_COLUMNS = ["promptset", "anchor_seed", "layer", "match_layer", "fraction"]
+KURTOSIS_COLUMNS = ["promptset", "anchor_seed", "layer", "kurtosis"]
+COMMONNESS_COLUMNS = ["promptset", "seed", "layer", "head", "commonness", "commonness_excl_self"]
+
+
+def _check_similarity(similarity: np.ndarray, seeds: Sequence[int]) -> np.ndarray:
+    """Validate S against the seeds; returns S as an array (6 or 5 axes)."""
+    similarity = np.asarray(similarity)
+    if similarity.ndim == 6:
+        n_a, n_b, n_layers, n_heads, n_layers_b, n_heads_b = similarity.shape
+        if (n_layers, n_heads) != (n_layers_b, n_heads_b):
+            raise ValueError(
+                "pair similarity must be [seed_a, seed_b, layer_a, head_a, layer_b, head_b] with "
+                f"matching layer/head axes; got shape {similarity.shape}"
+            )
+    elif similarity.ndim == 5:
+        n_a, n_b, _, n_heads, n_heads_b = similarity.shape
+        if n_heads != n_heads_b:
+            raise ValueError(
+                "same-layer similarity must be [seed_a, seed_b, layer, head_a, head_b]; "
+                f"got shape {similarity.shape}"
+            )
+    else:
+        raise ValueError(
+            "pair similarity must be [seed_a, seed_b, layer_a, head_a, layer_b, head_b] (6 axes) or "
+            f"same-layer [seed_a, seed_b, layer, head_a, head_b] (5 axes); got shape {similarity.shape}"
+        )
+    if n_a != n_b or n_a != len(seeds):
+        raise ValueError(
+            f"pair similarity has {n_a} x {n_b} refits but {len(seeds)} seeds were given ({list(seeds)})"
+        )
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be unique; got {list(seeds)}")
+    return similarity
+
+
+def _same_layer_blocks(similarity: np.ndarray) -> np.ndarray:
+    """[seed_a, seed_b, layer_a, head_a, layer_b, head_b] -> [seed_a, seed_b, layer, head_a, head_b]."""
+    if similarity.ndim == 5:
+        return similarity
+    # np.diagonal moves the shared layer axis last: [seed_a, seed_b, head_a, head_b, layer].
+    return np.moveaxis(np.diagonal(similarity, axis1=2, axis2=4), -1, 2)
+
+
+def pair_stability_table(
+    similarity: np.ndarray,
+    seeds: Sequence[int],
+    promptset: str,
+    scopes: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """Best match of every head of every anchor refit in every other refit (Eq. 3).
+
+    similarity: S [seed_a, seed_b, layer_a, head_a, layer_b, head_b] from `pair_similarity`, or the
+        same-layer blocks [seed_a, seed_b, layer, head_a, head_b] (then only scope same_layer).
+    seeds: the refits' seeds, in S's seed order. promptset: name written in the promptset column.
+    scopes: any of "same_layer" (search the pair refit's heads of the same layer, §3.2) and
+        "cross_layer" (search all heads of all layers, §3.3); default: all the tensor allows.
+
+    Returns PAIR_COLUMNS, one row per (scope, anchor_seed, pair_seed != anchor_seed, layer, head),
+    in that order. Ties go to the lowest (layer, head) index (numpy argmax).
+    """
+    similarity = _check_similarity(similarity, seeds)
+    allowed = SCOPES if similarity.ndim == 6 else ("same_layer",)
+    scopes = tuple(allowed if scopes is None else scopes)
+    for scope in scopes:
+        if scope not in allowed:
+            raise ValueError(
+                f"scope {scope!r} is not available for a similarity tensor of shape "
+                f"{similarity.shape}; choose from {list(allowed)}"
+            )
+    n_seeds, n_layers, n_heads = similarity.shape[0], similarity.shape[2], similarity.shape[3]
+    if n_seeds < 2:
+        raise ValueError(f"stability needs at least 2 refits; got seeds {list(seeds)}")
+
+    anchor, pair, layer, head = np.indices((n_seeds, n_seeds, n_layers, n_heads))
+    off_diagonal = (anchor != pair).ravel()
+    seeds_array = np.asarray(seeds)
+
+    frames = []
+    for scope in scopes:
+        if scope == "same_layer":
+            blocks = _same_layer_blocks(similarity)  # [seed_a, seed_b, layer, head_a, head_b]
+            best_head = blocks.argmax(axis=-1)
+            best_value = np.take_along_axis(blocks, best_head[..., None], axis=-1)[..., 0]
+            best_layer = layer
+        else:
+            flat = similarity.reshape(n_seeds, n_seeds, n_layers, n_heads, n_layers * n_heads)
+            best_index = flat.argmax(axis=-1)
+            best_value = np.take_along_axis(flat, best_index[..., None], axis=-1)[..., 0]
+            best_layer, best_head = np.divmod(best_index, n_heads)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "promptset": promptset,
+                    "scope": scope,
+                    "anchor_seed": seeds_array[anchor.ravel()[off_diagonal]],
+                    "pair_seed": seeds_array[pair.ravel()[off_diagonal]],
+                    "layer": layer.ravel()[off_diagonal],
+                    "head": head.ravel()[off_diagonal],
+                    "best_layer": best_layer.ravel()[off_diagonal],
+                    "best_head": best_head.ravel()[off_diagonal],
+                    "similarity": best_value.ravel()[off_diagonal].astype(np.float64),
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)[PAIR_COLUMNS]
+
+
+def head_stability_table(pair_table: pd.DataFrame) -> pd.DataFrame:
+    """Head stability: mean over pair refits of the best-match similarity (Eq. 4), every anchor.
+
+    pair_table: PAIR_COLUMNS (from `pair_stability_table`, any number of prompt sets and scopes).
+    Returns HEAD_COLUMNS; n_pairs is the number of pair refits averaged.
+    """
+    _require_columns(pair_table, PAIR_COLUMNS, "pair_table")
+    keys = ["promptset", "scope", "anchor_seed", "layer", "head"]
+    grouped = pair_table.groupby(keys, sort=False)["similarity"]
+    table = grouped.agg(stability="mean", n_pairs="count").reset_index()
+    return table[HEAD_COLUMNS]
+
+
+def layer_stability_table(head_table: pd.DataFrame) -> pd.DataFrame:
+    """Layer stability: mean and standard deviation over a layer's heads of head stability (Eq. 5).
+
+    head_table: HEAD_COLUMNS. std is the population standard deviation (ddof=0, numpy's default),
+    so a layer with one head has std 0 rather than NaN.
+    Returns LAYER_COLUMNS.
+    """
+    _require_columns(head_table, HEAD_COLUMNS, "head_table")
+    keys = ["promptset", "scope", "anchor_seed", "layer"]
+    grouped = head_table.groupby(keys, sort=False)["stability"]
+    table = grouped.mean().rename("mean").to_frame()
+    table["std"] = grouped.std(ddof=0)
+    return table.reset_index()[LAYER_COLUMNS]
+
+
+def alignment_map_table(pair_table: pd.DataFrame) -> pd.DataFrame:
+    """Cross-layer alignment map: where each layer's heads find their best match (§4.2, Fig. 3).
+
+    pair_table: PAIR_COLUMNS with scope "cross_layer" rows.
+    For each (promptset, anchor_seed, layer), fraction is the share of (head, pair refit) best
+    matches that fall in match_layer, pooled over the layer's heads and all pair refits. Every
+    (layer, match_layer) appears, zeros included; each row's fractions sum to 1.
+    Returns ALIGNMENT_COLUMNS.
+    """
+    _require_columns(pair_table, PAIR_COLUMNS, "pair_table")
+    cross = pair_table[pair_table["scope"] == "cross_layer"]
+    if cross.empty:
+        raise ValueError(
+            "pair_table has no scope 'cross_layer' rows; build it with pair_stability_table on the "
+            "full [seed_a, seed_b, layer_a, head_a, layer_b, head_b] tensor"
+        )
+    layers = np.unique(np.concatenate([cross["layer"].to_numpy(), cross["best_layer"].to_numpy()]))
+    n_layers = int(layers.max()) + 1
+    keys = ["promptset", "anchor_seed", "layer"]
+    counts = (
+        cross.groupby([*keys, "best_layer"], sort=False)
+        .size()
+        .unstack("best_layer", fill_value=0)
+        .reindex(columns=range(n_layers), fill_value=0)
+    )
+    fractions = counts.div(counts.sum(axis=1), axis=0)
+    fractions.columns.name = "match_layer"
+    table = fractions.stack().rename("fraction").reset_index()
+    # unstack sorted the rows; restore the order of the pair table (seeds as given, first first).
+    order = cross[keys].drop_duplicates()
+    table = order.merge(table, on=keys, how="left")
+    return table[ALIGNMENT_COLUMNS].reset_index(drop=True)
+
+
+def alignment_kurtosis_table(alignment_map: pd.DataFrame) -> pd.DataFrame:
+    """Fisher kurtosis of each alignment-map row, seen as a distribution over matched layers.
+
+    alignment_map: ALIGNMENT_COLUMNS. Each row (promptset, anchor_seed, layer) is the distribution of
+    the matched layer index k with probabilities `fraction`; its kurtosis is
+    E[(k - mu)^4] / Var(k)^2 - 3, which equals `scipy.stats.kurtosis(matched_layers)` (Fisher,
+    biased) of the pooled best matches. A row whose matches all fall in one layer has zero variance
+    and an undefined kurtosis: it is reported as NaN (it is the most concentrated row possible).
+    Returns KURTOSIS_COLUMNS.
+    """
+    _require_columns(alignment_map, ALIGNMENT_COLUMNS, "alignment_map")
+    keys = ["promptset", "anchor_seed", "layer"]
+    weight = alignment_map["fraction"].to_numpy(dtype=np.float64)
+    match = alignment_map["match_layer"].to_numpy(dtype=np.float64)
+    frame = alignment_map[keys].copy()
+    frame["w"] = weight
+    frame["wk"] = weight * match
+    sums = frame.groupby(keys, sort=False)[["w", "wk"]].transform("sum")
+    mean = sums["wk"].to_numpy() / sums["w"].to_numpy()
+    centred = match - mean
+    frame["m2"] = weight * centred**2
+    frame["m4"] = weight * centred**4
+    moments = frame.groupby(keys, sort=False)[["w", "m2", "m4"]].sum()
+    variance = moments["m2"] / moments["w"]
+    fourth = moments["m4"] / moments["w"]
+    # Variance is in squared layer indices: anything this small is a single-layer row up to rounding.
+    degenerate = variance <= 1e-12
+    kurtosis = (fourth / variance.where(~degenerate) ** 2) - 3.0
+    table = kurtosis.rename("kurtosis").reset_index()
+    return table[KURTOSIS_COLUMNS]
+
+
+def commonness_table(
+    similarity: np.ndarray, seeds: Sequence[int], promptset: str
+) -> pd.DataFrame:
+    """Within-layer commonness of every head of every refit (Eq. 10, §A.6).
+
+    similarity: S [seed_a, seed_b, layer_a, head_a, layer_b, head_b] or same-layer blocks
+        [seed_a, seed_b, layer, head_a, head_b]; only the a = b blocks are used.
+    commonness of head (l, i) of refit a is the mean over ALL heads j of layer l of refit a of
+    sim(i, j), the head itself included (as the paper defines it, so a layer of identical heads has
+    commonness 1); commonness_excl_self leaves j = i out (NaN when a layer has one head).
+    Returns COMMONNESS_COLUMNS, one row per (seed, layer, head).
+    """
+    similarity = _check_similarity(similarity, seeds)
+    blocks = _same_layer_blocks(similarity)  # [seed_a, seed_b, layer, head_a, head_b]
+    # Diagonal over seeds: [layer, head_a, head_b, seed] -> [seed, layer, head_a, head_b].
+    within = np.moveaxis(np.diagonal(blocks, axis1=0, axis2=1), -1, 0).astype(np.float64)
+    n_seeds, n_layers, n_heads = within.shape[:3]
+    total = within.sum(axis=-1)
+    self_similarity = np.diagonal(within, axis1=-2, axis2=-1)
+    commonness = total / n_heads
+    if n_heads > 1:
+        excl_self = (total - self_similarity) / (n_heads - 1)
+    else:
+        excl_self = np.full_like(total, np.nan)
+    seed, layer, head = np.indices((n_seeds, n_layers, n_heads))
+    table = pd.DataFrame(
+        {
+            "promptset": promptset,
+            "seed": np.asarray(seeds)[seed.ravel()],
+            "layer": layer.ravel(),
+            "head": head.ravel(),
+            "commonness": commonness.ravel(),
+            "commonness_excl_self": excl_self.ravel(),
+        }
+    )
+    return table[COMMONNESS_COLUMNS]
+
+
+def _require_columns(table: pd.DataFrame, columns: Sequence[str], name: str) -> None:
+    missing = [column for column in columns if column not in table.columns]
+    if missing:
+        raise ValueError(
+            f"{name} lacks columns {missing}; expected {list(columns)}, got {list(table.columns)}"
+        )

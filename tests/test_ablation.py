@@ -1,0 +1,168 @@
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from headstab.ablation import (
+    ablation_correlation,
+    ablation_table,
+    head_ablation_perplexities,
+    perplexity,
+    zero_head_hook,
+)
+
+D_HEAD = 8
+
+
+def _tiny_model(seed: int = 1):
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    cfg = TransformerBridgeConfig(
+        n_layers=2, n_heads=4, d_model=32, d_head=D_HEAD, d_mlp=64, n_ctx=32, d_vocab=50,
+        act_fn="gelu", normalization_type="LN", positional_embedding_type="standard",
+        init_mode="gpt2", seed=seed, attn_only=False,
+    )
+    model = TransformerBridge.boot_native(cfg)
+    model.eval()
+    return model
+
+
+@pytest.fixture
+def model():
+    return _tiny_model()
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    gen = torch.Generator().manual_seed(0)
+    lengths = np.array([12, 7, 3, 10, 5])
+    tokens = torch.randint(0, 50, (5, 14), generator=gen).numpy()
+    for p, n in enumerate(lengths):
+        tokens[p, n:] = 0
+    return tokens, lengths
+
+
+def _o_weight(model, layer):
+    return model.original_model.layers[layer].attn.o.weight
+
+
+def _ppl_by_hand(model, tokens, lengths):
+    """exp(mean loss), each prompt run alone at its real length: log_softmax + gather."""
+    losses = []
+    with torch.no_grad():
+        for p, n in enumerate(lengths):
+            t = torch.as_tensor(tokens[p : p + 1, :n], dtype=torch.long)
+            logp = torch.log_softmax(model(t, return_type="logits")[0, :-1], dim=-1)
+            losses.append(-logp.gather(-1, t[0, 1:, None])[:, 0])
+    return math.exp(torch.cat(losses).mean().item())
+
+
+def test_perplexity_is_exp_of_mean_token_loss_without_padding(model, prompts):
+    tokens, lengths = prompts
+    expected = _ppl_by_hand(model, tokens, lengths)
+    for batch_size in (1, 2, 16):
+        assert perplexity(model, tokens, lengths, batch_size=batch_size) == pytest.approx(
+            expected, rel=1e-5
+        )
+
+
+def test_perplexity_agrees_with_model_loss_on_unpadded_batch(model):
+    tokens = torch.randint(0, 50, (3, 9), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        loss = model(tokens, return_type="loss").item()
+    assert perplexity(model, tokens, np.full(3, 9)) == pytest.approx(math.exp(loss), rel=1e-5)
+
+
+def test_padding_values_do_not_matter(model, prompts):
+    tokens, lengths = prompts
+    garbage = tokens.copy()
+    for p, n in enumerate(lengths):
+        garbage[p, n:] = 49
+    assert perplexity(model, garbage, lengths) == pytest.approx(
+        perplexity(model, tokens, lengths), rel=1e-6
+    )
+
+
+def test_too_short_prompt_is_rejected(model):
+    with pytest.raises(ValueError, match="prompt 1 has length 1"):
+        perplexity(model, np.zeros((2, 4), dtype=int), np.array([4, 1]))
+
+
+def test_ablating_head_with_zero_output_weights_changes_nothing(model, prompts):
+    tokens, lengths = prompts
+    with torch.no_grad():
+        _o_weight(model, 1)[:, 2 * D_HEAD : 3 * D_HEAD] = 0.0
+    baseline = perplexity(model, tokens, lengths)
+    ablated = perplexity(model, tokens, lengths, [("blocks.1.attn.hook_z", zero_head_hook(2))])
+    assert ablated == pytest.approx(baseline, rel=1e-6)
+    # a head with live output weights does change the loss
+    other = perplexity(model, tokens, lengths, [("blocks.1.attn.hook_z", zero_head_hook(0))])
+    assert abs(other - baseline) > 1e-4
+
+
+def test_ablation_acts_only_through_that_head(prompts):
+    tokens, lengths = prompts
+    for layer, head in [(0, 1), (1, 3)]:
+        model = _tiny_model()
+        hooked = perplexity(
+            model, tokens, lengths, [(f"blocks.{layer}.attn.hook_z", zero_head_hook(head))]
+        )
+        with torch.no_grad():
+            _o_weight(model, layer)[:, head * D_HEAD : (head + 1) * D_HEAD] = 0.0
+        by_weights = perplexity(model, tokens, lengths)
+        assert hooked == pytest.approx(by_weights, rel=1e-6)
+
+
+def test_head_ablation_grid(model, prompts):
+    tokens, lengths = prompts
+    grid = head_ablation_perplexities(model, tokens, lengths, progress=False)
+    assert grid.shape == (2, 4)
+    single = perplexity(model, tokens, lengths, [("blocks.0.attn.hook_z", zero_head_hook(3))])
+    assert grid[0, 3] == pytest.approx(single, rel=1e-9)
+    baseline = perplexity(model, tokens, lengths)
+    assert np.all(np.abs(grid - baseline) > 0)  # the hooks are removed again after each run
+
+
+def _stability(values):
+    layers, heads = np.indices(np.shape(values))
+    return pd.DataFrame(
+        {
+            "promptset": "primary",
+            "scope": "same_layer",
+            "anchor_seed": 7,
+            "layer": layers.ravel(),
+            "head": heads.ravel(),
+            "stability": np.ravel(values),
+            "n_pairs": 3,
+        }
+    )
+
+
+def test_ablation_table_columns_and_delta():
+    stab = pd.concat(
+        [_stability([[0.1, 0.2], [0.3, 0.4]]), _stability(np.zeros((2, 2))).assign(anchor_seed=8)]
+    )
+    ppl = np.array([[11.0, 12.0], [10.0, 15.0]])
+    table = ablation_table(ppl, 10.0, stab, seed=7, promptset="primary")
+    assert list(table.columns) == ["seed", "layer", "head", "ppl_ablated", "delta_ppl", "stability"]
+    assert table["delta_ppl"].tolist() == [1.0, 2.0, 0.0, 5.0]
+    assert table["stability"].tolist() == [0.1, 0.2, 0.3, 0.4]
+    with pytest.raises(ValueError, match="anchor_seed=9"):
+        ablation_table(ppl, 10.0, stab, seed=9)
+
+
+def test_ablation_correlation_by_hand():
+    stability = np.array([[0.1, 0.5, 0.9], [0.2, 0.4, 0.8], [0.3, 0.3, 0.3]])
+    delta = np.array([2 * stability[0] + 1, -stability[1], [1.0, 2.0, 3.0]])
+    table = ablation_table(delta + 10.0, 10.0, _stability(stability), seed=7)
+    per_layer, trend = ablation_correlation(table)
+    assert per_layer["pearson_r"].iloc[0] == pytest.approx(1.0)
+    assert per_layer["pearson_r"].iloc[1] == pytest.approx(-1.0)
+    assert math.isnan(per_layer["pearson_r"].iloc[2])  # constant stability: r undefined
+    assert per_layer["n_heads"].tolist() == [3, 3, 3]
+    # trend over the finite layers 0 and 1: r = 1 - 2 * layer
+    assert trend["slope"] == pytest.approx(-2.0)
+    assert trend["intercept"] == pytest.approx(1.0)

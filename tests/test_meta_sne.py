@@ -1,0 +1,112 @@
+import numpy as np
+import pytest
+from scipy.spatial.distance import pdist
+
+from headstab.meta_sne import (
+    head_descriptions,
+    meta_sne_embedding,
+    meta_sne_frame,
+    meta_sne_table,
+    optimizer_of,
+    token_mean_head_output,
+)
+
+rng = np.random.default_rng(0)
+
+
+def _padded_head_out(n_layers=2, n_prompts=5, n_pos=6, n_heads=3, d_head=4, lengths=None):
+    lengths = np.array([6, 3, 5, 1, 4][:n_prompts]) if lengths is None else lengths
+    z = rng.normal(size=(n_layers, n_prompts, n_pos, n_heads, d_head))
+    for p, n in enumerate(lengths):
+        z[:, p, n:] = 0.0
+    return z, lengths
+
+
+def test_descriptions_match_pdist_of_token_means():
+    z, lengths = _padded_head_out()
+    desc = head_descriptions(z, lengths)
+    assert desc.shape == (2, 3, 5 * 4 // 2)
+    for layer, head in [(0, 0), (1, 2)]:
+        means = np.stack([z[layer, p, :n, head].mean(axis=0) for p, n in enumerate(lengths)])
+        np.testing.assert_allclose(desc[layer, head], pdist(means), rtol=1e-12)
+
+
+def test_padding_content_is_ignored():
+    z, lengths = _padded_head_out()
+    garbage = z.copy()
+    for p, n in enumerate(lengths):
+        garbage[:, p, n:] = 7.0
+    np.testing.assert_allclose(head_descriptions(garbage, lengths), head_descriptions(z, lengths))
+
+
+def test_head_with_same_output_for_every_prompt_has_zero_description():
+    z, lengths = _padded_head_out()
+    z = z.astype(np.float32)  # as cached
+    pattern = rng.normal(size=4).astype(np.float32)
+    for p, n in enumerate(lengths):
+        z[1, p, :n, 0] = pattern  # layer 1 head 0 writes the same vector at every token
+    desc = head_descriptions(z, lengths)
+    assert np.all(desc[1, 0] == 0.0)
+    assert np.all(desc[1, 1] > 0.0)
+
+
+def test_token_mean_rejects_bad_lengths():
+    with pytest.raises(ValueError, match="lengths"):
+        token_mean_head_output(np.zeros((1, 2, 3, 1, 1)), np.array([0, 3]))
+
+
+def _descriptions():
+    out = {}
+    for arch, n_layers in [("l2_h8", 2), ("l2_h8_wd", 2), ("l4_h8_attn", 4)]:
+        for seed in (1, 2):
+            out[(arch, seed)] = rng.normal(size=(n_layers, 3, 10)) + n_layers
+    return out
+
+
+def test_frame_has_one_row_per_architecture_refit_layer_head():
+    descriptions = _descriptions()
+    frame, features = meta_sne_frame(descriptions)
+    assert len(frame) == features.shape[0] == 2 * (2 * 3 + 2 * 3 + 4 * 3)
+    keys = frame[["architecture", "seed", "layer", "head"]]
+    assert not keys.duplicated().any()
+    row = frame.index[
+        (frame["architecture"] == "l4_h8_attn") & (frame["seed"] == 2) & (frame["layer"] == 3)
+        & (frame["head"] == 1)
+    ][0]
+    np.testing.assert_array_equal(features[row], descriptions[("l4_h8_attn", 2)][3, 1])
+    assert frame.loc[row, "relative_depth"] == 1.0
+    assert bool(frame.loc[row, "attention_only"])
+    assert frame.loc[frame.layer == 0, "relative_depth"].tolist().count(0.25) == 6
+    assert set(frame.loc[frame.architecture == "l2_h8_wd", "optimizer"]) == {"AdamW"}
+    assert set(frame.loc[frame.architecture == "l2_h8", "optimizer"]) == {"Adam"}
+
+
+def test_frame_rejects_mismatched_feature_counts():
+    with pytest.raises(ValueError, match="same prompt set"):
+        meta_sne_frame({("a", 1): np.zeros((1, 2, 3)), ("b", 1): np.zeros((1, 2, 4))})
+
+
+def test_embedding_shape_clipped_perplexity_and_determinism():
+    frame = meta_sne_table(_descriptions(), perplexity=30.0, seed=0)  # 36 heads: perplexity clipped
+    assert {"tsne_x", "tsne_y"} <= set(frame.columns)
+    assert np.isfinite(frame[["tsne_x", "tsne_y"]].to_numpy()).all()
+    again = meta_sne_embedding(meta_sne_frame(_descriptions_fixed())[1], seed=0)
+    np.testing.assert_allclose(again, meta_sne_embedding(meta_sne_frame(_descriptions_fixed())[1], seed=0))
+
+
+def test_embedding_separates_distinct_groups():
+    group_rng = np.random.default_rng(5)
+    features = np.concatenate([group_rng.normal(0, 0.1, (15, 6)), group_rng.normal(5, 0.1, (15, 6))])
+    xy = meta_sne_embedding(features, perplexity=5, seed=0)
+    within = np.linalg.norm(xy[:15] - xy[:15].mean(0), axis=1).max()
+    between = np.linalg.norm(xy[:15].mean(0) - xy[15:].mean(0))
+    assert between > 2 * within
+
+
+def _descriptions_fixed():
+    fixed = np.random.default_rng(9)
+    return {("l2_h8", s): fixed.normal(size=(2, 3, 6)) for s in (1, 2, 3)}
+
+
+def test_optimizer_of_names():
+    assert optimizer_of("gpt2_wd") == "AdamW" and optimizer_of("l8_h16_attn") == "Adam"

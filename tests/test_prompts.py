@@ -1,0 +1,129 @@
+"""Tests for the prompt files (paper §A.4) and headstab.prompts."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from headstab.prompts import load_prompt_file, load_prompt_sets, prompt_file_sha256
+
+PROMPTS_DIR = Path(__file__).resolve().parents[1] / "resources" / "prompts"
+PRIMARY = PROMPTS_DIR / "primary.json"
+LENGTH_SWEEP = PROMPTS_DIR / "length_sweep.json"
+SWEEP_LENGTHS = [5, 10, 20, 30, 40, 50]
+
+
+def word_set(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def jaccard(a: str, b: str) -> float:
+    x, y = word_set(a), word_set(b)
+    return len(x & y) / len(x | y)
+
+
+def test_primary_has_100_distinct_prompts_of_sensible_length():
+    prompts = json.loads(PRIMARY.read_text(encoding="utf-8"))
+    assert isinstance(prompts, list) and len(prompts) == 100
+    assert all(isinstance(p, str) and p == p.strip() for p in prompts)
+    assert len(set(prompts)) == 100
+    # Paper: roughly 15-80 tokens. Words plus punctuation marks approximate a BPE token count
+    # (whitespace words alone undercount code such as HTML, where one "word" is many tokens).
+    pieces = [len(re.findall(r"\w+|[^\w\s]", p)) for p in prompts]
+    assert min(pieces) >= 15 and max(pieces) <= 80, (min(pieces), max(pieces))
+
+
+def test_primary_has_no_near_duplicates():
+    prompts = json.loads(PRIMARY.read_text(encoding="utf-8"))
+    worst = max(itertools.combinations(prompts, 2), key=lambda pair: jaccard(*pair))
+    assert jaccard(*worst) < 0.5, worst
+
+
+def test_primary_covers_the_recipe_genres():
+    text = "\n".join(json.loads(PRIMARY.read_text(encoding="utf-8")))
+    for marker in ["Q:", "Abstract", "def ", "SELECT", "Agent:", "Step 1", "Meeting notes", "Dear diary",
+                   "Agreement", " = ", "\n-"]:
+        assert marker in text, marker
+
+
+def test_length_sweep_is_prefixes_of_the_50_word_masters():
+    sweep = json.loads(LENGTH_SWEEP.read_text(encoding="utf-8"))
+    assert sorted(sweep, key=int) == [str(n) for n in SWEEP_LENGTHS]
+    masters = sweep["50"]
+    assert len(masters) == 20 and len(set(masters)) == 20
+    for n in SWEEP_LENGTHS:
+        assert len(sweep[str(n)]) == 20
+        for k, prompt in enumerate(sweep[str(n)]):
+            assert len(prompt.split(" ")) == n
+            assert prompt == " ".join(masters[k].split(" ")[:n])
+    worst = max(itertools.combinations(masters, 2), key=lambda pair: jaccard(*pair))
+    assert jaccard(*worst) < 0.5, worst
+
+
+def test_config_sets_load_with_numeric_sweep_names():
+    sets = load_prompt_sets({"primary": PRIMARY, "len": LENGTH_SWEEP})
+    assert list(sets) == ["primary", "len5", "len10", "len20", "len30", "len40", "len50"]
+    assert len(sets["primary"]) == 100 and all(len(sets[f"len{n}"]) == 20 for n in SWEEP_LENGTHS)
+
+
+def test_object_with_word_keys_keeps_file_order(tmp_path):
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps({"b": ["x y"], "a": ["z"]}))
+    assert list(load_prompt_file("set_", path)) == ["set_b", "set_a"]
+
+
+def test_text_file_gives_one_prompt_per_non_empty_line(tmp_path):
+    path = tmp_path / "mine.txt"
+    path.write_text("first prompt\n\n  second prompt  \n\n")
+    assert load_prompt_sets({"mine": path}) == {"mine": ["first prompt", "second prompt"]}
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[\"a\", ", "invalid JSON"),
+        ("\"just a string\"", "top-level JSON must be"),
+        ("[\"a\", 3]", r"\[1\] must be a string"),
+        ("[\"a\", \"  \"]", r"\[1\] is an empty prompt"),
+        ("[]", "empty list"),
+        ("{\"5\": \"not a list\"}", "member '5' must be a list"),
+        ("{}", "no members"),
+    ],
+)
+def test_bad_files_fail_naming_the_file(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message) as error:
+        load_prompt_sets({"bad": path})
+    assert str(path) in str(error.value)
+
+
+def test_missing_file_and_empty_text_file_fail_naming_the_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        load_prompt_sets({"x": tmp_path / "nope.json"})
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n \n")
+    with pytest.raises(ValueError, match="empty.txt"):
+        load_prompt_sets({"x": empty})
+
+
+def test_duplicate_set_names_fail_naming_both_files(tmp_path):
+    single = tmp_path / "five.json"
+    single.write_text(json.dumps(["a b c"]))
+    with pytest.raises(ValueError, match="len5") as error:
+        load_prompt_sets({"len5": single, "len": LENGTH_SWEEP})
+    assert "five.json" in str(error.value) and "length_sweep.json" in str(error.value)
+
+
+def test_sha256_is_of_the_file_bytes_and_tracks_edits(tmp_path):
+    path = tmp_path / "p.txt"
+    path.write_text("one\n")
+    assert prompt_file_sha256(path) == hashlib.sha256(b"one\n").hexdigest()
+    before = prompt_file_sha256(path)
+    path.write_text("one!\n")
+    assert prompt_file_sha256(path) != before

@@ -1,0 +1,192 @@
+"""Tests for headstab.similarity: the Gram-matrix engine of paper Eq. 1-2."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from headstab.similarity import (
+    GramAccumulator,
+    causal_pattern_features,
+    gram_to_pair_similarity,
+    n_lower_entries,
+    pair_similarity,
+    same_layer_pair_similarity,
+)
+
+
+def random_patterns(
+    rng: np.random.Generator, n_layers: int, n_heads: int, lengths: np.ndarray, n_pos: int
+) -> np.ndarray:
+    """Softmax of random scores under a causal mask, zero outside each prompt's length x length block.
+
+    Returns float32 [layer, prompt, head, query_pos, key_pos].
+    """
+    n_prompts = len(lengths)
+    scores = rng.normal(scale=2.0, size=(n_layers, n_prompts, n_heads, n_pos, n_pos))
+    causal = np.tril(np.ones((n_pos, n_pos), dtype=bool))
+    scores = np.where(causal, scores, -np.inf)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    pattern = weights / weights.sum(axis=-1, keepdims=True)
+    inside = np.arange(n_pos)[None, :] < np.asarray(lengths)[:, None]  # [prompt, pos]
+    block = inside[:, :, None] & inside[:, None, :]  # [prompt, query, key]
+    return (pattern * block[None, :, None]).astype(np.float32)
+
+
+def stacked_features(patterns: list[np.ndarray], lengths: np.ndarray) -> np.ndarray:
+    """[seed, layer, head, prompt, n_lower] from one pattern array per seed."""
+    return np.stack([causal_pattern_features(p, lengths) for p in patterns])
+
+
+def reference_similarity(patterns: list[np.ndarray], lengths: np.ndarray) -> np.ndarray:
+    """S straight from Eq. 1-2: per prompt, take each head's lower triangle, cosine, then mean."""
+    n_seeds = len(patterns)
+    n_layers, n_prompts, n_heads = patterns[0].shape[:3]
+    out = np.zeros((n_seeds, n_seeds, n_layers, n_heads, n_layers, n_heads))
+    for a in range(n_seeds):
+        for b in range(n_seeds):
+            for la in range(n_layers):
+                for i in range(n_heads):
+                    for lb in range(n_layers):
+                        for j in range(n_heads):
+                            cosines = []
+                            for p in range(n_prompts):
+                                n = int(lengths[p])
+                                rows, cols = np.tril_indices(n)
+                                x = patterns[a][la, p, i, :n, :n][rows, cols].astype(np.float64)
+                                y = patterns[b][lb, p, j, :n, :n][rows, cols].astype(np.float64)
+                                cosines.append(x @ y / (np.linalg.norm(x) * np.linalg.norm(y)))
+                            out[a, b, la, i, lb, j] = np.mean(cosines)
+    return out
+
+
+def test_n_lower_entries_counts_the_triangle_with_diagonal():
+    assert n_lower_entries(1) == 1
+    assert n_lower_entries(4) == 10
+    assert n_lower_entries(96) == 96 * 97 // 2
+
+
+def test_features_have_norm_one_over_sqrt_prompts_and_tril_order():
+    rng = np.random.default_rng(0)
+    lengths = np.array([5, 3, 5])
+    pattern = random_patterns(rng, 2, 3, lengths, 5)
+    features = causal_pattern_features(pattern, lengths)
+    assert features.shape == (2, 3, 3, 15) and features.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(features, axis=-1), 1 / np.sqrt(3), rtol=1e-6)
+    # Row-major lower triangle: features[layer 1, head 0, prompt 2] is pattern[1, 2, 0] read that way.
+    rows, cols = np.tril_indices(5)
+    expected = pattern[1, 2, 0][rows, cols] / np.linalg.norm(pattern[1, 2, 0][rows, cols]) / np.sqrt(3)
+    np.testing.assert_allclose(features[1, 0, 2], expected, rtol=1e-6, atol=1e-7)
+
+
+def test_pair_similarity_equals_plain_loop_over_eq_1_and_2():
+    rng = np.random.default_rng(1)
+    lengths = np.array([6, 4, 2, 5])
+    patterns = [random_patterns(rng, 2, 3, lengths, 6) for _ in range(3)]
+    similarity = pair_similarity(stacked_features(patterns, lengths))
+    assert similarity.shape == (3, 3, 2, 3, 2, 3) and similarity.dtype == np.float32
+    np.testing.assert_allclose(similarity, reference_similarity(patterns, lengths), atol=1e-6)
+
+
+def test_similarity_of_refit_b_to_a_is_transpose_of_a_to_b():
+    rng = np.random.default_rng(2)
+    lengths = np.array([7, 5, 7])
+    patterns = [random_patterns(rng, 3, 4, lengths, 7) for _ in range(3)]
+    similarity = pair_similarity(stacked_features(patterns, lengths))
+    for a in range(3):
+        for b in range(3):
+            np.testing.assert_array_equal(similarity[a, b], similarity[b, a].transpose(2, 3, 0, 1))
+
+
+def test_zero_padding_changes_nothing():
+    rng = np.random.default_rng(3)
+    lengths = np.array([5, 3, 4])
+    patterns = [random_patterns(rng, 2, 3, lengths, 5) for _ in range(2)]
+    pad = ((0, 0), (0, 0), (0, 0), (0, 7), (0, 7))
+    padded = [np.pad(p, pad) for p in patterns]
+    tight = pair_similarity(stacked_features(patterns, lengths))
+    loose = pair_similarity(stacked_features(padded, lengths))
+    np.testing.assert_allclose(loose, tight, atol=1e-7)
+
+
+def test_values_written_for_pad_queries_are_ignored():
+    rng = np.random.default_rng(4)
+    lengths = np.array([3, 6])
+    pattern = random_patterns(rng, 1, 2, lengths, 6)
+    dirty = pattern.copy()
+    # Without an attention mask, pad queries of a right-padded prompt attend to real tokens.
+    dirty[:, 0, :, 3:, :4] = 0.25
+    np.testing.assert_array_equal(
+        causal_pattern_features(dirty, lengths), causal_pattern_features(pattern, lengths)
+    )
+
+
+def test_streamed_prompt_chunks_equal_one_product():
+    rng = np.random.default_rng(5)
+    lengths = np.array([6, 4, 5, 6, 2])
+    patterns = [random_patterns(rng, 2, 3, lengths, 6) for _ in range(2)]
+    whole = pair_similarity(stacked_features(patterns, lengths))
+    accumulator = GramAccumulator(2 * 2 * 3)
+    for chunk in (slice(0, 2), slice(2, 5)):
+        features = np.stack(
+            [causal_pattern_features(p[:, chunk], lengths[chunk], n_prompts_total=5) for p in patterns]
+        )
+        accumulator.add(features.reshape(12, -1))
+    assert accumulator.n_chunks == 2 and accumulator.gram.dtype == np.float64
+    np.testing.assert_allclose(gram_to_pair_similarity(accumulator.gram, 2, 2, 3), whole, atol=1e-6)
+
+
+def test_rectangular_accumulator_gives_the_off_diagonal_block():
+    rng = np.random.default_rng(6)
+    rows = rng.normal(size=(5, 40)).astype(np.float32)
+    accumulator = GramAccumulator(2, 3)
+    accumulator.add(rows[:2, :25], rows[2:, :25])
+    accumulator.add(rows[:2, 25:], rows[2:, 25:])
+    full = rows.astype(np.float64) @ rows.T.astype(np.float64)
+    np.testing.assert_allclose(accumulator.gram, full[:2, 2:], rtol=1e-5)
+
+
+def test_same_layer_pair_similarity_is_the_diagonal_blocks():
+    rng = np.random.default_rng(7)
+    lengths = np.array([4, 4, 3])
+    features = stacked_features([random_patterns(rng, 3, 2, lengths, 4) for _ in range(3)], lengths)
+    full = pair_similarity(features)
+    same = same_layer_pair_similarity(features)
+    assert same.shape == (3, 3, 3, 2, 2)
+    for layer in range(3):
+        np.testing.assert_allclose(same[:, :, layer], full[:, :, layer, :, layer, :], atol=1e-7)
+
+
+def test_float16_patterns_stay_close_to_float32():
+    rng = np.random.default_rng(8)
+    lengths = np.array([8, 8, 6])
+    patterns = [random_patterns(rng, 2, 3, lengths, 8) for _ in range(2)]
+    exact = pair_similarity(stacked_features(patterns, lengths))
+    half = pair_similarity(stacked_features([p.astype(np.float16) for p in patterns], lengths))
+    assert np.abs(half - exact).max() < 1e-3
+
+
+@pytest.mark.parametrize(
+    ("shape", "lengths", "message"),
+    [
+        ((2, 3, 4, 4), [4, 4, 4], "5 axes"),
+        ((1, 2, 1, 4, 5), [4, 4], "must match"),
+        ((1, 2, 1, 4, 4), [4, 4, 4], "lengths must be"),
+        ((1, 2, 1, 4, 4), [4, 5], "1..4"),
+        ((1, 2, 1, 4, 4), [0, 4], "1..4"),
+    ],
+)
+def test_bad_pattern_shapes_fail_with_the_shape(shape, lengths, message):
+    with pytest.raises(ValueError, match=message):
+        causal_pattern_features(np.ones(shape, dtype=np.float32), np.array(lengths))
+
+
+def test_bad_gram_and_chunk_shapes_fail_clearly():
+    with pytest.raises(ValueError, match=r"\[12, 12\]"):
+        gram_to_pair_similarity(np.zeros((10, 10)), 2, 2, 3)
+    with pytest.raises(ValueError, match=r"chunk must be \[4, feature\]"):
+        GramAccumulator(4).add(np.zeros((3, 8)))
+    with pytest.raises(ValueError, match="needs `other`"):
+        GramAccumulator(2, 3).add(np.zeros((2, 8)))
+    with pytest.raises(ValueError, match="features must be"):
+        pair_similarity(np.zeros((2, 3, 4)))

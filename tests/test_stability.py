@@ -1,0 +1,272 @@
+"""Tests for headstab.stability: paper Eq. 3-5, the cross-layer variant, alignment and commonness."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.stats
+
+from headstab.similarity import causal_pattern_features, pair_similarity
+from headstab.stability import (
+    ALIGNMENT_COLUMNS,
+    COMMONNESS_COLUMNS,
+    HEAD_COLUMNS,
+    KURTOSIS_COLUMNS,
+    LAYER_COLUMNS,
+    PAIR_COLUMNS,
+    alignment_kurtosis_table,
+    alignment_map_table,
+    commonness_table,
+    head_stability_table,
+    layer_stability_table,
+    pair_stability_table,
+)
+
+
+def random_patterns(
+    rng: np.random.Generator, n_layers: int, n_heads: int, lengths: np.ndarray, n_pos: int
+) -> np.ndarray:
+    """Softmax of random scores under a causal mask, zero outside each prompt's length x length block.
+
+    Returns float32 [layer, prompt, head, query_pos, key_pos].
+    """
+    n_prompts = len(lengths)
+    scores = rng.normal(scale=2.0, size=(n_layers, n_prompts, n_heads, n_pos, n_pos))
+    causal = np.tril(np.ones((n_pos, n_pos), dtype=bool))
+    scores = np.where(causal, scores, -np.inf)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    pattern = weights / weights.sum(axis=-1, keepdims=True)
+    inside = np.arange(n_pos)[None, :] < np.asarray(lengths)[:, None]
+    block = inside[:, :, None] & inside[:, None, :]
+    return (pattern * block[None, :, None]).astype(np.float32)
+
+
+def similarity_of(patterns: list[np.ndarray], lengths: np.ndarray) -> np.ndarray:
+    return pair_similarity(np.stack([causal_pattern_features(p, lengths) for p in patterns]))
+
+
+LENGTHS = np.array([6, 4, 5])
+
+
+@pytest.fixture(scope="module")
+def base_pattern() -> np.ndarray:
+    return random_patterns(np.random.default_rng(0), 3, 4, LENGTHS, 6)
+
+
+def test_identical_refits_give_stability_one_everywhere(base_pattern):
+    seeds = [1, 2, 3]
+    pairs = pair_stability_table(similarity_of([base_pattern] * 3, LENGTHS), seeds, "primary")
+    assert list(pairs.columns) == PAIR_COLUMNS
+    assert len(pairs) == 2 * 3 * 2 * 3 * 4  # scopes x anchors x other refits x layers x heads
+    assert (pairs["anchor_seed"] != pairs["pair_seed"]).all()
+    heads = head_stability_table(pairs)
+    np.testing.assert_allclose(heads["stability"], 1.0, atol=1e-6)
+    assert (heads["n_pairs"] == 2).all()
+    layers = layer_stability_table(heads)
+    np.testing.assert_allclose(layers["mean"], 1.0, atol=1e-6)
+    np.testing.assert_allclose(layers["std"], 0.0, atol=1e-6)
+    # Distinct random heads: the best match is the head itself, also when searching all layers.
+    assert (pairs["best_layer"] == pairs["layer"]).all() and (pairs["best_head"] == pairs["head"]).all()
+
+
+def test_heads_permuted_within_layers_give_one_and_best_head_recovers_permutation(base_pattern):
+    rng = np.random.default_rng(1)
+    permutations = [rng.permutation(4) for _ in range(3)]
+    permuted = np.stack([base_pattern[layer][:, permutations[layer]] for layer in range(3)])
+    seeds = [10, 20]
+    pairs = pair_stability_table(similarity_of([base_pattern, permuted], LENGTHS), seeds, "primary")
+    np.testing.assert_allclose(pairs["similarity"], 1.0, atol=1e-6)
+    for scope in ("same_layer", "cross_layer"):
+        rows = pairs[(pairs["scope"] == scope) & (pairs["anchor_seed"] == 10)]
+        assert (rows["best_layer"] == rows["layer"]).all()
+        for layer in range(3):
+            in_layer = rows[rows["layer"] == layer].sort_values("head")
+            # Head i of the copy is head permutation[i] of the original, so original head h sits
+            # at the position where the permutation holds h.
+            np.testing.assert_array_equal(in_layer["best_head"], np.argsort(permutations[layer]))
+        reverse = pairs[(pairs["scope"] == scope) & (pairs["anchor_seed"] == 20)]
+        for layer in range(3):
+            in_layer = reverse[reverse["layer"] == layer].sort_values("head")
+            np.testing.assert_array_equal(in_layer["best_head"], permutations[layer])
+
+
+def reference_head_stability(patterns, lengths, anchor, scope):
+    """Head stability straight from Eq. 1-4 with plain loops (cross_layer: candidates in all layers)."""
+    n_layers, n_prompts, n_heads = patterns[0].shape[:3]
+
+    def lower(pattern, layer, prompt, head):
+        n = int(lengths[prompt])
+        return pattern[layer, prompt, head, :n, :n][np.tril_indices(n)].astype(np.float64)
+
+    def mean_cosine(a, la, i, b, lb, j):
+        total = 0.0
+        for p in range(n_prompts):
+            x, y = lower(patterns[a], la, p, i), lower(patterns[b], lb, p, j)
+            total += x @ y / (np.linalg.norm(x) * np.linalg.norm(y))
+        return total / n_prompts
+
+    result = np.zeros((n_layers, n_heads))
+    for layer in range(n_layers):
+        for i in range(n_heads):
+            best = []
+            for b in range(len(patterns)):
+                if b == anchor:
+                    continue
+                candidate_layers = [layer] if scope == "same_layer" else range(n_layers)
+                best.append(
+                    max(mean_cosine(anchor, layer, i, b, lb, j) for lb in candidate_layers for j in range(n_heads))
+                )
+            result[layer, i] = np.mean(best)
+    return result
+
+
+@pytest.mark.parametrize("scope", ["same_layer", "cross_layer"])
+def test_small_random_case_equals_plain_loop_from_eq_1_to_4(scope):
+    rng = np.random.default_rng(2)
+    lengths = np.array([5, 3, 4])
+    patterns = [random_patterns(rng, 2, 3, lengths, 5) for _ in range(3)]
+    seeds = [4, 5, 6]
+    heads = head_stability_table(pair_stability_table(similarity_of(patterns, lengths), seeds, "primary"))
+    for anchor, seed in enumerate(seeds):
+        rows = heads[(heads["scope"] == scope) & (heads["anchor_seed"] == seed)]
+        got = rows.sort_values(["layer", "head"])["stability"].to_numpy().reshape(2, 3)
+        np.testing.assert_allclose(got, reference_head_stability(patterns, lengths, anchor, scope), atol=1e-6)
+
+
+def test_layer_stability_is_invariant_to_permuting_heads(base_pattern):
+    rng = np.random.default_rng(3)
+    others = [random_patterns(rng, 3, 4, LENGTHS, 6) for _ in range(2)]
+    refits = [base_pattern, *others]
+    shuffled = [np.stack([p[layer][:, rng.permutation(4)] for layer in range(3)]) for p in refits]
+    seeds = [1, 2, 3]
+
+    def layer_table(patterns):
+        pairs = pair_stability_table(similarity_of(patterns, LENGTHS), seeds, "primary")
+        return layer_stability_table(head_stability_table(pairs))
+
+    original, permuted = layer_table(refits), layer_table(shuffled)
+    assert list(original.columns) == LAYER_COLUMNS
+    np.testing.assert_allclose(permuted["mean"], original["mean"], atol=1e-6)
+    np.testing.assert_allclose(permuted["std"], original["std"], atol=1e-6)
+    assert original["std"].gt(0).all()  # the test would be empty if every head were alike
+
+
+def test_layer_std_is_population_std_by_hand():
+    heads = pd.DataFrame(
+        {
+            "promptset": "p", "scope": "same_layer", "anchor_seed": 1, "layer": [0, 0, 1, 1],
+            "head": [0, 1, 0, 1], "stability": [0.2, 0.4, 0.5, 0.5], "n_pairs": 2,
+        }
+    )
+    layers = layer_stability_table(heads)
+    np.testing.assert_allclose(layers["mean"], [0.3, 0.5])
+    np.testing.assert_allclose(layers["std"], [0.1, 0.0])
+
+
+def hand_similarity(n_seeds=3, n_layers=3, n_heads=2) -> np.ndarray:
+    """S filled with 0.1, the self blocks with 1 on the diagonal."""
+    similarity = np.full((n_seeds, n_seeds, n_layers, n_heads, n_layers, n_heads), 0.1, np.float32)
+    for a in range(n_seeds):
+        for layer in range(n_layers):
+            for head in range(n_heads):
+                similarity[a, a, layer, head, layer, head] = 1.0
+    return similarity
+
+
+def test_cross_layer_best_match_and_alignment_map_by_hand():
+    similarity = hand_similarity()
+    # Anchor seed 7 (index 0), layer 0: head 0 matches layer 2 in both pair refits, head 1 matches
+    # layer 0 in refit 1 and layer 1 in refit 2. Fractions: layer 0 1/4, layer 1 1/4, layer 2 2/4.
+    similarity[0, 1, 0, 0, 2, 1] = 0.9
+    similarity[0, 2, 0, 0, 2, 0] = 0.8
+    similarity[0, 1, 0, 1, 0, 0] = 0.7
+    similarity[0, 2, 0, 1, 1, 1] = 0.6
+    pairs = pair_stability_table(similarity, [7, 8, 9], "primary", scopes=["cross_layer"])
+    row = pairs[(pairs["anchor_seed"] == 7) & (pairs["pair_seed"] == 8) & (pairs["layer"] == 0) & (pairs["head"] == 0)]
+    assert row[["best_layer", "best_head"]].to_numpy().tolist() == [[2, 1]]
+    np.testing.assert_allclose(row["similarity"], 0.9, rtol=1e-6)
+
+    alignment = alignment_map_table(pairs)
+    assert list(alignment.columns) == ALIGNMENT_COLUMNS
+    assert list(dict.fromkeys(alignment["anchor_seed"])) == [7, 8, 9]
+    assert len(alignment) == 3 * 3 * 3  # anchors x layers x match layers, zeros included
+    sums = alignment.groupby(["promptset", "anchor_seed", "layer"])["fraction"].sum()
+    np.testing.assert_allclose(sums, 1.0)
+    first = alignment[(alignment["anchor_seed"] == 7) & (alignment["layer"] == 0)].sort_values("match_layer")
+    np.testing.assert_allclose(first["fraction"], [0.25, 0.25, 0.5])
+
+    kurtosis = alignment_kurtosis_table(alignment)
+    assert list(kurtosis.columns) == KURTOSIS_COLUMNS
+    value = kurtosis[(kurtosis["anchor_seed"] == 7) & (kurtosis["layer"] == 0)]["kurtosis"].item()
+    np.testing.assert_allclose(value, scipy.stats.kurtosis([2, 2, 0, 1]))
+    # Anchor 7 layer 1: every 0.1 tie goes to layer 0, head 0 (argmax takes the first): degenerate.
+    assert np.isnan(kurtosis[(kurtosis["anchor_seed"] == 7) & (kurtosis["layer"] == 1)]["kurtosis"].item())
+
+
+def test_alignment_kurtosis_equals_scipy_on_pooled_random_matches(base_pattern):
+    rng = np.random.default_rng(4)
+    patterns = [base_pattern, *[random_patterns(rng, 3, 4, LENGTHS, 6) for _ in range(3)]]
+    pairs = pair_stability_table(similarity_of(patterns, LENGTHS), [1, 2, 3, 4], "primary")
+    kurtosis = alignment_kurtosis_table(alignment_map_table(pairs))
+    cross = pairs[pairs["scope"] == "cross_layer"]
+    for (anchor, layer), group in cross.groupby(["anchor_seed", "layer"]):
+        expected = scipy.stats.kurtosis(group["best_layer"].to_numpy())
+        got = kurtosis[(kurtosis["anchor_seed"] == anchor) & (kurtosis["layer"] == layer)]["kurtosis"].item()
+        if np.isnan(expected) or group["best_layer"].nunique() == 1:
+            assert np.isnan(got)
+        else:
+            np.testing.assert_allclose(got, expected, rtol=1e-9)
+
+
+def test_commonness_of_a_layer_of_identical_heads_is_one(base_pattern):
+    pattern = base_pattern.copy()
+    pattern[1] = pattern[1][:, [2, 2, 2, 2]]  # layer 1: four copies of one head
+    table = commonness_table(similarity_of([pattern, base_pattern], LENGTHS), [5, 6], "primary")
+    assert list(table.columns) == COMMONNESS_COLUMNS and len(table) == 2 * 3 * 4
+    identical = table[(table["seed"] == 5) & (table["layer"] == 1)]
+    np.testing.assert_allclose(identical["commonness"], 1.0, atol=1e-6)
+    np.testing.assert_allclose(identical["commonness_excl_self"], 1.0, atol=1e-6)
+    others = table[(table["seed"] == 6) | (table["layer"] != 1)]
+    assert (others["commonness"] < 1 - 1e-3).all()
+
+
+def test_commonness_by_hand_includes_self():
+    similarity = hand_similarity(n_seeds=1, n_layers=1, n_heads=3)
+    similarity[0, 0, 0, 0, 0, 1] = similarity[0, 0, 0, 1, 0, 0] = 0.7
+    table = commonness_table(similarity, [3], "p")
+    np.testing.assert_allclose(table["commonness"], [(1 + 0.7 + 0.1) / 3, (1 + 0.7 + 0.1) / 3, 1.2 / 3], rtol=1e-6)
+    np.testing.assert_allclose(table["commonness_excl_self"], [0.4, 0.4, 0.1], rtol=1e-6)
+
+
+def test_same_layer_only_tensor_gives_same_layer_rows():
+    similarity = hand_similarity()
+    same = np.moveaxis(np.diagonal(similarity, axis1=2, axis2=4), -1, 2)  # [a, b, layer, head, head]
+    from_full = pair_stability_table(similarity, [1, 2, 3], "p", scopes=["same_layer"])
+    from_same = pair_stability_table(same, [1, 2, 3], "p")
+    pd.testing.assert_frame_equal(from_full, from_same)
+    with pytest.raises(ValueError, match="cross_layer"):
+        pair_stability_table(same, [1, 2, 3], "p", scopes=["cross_layer"])
+
+
+def test_head_table_columns_and_promptset_and_seed_labels():
+    pairs = pair_stability_table(hand_similarity(), [11, 12, 13], "len20")
+    heads = head_stability_table(pairs)
+    assert list(heads.columns) == HEAD_COLUMNS
+    assert set(heads["promptset"]) == {"len20"} and set(heads["anchor_seed"]) == {11, 12, 13}
+    assert len(heads) == 2 * 3 * 3 * 2
+
+
+def test_bad_inputs_fail_clearly():
+    with pytest.raises(ValueError, match="3 seeds were given"):
+        pair_stability_table(hand_similarity(n_seeds=2), [1, 2, 3], "p")
+    with pytest.raises(ValueError, match="at least 2 refits"):
+        pair_stability_table(hand_similarity(n_seeds=1), [1], "p")
+    with pytest.raises(ValueError, match="unique"):
+        pair_stability_table(hand_similarity(n_seeds=2), [1, 1], "p")
+    with pytest.raises(ValueError, match="6 axes"):
+        pair_stability_table(np.zeros((2, 2, 3)), [1, 2], "p")
+    with pytest.raises(ValueError, match="no scope 'cross_layer'"):
+        alignment_map_table(pair_stability_table(hand_similarity(), [1, 2, 3], "p", scopes=["same_layer"]))
+    with pytest.raises(ValueError, match="lacks columns"):
+        head_stability_table(pd.DataFrame({"similarity": [1.0]}))
