@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-import re
 from pathlib import Path
 
 import pytest
@@ -161,9 +159,8 @@ def test_seq_len_longer_than_context_fails(demo):
 
 def test_bad_seed_range_fails(demo):
     demo["run"]["seeds"] = {"first": 5, "last": 2}
-    validate_config(copy.deepcopy(demo))  # the schema allows it ...
-    with pytest.raises(ConfigError, match=re.escape("run.seeds")):
-        architecture_spec(demo, "l2_h8")  # ... the registry refuses it
+    message = _error(demo)
+    assert "run.seeds" in message and "below first" in message
 
 
 def test_conda_environment_pins_match_requirements():

@@ -1,0 +1,179 @@
+"""Real Slurm, not a mock: start a single-node cluster and run workflows through sbatch.
+
+Skipped on a developer machine without Slurm (or not root); when the CI environment
+variable is set, a cluster that cannot be started is a failure, not a skip.
+Install the daemons with tests/slurm/install_slurm.sh (apt-get, as root).
+
+Each WorkflowCase in WORKFLOW_CASES runs once on the cluster (module-scoped fixture);
+the generic tests then check its outputs, its Slurm jobs and their GPU requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from slurm.harness import (
+    SLURM_DIR,
+    ClusterStartError,
+    SlurmCluster,
+    SnakemakeRun,
+    missing_slurm_reason,
+    requested_gpus,
+    run_snakemake_locally,
+    run_snakemake_on_slurm,
+    running_cluster,
+    running_in_ci,
+    slurm_job_states,
+)
+
+pytestmark = pytest.mark.slurm
+
+
+@dataclass(frozen=True)
+class WorkflowCase:
+    """A workflow to run on the test cluster and what it must produce there."""
+
+    name: str
+    snakefile: Path
+    configfile: Path | None
+    expected_outputs: tuple[str, ...]  # paths relative to the run's working directory
+    gpu_rules: frozenset[str]  # rules (or groups) whose jobs must request a GPU; no others may
+    extra_args: tuple[str, ...] = ()
+    timeout_s: float = 600
+
+
+SMOKE = WorkflowCase(
+    name="smoke",
+    snakefile=SLURM_DIR / "Snakefile.smoke",
+    configfile=SLURM_DIR / "smoke_config.yaml",
+    expected_outputs=("smoke/gpu_probe.txt", "smoke/cpu_probe.txt"),
+    gpu_rules=frozenset({"gpu_probe"}),
+)
+WORKFLOW_CASES = [SMOKE]
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A running single-node cluster for the whole session; daemons stopped by pid at the end."""
+    reason = missing_slurm_reason()
+    if reason is not None:
+        if running_in_ci():
+            pytest.fail(f"CI is set but the real-Slurm test cannot run: {reason}")
+        pytest.skip(reason)
+    try:
+        with running_cluster(tmp_path_factory.mktemp("slurm")) as cluster:
+            yield cluster
+    except ClusterStartError as exc:
+        if running_in_ci():
+            pytest.fail(f"CI is set but the Slurm test cluster did not start:\n{exc}")
+        pytest.skip(f"Slurm test cluster did not start (set CI=1 to make this a failure):\n{exc}")
+
+
+@dataclass(frozen=True)
+class CaseRun:
+    case: WorkflowCase
+    workdir: Path
+    run: SnakemakeRun
+
+
+@pytest.fixture(scope="module", params=WORKFLOW_CASES, ids=lambda case: case.name)
+def slurm_run(
+    request: pytest.FixtureRequest,
+    slurm_cluster: SlurmCluster,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> CaseRun:
+    """The case's workflow, run once through `snakemake --profile slurm` on the test cluster."""
+    case: WorkflowCase = request.param
+    workdir = tmp_path_factory.mktemp(f"on_slurm_{case.name}")
+    run = run_snakemake_on_slurm(
+        workdir, case.snakefile, case.configfile, case.extra_args,
+        cluster=slurm_cluster, timeout_s=case.timeout_s,
+    )
+    return CaseRun(case, workdir, run)
+
+
+def test_every_job_went_through_sbatch_and_completed(
+    slurm_run: CaseRun, slurm_cluster: SlurmCluster
+) -> None:
+    run = slurm_run.run
+    assert run.job_ids, f"no job was submitted to Slurm:\n{run.output[-3000:]}"
+    # Slurm's own record, not Snakemake's: each id is a real job that ran to completion.
+    assert slurm_job_states(run.job_ids, slurm_cluster) == {
+        job_id: "COMPLETED" for job_id in run.job_ids
+    }
+    # The executor kept Slurm's log of each job, named by its job id.
+    logs = (slurm_run.workdir / ".snakemake" / "slurm_logs").rglob("*.log")
+    assert sorted(int(p.stem) for p in logs) == sorted(run.job_ids)
+
+
+def test_expected_outputs_exist(slurm_run: CaseRun) -> None:
+    missing = [p for p in slurm_run.case.expected_outputs if not (slurm_run.workdir / p).is_file()]
+    assert not missing, f"missing after the Slurm run: {missing}"
+
+
+def test_gpu_rules_and_only_they_requested_a_gpu(
+    slurm_run: CaseRun, slurm_cluster: SlurmCluster
+) -> None:
+    rules_run = set(slurm_run.run.job_rules.values())
+    assert slurm_run.case.gpu_rules <= rules_run, "a GPU rule never ran on Slurm"
+    for job_id, rule in slurm_run.run.job_rules.items():
+        gpus = requested_gpus(job_id, slurm_cluster)
+        if rule in slurm_run.case.gpu_rules:
+            assert gpus == "gres:gpu:1", f"{rule} (Slurm job {job_id}) requested {gpus!r}"
+        else:
+            assert gpus == "", f"CPU rule {rule} (Slurm job {job_id}) requested {gpus!r}"
+
+
+def test_rerun_finds_nothing_to_do(slurm_run: CaseRun, slurm_cluster: SlurmCluster) -> None:
+    case = slurm_run.case
+    rerun = run_snakemake_on_slurm(
+        slurm_run.workdir, case.snakefile, case.configfile, case.extra_args,
+        cluster=slurm_cluster, timeout_s=case.timeout_s,
+    )
+    assert rerun.job_ids == []
+    assert "Nothing to be done" in rerun.output
+
+
+def read_probe(path: Path) -> dict[str, str]:
+    """`key=value` lines written by the smoke workflow's rules."""
+    return dict(line.split("=", 1) for line in path.read_text().splitlines())
+
+
+@pytest.mark.parametrize("slurm_run", [SMOKE], ids=["smoke"], indirect=True)
+def test_smoke_jobs_saw_their_slurm_job_and_gpu(slurm_run: CaseRun) -> None:
+    gpu = read_probe(slurm_run.workdir / "smoke" / "gpu_probe.txt")
+    cpu = read_probe(slurm_run.workdir / "smoke" / "cpu_probe.txt")
+    assert {int(gpu["SLURM_JOB_ID"]), int(cpu["SLURM_JOB_ID"])} == set(slurm_run.run.job_ids)
+    # The CPU job ran after, and read, the GPU job's output.
+    assert cpu["upstream_SLURM_JOB_ID"] == gpu["SLURM_JOB_ID"]
+    assert gpu["greeting"] == "hello slurm"
+    # gpu=1 became an allocation of the node's one GPU; the CPU job was given none.
+    assert gpu["CUDA_VISIBLE_DEVICES"] == "0"
+    assert cpu["CUDA_VISIBLE_DEVICES"] == "unset"
+
+
+def test_local_run_of_the_smoke_workflow_sees_no_slurm(tmp_path: Path) -> None:
+    """Contrast for the Slurm tests: without sbatch there is no job id."""
+    run = run_snakemake_locally(tmp_path, SMOKE.snakefile, SMOKE.configfile)
+    assert run.job_ids == []
+    gpu = read_probe(tmp_path / "smoke" / "gpu_probe.txt")
+    assert gpu["SLURM_JOB_ID"] == "none"
+    assert gpu["greeting"] == "hello slurm"
+
+
+def test_unknown_partition_fails_with_slurms_own_message(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    run = run_snakemake_on_slurm(
+        tmp_path, SMOKE.snakefile, SMOKE.configfile,
+        ["--default-resources", "slurm_partition=no_such_partition"],
+        cluster=slurm_cluster, check=False, timeout_s=120,
+    )
+    assert run.returncode != 0
+    assert run.job_ids == []
+    assert "invalid partition specified: no_such_partition" in run.output, run.output[-3000:]
+    assert not (tmp_path / "smoke" / "gpu_probe.txt").exists()
