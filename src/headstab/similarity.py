@@ -17,6 +17,9 @@ streamed chunks; the per-head norms are also summed in float64.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 import numpy as np
 
 __all__ = [
@@ -25,6 +28,9 @@ __all__ = [
     "gram_to_pair_similarity",
     "n_lower_entries",
     "pair_similarity",
+    "pair_similarity_from_caches",
+    "read_pair_similarity",
+    "write_pair_similarity",
     "same_layer_pair_similarity",
 ]
 
@@ -193,3 +199,117 @@ def same_layer_pair_similarity(features: np.ndarray) -> np.ndarray:
         gram = accumulator.gram.reshape(n_seeds, n_heads, n_seeds, n_heads)
         out[:, :, layer] = gram.transpose(0, 2, 1, 3)
     return out
+
+
+# ---------------------------------------------------------------- from caches, to files
+SIMILARITY_FORMAT = "headstab-pair-similarity"
+SIMILARITY_FORMAT_VERSION = 1
+
+
+class SimilarityFileError(ValueError):
+    """A pair-similarity file is missing, incomplete or not ours; the message names it and the fix."""
+
+
+def _rebuild_hint(path: Path) -> str:
+    return f"rebuild it with `rm -f {path} && snakemake {path}` (or `snakemake --forcerun pair_similarity {path}`)"
+
+
+def pair_similarity_from_caches(
+    cache_paths: Sequence[str | Path],
+    promptset: str,
+    prompt_chunk: int = 10,
+    progress: bool = True,
+) -> np.ndarray:
+    """Stream the caches of one architecture's refits into the pair-similarity tensor (Eq. 2).
+
+    cache_paths: one activation cache per refit, in seed order (checked for matching shapes).
+    Reads `prompt_chunk` prompts of every refit at a time (all layers), turns them into normalised
+    causal-pattern features and adds their Gram to a running sum, so memory holds one chunk of all
+    refits, never all prompts. Returns float32 S [seed_a, seed_b, layer_a, head_a, layer_b, head_b].
+    """
+    from tqdm.auto import tqdm
+
+    from headstab.caches import check_consistent_shapes, open_cache
+
+    if prompt_chunk < 1:
+        raise ValueError(f"prompt_chunk must be >= 1, got {prompt_chunk}")
+    shapes = check_consistent_shapes(cache_paths)
+    if promptset not in shapes:
+        raise KeyError(f"prompt set '{promptset}' is not in the caches ({', '.join(shapes)})")
+    n_layers, n_prompts, n_heads = shapes[promptset]["attn_pattern"][:3]
+    readers = [open_cache(path) for path in cache_paths]
+    try:
+        lengths = readers[0].lengths(promptset)
+        accumulator = GramAccumulator(len(readers) * n_layers * n_heads)
+        starts = range(0, n_prompts, prompt_chunk)
+        for start in tqdm(starts, desc=f"similarity {promptset}", unit="chunk", disable=not progress):
+            chunk = slice(start, min(start + prompt_chunk, n_prompts))
+            rows = [
+                causal_pattern_features(
+                    reader.attn_pattern(promptset, prompts=chunk), lengths[chunk], n_prompts_total=n_prompts
+                ).reshape(n_layers * n_heads, -1)
+                for reader in readers
+            ]
+            accumulator.add(np.concatenate(rows, axis=0))
+    finally:
+        for reader in readers:
+            reader.close()
+    return gram_to_pair_similarity(accumulator.gram, len(readers), n_layers, n_heads)
+
+
+def write_pair_similarity(
+    path: str | Path, similarity: np.ndarray, seeds: Sequence[int], attrs: dict | None = None
+) -> None:
+    """Write S [seed_a, seed_b, layer_a, head_a, layer_b, head_b] as dataset `pair_similarity`
+    (attribute `seeds`), through a temporary file and a rename so no half-written file survives."""
+    import json
+    import os
+
+    import h5py
+
+    path = Path(path)
+    if similarity.ndim != 6 or similarity.shape[:2] != (len(seeds), len(seeds)):
+        raise ValueError(f"similarity must be [seed, seed, layer, head, layer, head] for {len(seeds)} seeds; got {similarity.shape}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with h5py.File(tmp, "w") as handle:
+        n_seeds, _, n_layers, n_heads = similarity.shape[:4]
+        handle.create_dataset(
+            "pair_similarity",
+            data=similarity.astype(np.float32),
+            chunks=(1, n_seeds, n_layers, n_heads, n_layers, n_heads),
+        )
+        handle["pair_similarity"].attrs["dims"] = "seed_a,seed_b,layer_a,head_a,layer_b,head_b"
+        handle.attrs["seeds"] = np.asarray(seeds, dtype=np.int64)
+        handle.attrs["format"] = SIMILARITY_FORMAT
+        handle.attrs["format_version"] = SIMILARITY_FORMAT_VERSION
+        for key, value in (attrs or {}).items():
+            handle.attrs[key] = value if isinstance(value, (int, float, str)) else json.dumps(value, default=str)
+        handle.attrs["complete"] = True
+    os.replace(tmp, path)
+
+
+def read_pair_similarity(path: str | Path) -> tuple[np.ndarray, list[int]]:
+    """Read (S, seeds) from a pair-similarity file, failing with the file's name and the rebuild command."""
+    import h5py
+
+    path = Path(path)
+    if not path.is_file():
+        raise SimilarityFileError(f"pair-similarity file {path} does not exist; build it with `snakemake {path}`")
+    try:
+        handle = h5py.File(path, "r")
+    except OSError as err:
+        raise SimilarityFileError(f"pair-similarity file {path} is not a readable HDF5 file ({err}); {_rebuild_hint(path)}") from err
+    with handle:
+        if handle.attrs.get("format") != SIMILARITY_FORMAT or "pair_similarity" not in handle:
+            raise SimilarityFileError(f"{path} is not a headstab pair-similarity file; {_rebuild_hint(path)}")
+        if not bool(handle.attrs.get("complete", False)):
+            raise SimilarityFileError(f"pair-similarity file {path} is incomplete (interrupted write); {_rebuild_hint(path)}")
+        seeds = [int(s) for s in handle.attrs["seeds"]]
+        try:
+            similarity = handle["pair_similarity"][()]
+        except OSError as err:
+            raise SimilarityFileError(f"pair-similarity file {path} is damaged ({err}); {_rebuild_hint(path)}") from err
+    if similarity.shape[:2] != (len(seeds), len(seeds)):
+        raise SimilarityFileError(f"pair-similarity file {path}: shape {similarity.shape} does not match seeds {seeds}; {_rebuild_hint(path)}")
+    return similarity, seeds

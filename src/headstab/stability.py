@@ -30,6 +30,8 @@ __all__ = [
     "alignment_map_table",
     "alignment_kurtosis_table",
     "commonness_table",
+    "stability_tables",
+    "TABLE_NAMES",
 ]
 
 SCOPES = ("same_layer", "cross_layer")
@@ -285,3 +287,24 @@ def _require_columns(table: pd.DataFrame, columns: Sequence[str], name: str) -> 
         raise ValueError(
             f"{name} lacks columns {missing}; expected {list(columns)}, got {list(table.columns)}"
         )
+
+
+TABLE_NAMES = ("pair_stability", "head_stability", "layer_stability", "alignment_map", "alignment_kurtosis", "commonness")
+
+
+def stability_tables(similarity: np.ndarray, seeds: Sequence[int], promptset: str) -> dict[str, pd.DataFrame]:
+    """Every table of §3.2-3.3, §4.2 and §A.6 for one prompt set, keyed by TABLE_NAMES.
+
+    similarity: S [seed_a, seed_b, layer_a, head_a, layer_b, head_b] (Eq. 2), all refits of one architecture.
+    """
+    pairs = pair_stability_table(similarity, seeds, promptset)
+    heads = head_stability_table(pairs)
+    alignment = alignment_map_table(pairs)
+    return {
+        "pair_stability": pairs,
+        "head_stability": heads,
+        "layer_stability": layer_stability_table(heads),
+        "alignment_map": alignment,
+        "alignment_kurtosis": alignment_kurtosis_table(alignment),
+        "commonness": commonness_table(similarity, seeds, promptset),
+    }

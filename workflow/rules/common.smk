@@ -7,6 +7,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the library, also without `pip install -e .`
 
 from headstab.config import ConfigError, architecture_spec, selected_architectures, validate_config
+from headstab.prompts import load_prompt_sets
 
 try:
     validate_config(config, schema_path=Path(workflow.basedir) / "workflow/schemas/config.schema.yaml")
@@ -16,6 +17,10 @@ except ConfigError as error:
 RESULTS = config["results_dir"].rstrip("/")
 ARCHITECTURES = selected_architectures(config)
 SPECS = {name: architecture_spec(config, name) for name in ARCHITECTURES}
+try:
+    PROMPT_SETS = list(load_prompt_sets(config["prompt_sets"]))  # primary, len5 ... len50, the user's sets
+except (OSError, ValueError) as error:
+    raise WorkflowError(f"Invalid prompt sets: {error}") from None
 
 
 wildcard_constraints:
@@ -24,6 +29,7 @@ wildcard_constraints:
     corpus="|".join(sorted(config["corpora"], key=len, reverse=True)),
     tokenizer="|".join(sorted(config["tokenizers"], key=len, reverse=True)),
     shard=r"\d{3}",
+    promptset="|".join(sorted(PROMPT_SETS, key=len, reverse=True)),
 
 
 # ---------------------------------------------------------------- data
@@ -90,11 +96,148 @@ def train_threads(wildcards):
     return config["compute"]["train_threads"]
 
 
+# ---------------------------------------------------------------- caches and similarity
+def cache_path(arch, seed):
+    return f"{RESULTS}/{arch}/caches/seed{seed}.h5"
+
+
+def arch_caches(wildcards):
+    return [cache_path(wildcards.arch, seed) for seed in seeds(wildcards.arch)]
+
+
+def similarity_mem_mb(wildcards):
+    """One streamed chunk of all refits' features plus the Gram matrix, with headroom.
+    Prompts are assumed padded to at most 128 tokens (the shipped sets stay under 100)."""
+    spec = SPECS[wildcards.arch]
+    rows = len(spec.seeds) * spec.n_layers * spec.n_heads
+    n_pos = min(spec.n_ctx, 128)
+    chunk = rows * config["similarity"]["prompt_chunk"] * n_pos * (n_pos + 1) // 2 * 4
+    gram = rows * rows * 8 * 3
+    return max(2000, int((chunk + gram) / 1e6 * 1.5) + 1000)
+
+
+def similarity_path(arch, promptset):
+    return f"{RESULTS}/{arch}/similarity/{promptset}.h5"
+
+
+def arch_similarities(wildcards):
+    return [similarity_path(wildcards.arch, promptset) for promptset in PROMPT_SETS]
+
+
+STABILITY_TABLES = ("pair_stability", "head_stability", "layer_stability", "alignment_map", "alignment_kurtosis", "commonness")
+STABILITY_FIGURES = ("head_stability", "layer_stability", "pair_stability", "cross_layer_stability", "alignment_map", "commonness")
+
+
+def table_path(arch, name):
+    return f"{RESULTS}/{arch}/tables/{name}.csv"
+
+
+def figure_path(arch, name):
+    return f"{RESULTS}/{arch}/figures/{name}.png"
+
+
 # ---------------------------------------------------------------- targets
 def architecture_targets(arch):
     """Every output of one architecture (extended as stages land)."""
-    return train_outputs(arch)
+    return (
+        train_outputs(arch)
+        + [cache_path(arch, seed) for seed in seeds(arch)]
+        + [similarity_path(arch, promptset) for promptset in PROMPT_SETS]
+        + [table_path(arch, name) for name in STABILITY_TABLES]
+        + [figure_path(arch, name) for name in STABILITY_FIGURES]
+    )
 
 
 def all_targets():
     return [target for arch in ARCHITECTURES for target in architecture_targets(arch)]
+
+
+# ---- issue 4 targets (paper §4.4-4.9, Appendix B): paths used by workflow/rules/paper_analyses.smk
+import re as _re
+
+# Per-architecture tables and figures of §4.4.1, §4.4.2, §4.5 (activation norms, perplexity), §4.7, §4.8.
+PAPER_TABLES = (
+    "qnorm", "qnorm_correlation", "prompt_length", "residual_cka", "activation_norms",
+    "validation_perplexity", "ablation_perplexity", "ablation", "ablation_correlation",
+)
+PAPER_FIGURES = ("qnorm_vs_stability", "prompt_length", "residual_stream", "ablation_correlation")
+COMPARE_FIGURES = ("optimizer_stability", "activation_norms", "perplexity")
+SUMMARY_FIGURES = ("stability_gap", "extreme_layer_depth", "meta_sne")
+SUMMARY_TABLES = ("stability_gap", "qnorm_correlation", "meta_sne")
+# The paper's held-out text for validation perplexity (§4.5) when analysis.heldout_corpus is null.
+HELDOUT_HUB = {"name": "wikitext", "config_name": "wikitext-2-raw-v1", "split": "test"}
+
+
+def length_sweep_sets():
+    """Prompt sets named len{N} (§4.4.2); empty when the config has no length sweep."""
+    return [name for name in PROMPT_SETS if _re.fullmatch(r"len\d+", name)]
+
+
+def optimizer_pairs():
+    """{Adam member: AdamW twin} for every architecture of this run whose `_wd` twin also runs."""
+    return {arch: f"{arch}_wd" for arch in ARCHITECTURES if f"{arch}_wd" in ARCHITECTURES}
+
+
+def anchor_seed(arch):
+    """The paper's single-anchor view: the first seed."""
+    return seeds(arch)[0]
+
+
+def compare_table_path(arch, name):
+    return f"{RESULTS}/compare/{arch}/tables/{name}.csv"
+
+
+def compare_figure_path(arch, name):
+    return f"{RESULTS}/compare/{arch}/figures/{name}.png"
+
+
+def summary_table_path(name):
+    return f"{RESULTS}/summary/tables/{name}.csv"
+
+
+def summary_figure_path(name):
+    return f"{RESULTS}/summary/figures/{name}.png"
+
+
+def heldout_hub_shard(tokenizer):
+    """wikitext-2-raw-v1 test as one token shard in `tokenizer`'s ids (rule heldout_wikitext)."""
+    return f"{RESULTS}/data/heldout/{HELDOUT_HUB['config_name']}_{HELDOUT_HUB['split']}/{tokenizer}.npy"
+
+
+def heldout_shards(wildcards):
+    """Held-out token shards for the validation perplexity of `arch` (§4.5)."""
+    spec = SPECS[wildcards.arch]
+    corpus = config["analysis"]["heldout_corpus"]
+    if corpus is None:
+        return [heldout_hub_shard(spec.tokenizer)]
+    if config["corpora"][corpus]["tokenizer"] != spec.tokenizer:
+        raise WorkflowError(
+            f"config key 'analysis.heldout_corpus': corpus '{corpus}' is tokenized with "
+            f"'{config['corpora'][corpus]['tokenizer']}' but architecture '{wildcards.arch}' uses "
+            f"'{spec.tokenizer}'; pick a held-out corpus with the same tokenizer, or null for wikitext-2"
+        )
+    return corpus_shards(corpus)
+
+
+def report_configuration_path():
+    return f"{RESULTS}/summary/configuration.yaml"
+
+
+def architecture_analysis_targets(arch):
+    """§4.4-4.8 outputs of one architecture (prompt length only when the config has len{N} sets)."""
+    figures = [name for name in PAPER_FIGURES if name != "prompt_length" or length_sweep_sets()]
+    tables = [name for name in PAPER_TABLES if name != "prompt_length" or length_sweep_sets()]
+    return [table_path(arch, name) for name in tables] + [figure_path(arch, name) for name in figures]
+
+
+def paper_analysis_targets():
+    """Adam/AdamW comparisons (§4.5), the cross-architecture summaries (§4.6, §4.9, Table B.5) and the
+    configuration shown in the report."""
+    targets = []
+    for arch in optimizer_pairs():
+        targets.append(compare_table_path(arch, "perplexity"))
+        targets += [compare_figure_path(arch, name) for name in COMPARE_FIGURES]
+    if ARCHITECTURES:
+        targets += [summary_table_path(name) for name in SUMMARY_TABLES]
+        targets += [summary_figure_path(name) for name in SUMMARY_FIGURES]
+    return targets + [report_configuration_path()]

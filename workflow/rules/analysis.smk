@@ -1,0 +1,75 @@
+# Analyses: stability tables and figures (paper §3.2-3.3, §4.1-4.3, §A.5-A.6), then the rest of
+# the paper (§4.4-4.9). Every analysis reads the caches and similarity tensors; none reruns a model
+# where a cache serves.
+
+
+rule stability_tables:
+    """Head-, layer-, cross-layer-wise stability, alignment maps and commonness, every refit as anchor
+    (Eq. 3-5, §3.3, §4.2, Eq. 10)."""
+    input:
+        similarity=arch_similarities,
+    output:
+        **{name: table_path("{arch}", name) for name in STABILITY_TABLES},
+    log:
+        f"{RESULTS}/logs/stability_tables/{{arch}}.log",
+    params:
+        promptsets=PROMPT_SETS,
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    script:
+        "../scripts/stability_tables.py"
+
+
+rule stability_figures:
+    """Figures 2-4, 12/A.5 and 20 of the paper for one architecture (primary prompt set)."""
+    input:
+        **{name: table_path("{arch}", name) for name in STABILITY_TABLES},
+    output:
+        head_stability=report(
+            figure_path("{arch}", "head_stability"),
+            caption="../report/head_stability.rst",
+            category="{arch}",
+            subcategory="Stability (§4.1)",
+        ),
+        layer_stability=report(
+            figure_path("{arch}", "layer_stability"),
+            caption="../report/layer_stability.rst",
+            category="{arch}",
+            subcategory="Stability (§4.1)",
+        ),
+        pair_stability=report(
+            figure_path("{arch}", "pair_stability"),
+            caption="../report/pair_stability.rst",
+            category="{arch}",
+            subcategory="Stability (§4.1)",
+        ),
+        cross_layer_stability=report(
+            figure_path("{arch}", "cross_layer_stability"),
+            caption="../report/cross_layer_stability.rst",
+            category="{arch}",
+            subcategory="Cross-layer (§4.2)",
+        ),
+        alignment_map=report(
+            figure_path("{arch}", "alignment_map"),
+            caption="../report/alignment_map.rst",
+            category="{arch}",
+            subcategory="Cross-layer (§4.2)",
+        ),
+        commonness=report(
+            figure_path("{arch}", "commonness"),
+            caption="../report/commonness.rst",
+            category="{arch}",
+            subcategory="Within-layer (§4.3)",
+        ),
+    log:
+        f"{RESULTS}/logs/stability_figures/{{arch}}.log",
+    params:
+        promptset="primary",
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    script:
+        "../scripts/stability_figures.py"
