@@ -21,6 +21,9 @@ if not workflow.overwrite_configfiles:
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/cache.smk"
+include: "workflow/rules/similarity.smk"
+include: "workflow/rules/analysis.smk"
 
 
 rule all:

@@ -1,0 +1,276 @@
+"""Activation cache: the HDF5 contract, exact padding, batching, float16, and the validated reader."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from headstab.caches import (
+    CacheError,
+    check_consistent_shapes,
+    collect_activations,
+    open_cache,
+    pad_token_lists,
+    tokenize_prompts,
+    write_activation_cache,
+)
+
+N_LAYERS, N_HEADS, D_MODEL, D_HEAD, N_CTX, D_VOCAB = 2, 4, 32, 8, 24, 60
+
+
+def make_model(attn_only: bool = False, seed: int = 1, n_heads: int = N_HEADS):
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    cfg = TransformerBridgeConfig(
+        n_layers=N_LAYERS, n_heads=n_heads, d_model=D_MODEL, d_head=D_HEAD, d_mlp=64, n_ctx=N_CTX,
+        d_vocab=D_VOCAB, act_fn="gelu", normalization_type="LN", positional_embedding_type="standard",
+        init_mode="gpt2", seed=seed, attn_only=attn_only,
+    )
+    return TransformerBridge.boot_native(cfg)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return make_model()
+
+
+@pytest.fixture(scope="module")
+def token_sets():
+    rng = np.random.default_rng(0)
+    make = lambda lengths: [[1] + rng.integers(2, D_VOCAB, size=n - 1).tolist() for n in lengths]  # noqa: E731
+    # Lengths out of order so that length-sorted batching has to write rows back in file order.
+    return {"primary": make([7, 3, 12, 5, 9, 2, 11]), "len5": make([5, 5, 5])}
+
+
+@pytest.fixture(scope="module")
+def cache_path(tmp_path_factory, model, token_sets):
+    path = tmp_path_factory.mktemp("cache") / "seed1.h5"
+    write_activation_cache(
+        path, model, token_sets, pad_token_id=0, batch_size=3,
+        prompt_texts={"primary": [f"prompt {i}" for i in range(7)], "len5": ["a b", "c d", "ünï"]},
+        set_attrs={"primary": {"prompt_file": "p.json", "prompt_file_sha256": "ab" * 32}},
+        attrs={"architecture": "tiny", "seed": 1, "packages": {"h5py": h5py.__version__}},
+        show_progress=False,
+    )
+    return path
+
+
+def single_prompt_activations(model, ids):
+    tokens, lengths = pad_token_lists([ids], 0)
+    return collect_activations(model, tokens, lengths)
+
+
+def test_contract_shapes_dtypes_and_attributes(cache_path, token_sets):
+    with open_cache(cache_path) as cache:
+        assert cache.prompt_sets() == ["primary", "len5"]
+        assert cache.attrs["architecture"] == "tiny" and cache.attrs["seed"] == 1
+        assert cache.attrs["packages"] == {"h5py": h5py.__version__}
+        assert cache.attrs["complete"] is True and cache.attrs["cache_dtype"] == "float32"
+        assert cache.group_attrs("primary")["prompt_file_sha256"] == "ab" * 32
+        assert cache.prompts("len5") == ["a b", "c d", "ünï"]
+        lengths = [len(ids) for ids in token_sets["primary"]]
+        assert cache.lengths("primary").tolist() == lengths
+        tokens = cache.tokens("primary")
+        assert tokens.dtype == np.int32 and tokens.shape == (7, 12)
+        for row, ids in enumerate(token_sets["primary"]):
+            assert tokens[row, : len(ids)].tolist() == ids and (tokens[row, len(ids):] == 0).all()
+    with h5py.File(cache_path) as handle:
+        group = handle["primary"]
+        assert group["attn_pattern"].shape == (N_LAYERS, 7, N_HEADS, 12, 12)
+        assert group["resid_mid"].shape == (N_LAYERS, 7, 12, D_MODEL)
+        assert group["head_out"].shape == (N_LAYERS, 7, 12, N_HEADS, D_HEAD)
+        for key in ("attn_pattern", "resid_mid", "head_out"):
+            assert group[key].dtype == np.float32
+            assert group[key].chunks[0] == 1  # one layer per chunk
+            assert group[key].compression == "gzip" and group[key].shuffle
+        assert group["lengths"].dtype == np.int32
+        assert group["attn_pattern"].attrs["hook"] == "blocks.{layer}.attn.hook_pattern"
+
+
+def test_everything_outside_real_tokens_is_exactly_zero(cache_path):
+    with open_cache(cache_path) as cache:
+        lengths = cache.lengths("primary")
+        pattern, resid, head_out = (cache.attn_pattern("primary"), cache.resid_mid("primary"),
+                                    cache.head_out("primary"))
+    for row, n in enumerate(lengths):
+        block = pattern[:, row]
+        assert (block[:, :, n:, :] == 0.0).all() and (block[:, :, :, n:] == 0.0).all()
+        assert (resid[:, row, n:] == 0.0).all() and (head_out[:, row, n:] == 0.0).all()
+        # real queries: causal rows of a softmax sum to one
+        np.testing.assert_allclose(block[:, :, :n, :n].sum(-1), 1.0, atol=1e-5)
+        assert (np.triu(block[:, :, :n, :n], k=1) == 0.0).all()
+        assert np.abs(resid[:, row, :n]).min(axis=-1).max() > 0
+
+
+def test_batched_cache_equals_one_prompt_at_a_time(cache_path, model, token_sets):
+    with open_cache(cache_path) as cache:
+        stored = {key: getattr(cache, key)("primary") for key in ("attn_pattern", "resid_mid", "head_out")}
+    for row, ids in enumerate(token_sets["primary"]):
+        alone = single_prompt_activations(model, ids)
+        n = len(ids)
+        np.testing.assert_allclose(stored["attn_pattern"][:, row, :, :n, :n], alone["attn_pattern"][:, 0], atol=1e-6)
+        np.testing.assert_allclose(stored["resid_mid"][:, row, :n], alone["resid_mid"][:, 0], atol=1e-5)
+        np.testing.assert_allclose(stored["head_out"][:, row, :n], alone["head_out"][:, 0], atol=1e-5)
+
+
+def test_patterns_match_transformer_lens_hooks_directly(model, token_sets):
+    ids = token_sets["primary"][2]
+    with torch.inference_mode():
+        _, reference = model.run_with_cache(torch.tensor([ids]))
+    ours = single_prompt_activations(model, ids)
+    for layer in range(N_LAYERS):
+        np.testing.assert_array_equal(ours["attn_pattern"][layer, 0],
+                                      reference[f"blocks.{layer}.attn.hook_pattern"][0].numpy())
+        np.testing.assert_array_equal(ours["resid_mid"][layer, 0], reference[f"blocks.{layer}.hook_resid_mid"][0].numpy())
+        np.testing.assert_array_equal(ours["head_out"][layer, 0], reference[f"blocks.{layer}.attn.hook_z"][0].numpy())
+
+
+def test_one_layer_read_alone_equals_slice_of_full_read(cache_path):
+    with open_cache(cache_path) as cache:
+        for key in ("attn_pattern", "resid_mid", "head_out"):
+            full = getattr(cache, key)("primary")
+            np.testing.assert_array_equal(getattr(cache, key)("primary", layer=1), full[1])
+            np.testing.assert_array_equal(getattr(cache, key)("primary", layer=0, prompts=slice(2, 5)), full[0, 2:5])
+        layers = [layer for layer, _ in cache.iter_layers("len5")]
+        assert layers == list(range(N_LAYERS))
+        with pytest.raises(IndexError, match="layer 5"):
+            cache.attn_pattern("primary", layer=5)
+        with pytest.raises(KeyError, match="no prompt set 'nope'"):
+            cache.lengths("nope")
+
+
+def test_float16_switch_stores_float16_close_to_float32(tmp_path, cache_path, model, token_sets):
+    path16 = tmp_path / "seed1_f16.h5"
+    write_activation_cache(path16, model, token_sets, pad_token_id=0, batch_size=3, dtype="float16",
+                           show_progress=False)
+    with h5py.File(path16) as handle:
+        assert all(handle["primary"][key].dtype == np.float16 for key in ("attn_pattern", "resid_mid", "head_out"))
+    with open_cache(path16) as half, open_cache(cache_path) as full:
+        assert half.attrs["cache_dtype"] == "float16"
+        for key in ("attn_pattern", "resid_mid", "head_out"):
+            values16 = getattr(half, key)("primary")
+            assert values16.dtype == np.float32  # the reader hands out float32 whatever is stored
+            reference = getattr(full, key)("primary")
+            # float16 keeps 11 significant bits: relative error <= 2^-11
+            np.testing.assert_allclose(values16, reference, atol=1e-3, rtol=2 ** -10)
+        assert (half.attn_pattern("primary")[:, 1, :, 3:, :] == 0.0).all()
+
+
+def test_uncompressed_option_round_trips(tmp_path, cache_path, model, token_sets):
+    path = tmp_path / "raw.h5"
+    write_activation_cache(path, model, token_sets, pad_token_id=0, batch_size=3, compression_level=None,
+                           show_progress=False)
+    with open_cache(path) as raw, open_cache(cache_path) as compressed:
+        assert raw.attrs["compression"] == "none"
+        np.testing.assert_array_equal(raw.attn_pattern("primary"), compressed.attn_pattern("primary"))
+
+
+def test_prompt_longer_than_context_names_set_index_and_length(tmp_path, model):
+    too_long = {"primary": [[1, 2, 3], [1] * (N_CTX + 1)]}
+    with pytest.raises(ValueError, match=rf"prompt set 'primary'.*prompt 1 has {N_CTX + 1} tokens.*n_ctx={N_CTX}"):
+        write_activation_cache(tmp_path / "x.h5", model, too_long, pad_token_id=0, show_progress=False)
+    assert not (tmp_path / "x.h5").exists()
+
+
+def test_attention_only_model_caches_resid_post_and_says_so(tmp_path, token_sets):
+    attn_only = make_model(attn_only=True)
+    path = tmp_path / "attn.h5"
+    write_activation_cache(path, attn_only, {"len5": token_sets["len5"]}, pad_token_id=0, show_progress=False)
+    ids = token_sets["len5"][0]
+    with torch.inference_mode():
+        _, reference = attn_only.run_with_cache(torch.tensor([ids]))
+    with open_cache(path) as cache:
+        assert cache.resid_hook == "hook_resid_post"
+        with h5py.File(path) as handle:
+            assert handle["len5/resid_mid"].attrs["hook"] == "blocks.{layer}.hook_resid_post"
+        np.testing.assert_allclose(cache.resid_mid("len5", layer=1)[0],
+                                   reference["blocks.1.hook_resid_post"][0].numpy(), atol=1e-5)
+
+
+def test_interrupted_write_leaves_no_file(tmp_path, model, token_sets, monkeypatch):
+    import headstab.caches as caches
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("simulated crash")
+
+    monkeypatch.setattr(caches, "collect_activations", fail)
+    path = tmp_path / "seed2.h5"
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        write_activation_cache(path, model, token_sets, pad_token_id=0, show_progress=False)
+    assert not path.exists() and not path.with_name("seed2.h5.tmp").exists()
+
+
+def test_missing_file_names_file_and_build_command(tmp_path):
+    path = tmp_path / "results" / "tiny" / "caches" / "seed9.h5"
+    with pytest.raises(CacheError, match=rf"{path} does not exist.*snakemake {path}"):
+        open_cache(path)
+
+
+def test_truncated_file_names_file_and_rebuild_command(tmp_path, cache_path):
+    truncated = tmp_path / "seed1.h5"
+    data = cache_path.read_bytes()
+    truncated.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CacheError, match=rf"{truncated} is not a readable HDF5 file.*rm -f {truncated} && snakemake {truncated}"):
+        open_cache(truncated)
+
+
+def test_foreign_hdf5_names_file_and_rebuild_command(tmp_path):
+    foreign = tmp_path / "seed3.h5"
+    with h5py.File(foreign, "w") as handle:
+        handle.create_dataset("activations", data=np.zeros((2, 3)))
+    with pytest.raises(CacheError, match=rf"{foreign} is not a headstab activation cache.*snakemake {foreign}"):
+        open_cache(foreign)
+
+
+def test_incomplete_or_gutted_cache_is_rejected(tmp_path, cache_path):
+    incomplete = tmp_path / "incomplete.h5"
+    incomplete.write_bytes(cache_path.read_bytes())
+    with h5py.File(incomplete, "a") as handle:
+        handle.attrs["complete"] = False
+    with pytest.raises(CacheError, match="incomplete.*rm -f"):
+        open_cache(incomplete)
+    gutted = tmp_path / "gutted.h5"
+    gutted.write_bytes(cache_path.read_bytes())
+    with h5py.File(gutted, "a") as handle:
+        del handle["len5/head_out"]
+    with pytest.raises(CacheError, match=r"lacks the datasets /len5/head_out"):
+        open_cache(gutted)
+
+
+def test_consistent_caches_pass_and_mismatched_shapes_name_both_files(tmp_path, cache_path, token_sets):
+    other_seed = tmp_path / "seed2.h5"
+    write_activation_cache(other_seed, make_model(seed=2), token_sets, pad_token_id=0, batch_size=3,
+                           show_progress=False)
+    shapes = check_consistent_shapes([cache_path, other_seed])
+    assert shapes["primary"]["attn_pattern"] == (N_LAYERS, 7, N_HEADS, 12, 12)
+    wider = tmp_path / "seed3.h5"
+    write_activation_cache(wider, make_model(n_heads=2), token_sets, pad_token_id=0, show_progress=False)
+    with pytest.raises(CacheError, match=rf"{cache_path} and {wider} disagree on /primary/attn_pattern"):
+        check_consistent_shapes([cache_path, wider])
+    fewer = tmp_path / "seed4.h5"
+    write_activation_cache(fewer, make_model(), {"primary": token_sets["primary"][:5], "len5": token_sets["len5"]},
+                           pad_token_id=0, show_progress=False)
+    with pytest.raises(CacheError, match=rf"{cache_path} and {fewer} disagree on /primary/tokens"):
+        check_consistent_shapes([cache_path, fewer])
+
+
+def test_tokenize_prompts_prepends_bos_without_other_specials(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE(unk_token=None))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.train_from_iterator(["the cat sat on the mat"] * 20,
+                                trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                                    initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<|endoftext|>",
+                            eos_token="<|endoftext|>").save_pretrained(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    bos = tokenizer.bos_token_id
+    plain = tokenizer("the cat", add_special_tokens=False)["input_ids"]
+    with_bos, without = (tokenize_prompts(tokenizer, ["the cat", "mat"], prepend_bos=flag) for flag in (True, False))
+    assert with_bos[0] == [bos] + plain and without[0] == plain
+    assert with_bos[1][0] == bos and with_bos[1][1:] == without[1]

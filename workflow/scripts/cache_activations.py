@@ -1,0 +1,56 @@
+"""Rule cache_activations: one refit's final.pt + the prompt sets -> caches/seed{seed}.h5 (paper §3.2)."""
+
+import torch
+
+from headstab.caches import GZIP_LEVEL, cache_activations
+from headstab.joblog import run_job
+from headstab.models import load_trained_model
+from headstab.prompts import load_prompt_file, prompt_file_sha256
+from headstab.provenance import environment_record, package_versions, sha256_file
+from headstab.tokenizer import load_tokenizer, tokenizer_identity
+from headstab.training import resolve_device, spec_from_dict
+
+
+def main():
+    arch, seed = snakemake.wildcards.arch, int(snakemake.wildcards.seed)
+    spec = spec_from_dict({**snakemake.params.spec, "seeds": [seed]})
+    options = snakemake.params.cache
+    device = resolve_device(snakemake.params.device)
+    torch.set_num_threads(snakemake.threads)
+
+    prompt_sets, prompt_files = {}, {}
+    for key, path in snakemake.params.prompt_sets.items():
+        digest = prompt_file_sha256(path)
+        for name, prompts in load_prompt_file(key, path).items():
+            prompt_sets[name] = prompts
+            prompt_files[name] = {"prompt_file": str(path), "prompt_file_sha256": digest}
+
+    tokenizer = load_tokenizer(snakemake.params.tokenizer_dir)
+    model = load_trained_model(spec, snakemake.input.weights, device=device, tokenizer=tokenizer)
+    cache_activations(
+        snakemake.output[0],
+        model,
+        tokenizer,
+        prompt_sets,
+        prepend_bos=options["prepend_bos"],
+        batch_size=options["batch_size"],
+        dtype=options["dtype"],
+        compression_level=options.get("compression_level", GZIP_LEVEL),  # schema key proposed, not yet added
+        prompt_files=prompt_files,
+        compress_threads=snakemake.threads,
+        attrs={
+            "architecture": arch,
+            "seed": seed,
+            "spec": spec.to_dict(),
+            "checkpoint": str(snakemake.input.weights),
+            "checkpoint_sha256": sha256_file(snakemake.input.weights),
+            "prompt_file_sha256": {key: prompt_file_sha256(path) for key, path in snakemake.params.prompt_sets.items()},
+            "tokenizer": snakemake.params.tokenizer,
+            "tokenizer_identity": tokenizer_identity(snakemake.params.tokenizer_dir),
+            "environment": environment_record(str(device)),
+            "packages": package_versions(),
+        },
+    )
+
+
+run_job(main, "cache_activations", snakemake.log[0])
