@@ -1,0 +1,162 @@
+"""Models: build, count, save and load the paper's transformers with TransformerLens 4.
+
+Every refit is a `TransformerBridge` around TransformerLens's native GPT-style model
+(`TransformerBridge.boot_native`), so later stages read activations by their TransformerLens hook
+names (`blocks.{layer}.attn.hook_pattern`, ...). Weights are saved as the bridge's state dict, whose
+keys are TransformerLens names (`embed.weight`, `blocks.{layer}.attn.q.weight`, `unembed.weight`).
+
+transformer_lens takes seconds to import, so it is imported inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from headstab.config import ArchitectureSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from transformer_lens.model_bridge import TransformerBridge
+
+log = logging.getLogger(__name__)
+
+# Attention W_Q, W_K, W_V, W_O and MLP W_in, W_out: the matrices the listings' n_params counts.
+WEIGHT_MATRIX_KEY = re.compile(r"^blocks\.\d+\.(attn\.[qkvo]|mlp\.(in|out))\.weight$")
+# Output projections that write into the residual stream.
+RESIDUAL_OUTPUT_KEY = re.compile(r"^blocks\.\d+\.(attn\.o|mlp\.out)\.weight$")
+
+
+class CheckpointError(RuntimeError):
+    """A weights file is missing, unreadable or does not fit the architecture; the message says how to rebuild it."""
+
+
+def _rebuild_hint(weights_path: Path) -> str:
+    # results/<arch>/checkpoints/seed<seed>/final.pt -> the target that rebuilds it
+    return (
+        f"delete it and rebuild it with `snakemake --cores all {weights_path}` (rule train; "
+        "add --configfile for a non-default configuration)"
+    )
+
+
+def build_model(
+    spec: ArchitectureSpec,
+    seed: int,
+    tokenizer: Any = None,
+    device: str | torch.device = "cpu",
+    legacy_gpt2_init: bool = True,
+) -> "TransformerBridge":
+    """A freshly initialised model of architecture `spec`; the same seed gives bit-identical weights.
+
+    TransformerLens 4's native `gpt2` init scales the residual output projections (W_O, W_out) by
+    1/sqrt(2 n_layers), which the TransformerLens HookedTransformer the paper trained with did not do
+    (every weight matrix ~ N(0, initializer_range)). `legacy_gpt2_init` (default) undoes that scale so
+    the refits start from the paper's distribution.
+    """
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    model = TransformerBridge.boot_native(TransformerBridgeConfig(**spec.model_config(seed)), tokenizer=tokenizer)
+    if legacy_gpt2_init and spec.init_mode == "gpt2":
+        # Deterministic rescale of already-seeded N(0, std / sqrt(2 n_layers)) draws to N(0, std).
+        scale = math.sqrt(2 * spec.n_layers)
+        with torch.no_grad():
+            for name, tensor in model.state_dict(keep_vars=True).items():
+                if RESIDUAL_OUTPUT_KEY.match(name):
+                    tensor.mul_(scale)
+    return _to_device(model, device)
+
+
+def _to_device(model: "TransformerBridge", device: str | torch.device) -> "TransformerBridge":
+    # The bridge prints a line on every .to(); skip the no-op move to the CPU it was built on.
+    if torch.device(device) != next(model.parameters()).device:
+        model.to(device)
+    return model
+
+
+def count_weight_matrix_params(model: "TransformerBridge") -> int:
+    """Parameters in the attention (W_Q, W_K, W_V, W_O) and MLP (W_in, W_out) weight matrices.
+
+    Biases, LayerNorms and embeddings are not counted (the listings' n_params). Measured from the
+    model's own tensors, not from the architecture formula.
+    """
+    return sum(t.numel() for name, t in model.state_dict().items() if WEIGHT_MATRIX_KEY.match(name))
+
+
+def save_weights(model: "TransformerBridge", path: str | Path) -> None:
+    """Save the model's state dict (TransformerLens names) atomically: temporary file, then rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
+    save_atomic(state, path)
+
+
+def save_atomic(obj: Any, path: str | Path) -> None:
+    """torch.save through a temporary file in the same directory and os.replace, fsynced first."""
+    path = Path(path)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(obj, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def load_trained_model(
+    spec: ArchitectureSpec,
+    weights_path: str | Path,
+    device: str | torch.device = "cpu",
+    tokenizer: Any = None,
+) -> "TransformerBridge":
+    """Model of architecture `spec` with the weights saved at `weights_path` (a `final.pt`), in eval mode.
+
+    Raises CheckpointError naming the file and how to rebuild it when it is missing, unreadable or
+    its tensors do not match the architecture.
+    """
+    weights_path = Path(weights_path)
+    if not weights_path.is_file():
+        raise CheckpointError(f"weights file {weights_path} does not exist; {_rebuild_hint(weights_path)}")
+    try:
+        state = torch.load(weights_path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises several types for truncated or foreign files
+        raise CheckpointError(
+            f"weights file {weights_path} is unreadable ({type(err).__name__}: {err}); {_rebuild_hint(weights_path)}"
+        ) from err
+    if not isinstance(state, dict):
+        raise CheckpointError(
+            f"weights file {weights_path} holds a {type(state).__name__}, not a state dict; {_rebuild_hint(weights_path)}"
+        )
+    # Any seed: every tensor is overwritten by the saved weights.
+    model = build_model(spec, seed=0, tokenizer=tokenizer, legacy_gpt2_init=False)
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    found = {name: tuple(t.shape) for name, t in state.items() if hasattr(t, "shape")}
+    missing = sorted(set(expected) - set(found))
+    unexpected = sorted(set(found) - set(expected))
+    wrong_shape = sorted(n for n in set(expected) & set(found) if expected[n] != found[n])
+    if missing or unexpected or wrong_shape:
+        details = []
+        if missing:
+            details.append(f"missing {missing[:3]}{' ...' if len(missing) > 3 else ''}")
+        if unexpected:
+            details.append(f"unexpected {unexpected[:3]}{' ...' if len(unexpected) > 3 else ''}")
+        if wrong_shape:
+            n = wrong_shape[0]
+            details.append(f"{n} has shape {found[n]}, architecture '{spec.name}' needs {expected[n]}")
+        raise CheckpointError(
+            f"weights file {weights_path} does not fit architecture '{spec.name}' ({'; '.join(details)}); "
+            f"was it trained with another configuration? {_rebuild_hint(weights_path)}"
+        )
+    model.load_state_dict(state)
+    _to_device(model, device)
+    model.eval()
+    return model

@@ -1,0 +1,132 @@
+"""Models: seeded construction, the listings' parameter counts, init scale, weights round trip."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from headstab.config import REPO_ROOT, architecture_spec, load_yaml
+from headstab.models import (
+    CheckpointError,
+    build_model,
+    count_weight_matrix_params,
+    load_trained_model,
+    save_weights,
+)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread: on a shared 2-core machine, a second spinning OpenMP thread makes small steps ~10x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def paper_config():
+    # Read without validation: the test needs only the architecture registry, not the prompt files.
+    return load_yaml(REPO_ROOT / "config" / "config.yaml")
+
+
+def _weights_equal(a, b) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_same_seed_gives_bit_identical_initial_weights(tiny_spec):
+    spec = tiny_spec()
+    assert _weights_equal(build_model(spec, seed=3), build_model(spec, seed=3))
+
+
+def test_different_seeds_give_different_initial_weights(tiny_spec):
+    spec = tiny_spec()
+    one, two = build_model(spec, seed=1).state_dict(), build_model(spec, seed=2).state_dict()
+    for name in ("embed.weight", "blocks.0.attn.q.weight", "blocks.1.mlp.out.weight", "unembed.weight"):
+        assert not torch.equal(one[name], two[name]), name
+
+
+@pytest.mark.parametrize(
+    "arch, listed",
+    [("l8_h8", 25_165_824), ("l8_h8_attn", 8_388_608), ("gpt2", 84_934_656)],
+)
+def test_weight_matrix_params_match_the_listings(paper_config, arch, listed):
+    spec = architecture_spec(paper_config, arch)
+    model = build_model(spec, seed=1)
+    assert count_weight_matrix_params(model) == listed == spec.n_params
+
+
+def test_paper_init_scale_on_every_weight_matrix(paper_config):
+    spec = architecture_spec(paper_config, "l2_h8")
+    model = build_model(spec, seed=1)
+    assert model.cfg.initializer_range == pytest.approx(0.0353553, abs=1e-7)
+    assert model.cfg.initializer_range == pytest.approx(0.8 / math.sqrt(512))
+    state = model.state_dict()
+    # The paper's HookedTransformer drew every matrix, output projections included, from N(0, 0.0353553).
+    for name in ("blocks.0.attn.q.weight", "blocks.1.attn.o.weight", "blocks.0.mlp.in.weight", "blocks.1.mlp.out.weight"):
+        assert state[name].std().item() == pytest.approx(0.0353553, rel=0.01), name
+        assert state[name].mean().abs().item() < 1e-3
+    assert torch.count_nonzero(state["blocks.0.attn.q.bias"]) == 0
+    assert torch.equal(state["blocks.0.ln1.weight"], torch.ones(512))
+
+
+def test_tl_native_init_is_residual_scaled_without_the_legacy_fix(tiny_spec):
+    spec = tiny_spec(n_layers=2, d_model=64, d_head=16, n_heads=4, d_mlp=256)
+    native = build_model(spec, seed=1, legacy_gpt2_init=False).state_dict()
+    paper = build_model(spec, seed=1).state_dict()
+    scale = math.sqrt(2 * spec.n_layers)
+    assert torch.allclose(paper["blocks.0.attn.o.weight"], native["blocks.0.attn.o.weight"] * scale)
+    assert torch.equal(paper["blocks.0.attn.q.weight"], native["blocks.0.attn.q.weight"])
+
+
+def test_embeddings_are_untied(tiny_spec):
+    model = build_model(tiny_spec(), seed=1)
+    assert model.cfg.tie_word_embeddings is False
+    embed, unembed = model.state_dict()["embed.weight"], model.state_dict()["unembed.weight"]
+    assert embed.shape == unembed.shape
+    assert embed.data_ptr() != unembed.data_ptr()
+    assert not torch.equal(embed, unembed)
+    # A gradient step on the loss moves both, independently.
+    tokens = torch.randint(0, 32, (2, 16), generator=torch.Generator().manual_seed(0))
+    model(tokens, return_type="loss").backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert len(grads) == len(list(model.parameters()))
+
+
+def test_weights_round_trip_through_final_pt(tiny_spec, tmp_path):
+    spec = tiny_spec()
+    model = build_model(spec, seed=5)
+    save_weights(model, tmp_path / "final.pt")
+    loaded = load_trained_model(spec, tmp_path / "final.pt")
+    assert _weights_equal(model, loaded)
+    assert not loaded.training
+    tokens = torch.arange(16).reshape(1, 16) % 32
+    assert torch.equal(model(tokens), loaded(tokens))
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_missing_weights_name_the_file_and_the_rule(tiny_spec, tmp_path):
+    path = tmp_path / "seed1" / "final.pt"
+    with pytest.raises(CheckpointError, match=r"final\.pt does not exist.*rule train"):
+        load_trained_model(tiny_spec(), path)
+
+
+def test_corrupt_weights_name_the_file_and_the_rule(tiny_spec, tmp_path):
+    path = tmp_path / "final.pt"
+    save_weights(build_model(tiny_spec(), seed=1), path)
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match=rf"{path}.*unreadable.*rule train"):
+        load_trained_model(tiny_spec(), path)
+
+
+def test_weights_of_another_architecture_are_refused(tiny_spec, tmp_path):
+    path = tmp_path / "final.pt"
+    save_weights(build_model(tiny_spec(d_model=32, d_head=16), seed=1), path)
+    with pytest.raises(CheckpointError, match=r"does not fit architecture 'tiny'.*has shape.*rule train"):
+        load_trained_model(tiny_spec(), path)
+    save_weights(build_model(tiny_spec(attn_only=True), seed=1), path)
+    with pytest.raises(CheckpointError, match=r"missing \['blocks\.0\.ln2\.bias'"):
+        load_trained_model(tiny_spec(), path)
