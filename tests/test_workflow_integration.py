@@ -1,0 +1,112 @@
+"""The tiny configuration (tests/config/tiny.yaml) through the whole DAG, then its outputs inspected."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "tests/config/tiny.yaml"
+ARCHITECTURES = ("l2_h4", "l2_h4_wd")
+SEEDS = (1, 2)
+PROMPT_SETS = ("primary", "len5", "len10")
+
+pytestmark = pytest.mark.integration
+
+
+def snakemake(results: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+    }
+    command = [
+        sys.executable, "-m", "snakemake", *args,
+        "--configfile", str(TINY), "--config", f"results_dir={results}",
+    ]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    results = tmp_path_factory.mktemp("tiny") / "results"
+    result = snakemake(results, "--cores", "2")
+    if result.returncode != 0:
+        logs = "\n".join(
+            f"--- {path}\n{path.read_text()[-2000:]}" for path in sorted((results / "logs").rglob("*.log"))[-5:]
+        ) if (results / "logs").exists() else ""
+        pytest.fail(f"tiny workflow failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}\n{logs}")
+    return results
+
+
+def test_every_refit_has_weights_log_and_meta_and_loss_goes_down(tiny_run):
+    for arch in ARCHITECTURES:
+        for seed in SEEDS:
+            checkpoint = tiny_run / arch / "checkpoints" / f"seed{seed}"
+            assert (checkpoint / "final.pt").stat().st_size > 0
+            log = pd.read_csv(checkpoint / "train_log.csv")
+            assert list(log.columns[:5]) == ["step", "tokens", "loss", "lr", "seconds"]
+            assert log["loss"].iloc[-1] < log["loss"].iloc[0], f"{arch} seed {seed}: loss did not go down"
+            meta = json.loads((checkpoint / "meta.json").read_text())
+            assert meta["seed"] == seed
+
+
+def test_different_seeds_give_different_weights(tiny_run):
+    import torch
+
+    first = torch.load(tiny_run / "l2_h4/checkpoints/seed1/final.pt", weights_only=True)
+    second = torch.load(tiny_run / "l2_h4/checkpoints/seed2/final.pt", weights_only=True)
+    assert first.keys() == second.keys()
+    assert any(not torch.equal(first[key], second[key]) for key in first if first[key].is_floating_point())
+
+
+def test_caches_follow_the_contract(tiny_run):
+    from headstab.caches import open_cache
+
+    with open_cache(tiny_run / "l2_h4/caches/seed1.h5") as cache:
+        assert cache.prompt_sets() == list(PROMPT_SETS)
+        lengths = cache.lengths("primary")
+        patterns = cache.attn_pattern("primary")
+        assert patterns.shape[:3] == (2, 6, 4)
+        for prompt, length in enumerate(lengths):
+            block = patterns[:, prompt, :, :length, :length]
+            np.testing.assert_allclose(block.sum(axis=-1), 1.0, atol=1e-5)  # post-softmax rows
+            assert not patterns[:, prompt, :, length:, :].any() and not patterns[:, prompt, :, :, length:].any()
+
+
+def test_similarity_files_and_stability_tables(tiny_run):
+    from headstab.similarity import read_pair_similarity
+
+    for arch in ARCHITECTURES:
+        for promptset in PROMPT_SETS:
+            similarity, seeds = read_pair_similarity(tiny_run / arch / "similarity" / f"{promptset}.h5")
+            assert seeds == list(SEEDS) and similarity.shape == (2, 2, 2, 4, 2, 4)
+            np.testing.assert_allclose(similarity[0, 1], similarity[1, 0].transpose(2, 3, 0, 1), atol=1e-6)
+            # a head compared with itself has similarity 1
+            np.testing.assert_allclose(np.einsum("lhlh->lh", similarity[0, 0]), 1.0, atol=1e-5)
+        heads = pd.read_csv(tiny_run / arch / "tables/head_stability.csv")
+        assert set(heads["promptset"]) == set(PROMPT_SETS)
+        assert set(heads["scope"]) == {"same_layer", "cross_layer"}
+        assert heads["stability"].between(-1e-6, 1 + 1e-6).all()
+        same = heads[heads.scope == "same_layer"].set_index(["promptset", "anchor_seed", "layer", "head"])["stability"]
+        cross = heads[heads.scope == "cross_layer"].set_index(["promptset", "anchor_seed", "layer", "head"])["stability"]
+        assert (cross >= same - 1e-6).all(), "searching all layers can only find a better match"
+        alignment = pd.read_csv(tiny_run / arch / "tables/alignment_map.csv")
+        sums = alignment.groupby(["promptset", "anchor_seed", "layer"])["fraction"].sum()
+        np.testing.assert_allclose(sums, 1.0, atol=1e-9)
+        for name in ("head_stability", "layer_stability", "pair_stability", "cross_layer_stability", "alignment_map", "commonness"):
+            assert (tiny_run / arch / "figures" / f"{name}.png").stat().st_size > 0
+
+
+def test_nothing_left_to_do_after_the_run(tiny_run):
+    result = snakemake(tiny_run, "-n", "--quiet", "rules")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Nothing to be done" in result.stdout + result.stderr or "job" not in (result.stdout + result.stderr).lower()
