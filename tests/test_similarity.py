@@ -157,6 +157,41 @@ def test_same_layer_pair_similarity_is_the_diagonal_blocks():
         np.testing.assert_allclose(same[:, :, layer], full[:, :, layer, :, layer, :], atol=1e-7)
 
 
+def test_same_layer_similarity_of_chosen_anchors_is_their_rows_of_the_full_tensor():
+    rng = np.random.default_rng(9)
+    lengths = np.array([5, 3, 5])
+    features = stacked_features([random_patterns(rng, 2, 3, lengths, 5) for _ in range(4)], lengths)
+    every = same_layer_pair_similarity(features)
+    chosen = same_layer_pair_similarity(features, anchors=[2, 0])
+    assert chosen.shape == (2, 4, 2, 3, 3)
+    np.testing.assert_allclose(chosen, every[[2, 0]], atol=1e-6)
+    with pytest.raises(ValueError, match=r"anchors must be seed indices in 0\.\.3"):
+        same_layer_pair_similarity(features, anchors=[4])
+
+
+def test_symmetric_gram_is_exactly_symmetric_across_blocks(monkeypatch):
+    import headstab.similarity as similarity
+
+    monkeypatch.setattr(similarity, "GRAM_BLOCK_ROWS", 4)  # 13 rows -> 3 row blocks
+    rows = np.random.default_rng(10).normal(size=(13, 50)).astype(np.float32)
+    accumulator = GramAccumulator(13)
+    accumulator.add(rows)
+    np.testing.assert_array_equal(accumulator.gram, accumulator.gram.T)
+    np.testing.assert_allclose(accumulator.gram, rows.astype(np.float64) @ rows.T.astype(np.float64), rtol=1e-5, atol=1e-5)
+
+
+def test_features_written_into_a_given_array():
+    rng = np.random.default_rng(11)
+    lengths = np.array([4, 2])
+    pattern = random_patterns(rng, 2, 3, lengths, 4)
+    out = np.full((2, 3, 2, 10), np.nan, dtype=np.float32)
+    returned = causal_pattern_features(pattern, lengths, out=out)
+    assert returned is out
+    np.testing.assert_array_equal(out, causal_pattern_features(pattern, lengths))
+    with pytest.raises(ValueError, match=r"out must be a C-contiguous float32 array of shape \(2, 3, 2, 10\)"):
+        causal_pattern_features(pattern, lengths, out=np.zeros((2, 3, 2, 9), dtype=np.float32))
+
+
 def test_float16_patterns_stay_close_to_float32():
     rng = np.random.default_rng(8)
     lengths = np.array([8, 8, 6])

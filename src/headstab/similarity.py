@@ -6,17 +6,19 @@ prompt, averaged over prompts (Eq. 1-2). Every such comparison is a dot product 
 we normalise each head's pattern once per prompt, scale it by 1/sqrt(n_prompts) and concatenate the
 prompts along the feature axis: one dot product of two concatenated vectors is then exactly the mean
 over prompts of the per-prompt cosine, and all heads of all refits are compared at once by a single
-Gram matrix `X @ X.T` (a symmetric BLAS rank-k update, which also halves the work by symmetry).
+Gram matrix `X @ X.T` (symmetric: only its upper blocks are computed, then mirrored).
 
-Numerics: each prompt chunk's Gram is one float32 GEMM (BLAS `syrk`), and chunks are summed in a
-float64 accumulator. Measured on this 2-core machine: for 20 prompts of 96 tokens (93,120 values
-per head) a float32 Gram differs from a float64 one by at most 5.7e-7; float64 GEMM costs 2.3x the
-time of float32 `syrk`. The float64 running sum keeps the error from growing with the number of
-streamed chunks; the per-head norms are also summed in float64.
+Numerics and speed: each prompt chunk's Gram is one float32 matrix product, summed in a float64
+accumulator (the running sum keeps the error from growing with the number of streamed chunks). The
+product goes through torch (MKL) as an upper-triangular blocked GEMM, mirrored: on this 2-core machine
+numpy/OpenBLAS's `syrk` for `X @ X.T` ran at 10-25 useful GFLOP/s against MKL's 45-90 (benchmarks/,
+`make bench`). Per-(head, prompt) norms are float32 BLAS dot products: measured within 2e-7
+(relative) of float64 norms for 64- and 96-token prompts, at 1/10 of the float64 cost.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,6 +34,9 @@ __all__ = [
     "read_pair_similarity",
     "write_pair_similarity",
     "same_layer_pair_similarity",
+    "length_sorted_chunks",
+    "refit_features_from_cache",
+    "SIMILARITY_SCOPES",
 ]
 
 
@@ -40,10 +45,71 @@ def n_lower_entries(n_pos: int) -> int:
     return n_pos * (n_pos + 1) // 2
 
 
+@functools.lru_cache(maxsize=16)
+def _lower_triangle_index(n_pos: int) -> np.ndarray:
+    """Flat indices into an n_pos x n_pos pattern of its lower triangle, row-major: [n_lower]."""
+    rows, cols = np.tril_indices(n_pos)
+    index = rows * n_pos + cols
+    index.setflags(write=False)
+    return index
+
+
+# Upper-triangular blocks of a symmetric product get at least this many rows each: much smaller
+# blocks lose more GEMM efficiency than the skipped lower blocks save. 800 rows (50 refits x 16
+# heads) make 3 row blocks: 6 of 9 block products.
+GRAM_BLOCK_ROWS = 256
+
+
+def _product(left: np.ndarray, right: np.ndarray | None = None) -> np.ndarray:
+    """float32 `left @ right.T` ([row, feature] x [col, feature] -> [row, col]); `right` None: the
+    symmetric `left @ left.T`, computed block-upper-triangular and mirrored (exactly symmetric).
+
+    Uses torch (MKL) when it is installed, numpy otherwise.
+    """
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency; numpy is the fallback
+        return left @ (left if right is None else right).T
+    lhs = torch.from_numpy(left)
+    if right is not None:
+        return (lhs @ torch.from_numpy(right).T).numpy()
+    n_rows = left.shape[0]
+    n_blocks = max(1, n_rows // GRAM_BLOCK_ROWS)
+    edges = np.linspace(0, n_rows, n_blocks + 1).astype(int)
+    out = torch.empty((n_rows, n_rows), dtype=lhs.dtype)
+    for i in range(n_blocks):
+        rows_i = slice(edges[i], edges[i + 1])
+        for j in range(i, n_blocks):
+            rows_j = slice(edges[j], edges[j + 1])
+            block = lhs[rows_i] @ lhs[rows_j].T
+            out[rows_i, rows_j] = block
+            if i != j:
+                out[rows_j, rows_i] = block.T
+    # A diagonal block from one GEMM need not be bit-symmetric; average it with its transpose.
+    gram = out.numpy()
+    for i in range(n_blocks):
+        rows_i = slice(edges[i], edges[i + 1])
+        diagonal = gram[rows_i, rows_i]
+        diagonal += diagonal.T.copy()
+        diagonal *= 0.5
+    return gram
+
+
+def _batched_product(left: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+    """float32 `left @ blocks[k].T` for every k: [row, feature] x [block, col, feature] -> [block, row, col]."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return np.matmul(left[None], np.swapaxes(blocks, -1, -2))
+    rhs = torch.from_numpy(np.asarray(blocks, dtype=np.float32))
+    return torch.matmul(torch.from_numpy(left), rhs.transpose(-1, -2)).numpy()
+
+
 def causal_pattern_features(
     attn_pattern: np.ndarray,
     lengths: np.ndarray,
     n_prompts_total: int | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Unit-normalised lower-triangular attention patterns, ready for dot products (Eq. 1).
 
@@ -52,6 +118,8 @@ def causal_pattern_features(
     lengths: [prompt] number of real tokens of each prompt (1 <= length <= query_pos).
     n_prompts_total: number of prompts the mean runs over; defaults to this call's prompt count.
         Pass the full count when streaming prompt chunks, so chunk Grams add up to the mean.
+    out: optional C-contiguous float32 [layer, head, prompt, n_lower] array to write into (e.g. one
+        refit's slice of a stacked [seed, ...] array, which saves stacking copies); returned.
 
     Returns float32 [layer, head, prompt, n_lower], n_lower = Q(Q+1)/2 for the padded size Q, in
     row-major lower-triangle order (query 0 key 0, query 1 keys 0-1, ...). Each (layer, head, prompt)
@@ -82,19 +150,28 @@ def causal_pattern_features(
     if total < n_prompts or total < 1:
         raise ValueError(f"n_prompts_total ({total}) must be >= this chunk's prompt count ({n_prompts})")
 
-    rows, cols = np.tril_indices(n_query)
-    flat_index = rows * n_query + cols
-    # Gather on a contiguous [layer, prompt, head, Q*Q] view, then put heads before prompts.
+    flat_index = _lower_triangle_index(n_query)
+    shape = (n_layers, n_heads, n_prompts, flat_index.size)
+    if out is None:
+        features = np.empty(shape, dtype=np.float32)
+    elif out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous float32 array of shape {shape}; got {out.dtype} {out.shape}")
+    else:
+        features = out
+    # Gather on the contiguous [layer, prompt, head, Q*Q] view (faster than gathering from a
+    # transposed view), then put heads before prompts in one copy.
     flat = attn_pattern.reshape(n_layers, n_prompts, n_heads, n_query * n_query)
-    lower = np.take(flat, flat_index, axis=-1)  # [layer, prompt, head, n_lower]
-    features = np.ascontiguousarray(lower.transpose(0, 2, 1, 3), dtype=np.float32)
+    np.copyto(features, np.take(flat, flat_index, axis=-1).transpose(0, 2, 1, 3), casting="same_kind")
 
     # Row-major order puts query rows < length first: exactly the first length(length+1)/2 entries.
+    # Zero the rest of each shorter prompt (padding, and anything written for pad queries).
     n_kept = lengths.astype(np.int64) * (lengths.astype(np.int64) + 1) // 2
-    keep = np.arange(flat_index.size)[None, :] < n_kept[:, None]  # [prompt, n_lower]
-    features *= keep
+    for prompt in np.flatnonzero(n_kept < flat_index.size):
+        features[:, :, prompt, n_kept[prompt] :] = 0.0
 
-    norms = np.sqrt(np.einsum("lhpn,lhpn->lhp", features, features, dtype=np.float64))
+    # vecdot (BLAS dot) keeps float32 sums of squares within ~2e-7 of float64 at 1/10 of its cost;
+    # einsum's float32 loop drifted to ~1e-6 (measured on 64- and 96-token patterns).
+    norms = np.sqrt(np.vecdot(features, features), dtype=np.float64)
     scale = np.divide(1.0, norms * np.sqrt(total), out=np.zeros_like(norms), where=norms > 0)
     features *= scale[..., None].astype(np.float32)
     return features
@@ -105,8 +182,8 @@ class GramAccumulator:
 
     GramAccumulator(n_rows) accumulates the symmetric [n_rows, n_rows] Gram of one set of rows;
     GramAccumulator(n_rows, n_cols) accumulates a rectangular block between two sets of rows
-    (e.g. two blocks of refits in separate jobs). Each chunk's product is a float32 GEMM (`syrk`
-    when symmetric); the running sum is float64.
+    (e.g. two blocks of refits in separate jobs). Each chunk's product is a float32 GEMM (only the
+    upper blocks when symmetric, see `_product`); the running sum is float64.
     """
 
     def __init__(self, n_rows: int, n_cols: int | None = None) -> None:
@@ -125,8 +202,7 @@ class GramAccumulator:
         if self.symmetric:
             if other is not None:
                 raise ValueError("a symmetric GramAccumulator(n_rows) takes no `other`")
-            # `chunk @ chunk.T` on the same buffer lets numpy call BLAS syrk (half the flops).
-            product = chunk @ chunk.T
+            product = _product(chunk)
         else:
             if other is None:
                 raise ValueError("a rectangular GramAccumulator(n_rows, n_cols) needs `other`")
@@ -135,7 +211,7 @@ class GramAccumulator:
                 raise ValueError(
                     f"other must be [{self.gram.shape[1]}, {chunk.shape[1]}]; got shape {other.shape}"
                 )
-            product = chunk @ other.T
+            product = _product(chunk, other)
         self.gram += product
         self.n_chunks += 1
 
@@ -184,19 +260,33 @@ def pair_similarity(features: np.ndarray) -> np.ndarray:
     return gram_to_pair_similarity(accumulator.gram, n_seeds, n_layers, n_heads)
 
 
-def same_layer_pair_similarity(features: np.ndarray) -> np.ndarray:
+def same_layer_pair_similarity(features: np.ndarray, anchors: Sequence[int] | None = None) -> np.ndarray:
     """Only the same-layer blocks of `pair_similarity` (§3.2), one Gram per layer: L times less work.
 
     features: as for `pair_similarity`.
-    Returns float32 S [seed_a, seed_b, layer, head_a, head_b].
+    anchors: seed indices (positions on the seed axis) to compare with every refit; None: all, which
+        gives the symmetric Gram per layer. A single anchor (the paper's single-anchor view) costs
+        1/n_seeds of the all-anchor product.
+    Returns float32 S [seed_a, seed_b, layer, head_a, head_b], seed_a running over `anchors`.
     """
     rows, (n_seeds, n_layers, n_heads) = _as_rows(features)
     by_layer = rows.reshape(n_seeds, n_layers, n_heads, -1)
-    out = np.empty((n_seeds, n_seeds, n_layers, n_heads, n_heads), dtype=np.float32)
+    anchor_index = None if anchors is None else np.asarray(anchors, dtype=np.int64).reshape(-1)
+    if anchor_index is not None and (anchor_index.size == 0 or anchor_index.min() < 0 or anchor_index.max() >= n_seeds):
+        raise ValueError(f"anchors must be seed indices in 0..{n_seeds - 1}; got {list(anchors or [])}")
+    n_anchors = n_seeds if anchor_index is None else anchor_index.size
+    out = np.empty((n_anchors, n_seeds, n_layers, n_heads, n_heads), dtype=np.float32)
     for layer in range(n_layers):
-        accumulator = GramAccumulator(n_seeds * n_heads)
-        accumulator.add(by_layer[:, layer].reshape(n_seeds * n_heads, -1))
-        gram = accumulator.gram.reshape(n_seeds, n_heads, n_seeds, n_heads)
+        if anchor_index is None:
+            accumulator = GramAccumulator(n_seeds * n_heads)
+            accumulator.add(by_layer[:, layer].reshape(n_seeds * n_heads, -1))
+            gram = accumulator.gram.reshape(n_anchors, n_heads, n_seeds, n_heads)
+        else:
+            # Anchor rows against every seed's [head, feature] block as one batched product over
+            # the strided seed axis: no copy of all rows.
+            anchor_rows = np.ascontiguousarray(by_layer[anchor_index, layer], dtype=np.float32).reshape(n_anchors * n_heads, -1)
+            gram = _batched_product(anchor_rows, by_layer[:, layer]).transpose(1, 0, 2)
+            gram = gram.reshape(n_anchors, n_heads, n_seeds, n_heads)
         out[:, :, layer] = gram.transpose(0, 2, 1, 3)
     return out
 
@@ -214,18 +304,71 @@ def _rebuild_hint(path: Path) -> str:
     return f"rebuild it with `rm -f {path} && snakemake {path}` (or `snakemake --forcerun pair_similarity {path}`)"
 
 
+SIMILARITY_SCOPES = ("cross_layer", "same_layer")
+
+
+def length_sorted_chunks(lengths: np.ndarray, prompt_chunk: int) -> list[np.ndarray]:
+    """Prompt indices in chunks of `prompt_chunk`, shortest prompts first, each chunk ascending.
+
+    Grouping prompts of similar length lets each chunk be cut to its longest prompt, so a short
+    prompt costs its own lower triangle, not the padded one (HDF5 reads need ascending indices).
+    """
+    order = np.argsort(np.asarray(lengths), kind="stable")
+    return [np.sort(order[start : start + prompt_chunk]) for start in range(0, len(order), prompt_chunk)]
+
+
+def refit_features_from_cache(
+    path: str | Path, promptset: str, layer: int | None, chunks: Sequence[np.ndarray], n_prompts: int
+) -> np.ndarray:
+    """One refit's normalised causal-pattern features for the given prompt chunks, read from its cache.
+
+    layer: one layer (the whole layer is read at once: its chunks are contiguous on disk), or None
+    for all layers. Each chunk is cut to its longest prompt; chunks are laid side by side.
+    Returns float32 [head, feature] for one layer, [layer * head, feature] for all layers.
+    """
+    from headstab.caches import open_cache
+
+    with open_cache(path) as reader:
+        lengths = reader.lengths(promptset)
+        wanted = np.sort(np.concatenate(chunks)) if layer is None else None
+        pattern = reader.attn_pattern(promptset, layer=layer, prompts=wanted)
+    if layer is not None:
+        pattern = pattern[None]  # [1, prompt, head, query_pos, key_pos]
+        position = np.arange(lengths.size)
+    else:  # only the wanted prompts were read, in ascending order
+        position = np.full(lengths.size, -1)
+        position[wanted] = np.arange(wanted.size)
+    parts = []
+    for prompts in chunks:
+        longest = int(lengths[prompts].max())
+        features = causal_pattern_features(
+            pattern[:, position[prompts], :, :longest, :longest], lengths[prompts], n_prompts_total=n_prompts
+        )
+        parts.append(features.reshape(features.shape[0] * features.shape[1], -1))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+
+
 def pair_similarity_from_caches(
     cache_paths: Sequence[str | Path],
     promptset: str,
     prompt_chunk: int = 10,
     progress: bool = True,
+    scope: str = "cross_layer",
+    workers: int = 1,
 ) -> np.ndarray:
     """Stream the caches of one architecture's refits into the pair-similarity tensor (Eq. 2).
 
     cache_paths: one activation cache per refit, in seed order (checked for matching shapes).
-    Reads `prompt_chunk` prompts of every refit at a time (all layers), turns them into normalised
-    causal-pattern features and adds their Gram to a running sum, so memory holds one chunk of all
-    refits, never all prompts. Returns float32 S [seed_a, seed_b, layer_a, head_a, layer_b, head_b].
+    Prompts are taken in chunks of `prompt_chunk`, shortest first, each chunk cut to its longest
+    prompt (a short prompt costs its own lower triangle, not the padded one).
+    scope "cross_layer": all layers at once, one prompt chunk of every refit at a time (memory: one
+        chunk of all refits); returns float32 S [seed_a, seed_b, layer_a, head_a, layer_b, head_b]
+        (§3.3; its same-layer blocks serve §3.2).
+    scope "same_layer": one layer at a time, all prompts (memory: one layer's features of all refits,
+        n_refits * n_heads * sum of the prompts' lower triangles floats); n_layers times less work;
+        returns float32 S [seed_a, seed_b, layer, head_a, head_b], equal to `same_layer_pair_similarity`.
+    workers: processes that read and decompress caches in parallel (HDF5 reads hold one lock per
+        process, and decompressing gzip chunks is most of the time); 1 reads in this process.
     """
     from tqdm.auto import tqdm
 
@@ -233,28 +376,60 @@ def pair_similarity_from_caches(
 
     if prompt_chunk < 1:
         raise ValueError(f"prompt_chunk must be >= 1, got {prompt_chunk}")
+    if scope not in SIMILARITY_SCOPES:
+        raise ValueError(f"scope must be one of {list(SIMILARITY_SCOPES)}; got {scope!r}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     shapes = check_consistent_shapes(cache_paths)
     if promptset not in shapes:
         raise KeyError(f"prompt set '{promptset}' is not in the caches ({', '.join(shapes)})")
     n_layers, n_prompts, n_heads = shapes[promptset]["attn_pattern"][:3]
-    readers = [open_cache(path) for path in cache_paths]
+    n_seeds = len(cache_paths)
+    with open_cache(cache_paths[0]) as reader:
+        lengths = reader.lengths(promptset)
+    chunks = length_sorted_chunks(lengths, prompt_chunk)
+    paths = [str(path) for path in cache_paths]
+    # Units of work: (layer, prompt chunks) for each refit. same_layer: a layer and all chunks;
+    # cross_layer: all layers (None) and one chunk.
+    if scope == "same_layer":
+        units = [(layer, chunks) for layer in range(n_layers)]
+    else:
+        units = [(None, [prompts]) for prompts in chunks]
+
+    pool = None
+    if workers > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # spawn: the parent may hold torch/OpenMP threads, which do not survive a fork safely.
+        pool = ProcessPoolExecutor(max_workers=min(workers, n_seeds), mp_context=multiprocessing.get_context("spawn"))
     try:
-        lengths = readers[0].lengths(promptset)
-        accumulator = GramAccumulator(len(readers) * n_layers * n_heads)
-        starts = range(0, n_prompts, prompt_chunk)
-        for start in tqdm(starts, desc=f"similarity {promptset}", unit="chunk", disable=not progress):
-            chunk = slice(start, min(start + prompt_chunk, n_prompts))
-            rows = [
-                causal_pattern_features(
-                    reader.attn_pattern(promptset, prompts=chunk), lengths[chunk], n_prompts_total=n_prompts
-                ).reshape(n_layers * n_heads, -1)
-                for reader in readers
-            ]
-            accumulator.add(np.concatenate(rows, axis=0))
+        grams = []
+        accumulator = None
+        steps = tqdm(units, desc=f"similarity {promptset} ({scope})", unit="block", disable=not progress)
+        for layer, unit_chunks in steps:
+            arguments = (paths, [promptset] * n_seeds, [layer] * n_seeds, [unit_chunks] * n_seeds, [n_prompts] * n_seeds)
+            rows = list(pool.map(refit_features_from_cache, *arguments) if pool else map(refit_features_from_cache, *arguments))
+            block = np.concatenate(rows, axis=0)
+            del rows
+            if accumulator is None:
+                accumulator = GramAccumulator(block.shape[0])
+            accumulator.add(block)
+            del block
+            if scope == "same_layer":
+                grams.append(accumulator.gram)
+                accumulator = None
+        if scope == "cross_layer":
+            grams.append(accumulator.gram)
     finally:
-        for reader in readers:
-            reader.close()
-    return gram_to_pair_similarity(accumulator.gram, len(readers), n_layers, n_heads)
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    if scope == "cross_layer":
+        return gram_to_pair_similarity(grams[0], n_seeds, n_layers, n_heads)
+    out = np.empty((n_seeds, n_seeds, n_layers, n_heads, n_heads), dtype=np.float32)
+    for layer, gram in enumerate(grams):
+        out[:, :, layer] = gram.reshape(n_seeds, n_heads, n_seeds, n_heads).transpose(0, 2, 1, 3)
+    return out
 
 
 def write_pair_similarity(

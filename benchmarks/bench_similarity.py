@@ -1,0 +1,235 @@
+"""Similarity engine benchmarks (issue 6): against the paper's plain loop, and against the GEMM limit.
+
+1. `bench_loop`: single anchor, same layer, synthetic l8_h16 patterns of 10 refits x 20 prompts of
+   64 tokens, held in memory. The engine (`causal_pattern_features` + `same_layer_pair_similarity`)
+   against `common.loop_pair_similarity`, the paper's method as a plain Python loop.
+2. `bench_streaming`: all anchors, all pairs, same layer, streamed from HDF5 caches on disk (written
+   by headstab's own cache writer) with `pair_similarity_from_caches(..., scope="same_layer")`, for
+   5, 10, 20 and 50 refits of l8_h16 with 100 prompts of 96 tokens. Each count runs in a fresh child
+   process, which gives its wall time and its own peak RSS (os.wait4).
+
+Useful flops of the same-layer computation (stated in the summary): the symmetric Gram of each
+layer needs rows^2 * features multiply-adds halved by symmetry, i.e.
+    useful_flops = n_layers * (n_refits * n_heads)^2 * sum over prompts of length(length+1)/2
+(2 flops per multiply-add x 1/2 for symmetry). The GEMM fraction divides the achieved useful rate
+by this machine's float32 GEMM rate measured in the same run (the faster of numpy and torch).
+
+Run alone: `python benchmarks/bench_similarity.py [--quick]`; `--stream-worker` is the child entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+log = logging.getLogger("benchmarks.similarity")
+
+LOOP_TIME_LIMIT_S = 120.0  # run the full loop when its estimate is below this, else a prompt subset
+
+
+def useful_flops(n_layers: int, n_refits: int, n_heads: int, lengths: np.ndarray) -> float:
+    """rows^2 * features per layer of the symmetric same-layer Gram (see the module docstring)."""
+    lengths = np.asarray(lengths, dtype=np.float64)
+    return float(n_layers * (n_refits * n_heads) ** 2 * np.sum(lengths * (lengths + 1) / 2))
+
+
+# ---------------------------------------------------------------- 1. engine vs plain loop
+def bench_loop(
+    n_refits: int = 10, n_prompts: int = 20, n_pos: int = 64, engine_repeats: int = 5,
+    loop_time_limit: float = LOOP_TIME_LIMIT_S,
+) -> dict[str, Any]:  # fmt: skip
+    """Engine vs loop on one anchor; the loop runs in full when its estimate fits `loop_time_limit`."""
+    shape = common.L8_H16
+    patterns = [
+        common.synthetic_patterns(seed, shape["n_layers"], n_prompts, shape["n_heads"], n_pos)
+        for seed in range(1, n_refits + 1)
+    ]
+    lengths = np.full(n_prompts, n_pos)
+    common.engine_pair_similarity(patterns, lengths)  # warm-up: imports, thread pools
+    engine_s, engine_runs, engine = common.median_seconds(
+        lambda: common.engine_pair_similarity(patterns, lengths), engine_repeats
+    )
+
+    # Estimate the loop from one prompt, then run all prompts if that fits the limit.
+    one_prompt_s, _ = common.timed(lambda: common.loop_pair_similarity([p[:, :1] for p in patterns], lengths[:1]))
+    n_loop_prompts = n_prompts if one_prompt_s * n_prompts <= loop_time_limit else max(1, int(loop_time_limit // one_prompt_s))
+    subset = [p[:, :n_loop_prompts] for p in patterns]
+    loop_s, loop = common.timed(lambda: common.loop_pair_similarity(subset, lengths[:n_loop_prompts]))
+    loop_full_s = loop_s * n_prompts / n_loop_prompts
+
+    # Agreement on the prompts the loop ran (the engine rerun on that subset when it is partial).
+    engine_on_subset = engine if n_loop_prompts == n_prompts else common.engine_pair_similarity(
+        subset, lengths[:n_loop_prompts]
+    )
+    diff = float(np.abs(engine_on_subset.astype(np.float64) - loop).max())
+    stability_diff = float(np.abs(
+        common.head_stability_from_pairs(engine_on_subset.astype(np.float64)) - common.head_stability_from_pairs(loop)
+    ).max())  # fmt: skip
+    return {
+        "similarity_vs_loop": loop_full_s / engine_s,
+        "similarity_max_abs_diff": diff,
+        "similarity_head_stability_max_abs_diff": stability_diff,
+        "similarity_loop_seconds": loop_full_s,
+        "similarity_loop_extrapolated": n_loop_prompts != n_prompts,
+        "similarity_loop_prompts_timed": n_loop_prompts,
+        "similarity_engine_seconds": engine_s,
+        "similarity_engine_runs": engine_runs,
+        "similarity_loop_setup": f"l8_h16, {n_refits} refits, {n_prompts} prompts x {n_pos} tokens, anchor refit 1, same layer",
+    }
+
+
+# ---------------------------------------------------------------- 2. streamed from HDF5, all pairs
+def stream_worker(cache_paths: list[str], promptset: str, prompt_chunk: int, workers: int) -> dict[str, Any]:
+    """Child-process body: the timed same-layer computation over the given caches."""
+    import torch  # noqa: F401  (the engine's GEMM backend: a one-off import, kept out of the clock)
+
+    from headstab.caches import open_cache
+    from headstab.similarity import pair_similarity_from_caches
+
+    with open_cache(cache_paths[0]) as cache:
+        n_layers, n_heads = cache.n_layers, cache.n_heads
+        lengths = cache.lengths(promptset)
+    start = time.perf_counter()
+    similarity = pair_similarity_from_caches(cache_paths, promptset, prompt_chunk=prompt_chunk, progress=False,
+                                             scope="same_layer", workers=workers)  # fmt: skip
+    seconds = time.perf_counter() - start
+    return {
+        "seconds": seconds,
+        "useful_flops": useful_flops(n_layers, len(cache_paths), n_heads, lengths),
+        "shape": list(similarity.shape),
+        "self_similarity_mean": float(np.einsum("aalhh->", similarity) / (len(cache_paths) * n_layers * n_heads)),
+    }
+
+
+def _run_child(args: list[str], timeout: float) -> tuple[dict[str, Any], float]:
+    code, peak_gb, stdout = common.run_child_measuring_rss([str(Path(__file__).resolve()), *args], timeout=timeout)
+    if code != 0:
+        raise RuntimeError(f"similarity benchmark child {args[:2]} failed with exit code {code}:\n{stdout[-2000:]}")
+    return common.last_json_line(stdout), peak_gb
+
+
+def bench_streaming(
+    work_dir: Path,
+    refit_counts: tuple[int, ...] = (5, 10, 20, 50),
+    n_prompts: int = 100,
+    n_pos: int = 96,
+    series_prompts: int = 20,
+    n_distinct: int = 4,
+    prompt_chunk: int = 10,
+    workers: int | None = None,
+    matmul: dict[str, float] | None = None,
+    timeout: float = 900.0,
+) -> dict[str, Any]:
+    """Same-layer all-pairs similarity streamed from HDF5 caches.
+
+    Headline (largest refit count, `n_prompts`): caches as the workflow writes them (the cache
+    writer's default compression), and the same caches uncompressed, whose difference is the cost of
+    decompression. Scaling series (every count): uncompressed caches of the first `series_prompts`
+    prompts (the exponent is about refits; fewer prompts keep `make bench` inside 15 minutes), so it
+    shows how the engine's own work grows, not the (linear) cost of decompressing gzip chunks.
+    """
+    import os
+
+    shape = common.L8_H16
+    workers = workers or os.cpu_count() or 1
+    largest = max(refit_counts)
+    write = {}
+    paths = {}
+    for kind, level, prompts in (("default", "default", n_prompts), ("uncompressed", None, n_prompts),
+                                 ("series", None, series_prompts)):  # fmt: skip
+        write[kind], paths[kind] = common.timed(lambda: common.write_synthetic_caches(
+            work_dir / f"caches_{kind}", largest, shape["n_layers"], shape["n_heads"], prompts, n_pos,
+            n_distinct=n_distinct, compression_level=level,
+        ))  # fmt: skip
+        log.info("wrote %d %s synthetic caches (%d distinct) in %.1f s", largest, kind, n_distinct, write[kind])
+    matmul = matmul or common.matmul_rate()
+
+    def run(kind: str, count: int) -> dict[str, Any]:
+        args = ["--stream-worker", "--promptset", "primary", "--prompt-chunk", str(prompt_chunk),
+                "--workers", str(workers), *map(str, paths[kind][:count])]  # fmt: skip
+        result, peak_gb = _run_child(args, timeout)
+        result["peak_rss_gb"] = peak_gb
+        result["gemm_fraction"] = result["useful_flops"] / result["seconds"] / 1e9 / matmul["best_gflops"]
+        log.info("same-layer similarity, %d refits, %s caches: %.1f s, peak RSS %.2f GB, GEMM fraction %.2f",
+                 count, kind, result["seconds"], peak_gb, result["gemm_fraction"])  # fmt: skip
+        return result
+
+    series = {count: run("series", count) for count in sorted(refit_counts)}
+    raw = run("uncompressed", largest)
+    top = run("default", largest)
+    counts = np.array(sorted(series), dtype=np.float64)
+    seconds = np.array([series[int(c)]["seconds"] for c in counts])
+    exponent = float(np.polyfit(np.log(counts), np.log(seconds), 1)[0]) if len(counts) > 1 else math.nan
+    return {
+        "similarity_gemm_fraction": top["gemm_fraction"],
+        f"similarity_{largest}_refits_seconds": top["seconds"],
+        "similarity_peak_rss_gb": max(top["peak_rss_gb"], raw["peak_rss_gb"]),
+        "similarity_scaling_exponent": exponent,
+        "similarity_gemm_fraction_uncompressed": raw["gemm_fraction"],
+        f"similarity_{largest}_refits_seconds_uncompressed": raw["seconds"],
+        "similarity_decompression_share": 1.0 - raw["seconds"] / top["seconds"],
+        "similarity_useful_gflops": top["useful_flops"] / top["seconds"] / 1e9,
+        "similarity_useful_gflops_uncompressed": raw["useful_flops"] / raw["seconds"] / 1e9,
+        "similarity_series_prompts": series_prompts,
+        "similarity_seconds_by_refits_series": {str(c): series[c]["seconds"] for c in sorted(series)},
+        "similarity_gemm_fraction_by_refits_series": {str(c): series[c]["gemm_fraction"] for c in sorted(series)},
+        "similarity_peak_rss_gb_by_refits_series": {str(c): series[c]["peak_rss_gb"] for c in sorted(series)},
+        "similarity_self_similarity_mean": top["self_similarity_mean"],
+        "similarity_cache_write_seconds": write,
+        "similarity_streaming_setup": (
+            f"l8_h16, {n_prompts} prompts x {n_pos} tokens, all anchors x all pairs, same layer, "
+            f"pair_similarity_from_caches(scope='same_layer', workers={workers}, prompt_chunk={prompt_chunk}) on HDF5 "
+            f"caches written by headstab.caches.write_activation_cache (float32); headline on the writer's default "
+            f"compression (and uncompressed), scaling series on uncompressed caches of {series_prompts} prompts; {n_distinct} distinct caches per kind, the other "
+            f"refits symlinks to them (every file is still opened, read and decompressed in full)"
+        ),
+        "similarity_useful_flops_definition": (
+            "n_layers * (n_refits * n_heads)^2 * sum_p length_p (length_p + 1) / 2  (symmetric Gram: "
+            "2 flops per multiply-add, halved by symmetry); fraction = useful_flops / seconds / best float32 "
+            "GEMM rate of this run"
+        ),
+        "matmul": matmul,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stream-worker", action="store_true", help="child: time one streamed computation")
+    parser.add_argument("--workers", type=int, default=1, help="child: reader processes")
+    parser.add_argument("--promptset", default="primary")
+    parser.add_argument("--prompt-chunk", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="toy sizes (smoke test)")
+    parser.add_argument("caches", nargs="*")
+    args = parser.parse_args(argv)
+    if args.stream_worker:
+        print(json.dumps(stream_worker(args.caches, args.promptset, args.prompt_chunk, args.workers)))
+        return
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    results = bench_loop(n_refits=3, n_prompts=2, n_pos=16) if args.quick else bench_loop()
+    work_dir = Path(tempfile.mkdtemp(prefix="headstab-bench-"))
+    try:
+        if args.quick:
+            results |= bench_streaming(work_dir, refit_counts=(2, 3), n_prompts=4, n_pos=12, series_prompts=2,
+                                       n_distinct=2, workers=1)
+        else:
+            results |= bench_streaming(work_dir)
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    print(json.dumps(results, indent=2, default=float))
+
+
+if __name__ == "__main__":
+    main()

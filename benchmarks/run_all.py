@@ -1,0 +1,196 @@
+"""Run every benchmark of issue 6 in one process run and write results/bench/summary.json.
+
+    python benchmarks/run_all.py              # what `make bench` runs (< 15 min on 2 cores)
+    python benchmarks/run_all.py --quick      # toy sizes, a minute: checks the code paths only
+    python benchmarks/run_all.py --demo       # also time the whole `make demo` DAG from scratch
+    python benchmarks/run_all.py --device cuda --only train
+
+Ratios are measured side by side in this one run on this machine; absolute times depend on the
+machine and its load (the load average is recorded at start and end). The summary holds the keys
+of issue 6 at the top level, `targets` with each key's target and whether this run met it, and
+`details` with every raw timing behind them.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TQDM_DISABLE", "1")  # progress bars are noise in a benchmark log
+
+import argparse
+import json
+import logging
+import math
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+log = logging.getLogger("benchmarks")
+
+# key -> (comparison, target); None for reported-only keys.
+TARGETS: dict[str, tuple[str, float] | None] = {
+    "similarity_vs_loop": (">=", 100.0),
+    "similarity_max_abs_diff": ("<=", 1e-5),
+    "similarity_gemm_fraction": (">=", 0.5),
+    "similarity_50_refits_seconds": None,
+    "similarity_peak_rss_gb": ("<=", 8.0),
+    "similarity_scaling_exponent": ("<=", 2.1),
+    "cache_batched_vs_loop": (">=", 5.0),
+    "cache_max_abs_diff": ("<=", 1e-6),
+    "train_vs_transformer_lens": (">=", 0.95),
+    "demo_wall_seconds": ("<=", 900.0),
+}
+STAGES = ("similarity", "cache", "train")
+
+
+def run_demo(work_dir: Path, cores: str = "all") -> dict[str, Any]:
+    """The whole demo DAG from scratch into a temporary results_dir, timed."""
+    results_dir = work_dir / "demo_results"
+    command = [
+        sys.executable, "-m", "snakemake", "--cores", cores, "--configfile", "config/demo.yaml",
+        "--config", f"results_dir={results_dir}",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}  # fmt: skip
+    log_path = work_dir / "demo.log"
+    start = time.perf_counter()
+    with open(log_path, "w") as handle:
+        code = subprocess.call(command, cwd=common.REPO, stdout=handle, stderr=subprocess.STDOUT, env=env)
+    seconds = time.perf_counter() - start
+    if code != 0:
+        tail = log_path.read_text()[-3000:]
+        raise RuntimeError(f"`{' '.join(command)}` failed with exit code {code}; last lines of its log:\n{tail}")
+    return {"demo_wall_seconds": seconds, "demo_command": " ".join(command)}
+
+
+def check_targets(summary: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, target in TARGETS.items():
+        value = summary.get(key)
+        if target is None:
+            continue
+        comparison, bound = target
+        met = None
+        if isinstance(value, (int, float)) and not math.isnan(value):
+            met = value >= bound if comparison == ">=" else value <= bound
+        out[key] = {"target": f"{comparison} {bound:g}", "met": met}
+    return out
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    rows = [("key", "value", "target", "met")]
+    for key, target in TARGETS.items():
+        value = summary.get(key)
+        shown = "null" if value is None else (f"{value:.3g}" if isinstance(value, float) else str(value))
+        check = summary["targets"].get(key, {})
+        met = {True: "yes", False: "NO", None: "-"}[check.get("met")]
+        rows.append((key, shown, check.get("target", "(reported)"), met))
+    widths = [max(len(row[column]) for row in rows) for column in range(4)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) for row in rows]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="toy sizes: checks that every benchmark runs")
+    parser.add_argument("--demo", action="store_true", help="also time `make demo` from scratch (about 15 min)")
+    parser.add_argument("--only", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
+    parser.add_argument("--device", default="cpu", help="torch device of the training benchmark")
+    parser.add_argument("--train-threads", type=int, default=1, help="torch CPU threads of both training loops")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="summary file (default results/bench/summary.json; summary_quick.json with --quick)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.out is None:
+        args.out = common.REPO / "results" / "bench" / ("summary_quick.json" if args.quick else "summary.json")
+    stages = [stage.strip() for stage in args.only.split(",") if stage.strip()]
+    unknown = sorted(set(stages) - set(STAGES))
+    if unknown:
+        parser.error(f"unknown stages {unknown}; choose from {list(STAGES)}")
+
+    import bench_cache
+    import bench_similarity
+    import bench_train
+
+    start = time.perf_counter()
+    summary: dict[str, Any] = {key: None for key in TARGETS}
+    details: dict[str, Any] = {"machine": common.machine_note(), "load_average_start": common.load_average()}
+    notes: list[str] = []
+    work_dir = Path(tempfile.mkdtemp(prefix="headstab-bench-"))
+    try:
+        if "similarity" in stages:
+            log.info("similarity: engine vs plain loop")
+            loop = (bench_similarity.bench_loop(n_refits=3, n_prompts=2, n_pos=16) if args.quick
+                    else bench_similarity.bench_loop())  # fmt: skip
+            matmul = common.matmul_rate(n=512 if args.quick else 3072)
+            log.info("similarity: streamed from HDF5 (float32 GEMM rate %.1f GFLOP/s)", matmul["best_gflops"])
+            if args.quick:
+                stream = bench_similarity.bench_streaming(work_dir / "similarity", refit_counts=(2, 3), n_prompts=4,
+                                                          n_pos=12, series_prompts=2, n_distinct=2, workers=1,
+                                                          matmul=matmul)  # fmt: skip
+            else:
+                stream = bench_similarity.bench_streaming(work_dir / "similarity", matmul=matmul)
+            shutil.rmtree(work_dir / "similarity", ignore_errors=True)
+            largest = max(int(count) for count in stream["similarity_seconds_by_refits_series"])
+            summary["similarity_50_refits_seconds"] = stream.get(f"similarity_{largest}_refits_seconds")
+            for key in ("similarity_vs_loop", "similarity_max_abs_diff"):
+                summary[key] = loop[key]
+            for key in ("similarity_gemm_fraction", "similarity_peak_rss_gb", "similarity_scaling_exponent"):
+                summary[key] = stream[key]
+            details["similarity"] = {**loop, **stream}
+            if loop["similarity_loop_extrapolated"]:
+                notes.append(
+                    f"similarity_vs_loop: the loop was timed on {loop['similarity_loop_prompts_timed']} prompts and "
+                    "extrapolated linearly to all prompts (the loop's cost is the same for every prompt)"
+                )
+        if "cache" in stages:
+            log.info("cache: batched cache_activations vs one run_with_cache per prompt")
+            cache = (bench_cache.bench_cache(work_dir, repeats=1, n_prompts=10) if args.quick
+                     else bench_cache.bench_cache(work_dir))  # fmt: skip
+            summary["cache_batched_vs_loop"] = cache["cache_batched_vs_loop"]
+            summary["cache_max_abs_diff"] = cache["cache_max_abs_diff"]
+            details["cache"] = cache
+        if "train" in stages:
+            log.info("train: train_refit vs transformer_lens.tools.training.train")
+            train = (bench_train.bench_train(work_dir / "train", repeats=1, steps=8, device=args.device,
+                                             threads=args.train_threads) if args.quick
+                     else bench_train.bench_train(work_dir / "train", device=args.device,
+                                                  threads=args.train_threads))  # fmt: skip
+            summary["train_vs_transformer_lens"] = train["train_vs_transformer_lens"]
+            details["train"] = train
+        if args.demo:
+            log.info("demo: the whole `make demo` DAG from scratch")
+            demo = run_demo(work_dir)
+            summary["demo_wall_seconds"] = demo["demo_wall_seconds"]
+            details["demo"] = demo
+        else:
+            notes.append("demo_wall_seconds: not measured in this run (pass --demo to time `make demo` from scratch)")
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+    details["load_average_end"] = common.load_average()
+    details["wall_seconds"] = time.perf_counter() - start
+    details["quick"] = args.quick
+    summary["targets"] = check_targets(summary)
+    summary["notes"] = notes
+    summary["details"] = details
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(summary, indent=2, default=float) + "\n")
+    print(format_table(summary))
+    print(f"\nload average {details['load_average_start']} -> {details['load_average_end']}, "
+          f"{details['wall_seconds']:.0f} s; full numbers in {args.out}")  # fmt: skip
+    for note in notes:
+        print(f"note: {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
