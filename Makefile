@@ -23,9 +23,12 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
+# The report needs the finished run, so it is a second snakemake call (it reruns nothing).
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PATH="$(CURDIR)/$(BIN):$$PATH" \
 		$(BIN)/snakemake --cores $(CORES) --configfile config/demo.yaml
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PATH="$(CURDIR)/$(BIN):$$PATH" \
+		$(BIN)/snakemake --cores $(CORES) --report results/demo/report.html --configfile config/demo.yaml
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest

@@ -12,6 +12,8 @@ from snakemake.utils import min_version
 
 min_version("9.0")
 
+report: "workflow/report/workflow.rst"
+
 
 if not workflow.overwrite_configfiles:
 
@@ -24,6 +26,8 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/cache.smk"
 include: "workflow/rules/similarity.smk"
 include: "workflow/rules/analysis.smk"
+include: "workflow/rules/paper_analyses.smk"
+include: "workflow/rules/targets.smk"
 
 
 rule all:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -45,3 +49,36 @@ def tiny_spec() -> Callable[..., ArchitectureSpec]:
         return ArchitectureSpec(**{**TINY_ARCHITECTURE, **overrides})
 
     return make
+
+
+# ---------------------------------------------------------------- the tiny workflow run
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TINY_CONFIG = REPO_ROOT / "tests/config/tiny.yaml"
+
+
+def tiny_snakemake(results: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    """`snakemake <args> --configfile tests/config/tiny.yaml --config results_dir=<results>` from the repository root.
+
+    Targets go first in `args`: an option taking several values (--forcerun) swallows what follows it.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "HEADSTAB_GPU_"))}
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
+    )
+    command = [sys.executable, "-m", "snakemake", *args, "--configfile", str(TINY_CONFIG), "--config", f"results_dir={results}"]
+    return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One run of the tiny configuration through the whole DAG, shared by the integration tests
+    (it is the expensive part of the suite: a few minutes on 2 cores)."""
+    results = tmp_path_factory.mktemp("tiny") / "results"
+    result = tiny_snakemake(results, "--cores", "2")
+    if result.returncode != 0:
+        logs = sorted((results / "logs").rglob("*.log"), key=lambda p: p.stat().st_mtime)[-3:] if (results / "logs").exists() else []
+        tails = "\n".join(f"--- {path}\n{path.read_text()[-1500:]}" for path in logs)
+        pytest.fail(f"tiny workflow failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}\n{tails}")
+    return results

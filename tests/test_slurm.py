@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from slurm.harness import (
+    REPO_ROOT,
     SLURM_DIR,
     ClusterStartError,
     SlurmCluster,
@@ -53,7 +54,37 @@ SMOKE = WorkflowCase(
     expected_outputs=("smoke/gpu_probe.txt", "smoke/cpu_probe.txt"),
     gpu_rules=frozenset({"gpu_probe"}),
 )
-WORKFLOW_CASES = [SMOKE]
+# The real workflow on the tiny configuration (tests/config/tiny.yaml), one architecture's every
+# output through its per-architecture target (workflow/rules/targets.smk): data, 2 refits, their
+# caches, similarity, tables, figures and the model-running analyses. The tiny config pins the CPU
+# (gpu=0 everywhere); here `device: auto` makes train, cache_activations and refit_measurements ask
+# for gpu=1 as on a real cluster (no CUDA on the test node, so they still run on its CPU). The test
+# node has one GPU, so those jobs queue one after another: the whole DAG of both architectures took
+# ~8 min on a loaded 2-core machine, this target ~4. --cores 2 caps a group job at the node's 2 CPUs.
+# --directory is the test's workdir, so the prompt files are given by absolute path.
+TINY_ARCH = "l2_h4"
+TINY = WorkflowCase(
+    name="tiny",
+    snakefile=REPO_ROOT / "Snakefile",
+    configfile=REPO_ROOT / "tests/config/tiny.yaml",
+    expected_outputs=tuple(
+        [f"results/tiny/{TINY_ARCH}/checkpoints/seed{seed}/final.pt" for seed in (1, 2)]
+        + [f"results/tiny/{TINY_ARCH}/caches/seed{seed}.h5" for seed in (1, 2)]
+        + [f"results/tiny/{TINY_ARCH}/similarity/{name}.h5" for name in ("primary", "len5", "len10")]
+        + [f"results/tiny/{TINY_ARCH}/tables/{name}.csv" for name in ("head_stability", "layer_stability", "ablation")]
+        + [f"results/tiny/{TINY_ARCH}/figures/{name}.png" for name in ("head_stability", "qnorm_vs_stability")]
+    ),
+    gpu_rules=frozenset({"train", "cache_activations", "refit_measurements"}),
+    extra_args=(
+        f"arch_{TINY_ARCH}",
+        "--cores", "2",
+        "--config", "compute={device: auto}",
+        f"prompt_sets={{primary: {REPO_ROOT}/tests/config/prompts_primary.json, "
+        f"len: {REPO_ROOT}/tests/config/prompts_length.json}}",
+    ),
+    timeout_s=900,
+)
+WORKFLOW_CASES = [SMOKE, TINY]
 
 
 @pytest.fixture(scope="session")
@@ -177,3 +208,61 @@ def test_unknown_partition_fails_with_slurms_own_message(
     assert run.job_ids == []
     assert "invalid partition specified: no_such_partition" in run.output, run.output[-3000:]
     assert not (tmp_path / "smoke" / "gpu_probe.txt").exists()
+
+
+@pytest.mark.parametrize("slurm_run", [TINY], ids=["tiny"], indirect=True)
+def test_tiny_on_slurm_matches_a_local_run(slurm_run: CaseRun, tmp_path: Path) -> None:
+    """Same weights, caches and stability tables as the local executor (CPU training is deterministic),
+    and every refit records the Slurm job that trained it."""
+    import json
+
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from headstab.caches import open_cache
+
+    results = f"results/tiny/{TINY_ARCH}"
+    targets = [f"{results}/tables/head_stability.csv"]  # train -> caches -> similarity -> tables
+    local_args = [*targets, *TINY.extra_args[TINY.extra_args.index("--config"):]]
+    run_snakemake_locally(tmp_path, TINY.snakefile, TINY.configfile, local_args, timeout_s=900)
+    on_slurm, local = slurm_run.workdir / results, tmp_path / results
+
+    train_jobs = {job_id for job_id, rule in slurm_run.run.job_rules.items() if rule == "train"}
+    for seed in (1, 2):
+        checkpoint = f"checkpoints/seed{seed}"
+        meta = json.loads((on_slurm / checkpoint / "meta.json").read_text())
+        assert int(meta["environment"]["slurm_job_id"]) in train_jobs
+        expected = torch.load(local / checkpoint / "final.pt", weights_only=True)
+        found = torch.load(on_slurm / checkpoint / "final.pt", weights_only=True)
+        assert expected.keys() == found.keys()
+        assert all(torch.equal(expected[key], found[key]) for key in expected), f"seed {seed}: weights differ"
+        with open_cache(local / f"caches/seed{seed}.h5") as a, open_cache(on_slurm / f"caches/seed{seed}.h5") as b:
+            np.testing.assert_array_equal(a.attn_pattern("primary"), b.attn_pattern("primary"))
+    for name in ("pair_stability", "head_stability", "layer_stability", "alignment_map", "alignment_kurtosis", "commonness"):
+        pd.testing.assert_frame_equal(
+            pd.read_csv(on_slurm / f"tables/{name}.csv"), pd.read_csv(local / f"tables/{name}.csv"), check_exact=True
+        )
+
+
+def test_unknown_gpu_partition_fails_with_slurms_own_message(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """What HEADSTAB_GPU_PARTITION=<typo> does: the GPU rule's sbatch is refused, nothing runs."""
+    run = run_snakemake_on_slurm(
+        tmp_path, SMOKE.snakefile, SMOKE.configfile,
+        ["--set-resources", "gpu_probe:slurm_partition=gpu_typo"],
+        cluster=slurm_cluster, check=False, timeout_s=120,
+    )
+    assert run.returncode != 0
+    assert run.job_ids == []
+    assert "Error in rule gpu_probe:" in run.output
+    assert "invalid partition specified: gpu_typo" in run.output, run.output[-3000:]
+
+
+@pytest.mark.parametrize("slurm_run", [SMOKE], ids=["smoke"], indirect=True)
+def test_missing_account_is_reported_and_jobs_still_run(slurm_run: CaseRun) -> None:
+    """No account given (and none to guess without accounting): the executor says so and submits without -A."""
+    assert "No SLURM account given, trying to guess." in slurm_run.run.output
+    assert "Unable to guess SLURM account. Trying to proceed without." in slurm_run.run.output
+    assert slurm_run.run.job_ids

@@ -3,48 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import tiny_snakemake
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = REPO / "tests/config/tiny.yaml"
 ARCHITECTURES = ("l2_h4", "l2_h4_wd")
 SEEDS = (1, 2)
 PROMPT_SETS = ("primary", "len5", "len10")
 
 pytestmark = pytest.mark.integration
-
-
-def snakemake(results: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
-    }
-    command = [
-        sys.executable, "-m", "snakemake", *args,
-        "--configfile", str(TINY), "--config", f"results_dir={results}",
-    ]
-    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory) -> Path:
-    results = tmp_path_factory.mktemp("tiny") / "results"
-    result = snakemake(results, "--cores", "2")
-    if result.returncode != 0:
-        logs = "\n".join(
-            f"--- {path}\n{path.read_text()[-2000:]}" for path in sorted((results / "logs").rglob("*.log"))[-5:]
-        ) if (results / "logs").exists() else ""
-        pytest.fail(f"tiny workflow failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}\n{logs}")
-    return results
 
 
 def test_every_refit_has_weights_log_and_meta_and_loss_goes_down(tiny_run):
@@ -107,6 +78,32 @@ def test_similarity_files_and_stability_tables(tiny_run):
 
 
 def test_nothing_left_to_do_after_the_run(tiny_run):
-    result = snakemake(tiny_run, "-n", "--quiet", "rules")
+    result = tiny_snakemake(tiny_run, "-n", "--quiet", "rules")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Nothing to be done" in result.stdout + result.stderr or "job" not in (result.stdout + result.stderr).lower()
+
+
+def test_paper_analyses_outputs(tiny_run):
+    for arch in ARCHITECTURES:
+        for name in ("qnorm_vs_stability", "prompt_length", "residual_stream", "ablation_correlation"):
+            assert (tiny_run / arch / "figures" / f"{name}.png").stat().st_size > 0
+        cka = pd.read_csv(tiny_run / arch / "tables/residual_cka.csv")
+        assert list(cka.columns) == ["promptset", "seed_a", "seed_b", "layer", "cka"]
+        assert cka["cka"].between(0, 1 + 1e-6).all() and len(cka) == 2  # 1 pair x 2 layers
+        ablation = pd.read_csv(tiny_run / arch / "tables/ablation.csv")
+        assert list(ablation.columns[:6]) == ["seed", "layer", "head", "ppl_ablated", "delta_ppl", "stability"]
+        assert len(ablation) == 2 * 4
+        lengths = pd.read_csv(tiny_run / arch / "tables/prompt_length.csv")
+        assert set(lengths["prompt_length"]) == {5, 10}
+    compare = tiny_run / "compare" / "l2_h4"
+    for name in ("optimizer_stability", "activation_norms", "perplexity"):
+        assert (compare / "figures" / f"{name}.png").stat().st_size > 0
+    perplexity = pd.read_csv(compare / "tables/perplexity.csv")
+    refits = perplexity[perplexity["scope"] == "refit"]
+    assert set(refits["architecture"]) == set(ARCHITECTURES) and (refits["value"] > 1).all()
+    summary = tiny_run / "summary"
+    for name in ("stability_gap", "extreme_layer_depth", "meta_sne"):
+        assert (summary / "figures" / f"{name}.png").stat().st_size > 0
+    gap = pd.read_csv(summary / "tables/stability_gap.csv")
+    assert set(gap["architecture"]) == set(ARCHITECTURES)
+    assert (gap["delta_s"] >= 0).all() and gap["r_max"].between(0.5, 1).all()

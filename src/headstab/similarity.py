@@ -301,7 +301,7 @@ class SimilarityFileError(ValueError):
 
 
 def _rebuild_hint(path: Path) -> str:
-    return f"rebuild it with `rm -f {path} && snakemake {path}` (or `snakemake --forcerun pair_similarity {path}`)"
+    return f"rebuild it with `rm -f {path} && snakemake {path}` (or `snakemake {path} --forcerun pair_similarity`)"
 
 
 SIMILARITY_SCOPES = ("cross_layer", "same_layer")

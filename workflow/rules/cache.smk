@@ -2,34 +2,7 @@
 # through the trained refit and writes {RESULTS}/{arch}/caches/seed{seed}.h5 (contract: docs/caches.md).
 # Library: src/headstab/caches.py (writer and the validated reader every analysis uses).
 
-import math
-
-
-# ---------------------------------------------------------------- resources (candidates for common.smk)
-# Positions assumed per prompt when sizing memory: the shipped sets stay under 100 tokens with BOS.
-CACHE_ASSUMED_POSITIONS = 128
-
-
-def cache_gpus(wildcards):
-    """One GPU per refit, unless the run is pinned to the CPU (compute.device: cpu)."""
-    return 0 if config["compute"]["device"] == "cpu" else 1
-
-
-def cache_mem_mb(wildcards):
-    """Host memory: ~3 GB for Python and torch, the weights, and two batches of float32 activations
-    in flight (one being compressed while the next runs), at CACHE_ASSUMED_POSITIONS positions."""
-    spec = SPECS[wildcards.arch]
-    n_pos = min(spec.n_ctx, CACHE_ASSUMED_POSITIONS)
-    per_prompt = spec.n_layers * (spec.n_heads * n_pos * n_pos + n_pos * spec.d_model + n_pos * spec.n_heads * spec.d_head)
-    activations = 2 * 2 * 4 * config["cache"]["batch_size"] * per_prompt  # x2: padded copy before compression
-    weights = 4 * (spec.n_params + 2 * spec.d_vocab * spec.d_model)
-    return 500 * math.ceil((3000 + (activations + 2 * weights) / 1e6) / 500)
-
-
-def cache_runtime(wildcards):
-    """Minutes: a forward pass over a few hundred prompts is seconds on a GPU; compression and
-    start-up dominate. Generous for gpt2-sized models on a CPU."""
-    return 30 if SPECS[wildcards.arch].n_layers * SPECS[wildcards.arch].d_model <= 4096 else 60
+# Resources (cache_gpus, cache_mem_mb, cache_runtime): common.smk, section "resources".
 
 
 def cache_inputs(wildcards):
@@ -65,7 +38,7 @@ rule cache_activations:
         f"{RESULTS}/logs/cache/{{arch}}/seed{{seed}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/cache/{{arch}}/seed{{seed}}.tsv"
-    threads: 2
+    threads: cache_threads
     resources:
         gpu=cache_gpus,
         mem_mb=cache_mem_mb,

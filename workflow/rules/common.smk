@@ -1,6 +1,8 @@
 # Shared configuration lookups and input functions. Rules stay declarative; logic lives here
 # and in the headstab library.
 
+import json
+import math
 import sys
 from pathlib import Path
 
@@ -96,6 +98,11 @@ def train_threads(wildcards):
     return config["compute"]["train_threads"]
 
 
+def cache_threads(wildcards):
+    """Threads of a cache job: torch's forward pass, then as many gzip compressors."""
+    return config["compute"]["cache_threads"]
+
+
 # ---------------------------------------------------------------- caches and similarity
 def cache_path(arch, seed):
     return f"{RESULTS}/{arch}/caches/seed{seed}.h5"
@@ -136,6 +143,94 @@ def figure_path(arch, name):
     return f"{RESULTS}/{arch}/figures/{name}.png"
 
 
+# ---------------------------------------------------------------- resources
+# Per-rule Slurm/workstation requests of the GPU rules, derived from the architecture and the
+# config's compute table (docs/slurm.md). CPU rules declare fixed small requests in their rules.
+def train_gpus(wildcards):
+    """One GPU per refit, unless the run is pinned to the CPU (compute.device: cpu)."""
+    return 0 if config["compute"]["device"] == "cpu" else 1
+
+
+# Token budget assumed when neither the architecture nor the corpus says (a corpus with n_tokens null,
+# e.g. OpenWebText, before its meta.json exists): OpenWebText is about 9B gpt2 tokens.
+UNKNOWN_CORPUS_TOKENS = 9_000_000_000
+
+
+def train_tokens(arch):
+    """Tokens one refit of `arch` trains on: n_tokens, else epochs x the corpus size (meta.json, config, or a guess)."""
+    spec = SPECS[arch]
+    if spec.n_tokens is not None:
+        return spec.n_tokens
+    meta = Path(corpus_meta(spec.corpus))
+    if meta.is_file():
+        corpus_tokens = json.loads(meta.read_text())["n_tokens"]
+    else:
+        corpus_tokens = config["corpora"][spec.corpus].get("n_tokens") or UNKNOWN_CORPUS_TOKENS
+    return spec.epochs * corpus_tokens
+
+
+def train_tokens_per_second(arch):
+    """Calibrated throughput of `arch` (compute.train_tokens_per_second): its own entry, else the longest
+    key that is a `_`-separated prefix of its name (`l4` serves l4_h8, l4_h16_attn_wd ...), else default."""
+    rates = config["compute"]["train_tokens_per_second"]
+    if arch in rates:
+        return rates[arch]
+    prefixes = [key for key in rates if arch.startswith(key + "_")]
+    return rates[max(prefixes, key=len)] if prefixes else rates["default"]
+
+
+def train_runtime(wildcards):
+    """Minutes: tokens / calibrated throughput (compute.train_tokens_per_second) x runtime_margin, plus 10 for start-up."""
+    rate = train_tokens_per_second(wildcards.arch)
+    return math.ceil(config["compute"]["runtime_margin"] * train_tokens(wildcards.arch) / rate / 60) + 10
+
+
+def train_mem_mb(wildcards):
+    """Host memory: ~3 GB for Python, torch and CUDA, two copies of the full state (weights + Adam
+    moments, while a checkpoint is serialised), and the activations when training on the CPU."""
+    spec = SPECS[wildcards.arch]
+    n_params = spec.n_params + 2 * spec.d_vocab * spec.d_model + spec.n_ctx * spec.d_model
+    state_bytes = 2 * 3 * 4 * n_params
+    activation_bytes = 0
+    if config["compute"]["device"] == "cpu":
+        per_layer = 12 * spec.d_model + 2 * spec.d_mlp + 3 * spec.n_heads * spec.seq_len
+        activation_bytes = 4 * spec.tokens_per_step * (spec.n_layers * per_layer + 3 * spec.d_vocab)
+    return 500 * math.ceil((3000 + (state_bytes + activation_bytes) / 1e6) / 500)
+
+
+def train_spec(wildcards):
+    """The architecture spec as plain data, without its seed list (adding seeds must not retrain old ones)."""
+    spec = SPECS[wildcards.arch].to_dict()
+    del spec["seeds"]
+    return spec
+
+
+# Positions assumed per prompt when sizing memory: the shipped sets stay under 100 tokens with BOS.
+CACHE_ASSUMED_POSITIONS = 128
+
+
+def cache_gpus(wildcards):
+    """One GPU per refit, unless the run is pinned to the CPU (compute.device: cpu)."""
+    return 0 if config["compute"]["device"] == "cpu" else 1
+
+
+def cache_mem_mb(wildcards):
+    """Host memory: ~3 GB for Python and torch, the weights, and two batches of float32 activations
+    in flight (one being compressed while the next runs), at CACHE_ASSUMED_POSITIONS positions."""
+    spec = SPECS[wildcards.arch]
+    n_pos = min(spec.n_ctx, CACHE_ASSUMED_POSITIONS)
+    per_prompt = spec.n_layers * (spec.n_heads * n_pos * n_pos + n_pos * spec.d_model + n_pos * spec.n_heads * spec.d_head)
+    activations = 2 * 2 * 4 * config["cache"]["batch_size"] * per_prompt  # x2: padded copy before compression
+    weights = 4 * (spec.n_params + 2 * spec.d_vocab * spec.d_model)
+    return 500 * math.ceil((3000 + (activations + 2 * weights) / 1e6) / 500)
+
+
+def cache_runtime(wildcards):
+    """Minutes: a forward pass over a few hundred prompts is seconds on a GPU; compression and
+    start-up dominate. Generous for gpt2-sized models on a CPU."""
+    return 30 if SPECS[wildcards.arch].n_layers * SPECS[wildcards.arch].d_model <= 4096 else 60
+
+
 # ---------------------------------------------------------------- targets
 def architecture_targets(arch):
     """Every output of one architecture (extended as stages land)."""
@@ -145,11 +240,12 @@ def architecture_targets(arch):
         + [similarity_path(arch, promptset) for promptset in PROMPT_SETS]
         + [table_path(arch, name) for name in STABILITY_TABLES]
         + [figure_path(arch, name) for name in STABILITY_FIGURES]
+        + architecture_analysis_targets(arch)
     )
 
 
 def all_targets():
-    return [target for arch in ARCHITECTURES for target in architecture_targets(arch)]
+    return [target for arch in ARCHITECTURES for target in architecture_targets(arch)] + paper_analysis_targets()
 
 
 # ---- issue 4 targets (paper §4.4-4.9, Appendix B): paths used by workflow/rules/paper_analyses.smk

@@ -9,7 +9,9 @@ from headstab.similarity import pair_similarity_from_caches, write_pair_similari
 def main():
     caches = list(snakemake.input.caches)
     promptset = snakemake.wildcards.promptset
-    similarity = pair_similarity_from_caches(caches, promptset, snakemake.params.prompt_chunk)
+    similarity = pair_similarity_from_caches(
+        caches, promptset, snakemake.params.prompt_chunk, workers=snakemake.threads
+    )
     # Provenance: each cache already records the sha256 of its checkpoint and prompt files; hashing
     # gigabytes of caches again for every prompt set would cost more than the similarity itself.
     inputs = {}

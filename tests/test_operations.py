@@ -1,0 +1,318 @@
+"""Operations (issue 5): per-architecture targets, partial reruns, faults a user meets, provenance
+chains, and the Slurm profile's plan of the full paper.
+
+One tiny run (tests/config/tiny.yaml, the session fixture `tiny_run` of conftest.py) serves every test; tests that damage files
+work on a copy of it (mtimes preserved), so they stay independent of each other and of the order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "tests/config/tiny.yaml"
+RERUN = "l2_h4"  # the architecture whose analyses are rerun
+OTHER = "l2_h4_wd"  # the architecture that must not be touched
+# The documented one-liner (docs/operations.md): rerun one architecture's analyses only.
+ANALYSES_RERUN = ("--forcerun", "pair_similarity", "refit_measurements")
+GPU_RULES = {"train", "cache_activations", "refit_measurements"}  # refit_measurements runs the models
+
+pytestmark = pytest.mark.integration
+
+
+def snakemake(results: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    """`snakemake <args> --configfile tiny.yaml --config results_dir=<results>` from the repository root.
+
+    Targets go first in `args`: an option taking several values (--forcerun) swallows what follows it.
+    """
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args, "--configfile", str(TINY), "--config", f"results_dir={results}"],
+        cwd=REPO, capture_output=True, text=True, env=_env(), timeout=timeout,
+    )  # fmt: skip
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "HEADSTAB_GPU_"))}
+    return {
+        **env,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "PATH": f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
+    }
+
+
+def _failure(result: subprocess.CompletedProcess, results: Path) -> str:
+    logs = sorted((results / "logs").rglob("*.log"), key=lambda p: p.stat().st_mtime)[-3:] if (results / "logs").exists() else []
+    tails = "\n".join(f"--- {path}\n{path.read_text()[-1500:]}" for path in logs)
+    return f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}\n{tails}"
+
+
+def copy_run(results: Path, tmp_path: Path) -> Path:
+    """A copy of a finished run with its mtimes (so Snakemake sees it as up to date)."""
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy, copy_function=shutil.copy2)
+    return copy
+
+
+def file_mtimes(results: Path) -> dict[str, int]:
+    """{path relative to results: mtime in ns} of every output (job logs and benchmarks excluded)."""
+    return {
+        str(path.relative_to(results)): path.stat().st_mtime_ns
+        for path in results.rglob("*")
+        if path.is_file() and path.relative_to(results).parts[0] not in ("logs", "benchmarks")
+    }
+
+
+def planned_outputs(dry_run_output: str) -> list[str]:
+    return [path for line in re.findall(r"^\s*output: (.*)$", dry_run_output, re.M) for path in line.split(", ")]
+
+
+def planned_rules(dry_run_output: str) -> set[str]:
+    return set(re.findall(r"^\s*(?:local)?rule (\w+):$", dry_run_output, re.M))
+
+
+# ---------------------------------------------------------------- per-architecture targets
+@pytest.mark.parametrize("target", [f"arch_{RERUN}", f"analyses_{RERUN}"])
+def test_architecture_targets_plan_only_their_architecture(target: str, tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    result = snakemake(results, target, "-n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    outputs = planned_outputs(result.stdout)
+    mine = [p for p in outputs if p.startswith(f"{results}/{RERUN}/")]
+    # everything else is the shared data stage: tokenizer, corpora, held-out text
+    assert all(p.startswith((f"{results}/{RERUN}/", f"{results}/data/", f"{results}/tokenizers/")) for p in outputs), outputs
+    for kind in ("checkpoints", "caches", "similarity", "tables", "figures"):
+        assert any(f"/{RERUN}/{kind}/" in p for p in mine), f"{target} builds no {kind}"
+
+
+def test_the_tested_one_liners_are_the_documented_ones() -> None:
+    text = (REPO / "docs/operations.md").read_text()
+    assert re.search(r"snakemake arch_\w+\n", text)
+    assert re.search(rf"snakemake analyses_\w+ {' '.join(ANALYSES_RERUN)}\n", text)
+
+
+def test_rerunning_one_architectures_analyses_touches_no_weights_caches_or_other_architecture(tiny_run: Path) -> None:
+    before = file_mtimes(tiny_run)
+    time.sleep(0.05)  # rewritten files get a later mtime even on coarse clocks
+    result = snakemake(tiny_run, f"analyses_{RERUN}", *ANALYSES_RERUN, "--cores", "2")
+    assert result.returncode == 0, _failure(result, tiny_run)
+    after = file_mtimes(tiny_run)
+    assert after.keys() == before.keys()
+    changed = {path for path in before if after[path] != before[path]}
+
+    untouched = [p for p in before if not p.startswith(f"{RERUN}/")]  # other architecture, data, compare, summary
+    untouched += [p for p in before if p.startswith((f"{RERUN}/checkpoints/", f"{RERUN}/caches/"))]
+    assert not changed & set(untouched), sorted(changed & set(untouched))
+    assert any(p.startswith(f"{RERUN}/checkpoints/") and p.endswith(".pt") for p in untouched)  # final.pt, state_*.pt
+    # ... and every analysis output of the architecture was rebuilt
+    analyses = [p for p in before if p.startswith((f"{RERUN}/similarity/", f"{RERUN}/tables/", f"{RERUN}/figures/"))]
+    assert analyses and set(analyses) <= changed, sorted(set(analyses) - changed)
+    console = result.stdout + result.stderr
+    assert "rule train:" not in console and "rule cache_activations:" not in console
+
+    # At most the cross-architecture outputs are left to refresh, with a plain `snakemake` (none here:
+    # the rerun tables are identical, and Snakemake compares checksums of small inputs, not only mtimes).
+    plan = snakemake(tiny_run, "-n")
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    stale = planned_outputs(plan.stdout)
+    assert all(p.startswith((f"{tiny_run}/compare/", f"{tiny_run}/summary/")) for p in stale), stale
+
+
+# ---------------------------------------------------------------- provenance
+@pytest.mark.parametrize(
+    "output",
+    [f"{OTHER}/checkpoints/seed1/final.pt", f"{OTHER}/caches/seed2.h5", f"{OTHER}/similarity/primary.h5",
+     f"{OTHER}/tables/head_stability.csv"],
+)  # fmt: skip
+def test_provenance_chain_reaches_the_corpus_shards(tiny_run: Path, output: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "headstab.provenance", "--verify", "--json", str(tiny_run / output)],
+        capture_output=True, text=True, env=_env(), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    nodes, stack = [], [json.loads(result.stdout)]
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        stack.extend(node["inputs"])
+    assert {node["status"] for node in nodes} == {"ok"}, [(n["path"], n["status"]) for n in nodes if n["status"] != "ok"]
+    shards = {node["path"] for node in nodes if node["kind"] == "token shard"}
+    assert shards == {str(tiny_run / f"data/tiny_text/shard_{i:03d}.npy") for i in range(2)}
+    assert nodes[0]["path"] == str(tiny_run / output)
+
+
+# ---------------------------------------------------------------- faults
+def _flip_byte(path: Path, offset: int) -> None:
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        value = handle.read(1)[0]
+        handle.seek(offset)
+        handle.write(bytes([value ^ 0xFF]))
+
+
+def test_corrupted_checkpoint_is_reported_and_not_used(tiny_run: Path, tmp_path: Path) -> None:
+    import torch
+
+    results = copy_run(tiny_run, tmp_path)
+    checkpoint = results / OTHER / "checkpoints/seed1"
+    original = torch.load(checkpoint / "final.pt", weights_only=True)
+    state = sorted(checkpoint.glob("state_*.pt"))[-1]  # the newest full state: what a rerun would resume from
+    _flip_byte(state, state.stat().st_size // 2)
+    (checkpoint / "final.pt").unlink()
+
+    result = snakemake(results, str(checkpoint / "final.pt"), "--cores", "1")
+    assert result.returncode == 0, _failure(result, results)
+    log = (results / f"logs/train/{OTHER}/seed1.log").read_text()
+    assert f"checkpoint {state} fails its sha256 check" in log
+    assert "resuming" not in log  # it trained from scratch ...
+    retrained = torch.load(checkpoint / "final.pt", weights_only=True)
+    assert all(torch.equal(original[key], retrained[key]) for key in original)  # ... to the same weights (CPU)
+
+
+def test_interrupted_cache_write_gives_the_rebuild_command_then_rebuilds_the_same_cache(tiny_run: Path, tmp_path: Path) -> None:
+    from headstab.caches import open_cache
+
+    results = copy_run(tiny_run, tmp_path)
+    cache = results / OTHER / "caches/seed1.h5"
+    with open_cache(cache) as reader:
+        patterns = {name: reader.attn_pattern(name) for name in reader.prompt_sets()}
+    os.truncate(cache, cache.stat().st_size // 2)  # a cache cut short (e.g. copied off a full disk) ...
+    leftover = cache.with_name(cache.name + ".tmp")
+    leftover.write_bytes(b"half an HDF5 file")  # ... and the temporary file of a killed writer
+
+    similarity = results / OTHER / "similarity/primary.h5"
+    failed = snakemake(results, str(similarity), "--forcerun", "pair_similarity", "--cores", "1")
+    assert failed.returncode != 0
+    console = failed.stdout + failed.stderr
+    assert f"activation cache {cache} is not a readable HDF5 file" in console, console[-3000:]
+    assert f"rm -f {cache} && snakemake {cache}" in console
+
+    cache.unlink()  # the printed fix
+    rebuilt = snakemake(results, str(cache), "--cores", "1")
+    assert rebuilt.returncode == 0, _failure(rebuilt, results)
+    assert not leftover.exists()
+    with open_cache(cache) as reader:
+        for name, pattern in patterns.items():
+            np.testing.assert_array_equal(reader.attn_pattern(name), pattern)
+    again = snakemake(results, str(similarity), "--cores", "1")
+    assert again.returncode == 0, _failure(again, results)
+
+
+def test_half_written_similarity_file_names_the_file_and_rebuilds(tiny_run: Path, tmp_path: Path) -> None:
+    from headstab.similarity import read_pair_similarity
+
+    results = copy_run(tiny_run, tmp_path)
+    similarity = results / OTHER / "similarity/primary.h5"
+    table = results / OTHER / "tables/head_stability.csv"
+    expected_similarity, _ = read_pair_similarity(similarity)
+    expected_table = pd.read_csv(table)
+    os.truncate(similarity, similarity.stat().st_size // 2)
+
+    failed = snakemake(results, str(table), "--forcerun", "stability_tables", "--cores", "1")
+    assert failed.returncode != 0
+    console = failed.stdout + failed.stderr
+    assert f"Error in rule stability_tables: pair-similarity file {similarity} is not a readable HDF5 file" in console, console[-3000:]
+    assert f"rm -f {similarity} && snakemake {similarity}" in console
+
+    similarity.unlink()
+    rerun = snakemake(results, str(table), "--cores", "1")
+    assert rerun.returncode == 0, _failure(rerun, results)
+    np.testing.assert_array_equal(read_pair_similarity(similarity)[0], expected_similarity)
+    pd.testing.assert_frame_equal(pd.read_csv(table), expected_table)
+
+
+def test_second_snakemake_on_the_same_directory_gets_the_lock_error_and_loses_nothing(tiny_run: Path, tmp_path: Path) -> None:
+    results = copy_run(tiny_run, tmp_path)
+    before = file_mtimes(results)
+    command = [
+        sys.executable, "-m", "snakemake", f"analyses_{OTHER}", "--forcerun", "pair_similarity", "--cores", "1",
+        "--configfile", str(TINY), "--config", f"results_dir={results}",
+    ]  # fmt: skip
+    first_log = tmp_path / "first.log"
+    with open(first_log, "w") as log:
+        first = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True, env=_env())
+    try:
+        deadline = time.monotonic() + 120
+        while "rule pair_similarity:" not in first_log.read_text():
+            assert first.poll() is None and time.monotonic() < deadline, first_log.read_text()[-3000:]
+            time.sleep(0.2)
+        second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=_env(), timeout=300)
+        assert first.poll() is None, "the first run ended before the second could collide with it"
+    finally:
+        first.wait(timeout=600)
+    assert second.returncode != 0
+    assert "LockException" in second.stderr and "Directory cannot be locked" in second.stderr, second.stderr[-3000:]
+    assert "--unlock" in second.stderr
+    assert first.returncode == 0, first_log.read_text()[-3000:]
+    assert set(before) <= set(file_mtimes(results)), "a finished output disappeared"
+    assert not list(results.rglob("*.tmp"))
+
+
+# ---------------------------------------------------------------- the Slurm profile's plan of the paper
+def _job_blocks(dry_run_output: str) -> list[tuple[str, dict[str, str], str]]:
+    """(rule, resources, wildcards) of every job in a dry run's output, grouped jobs included."""
+    jobs = []
+    for block in re.split(r"\n(?=\s*(?:local)?rule \w+:\n)", dry_run_output):
+        match = re.match(r"\s*(?:local)?rule (\w+):\n", block)
+        if not match:
+            continue
+        resources = re.search(r"^\s*resources: (.*)$", block, re.M)
+        wildcards = re.search(r"^\s*wildcards: (.*)$", block, re.M)
+        pairs = dict(item.split("=", 1) for item in resources.group(1).split(", ")) if resources else {}
+        jobs.append((match.group(1), pairs, wildcards.group(1) if wildcards else ""))
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def paper_plan_on_slurm() -> str:
+    """`snakemake -n --profile slurm` at the repository root, as a user types it (the full paper)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--profile", "slurm"],
+        cwd=REPO, capture_output=True, text=True, env=_env(), timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout + result.stderr
+
+
+def test_slurm_plan_of_the_paper_asks_a_gpu_for_every_gpu_rule_and_none_for_cpu_rules(paper_plan_on_slurm: str) -> None:
+    jobs = _job_blocks(paper_plan_on_slurm)
+    counts = {rule: sum(1 for r, _, _ in jobs if r == rule) for rule in {r for r, _, _ in jobs}}
+    assert counts["train"] == counts["cache_activations"] == 1210
+    for rule, resources, wildcards in jobs:
+        if rule in GPU_RULES:
+            assert resources.get("gpu") == "1", (rule, wildcards, resources)
+        else:
+            assert resources.get("gpu", "0") == "0", (rule, wildcards, resources)
+
+
+def test_slurm_plan_derives_train_runtime_and_memory_from_the_architecture(paper_plan_on_slurm: str) -> None:
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    compute = config["compute"]
+    train = {wildcards.split(",")[0].removeprefix("arch="): resources for rule, resources, wildcards in _job_blocks(paper_plan_on_slurm) if rule == "train"}
+    for arch, layers in (("l2_h8", "l2"), ("l4_h8", "l4"), ("l8_h8", "l8")):
+        rate = compute["train_tokens_per_second"][layers]  # prefix entries of the throughput table
+        tokens = config["corpora"]["c4_code_2b"]["n_tokens"]
+        assert int(train[arch]["runtime"]) == math.ceil(compute["runtime_margin"] * tokens / rate / 60) + 10, arch
+    assert int(train["l2_h8"]["runtime"]) < int(train["l4_h8"]["runtime"]) < int(train["l8_h8"]["runtime"]) < int(train["gpt2"]["runtime"])
+    assert int(train["l2_h8"]["mem_mb"]) <= int(train["l8_h16"]["mem_mb"]) < int(train["gpt2"]["mem_mb"])
+
+
+def test_slurm_plan_groups_each_architectures_small_cpu_jobs(paper_plan_on_slurm: str) -> None:
+    profile = yaml.safe_load((REPO / "slurm/config.yaml").read_text())
+    assert profile["groups"]["pair_similarity"] == profile["groups"]["stability_tables"]
+    group = profile["groups"]["pair_similarity"]
+    # one group job per architecture: 26 instead of 26 x 7 similarity jobs plus their tables
+    assert paper_plan_on_slurm.count(f"Group job {group} ") == 26

@@ -1,0 +1,20 @@
+"""Rule prompt_length: layer_stability.csv -> tables/prompt_length.csv, figures/prompt_length.png
+(paper §4.4.2, Fig. 5 / B.4)."""
+
+import logging
+
+import pandas as pd
+
+from headstab.analyses import prompt_length_table
+from headstab.joblog import run_job
+from headstab.plots.analyses import plot_prompt_length
+
+
+def main():
+    table = prompt_length_table(pd.read_csv(snakemake.input.layer_stability), anchor_seed=snakemake.params.anchor_seed)
+    table.to_csv(snakemake.output.table, index=False)
+    logging.info("prompt lengths %s, anchor seed %d", sorted(table["prompt_length"].unique()), snakemake.params.anchor_seed)
+    plot_prompt_length(table, snakemake.output.figure, snakemake.wildcards.arch)
+
+
+run_job(main, "prompt_length", snakemake.log[0])
