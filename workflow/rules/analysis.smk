@@ -18,6 +18,8 @@ rule stability_tables:
     resources:
         mem_mb=4000,
         runtime=30,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/stability_tables.py"
 
@@ -71,5 +73,7 @@ rule stability_figures:
     resources:
         mem_mb=4000,
         runtime=20,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/stability_figures.py"

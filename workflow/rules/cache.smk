@@ -5,22 +5,6 @@
 # Resources (cache_gpus, cache_mem_mb, cache_runtime): common.smk, section "resources".
 
 
-def cache_inputs(wildcards):
-    return {
-        "weights": final_weights(wildcards.arch, wildcards.seed),
-        "tokenizer": tokenizer_target(SPECS[wildcards.arch].tokenizer),
-        "prompts": list(config["prompt_sets"].values()),
-    }
-
-
-def cache_spec(wildcards):
-    """The architecture spec as plain data, without its seed list (adding seeds must not rebuild old caches)."""
-    spec = SPECS[wildcards.arch].to_dict()
-    del spec["seeds"]
-    return spec
-
-
-# ---------------------------------------------------------------- rule
 rule cache_activations:
     """Attention patterns, resid_mid and per-head outputs of one refit on every prompt set (HDF5)."""
     input:
@@ -43,5 +27,7 @@ rule cache_activations:
         gpu=cache_gpus,
         mem_mb=cache_mem_mb,
         runtime=cache_runtime,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/cache_activations.py"

@@ -6,7 +6,17 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the library, also without `pip install -e .`
+import os
+
+# The library, also without `pip install -e .`: for this process and for every job's script
+# (local, Slurm or a `--sdm conda` environment, which does not install the package).
+LIBRARY = str(Path(workflow.basedir) / "src")
+sys.path.insert(0, LIBRARY)
+os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [LIBRARY, os.environ.get("PYTHONPATH")])))
+
+# One environment for every rule (same pins as requirements.txt), used with `--sdm conda`
+# (relative to the rule files).
+CONDA_ENV = "../../envs/headstab.yaml"
 
 from headstab.config import ConfigError, architecture_spec, selected_architectures, validate_config
 from headstab.prompts import load_prompt_sets
@@ -123,6 +133,13 @@ def similarity_mem_mb(wildcards):
     return max(2000, int((chunk + gram) / 1e6 * 1.5) + 1000)
 
 
+def similarity_runtime(wildcards):
+    """Minutes for all prompt sets of one architecture: the Gram grows with the square of the refits."""
+    spec = SPECS[wildcards.arch]
+    rows = len(spec.seeds) * spec.n_layers * spec.n_heads
+    return max(20, int(120 * (rows / 6400) ** 2))  # 50 l8_h16 refits: 146-280 s a set measured on 2 cores (benchmarks/)
+
+
 def similarity_path(arch, promptset):
     return f"{RESULTS}/{arch}/similarity/{promptset}.h5"
 
@@ -175,7 +192,7 @@ def train_tokens_per_second(arch):
     rates = config["compute"]["train_tokens_per_second"]
     if arch in rates:
         return rates[arch]
-    prefixes = [key for key in rates if arch.startswith(key + "_")]
+    prefixes = [key for key in rates if arch.startswith(f"{key}_")]
     return rates[max(prefixes, key=len)] if prefixes else rates["default"]
 
 
@@ -229,6 +246,175 @@ def cache_runtime(wildcards):
     """Minutes: a forward pass over a few hundred prompts is seconds on a GPU; compression and
     start-up dominate. Generous for gpt2-sized models on a CPU."""
     return 30 if SPECS[wildcards.arch].n_layers * SPECS[wildcards.arch].d_model <= 4096 else 60
+
+
+# ---------------------------------------------------------------- data stage (data.smk)
+def _names_regex(names):
+    """Wildcard constraint matching exactly `names` (a regex that never matches when empty)."""
+    names = sorted(names, key=len, reverse=True)
+    return "|".join(names) if names else "(?!x)x"
+
+
+def _tokenizers_with_source(source):
+    return [name for name, entry in config["tokenizers"].items() if entry["source"] == source]
+
+
+def _corpora_with_source(source):
+    return [name for name, entry in config["corpora"].items() if entry["source"] == source]
+
+
+def synthetic_text(name):
+    return f"{corpus_dir(name)}/text.jsonl"
+
+
+def corpus_source_inputs(name):
+    """Files a corpus's documents come from: its synthetic text, its local path, or none (hub)."""
+    entry = config["corpora"][name]
+    if entry["source"] == "synthetic":
+        return [synthetic_text(name)]
+    if entry["source"] == "local":
+        return [entry["path"]]
+    return []
+
+
+def corpus_source(name):
+    """The corpus's config entry, with `path` pointing at the synthetic text for source synthetic."""
+    entry = dict(config["corpora"][name])
+    if entry["source"] == "synthetic":
+        entry["path"] = synthetic_text(name)
+    return entry
+
+
+def tokenizer_training_source(name):
+    """Corpus entry that tokenizer `name` trains on, without the keys that only shape the shards
+    (so changing n_tokens or n_shards does not retrain the tokenizer and re-tokenize everything)."""
+    corpus = corpus_source(config["tokenizers"][name]["corpus"])
+    return {key: value for key, value in corpus.items() if key not in ("n_tokens", "n_shards", "tokenizer")}
+
+
+def tokenize_shard_inputs(wildcards):
+    entry = config["corpora"][wildcards.corpus]
+    return {
+        "tokenizer": tokenizer_target(entry["tokenizer"]),
+        "source": corpus_source_inputs(wildcards.corpus),
+    }
+
+
+def train_tokenizer_inputs(wildcards):
+    return corpus_source_inputs(config["tokenizers"][wildcards.tokenizer]["corpus"])
+
+
+def corpus_shard_records(wildcards):
+    return [path.replace(".npy", ".json") for path in corpus_shards(wildcards.corpus)]
+
+
+# ---------------------------------------------------------------- cache stage (cache.smk)
+def cache_inputs(wildcards):
+    return {
+        "weights": final_weights(wildcards.arch, wildcards.seed),
+        "tokenizer": tokenizer_target(SPECS[wildcards.arch].tokenizer),
+        "prompts": list(config["prompt_sets"].values()),
+    }
+
+
+def cache_spec(wildcards):
+    """The architecture spec as plain data, without its seed list (adding seeds must not rebuild old caches)."""
+    spec = SPECS[wildcards.arch].to_dict()
+    del spec["seeds"]
+    return spec
+
+
+# ---------------------------------------------------------------- paper_analyses stage (paper_analyses.smk)
+if config["analysis"]["cka_hook"] != "hook_resid_mid":
+    raise WorkflowError(
+        f"config key 'analysis.cka_hook': {config['analysis']['cka_hook']} is not cached yet; the activation "
+        "caches store blocks.{layer}.hook_resid_mid only (hook_resid_post for attention-only models, identical "
+        "there). Use hook_resid_mid, or add the hook to the cache rule first."
+    )
+
+
+def optimizer_label(arch):
+    """'Adam' or 'AdamW', from the architecture's optimizer setting."""
+    return "AdamW" if SPECS[arch].optimizer == "adamw" else "Adam"
+
+
+def architecture_facts(archs):
+    """What the cross-architecture figures encode: depth, heads, optimizer, MLP or attention-only."""
+    return {
+        arch: {
+            "n_layers": SPECS[arch].n_layers,
+            "n_heads": SPECS[arch].n_heads,
+            "optimizer": optimizer_label(arch),
+            "attention_only": SPECS[arch].attn_only,
+        }
+        for arch in archs
+    }
+
+
+def architecture_summary(arch):
+    """One line naming the configuration an architecture's figures come from (for report captions)."""
+    spec = SPECS[arch]
+    kind = "attention-only" if spec.attn_only else f"MLP d_mlp={spec.d_mlp}"
+    seed_list = list(spec.seeds)
+    seed_text = f"{seed_list[0]}-{seed_list[-1]}" if seed_list == list(range(seed_list[0], seed_list[-1] + 1)) else seed_list
+    return (
+        f"{arch}: {spec.n_layers} layers x {spec.n_heads} heads, d_model={spec.d_model}, d_head={spec.d_head}, "
+        f"{kind}, {optimizer_label(arch)} (lr={spec.lr}, weight_decay={spec.weight_decay}), "
+        f"{len(seed_list)} refits (seeds {seed_text}), tokenizer {spec.tokenizer}, corpus {spec.corpus}, "
+        f"results_dir {RESULTS}"
+    )
+
+
+def arch_weights(wildcards):
+    return [final_weights(wildcards.arch, seed) for seed in seeds(wildcards.arch)]
+
+
+def evaluation_gpus(wildcards):
+    """The model-running job takes a GPU unless the run is pinned to the CPU (it is small either way)."""
+    return 0 if config["compute"]["device"] == "cpu" else 1
+
+
+def residual_cka_mem_mb(wildcards):
+    """One layer's kept token activations and centred Gram matrices of every refit, with headroom."""
+    n_tokens = config["analysis"]["cka_max_tokens"] or 5000
+    n_seeds = len(seeds(wildcards.arch))
+    return 2000 + int(n_seeds * n_tokens * (n_tokens * 8 * 2 + SPECS[wildcards.arch].d_model * 8) / 1e6)
+
+
+def meta_sne_mem_mb(wildcards):
+    """All heads' descriptions (prompt pairs of the primary set, assumed <= 200 prompts) plus t-SNE."""
+    n_heads = sum(len(seeds(a)) * SPECS[a].n_layers * SPECS[a].n_heads for a in ARCHITECTURES)
+    return 2000 + int(n_heads * (200 * 199 // 2) * 8 * 3 / 1e6)
+
+
+def twin_inputs(wildcards):
+    twin = f"{wildcards.arch}_wd"
+    if twin not in ARCHITECTURES:
+        raise WorkflowError(
+            f"compare/{wildcards.arch} needs architecture '{twin}' (its AdamW twin) in run.architectures"
+        )
+    return {
+        f"{role}_{name}": table_path(member, name)
+        for role, member in (("adam", wildcards.arch), ("adamw", twin))
+        for name in ("layer_stability", "activation_norms", "validation_perplexity")
+    }
+
+
+# ---------------------------------------------------------------- targets stage (targets.smk)
+def architecture_upstream_targets(arch):
+    """Outputs of `arch` that an analysis rerun must never rebuild: its weights and caches."""
+    return train_outputs(arch) + [cache_path(arch, seed) for seed in seeds(arch)]
+
+
+def architecture_post_training_targets(arch):
+    """Every output of `arch` downstream of its caches, in architecture_targets order."""
+    upstream = set(architecture_upstream_targets(arch))
+    return [target for target in architecture_targets(arch) if target not in upstream]
+
+
+# Rules whose jobs start an architecture's analyses (everything else in analyses_<arch> is
+# downstream of one of them); tests/test_operations.py checks this list against the DAG.
+ANALYSIS_ROOT_RULES = ("pair_similarity", "refit_measurements")
 
 
 # ---------------------------------------------------------------- targets

@@ -9,67 +9,6 @@
 # Local tokenizers (source local) are used in place: no rule. File formats: src/headstab/corpus.py.
 
 
-# ---------------------------------------------------------------- input functions (data stage only)
-def _names_regex(names):
-    """Wildcard constraint matching exactly `names` (a regex that never matches when empty)."""
-    names = sorted(names, key=len, reverse=True)
-    return "|".join(names) if names else "(?!x)x"
-
-
-def _tokenizers_with_source(source):
-    return [name for name, entry in config["tokenizers"].items() if entry["source"] == source]
-
-
-def _corpora_with_source(source):
-    return [name for name, entry in config["corpora"].items() if entry["source"] == source]
-
-
-def synthetic_text(name):
-    return f"{corpus_dir(name)}/text.jsonl"
-
-
-def corpus_source_inputs(name):
-    """Files a corpus's documents come from: its synthetic text, its local path, or none (hub)."""
-    entry = config["corpora"][name]
-    if entry["source"] == "synthetic":
-        return [synthetic_text(name)]
-    if entry["source"] == "local":
-        return [entry["path"]]
-    return []
-
-
-def corpus_source(name):
-    """The corpus's config entry, with `path` pointing at the synthetic text for source synthetic."""
-    entry = dict(config["corpora"][name])
-    if entry["source"] == "synthetic":
-        entry["path"] = synthetic_text(name)
-    return entry
-
-
-def tokenizer_training_source(name):
-    """Corpus entry that tokenizer `name` trains on, without the keys that only shape the shards
-    (so changing n_tokens or n_shards does not retrain the tokenizer and re-tokenize everything)."""
-    corpus = corpus_source(config["tokenizers"][name]["corpus"])
-    return {key: value for key, value in corpus.items() if key not in ("n_tokens", "n_shards", "tokenizer")}
-
-
-def tokenize_shard_inputs(wildcards):
-    entry = config["corpora"][wildcards.corpus]
-    return {
-        "tokenizer": tokenizer_target(entry["tokenizer"]),
-        "source": corpus_source_inputs(wildcards.corpus),
-    }
-
-
-def train_tokenizer_inputs(wildcards):
-    return corpus_source_inputs(config["tokenizers"][wildcards.tokenizer]["corpus"])
-
-
-def corpus_shard_records(wildcards):
-    return [path.replace(".npy", ".json") for path in corpus_shards(wildcards.corpus)]
-
-
-# ---------------------------------------------------------------- rules
 rule synthetic_text:
     """Seeded English-like documents with structure for attention to learn (the offline demo's corpus,
     standing in for the paper's C4 / OpenWebText of §3.1)."""
@@ -86,6 +25,8 @@ rule synthetic_text:
     resources:
         mem_mb=1000,
         runtime=30,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/synthetic_text.py"
 
@@ -109,6 +50,8 @@ rule train_tokenizer:
     resources:
         mem_mb=4000,
         runtime=60,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/train_tokenizer.py"
 
@@ -129,6 +72,8 @@ rule fetch_tokenizer:
     resources:
         mem_mb=2000,
         runtime=30,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/fetch_tokenizer.py"
 
@@ -151,6 +96,8 @@ rule tokenize_shard:
     resources:
         mem_mb=4000,
         runtime=240,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/tokenize_shard.py"
 
@@ -167,5 +114,7 @@ rule corpus_meta:
     resources:
         mem_mb=500,
         runtime=10,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/corpus_meta.py"

@@ -11,69 +11,6 @@
 # Paths and target lists: the "issue 4 targets" block of common.smk. Library: headstab.analyses,
 # headstab.cka, headstab.ablation, headstab.meta_sne, headstab.plots.analyses.
 
-if config["analysis"]["cka_hook"] != "hook_resid_mid":
-    raise WorkflowError(
-        f"config key 'analysis.cka_hook': {config['analysis']['cka_hook']} is not cached yet; the activation "
-        "caches store blocks.{layer}.hook_resid_mid only (hook_resid_post for attention-only models, identical "
-        "there). Use hook_resid_mid, or add the hook to the cache rule first."
-    )
-
-
-def optimizer_label(arch):
-    """'Adam' or 'AdamW', from the architecture's optimizer setting."""
-    return "AdamW" if SPECS[arch].optimizer == "adamw" else "Adam"
-
-
-def architecture_facts(archs):
-    """What the cross-architecture figures encode: depth, heads, optimizer, MLP or attention-only."""
-    return {
-        arch: {
-            "n_layers": SPECS[arch].n_layers,
-            "n_heads": SPECS[arch].n_heads,
-            "optimizer": optimizer_label(arch),
-            "attention_only": SPECS[arch].attn_only,
-        }
-        for arch in archs
-    }
-
-
-def architecture_summary(arch):
-    """One line naming the configuration an architecture's figures come from (for report captions)."""
-    spec = SPECS[arch]
-    kind = "attention-only" if spec.attn_only else f"MLP d_mlp={spec.d_mlp}"
-    seed_list = list(spec.seeds)
-    seed_text = f"{seed_list[0]}-{seed_list[-1]}" if seed_list == list(range(seed_list[0], seed_list[-1] + 1)) else seed_list
-    return (
-        f"{arch}: {spec.n_layers} layers x {spec.n_heads} heads, d_model={spec.d_model}, d_head={spec.d_head}, "
-        f"{kind}, {optimizer_label(arch)} (lr={spec.lr}, weight_decay={spec.weight_decay}), "
-        f"{len(seed_list)} refits (seeds {seed_text}), tokenizer {spec.tokenizer}, corpus {spec.corpus}, "
-        f"results_dir {RESULTS}"
-    )
-
-
-def arch_weights(wildcards):
-    return [final_weights(wildcards.arch, seed) for seed in seeds(wildcards.arch)]
-
-
-def evaluation_gpus(wildcards):
-    """The model-running job takes a GPU unless the run is pinned to the CPU (it is small either way)."""
-    return 0 if config["compute"]["device"] == "cpu" else 1
-
-
-def residual_cka_mem_mb(wildcards):
-    """One layer's kept token activations and centred Gram matrices of every refit, with headroom."""
-    n_tokens = config["analysis"]["cka_max_tokens"] or 5000
-    n_seeds = len(seeds(wildcards.arch))
-    return 2000 + int(n_seeds * n_tokens * (n_tokens * 8 * 2 + SPECS[wildcards.arch].d_model * 8) / 1e6)
-
-
-def meta_sne_mem_mb(wildcards):
-    """All heads' descriptions (prompt pairs of the primary set, assumed <= 200 prompts) plus t-SNE."""
-    n_heads = sum(len(seeds(a)) * SPECS[a].n_layers * SPECS[a].n_heads for a in ARCHITECTURES)
-    return 2000 + int(n_heads * (200 * 199 // 2) * 8 * 3 / 1e6)
-
-
-# ---------------------------------------------------------------- per architecture
 rule refit_measurements:
     """Everything measured from the weights of an architecture's refits, in one job so torch and
     transformer_lens load once: validation perplexity of every refit on the first
@@ -108,6 +45,8 @@ rule refit_measurements:
         gpu=evaluation_gpus,
         mem_mb=4000,
         runtime=60,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/refit_measurements.py"
 
@@ -136,6 +75,8 @@ rule qnorm_correlation:
     resources:
         mem_mb=1000,
         runtime=10,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/qnorm_correlation.py"
 
@@ -162,6 +103,8 @@ rule prompt_length:
     resources:
         mem_mb=1000,
         runtime=10,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/prompt_length.py"
 
@@ -196,6 +139,8 @@ rule residual_cka:
     resources:
         mem_mb=residual_cka_mem_mb,
         runtime=30,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/residual_cka.py"
 
@@ -225,6 +170,8 @@ rule ablation:
     resources:
         mem_mb=1000,
         runtime=10,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/ablation.py"
 
@@ -247,24 +194,13 @@ rule heldout_wikitext:
     resources:
         mem_mb=2000,
         runtime=20,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/heldout_wikitext.py"
 
 
 # ---------------------------------------------------------------- per Adam/AdamW pair
-def twin_inputs(wildcards):
-    twin = f"{wildcards.arch}_wd"
-    if twin not in ARCHITECTURES:
-        raise WorkflowError(
-            f"compare/{wildcards.arch} needs architecture '{twin}' (its AdamW twin) in run.architectures"
-        )
-    return {
-        f"{role}_{name}": table_path(member, name)
-        for role, member in (("adam", wildcards.arch), ("adamw", twin))
-        for name in ("layer_stability", "activation_norms", "validation_perplexity")
-    }
-
-
 rule optimizer_comparison:
     """Adam vs AdamW (paper §4.5): layer-wise stability side by side (Fig. 6 / B.6), attention-output
     and resid_mid norms (Fig. 35), and performance parity of the refits' validation perplexities with
@@ -302,6 +238,8 @@ rule optimizer_comparison:
     resources:
         mem_mb=1000,
         runtime=10,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/optimizer_comparison.py"
 
@@ -336,6 +274,8 @@ rule stability_gap:
     resources:
         mem_mb=1000,
         runtime=10,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/stability_gap.py"
 
@@ -356,6 +296,8 @@ rule qnorm_summary:
     resources:
         mem_mb=1000,
         runtime=10,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/qnorm_summary.py"
 
@@ -387,6 +329,8 @@ rule meta_sne:
     resources:
         mem_mb=meta_sne_mem_mb,
         runtime=30,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/meta_sne.py"
 

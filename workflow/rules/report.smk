@@ -20,5 +20,7 @@ rule report_configuration:
     resources:
         mem_mb=500,
         runtime=5,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/report_configuration.py"

@@ -1,24 +1,28 @@
 # Pair similarity (paper Eq. 1-2, §3.2-3.3, §A.6): for every prompt set, every pair of refits of an
 # architecture, S[a, b][l, i, l', j] = mean over prompts of the cosine similarity of the causal
 # attention patterns of head (l, i) of refit a and head (l', j) of refit b. One job per
-# (architecture, prompt set): the 50 refits of an architecture are a handful of jobs, each one
-# streaming prompt chunks of all refits' caches into one Gram matrix product.
+# architecture covers all its prompt sets: the 50 refits of an architecture are one job, which
+# streams prompt chunks of all refits' caches into one Gram matrix product per prompt set (job
+# start-up, not arithmetic, dominates at the demo's scale).
 
 
 rule pair_similarity:
-    """All-pairs head similarity of one architecture's refits on one prompt set (Eq. 1-2)."""
+    """All-pairs head similarity of one architecture's refits on every prompt set (Eq. 1-2)."""
     input:
         caches=arch_caches,
     output:
-        f"{RESULTS}/{{arch}}/similarity/{{promptset}}.h5",
+        **{promptset: similarity_path("{arch}", promptset) for promptset in PROMPT_SETS},
     log:
-        f"{RESULTS}/logs/similarity/{{arch}}/{{promptset}}.log",
+        f"{RESULTS}/logs/similarity/{{arch}}.log",
     params:
         seeds=lambda wildcards: seeds(wildcards.arch),
+        promptsets=PROMPT_SETS,
         prompt_chunk=config["similarity"]["prompt_chunk"],
     threads: 1
     resources:
         mem_mb=similarity_mem_mb,
-        runtime=30,
+        runtime=similarity_runtime,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/pair_similarity.py"

@@ -10,22 +10,6 @@
 # (rule all) refreshes them afterwards.
 
 
-def architecture_upstream_targets(arch):
-    """Outputs of `arch` that an analysis rerun must never rebuild: its weights and caches."""
-    return train_outputs(arch) + [cache_path(arch, seed) for seed in seeds(arch)]
-
-
-def architecture_post_training_targets(arch):
-    """Every output of `arch` downstream of its caches, in architecture_targets order."""
-    upstream = set(architecture_upstream_targets(arch))
-    return [target for target in architecture_targets(arch) if target not in upstream]
-
-
-# Rules whose jobs start an architecture's analyses (everything else in analyses_<arch> is
-# downstream of one of them); tests/test_operations.py checks this list against the DAG.
-ANALYSIS_ROOT_RULES = ("pair_similarity", "refit_measurements")
-
-
 for _arch in ARCHITECTURES:
 
     rule:

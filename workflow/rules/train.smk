@@ -33,5 +33,7 @@ rule train:
         gpu=train_gpus,
         runtime=train_runtime,
         mem_mb=train_mem_mb,
+    conda:
+        CONDA_ENV
     script:
         "../scripts/train.py"

@@ -1,4 +1,6 @@
-"""Rule pair_similarity: caches of all refits of one architecture -> similarity/{promptset}.h5."""
+"""Rule pair_similarity: caches of all refits of one architecture -> similarity/{promptset}.h5, every prompt set."""
+
+import logging
 
 from headstab.caches import open_cache
 from headstab.joblog import run_job
@@ -8,27 +10,29 @@ from headstab.similarity import pair_similarity_from_caches, write_pair_similari
 
 def main():
     caches = list(snakemake.input.caches)
-    promptset = snakemake.wildcards.promptset
-    similarity = pair_similarity_from_caches(
-        caches, promptset, snakemake.params.prompt_chunk, workers=snakemake.threads
-    )
     # Provenance: each cache already records the sha256 of its checkpoint and prompt files; hashing
-    # gigabytes of caches again for every prompt set would cost more than the similarity itself.
+    # gigabytes of caches again would cost more than the similarity itself.
     inputs = {}
     for path in caches:
         with open_cache(path) as cache:
             inputs[path] = {"checkpoint_sha256": cache.attrs.get("checkpoint_sha256"), "seed": cache.attrs.get("seed")}
-    write_pair_similarity(
-        snakemake.output[0],
-        similarity,
-        snakemake.params.seeds,
-        attrs={
-            "architecture": snakemake.wildcards.arch,
-            "promptset": promptset,
-            "inputs": inputs,
-            "environment": environment_record(),
-        },
-    )
+    environment = environment_record()
+    for promptset in snakemake.params.promptsets:
+        similarity = pair_similarity_from_caches(
+            caches, promptset, snakemake.params.prompt_chunk, workers=snakemake.threads
+        )
+        write_pair_similarity(
+            snakemake.output[promptset],
+            similarity,
+            snakemake.params.seeds,
+            attrs={
+                "architecture": snakemake.wildcards.arch,
+                "promptset": promptset,
+                "inputs": inputs,
+                "environment": environment,
+            },
+        )
+        logging.info("wrote %s %s", snakemake.output[promptset], similarity.shape)
 
 
 run_job(main, "pair_similarity", snakemake.log[0])
