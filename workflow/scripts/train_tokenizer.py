@@ -1,34 +1,15 @@
 """Rule train_tokenizer: byte-level BPE on a corpus's text -> tokenizer directory + meta.json."""
 
 import logging
-import os
-import sys
 import time
 from pathlib import Path
 
 from tqdm import tqdm
 
+from headstab.joblog import run_job
 from headstab.corpus import iter_documents
 from headstab.provenance import sha256_file
 from headstab.tokenizer import train_bpe_tokenizer, write_tokenizer_meta
-
-def log_to_file(path):
-    """Send stderr (logging, tqdm, library warnings) to the rule's log file."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
-    sys.stderr = os.fdopen(2, "w", buffering=1)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-
-def run(main, rule):
-    """Run main(); on failure, the traceback goes to the log and a one-line reason to the console."""
-    log_to_file(snakemake.log[0])
-    try:
-        main()
-    except Exception as error:
-        logging.exception("rule %s failed", rule)
-        print(f"Error in rule {rule}: {error}\n(details: {snakemake.log[0]})", flush=True)
-        raise SystemExit(1) from None
 
 
 def main():
@@ -50,4 +31,4 @@ def main():
                  time.perf_counter() - start)
 
 
-run(main, "train_tokenizer")
+run_job(main, "train_tokenizer", snakemake.log[0])
