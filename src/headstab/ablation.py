@@ -16,6 +16,8 @@ import pandas as pd
 from scipy import stats
 from tqdm.auto import tqdm
 
+from headstab.analyses import pearson_or_nan
+
 if TYPE_CHECKING:
     import torch
 
@@ -183,16 +185,6 @@ def ablation_table(
     return table
 
 
-def _pearson(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    # Pearson r is undefined with fewer than 2 points or a constant variable.
-    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return math.nan, math.nan
-    if len(x) == 2:
-        return float(np.sign(np.corrcoef(x, y)[0, 1])), math.nan
-    res = stats.pearsonr(x, y)
-    return float(res.statistic), float(res.pvalue)
-
-
 def ablation_correlation(table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
     """Per layer Pearson correlation between head stability and ΔPPL, and its trend over depth.
 
@@ -203,7 +195,7 @@ def ablation_correlation(table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, f
     """
     rows = []
     for layer, group in table.groupby("layer", sort=True):
-        r, p = _pearson(group["stability"].to_numpy(float), group["delta_ppl"].to_numpy(float))
+        r, p = pearson_or_nan(group["stability"].to_numpy(float), group["delta_ppl"].to_numpy(float))
         rows.append((int(layer), r, p, len(group)))
     per_layer = pd.DataFrame(rows, columns=["layer", "pearson_r", "p_value", "n_heads"])
     finite = per_layer[np.isfinite(per_layer["pearson_r"])]

@@ -114,7 +114,8 @@ def _select(
     return table
 
 
-def _pearson(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+def pearson_or_nan(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Pearson (r, p); NaN where undefined (the ablation and weight-norm correlations share it)."""
     # Undefined for < 2 points or a constant variable; with 2 points r = +-1 and p is meaningless.
     if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return math.nan, math.nan
@@ -153,7 +154,7 @@ def norm_stability_correlation(
     rows = []
     for (anchor, matrix), group in merged.groupby(["anchor_seed", "matrix"], sort=False):
         group = group.sort_values("layer")
-        r, p = _pearson(group["mean_frobenius_norm"].to_numpy(), group["mean"].to_numpy())
+        r, p = pearson_or_nan(group["mean_frobenius_norm"].to_numpy(), group["mean"].to_numpy())
         rows.append((anchor, matrix, r, p, len(group)))
     out = pd.DataFrame(rows, columns=["anchor_seed", "matrix", "pearson_r", "p_value", "n_layers"])
     order = {m: i for i, m in enumerate(MATRIX_ORDER)}

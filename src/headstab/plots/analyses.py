@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import seaborn as sns
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from headstab.plots import new_figure, save_figure
 from matplotlib.lines import Line2D
 
 __all__ = [
@@ -31,21 +32,8 @@ __all__ = [
     "plot_stability_gap",
 ]
 
-DPI = 150
 STABILITY_LABEL = "layer stability (cosine similarity)"
 OPTIMIZER_COLOURS = {"Adam": "tab:blue", "AdamW": "tab:orange"}
-
-
-def _new_figure(figsize: tuple[float, float]) -> Figure:
-    figure = Figure(figsize=figsize, layout="constrained")
-    FigureCanvasAgg(figure)
-    return figure
-
-
-def _save(figure: Figure, path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=DPI)
 
 
 def _filter(table: pd.DataFrame, name: str, **filters: object) -> pd.DataFrame:
@@ -108,7 +96,7 @@ def plot_qnorm_vs_stability(
     n_layers = int(data["layer"].max()) + 1
     palette = _layer_palette(n_layers)
 
-    figure = _new_figure((10, 4.0))
+    figure = new_figure((10, 4.0))
     scatter_ax, bar_ax = figure.subplots(1, 2, width_ratios=[1, 1.2])
     for layer in range(n_layers):
         rows = data[data["layer"] == layer]
@@ -137,7 +125,7 @@ def plot_qnorm_vs_stability(
     bar_ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     bar_ax.set_title("correlation per matrix", fontsize=9)
     figure.suptitle(f"{arch}: weight norms vs layer stability (§4.4.1, Table B.5; prompts: {promptset})", fontsize=10)
-    _save(figure, path)
+    save_figure(figure, path)
     return data.reset_index(drop=True)
 
 
@@ -155,7 +143,7 @@ def plot_prompt_length(table: pd.DataFrame, path: str | Path, arch: str) -> pd.D
     data = table.pivot(index="layer", columns="prompt_length", values="mean").sort_index()
     n_layers = len(data)
     palette = sns.color_palette("crest", data.shape[1])
-    figure = _new_figure((max(5.0, 2.5 + 0.45 * n_layers), 3.8))
+    figure = new_figure((max(5.0, 2.5 + 0.45 * n_layers), 3.8))
     ax = figure.add_subplot()
     x = data.index.to_numpy() + 1
     for colour, length in zip(palette, data.columns):
@@ -165,7 +153,7 @@ def plot_prompt_length(table: pd.DataFrame, path: str | Path, arch: str) -> pd.D
     ax.legend(title="prompt length", fontsize=7, title_fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     anchor = table["anchor_seed"].iloc[0] if "anchor_seed" in table.columns else "?"
     ax.set_title(f"{arch}: layer stability by prompt length (§4.4.2, Fig. 5 / B.4)\nanchor seed {anchor}", fontsize=10)
-    _save(figure, path)
+    save_figure(figure, path)
     return data
 
 
@@ -197,7 +185,7 @@ def plot_residual_stream(
     n_pairs = len(cka.drop_duplicates(["seed_a", "seed_b"]))
     x = data["layer"].to_numpy() + 1
 
-    figure = _new_figure((10, 3.9))
+    figure = new_figure((10, 3.9))
     line_ax, scatter_ax = figure.subplots(1, 2)
     for column, colour, label in (
         ("cka", "tab:purple", f"residual-stream CKA ({kernel}), {n_pairs} refit pairs"),
@@ -227,7 +215,7 @@ def plot_residual_stream(
     scatter_ax.legend(fontsize=7, ncol=2 if n_layers > 6 else 1)
     figure.suptitle(f"{arch}: residual stream similarity vs head stability (§4.7, Fig. 9 / B.8; prompts: {promptset})",
                     fontsize=10)
-    _save(figure, path)
+    save_figure(figure, path)
     return data
 
 
@@ -248,7 +236,7 @@ def plot_ablation_correlation(
     """
     n_layers = int(table["layer"].max()) + 1
     palette = _layer_palette(n_layers)
-    figure = _new_figure((10, 3.9))
+    figure = new_figure((10, 3.9))
     scatter_ax, r_ax = figure.subplots(1, 2)
     for layer in range(n_layers):
         rows = table[table["layer"] == layer]
@@ -275,7 +263,7 @@ def plot_ablation_correlation(
     r_ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     r_ax.set_title("correlation per layer", fontsize=9)
     figure.suptitle(f"{arch}: ablation importance vs head stability (§4.8, Fig. 10 / B.9)", fontsize=10)
-    _save(figure, path)
+    save_figure(figure, path)
     return data
 
 
@@ -296,7 +284,7 @@ def plot_optimizer_stability(
     adam, adamw: layer stability tables (anchor_seed, layer, mean, std, + promptset, scope).
     Returns per optimizer and layer: mean (over anchors), anchors_std, heads_std.
     """
-    figure = _new_figure((10, 3.9))
+    figure = new_figure((10, 3.9))
     axes = figure.subplots(1, 2, sharey=True)
     drawn = []
     for ax, table, arch, optimizer in zip(axes, (adam, adamw), (arch_adam, arch_adamw), ("Adam", "AdamW")):
@@ -317,7 +305,7 @@ def plot_optimizer_stability(
         drawn.append(summary.assign(optimizer=optimizer, architecture=arch))
     axes[0].set_ylabel(STABILITY_LABEL)
     figure.suptitle(f"Adam vs AdamW: layer stability (§4.5, Fig. 6 / B.6; prompts: {promptset})", fontsize=10)
-    _save(figure, path)
+    save_figure(figure, path)
     return pd.concat(drawn, ignore_index=True)
 
 
@@ -336,7 +324,7 @@ def plot_activation_norms(
     )
     titles = {"attn_out": "attention output (hook_attn_out)", "resid_mid": "residual stream (hook_resid_mid)"}
     arch_of = {"Adam": arch_adam, "AdamW": arch_adamw}
-    figure = _new_figure((10, 3.9))
+    figure = new_figure((10, 3.9))
     axes = figure.subplots(1, 2)
     for ax, activation in zip(axes, ("attn_out", "resid_mid")):
         for optimizer, colour in OPTIMIZER_COLOURS.items():
@@ -354,7 +342,7 @@ def plot_activation_norms(
         ax.set_title(titles[activation], fontsize=9)
         ax.legend(fontsize=7, loc="best")
     figure.suptitle("Adam vs AdamW: activation norms, padding excluded (§4.5, Fig. 35)", fontsize=10)
-    _save(figure, path)
+    save_figure(figure, path)
     return data
 
 
@@ -372,7 +360,7 @@ def plot_perplexity(
     Returns per optimizer: mean, std (ddof 1), n.
     """
     data = ppl.groupby("optimizer")["perplexity"].agg(mean="mean", std="std", n="count").reset_index()
-    figure = _new_figure((5.2, 4.2))
+    figure = new_figure((5.2, 4.2))
     ax = figure.add_subplot()
     arch_of = {"Adam": arch_adam, "AdamW": arch_adamw}
     order = [o for o in ("Adam", "AdamW") if o in set(ppl["optimizer"])]
@@ -395,7 +383,7 @@ def plot_perplexity(
         f"Mann-Whitney p = {comparison['mannwhitney_p']:.3g}",
         fontsize=9,
     )
-    _save(figure, path)
+    save_figure(figure, path)
     return data
 
 
@@ -486,13 +474,13 @@ def plot_stability_gap(summary: pd.DataFrame, path: str | Path) -> pd.DataFrame:
     """
     _check_summary(summary, _SUMMARY_COLUMNS + ("delta_s",))
     colours, offsets = _depth_encoding(summary)
-    figure = _new_figure((8.5, 4.2))
+    figure = new_figure((8.5, 4.2))
     ax = figure.add_subplot()
     means = _depth_panel(ax, summary, "delta_s", colours, offsets)
     ax.set_ylabel("stability gap ΔS = S(l_max) − S(l_min)\n(cosine similarity)")
     ax.set_title("Stability gap across architectures (§4.6, Fig. 7)", fontsize=10)
     _depth_legend(figure, summary, colours)
-    _save(figure, path)
+    save_figure(figure, path)
     return means
 
 
@@ -504,7 +492,7 @@ def plot_extreme_layer_depth(summary: pd.DataFrame, path: str | Path) -> pd.Data
     """
     _check_summary(summary, _SUMMARY_COLUMNS + ("r_max", "r_min"))
     colours, offsets = _depth_encoding(summary)
-    figure = _new_figure((11, 4.2))
+    figure = new_figure((11, 4.2))
     axes = figure.subplots(1, 2, sharey=True)
     drawn = []
     for ax, value, title in zip(axes, ("r_max", "r_min"), ("most stable layer", "least stable layer")):
@@ -514,7 +502,7 @@ def plot_extreme_layer_depth(summary: pd.DataFrame, path: str | Path) -> pd.Data
     axes[0].set_ylabel("relative depth r = l / L (l counted from 1)")
     figure.suptitle("Position of the extreme layers (§4.6, Fig. 8)", fontsize=10)
     _depth_legend(figure, summary, colours)
-    _save(figure, path)
+    save_figure(figure, path)
     return pd.concat(drawn, ignore_index=True)
 
 
@@ -532,7 +520,7 @@ def plot_meta_sne(table: pd.DataFrame, path: str | Path) -> pd.DataFrame:
     missing = [c for c in needed if c not in table.columns]
     if missing:
         raise ValueError(f"meta-SNE table lacks columns {missing}")
-    figure = _new_figure((10.5, 4.6))
+    figure = new_figure((10.5, 4.6))
     axes = figure.subplots(1, 2, sharex=True, sharey=True)
     counts = []
     mappable = None
@@ -564,5 +552,5 @@ def plot_meta_sne(table: pd.DataFrame, path: str | Path) -> pd.DataFrame:
     if mappable is not None:
         figure.colorbar(mappable, ax=axes, label="relative depth (layer + 1) / L", shrink=0.9)
     figure.suptitle("meta-SNE of attention heads (§4.9, Fig. 11)", fontsize=10)
-    _save(figure, path)
+    save_figure(figure, path)
     return pd.DataFrame(counts, columns=["optimizer", "n_heads"])

@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import QuadMesh
-from matplotlib.figure import Figure
+
+from headstab.plots import new_figure, save_figure
 
 __all__ = [
     "plot_alignment_map",
@@ -30,7 +30,6 @@ __all__ = [
 
 SIMILARITY_LABEL = "cosine similarity"
 STABILITY_CMAP = "viridis"
-DPI = 150
 
 
 def _select(table: pd.DataFrame, name: str, **filters: object) -> pd.DataFrame:
@@ -54,23 +53,6 @@ def _first(table: pd.DataFrame, column: str) -> int:
 
 def _one_based(values: pd.Index | np.ndarray) -> list[int]:
     return [int(v) + 1 for v in values]
-
-
-def _new_figure(figsize: tuple[float, float]) -> Figure:
-    """A constrained-layout figure on its own Agg canvas, whatever backend pyplot may be using.
-
-    The canvas is attached at once, so text measurement for the layout reuses one cached renderer
-    instead of building a new one per measurement.
-    """
-    figure = Figure(figsize=figsize, layout="constrained")
-    FigureCanvasAgg(figure)
-    return figure
-
-
-def _save(figure: Figure, path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=DPI)
 
 
 def _heads_by_layers(rows: pd.DataFrame, value: str) -> pd.DataFrame:
@@ -142,7 +124,7 @@ def plot_head_stability(
     rows = _select(head_table, "head_stability table", promptset=promptset, scope=scope)
     anchor = _first(rows, "anchor_seed")
     matrix = _heads_by_layers(rows[rows["anchor_seed"] == anchor], "stability")
-    figure = _new_figure(_heatmap_size(*matrix.shape[::-1]))
+    figure = new_figure(_heatmap_size(*matrix.shape[::-1]))
     ax = figure.add_subplot()
     _heads_layers_heatmap(ax, matrix, f"head stability ({SIMILARITY_LABEL})")
     n_pairs = int(rows["n_pairs"].iloc[0])
@@ -151,7 +133,7 @@ def plot_head_stability(
         f"anchor = first seed ({anchor}), mean best match over {n_pairs} other refits",
         fontsize=10,
     )
-    _save(figure, path)
+    save_figure(figure, path)
     return matrix
 
 
@@ -175,7 +157,7 @@ def plot_layer_stability(
     data = first[["mean", "std"]].join(across).reset_index()
     n_anchors = rows["anchor_seed"].nunique()
 
-    figure = _new_figure((max(4.5, 1.8 + 0.45 * len(data)), 3.6))
+    figure = new_figure((max(4.5, 1.8 + 0.45 * len(data)), 3.6))
     ax = figure.add_subplot()
     x = np.asarray(_one_based(data["layer"]))
     ax.fill_between(
@@ -196,7 +178,7 @@ def plot_layer_stability(
         f"anchor = first seed ({anchor}); grey band: all anchors",
         fontsize=10,
     )
-    _save(figure, path)
+    save_figure(figure, path)
     return data
 
 
@@ -223,7 +205,7 @@ def plot_pair_stability(
     n_rows = -(-len(layers) // n_cols)
     width = min(18.0, n_cols * (1.4 + 0.16 * len(pair_order)) + 1.2)
     height = min(20.0, n_rows * (1.0 + 0.22 * n_heads) + 1.0)
-    figure = _new_figure((width, height))
+    figure = new_figure((width, height))
     axes = np.atleast_1d(figure.subplots(n_rows, n_cols, squeeze=False)).ravel()
     low, high = float(data.min().min()), float(data.max().max())
     for ax, layer in zip(axes, layers):
@@ -242,7 +224,7 @@ def plot_pair_stability(
         f"{scope.replace('_', '-')} (prompts: {promptset})",
         fontsize=10,
     )
-    _save(figure, path)
+    save_figure(figure, path)
     return data
 
 
@@ -264,7 +246,7 @@ def plot_cross_layer_stability(
     layers = _select(layer_table, "layer_stability table", promptset=promptset, anchor_seed=anchor)
 
     width, height = _heatmap_size(*matrix.shape[::-1])
-    figure = _new_figure((width + 4.2, max(height, 3.4)))
+    figure = new_figure((width + 4.2, max(height, 3.4)))
     heat_ax, line_ax = figure.subplots(1, 2, width_ratios=[width, 4.2])
     _heads_layers_heatmap(heat_ax, matrix, f"cross-layer head stability ({SIMILARITY_LABEL})")
     heat_ax.set_title("heads (best match searched in all layers)", fontsize=9)
@@ -285,7 +267,7 @@ def plot_cross_layer_stability(
         f"{arch}: cross-layer stability (prompts: {promptset}); anchor = first seed ({anchor})",
         fontsize=10,
     )
-    _save(figure, path)
+    save_figure(figure, path)
     return matrix
 
 
@@ -310,7 +292,7 @@ def plot_alignment_map(
         .sort_index(axis=1)
     )
     size = min(3.0 + 0.55 * len(matrix), 14.0)
-    figure = _new_figure((size + (1.0 if kurtosis_table is not None else 0.0), size + 0.4))
+    figure = new_figure((size + (1.0 if kurtosis_table is not None else 0.0), size + 0.4))
     map_ax = figure.add_subplot()
     mesh = _heatmap(map_ax, matrix, "magma", _one_based(matrix.columns), _one_based(matrix.index),
                     vmin=0.0, vmax=1.0, annotate=len(matrix) <= 12)
@@ -333,7 +315,7 @@ def plot_alignment_map(
         f"anchor = first seed ({anchor}), pooled over heads and pair refits",
         fontsize=10,
     )
-    _save(figure, path)
+    save_figure(figure, path)
     return matrix
 
 
@@ -354,7 +336,7 @@ def plot_commonness(
     matrix = _heads_by_layers(rows[rows["seed"] == seed], column)
     per_seed = rows.groupby(["seed", "layer"])[column].mean().unstack("layer")
     width, height = _heatmap_size(*matrix.shape[::-1])
-    figure = _new_figure((width + 4.2, max(height, 3.4)))
+    figure = new_figure((width + 4.2, max(height, 3.4)))
     heat_ax, line_ax = figure.subplots(1, 2, width_ratios=[width, 4.2])
     label = "commonness" + (" excl. self" if column == "commonness_excl_self" else "")
     _heads_layers_heatmap(heat_ax, matrix, f"{label} (mean {SIMILARITY_LABEL})", cmap="rocket")
@@ -370,5 +352,5 @@ def plot_commonness(
     line_ax.legend(fontsize=8)
     line_ax.set_title("all seeds", fontsize=9)
     figure.suptitle(f"{arch}: within-layer commonness (prompts: {promptset})", fontsize=10)
-    _save(figure, path)
+    save_figure(figure, path)
     return matrix
