@@ -2,7 +2,7 @@
 # through the trained refit and writes {RESULTS}/{arch}/caches/seed{seed}.h5 (contract: docs/caches.md).
 # Library: src/headstab/caches.py (writer and the validated reader every analysis uses).
 
-# Resources (cache_gpus, cache_mem_mb, cache_runtime): common.smk, section "resources".
+# Resources (model_gpus, cache_mem_mb, cache_runtime): common.smk, section "resources".
 
 
 rule cache_activations:
@@ -24,7 +24,7 @@ rule cache_activations:
         f"{RESULTS}/benchmarks/cache/{{arch}}/seed{{seed}}.tsv"
     threads: cache_threads
     resources:
-        gpu=cache_gpus,
+        gpu=model_gpus,
         mem_mb=cache_mem_mb,
         runtime=cache_runtime,
     conda:

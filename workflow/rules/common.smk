@@ -163,8 +163,9 @@ def figure_path(arch, name):
 # ---------------------------------------------------------------- resources
 # Per-rule Slurm/workstation requests of the GPU rules, derived from the architecture and the
 # config's compute table (docs/slurm.md). CPU rules declare fixed small requests in their rules.
-def train_gpus(wildcards):
-    """One GPU per refit, unless the run is pinned to the CPU (compute.device: cpu)."""
+def model_gpus(wildcards):
+    """One GPU for a job that runs a model (train, cache_activations, refit_measurements), unless the
+    run is pinned to the CPU (compute.device: cpu)."""
     return 0 if config["compute"]["device"] == "cpu" else 1
 
 
@@ -224,11 +225,6 @@ def train_spec(wildcards):
 
 # Positions assumed per prompt when sizing memory: the shipped sets stay under 100 tokens with BOS.
 CACHE_ASSUMED_POSITIONS = 128
-
-
-def cache_gpus(wildcards):
-    """One GPU per refit, unless the run is pinned to the CPU (compute.device: cpu)."""
-    return 0 if config["compute"]["device"] == "cpu" else 1
 
 
 def cache_mem_mb(wildcards):
@@ -367,11 +363,6 @@ def architecture_summary(arch):
 
 def arch_weights(wildcards):
     return [final_weights(wildcards.arch, seed) for seed in seeds(wildcards.arch)]
-
-
-def evaluation_gpus(wildcards):
-    """The model-running job takes a GPU unless the run is pinned to the CPU (it is small either way)."""
-    return 0 if config["compute"]["device"] == "cpu" else 1
 
 
 def residual_cka_mem_mb(wildcards):

@@ -42,7 +42,7 @@ rule refit_measurements:
         device=config["compute"]["device"],
     threads: 1
     resources:
-        gpu=evaluation_gpus,
+        gpu=model_gpus,
         mem_mb=4000,
         runtime=60,
     conda:

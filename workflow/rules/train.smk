@@ -7,7 +7,7 @@
 # resumes from the newest one that verifies, and ends bit-identical to an uninterrupted run (CPU).
 # Library: src/headstab/training.py, src/headstab/models.py.
 
-# Resources (train_gpus, train_runtime, train_mem_mb) and train_spec: common.smk, section "resources".
+# Resources (model_gpus, train_runtime, train_mem_mb) and train_spec: common.smk, section "resources".
 
 
 # ---------------------------------------------------------------- rule
@@ -30,7 +30,7 @@ rule train:
         f"{RESULTS}/benchmarks/train/{{arch}}/seed{{seed}}.tsv"
     threads: train_threads
     resources:
-        gpu=train_gpus,
+        gpu=model_gpus,
         runtime=train_runtime,
         mem_mb=train_mem_mb,
     conda:
