@@ -190,6 +190,113 @@ def test_attention_only_model_caches_resid_post_and_says_so(tmp_path, token_sets
                                    reference["blocks.1.hook_resid_post"][0].numpy(), atol=1e-5)
 
 
+@pytest.fixture(scope="module")
+def resid_pre_cache_path(tmp_path_factory, model, token_sets):
+    path = tmp_path_factory.mktemp("cache_pre") / "seed1.h5"
+    write_activation_cache(path, model, token_sets, pad_token_id=0, batch_size=3,
+                           extra_resid_hooks=("hook_resid_pre",), show_progress=False)
+    return path
+
+
+def test_extra_resid_pre_matches_transformer_lens_and_is_zero_padded(resid_pre_cache_path, cache_path, model,
+                                                                     token_sets):
+    with h5py.File(resid_pre_cache_path) as handle:
+        group = handle["primary"]
+        assert "resid_post" not in group
+        pre, mid = group["resid_pre"], group["resid_mid"]
+        assert pre.shape == mid.shape == (N_LAYERS, 7, 12, D_MODEL)
+        assert pre.dtype == mid.dtype and pre.chunks == mid.chunks
+        assert pre.compression == mid.compression == "gzip" and pre.shuffle
+        assert pre.attrs["hook"] == "blocks.{layer}.hook_resid_pre" and pre.attrs["dims"] == mid.attrs["dims"]
+    with open_cache(resid_pre_cache_path) as cache:
+        assert cache.attrs["extra_resid_hooks"] == ["hook_resid_pre"]
+        assert cache.resid_hooks() == ["hook_resid_pre", "hook_resid_mid"]
+        assert "resid_pre" in cache.shapes("primary")
+    # caches with and without the optional dataset agree on everything they share
+    assert "resid_pre" not in check_consistent_shapes([cache_path, resid_pre_cache_path])["primary"]
+    with open_cache(resid_pre_cache_path) as cache, open_cache(cache_path) as plain:
+        lengths = cache.lengths("primary")
+        resid_pre = cache.resid("primary", "hook_resid_pre")
+        # resid_mid is unchanged by the extra hook, and hook_resid_mid is resid_mid
+        np.testing.assert_array_equal(cache.resid("primary", "hook_resid_mid"), plain.resid_mid("primary"))
+        np.testing.assert_array_equal(cache.resid("primary", "hook_resid_pre", layer=1, prompts=slice(2, 5)),
+                                      resid_pre[1, 2:5])
+    for row, ids in enumerate(token_sets["primary"]):
+        n = int(lengths[row])
+        assert n == len(ids) and (resid_pre[:, row, n:] == 0.0).all()
+        assert np.abs(resid_pre[:, row, :n]).min(axis=-1).max() > 0
+    for row in (0, 5):  # padded in their batches (length 7 with 9 and 11; length 2 with 3 and 5)
+        ids = token_sets["primary"][row]
+        with torch.inference_mode():
+            _, reference = model.run_with_cache(torch.tensor([ids]))
+        for layer in range(N_LAYERS):
+            np.testing.assert_allclose(resid_pre[layer, row, : len(ids)],
+                                       reference[f"blocks.{layer}.hook_resid_pre"][0].numpy(), atol=1e-5)
+    alone = collect_activations(model, *pad_token_lists([token_sets["primary"][2]], 0), ("hook_resid_pre",))
+    with torch.inference_mode():
+        _, reference = model.run_with_cache(torch.tensor([token_sets["primary"][2]]))
+    for layer in range(N_LAYERS):
+        np.testing.assert_array_equal(alone["resid_pre"][layer, 0], reference[f"blocks.{layer}.hook_resid_pre"][0].numpy())
+
+
+def test_resid_hook_missing_from_the_cache_names_file_dataset_and_cka_hook(cache_path):
+    with open_cache(cache_path) as cache:
+        assert cache.attrs["extra_resid_hooks"] == [] and cache.resid_hooks() == ["hook_resid_mid"]
+        np.testing.assert_array_equal(cache.resid("primary", "hook_resid_mid", layer=0), cache.resid_mid("primary", layer=0))
+        for hook, dataset in (("hook_resid_pre", "resid_pre"), ("hook_resid_post", "resid_post")):
+            with pytest.raises(CacheError) as error:
+                cache.resid("primary", hook)
+            message = str(error.value)
+            assert str(cache_path) in message and f"/primary/{dataset}" in message
+            assert f"analysis.cka_hook: {hook}" in message
+            assert f"snakemake {cache_path} --forcerun cache_activations" in message
+        with pytest.raises(ValueError, match="hook_resid_final.*analysis.cka_hook"):
+            cache.resid("primary", "hook_resid_final")
+
+
+def test_unknown_extra_resid_hook_fails_before_writing(tmp_path, model, token_sets):
+    with pytest.raises(ValueError, match="'hook_resid_final' is not one of.*analysis.cka_hook"):
+        write_activation_cache(tmp_path / "x.h5", model, token_sets, pad_token_id=0,
+                               extra_resid_hooks=("hook_resid_final",), show_progress=False)
+    assert not (tmp_path / "x.h5").exists()
+
+
+def test_attention_only_resid_post_is_resid_mid_and_resid_pre_is_stored(tmp_path, token_sets):
+    attn_only = make_model(attn_only=True)
+    path = tmp_path / "attn.h5"
+    write_activation_cache(path, attn_only, {"len5": token_sets["len5"]}, pad_token_id=0,
+                           extra_resid_hooks=("hook_resid_mid", "hook_resid_post", "hook_resid_pre"),
+                           show_progress=False)
+    ids = token_sets["len5"][0]
+    with torch.inference_mode():
+        _, reference = attn_only.run_with_cache(torch.tensor([ids]))
+    with h5py.File(path) as handle:
+        assert sorted(k for k in handle["len5"] if k.startswith("resid")) == ["resid_mid", "resid_pre"]
+    with open_cache(path) as cache:
+        assert cache.attrs["extra_resid_hooks"] == ["hook_resid_pre"]
+        assert cache.resid_hooks() == ["hook_resid_pre", "hook_resid_mid", "hook_resid_post"]
+        for hook in ("hook_resid_mid", "hook_resid_post"):
+            np.testing.assert_array_equal(cache.resid("len5", hook), cache.resid_mid("len5"))
+        np.testing.assert_allclose(cache.resid("len5", "hook_resid_pre", layer=1)[0],
+                                   reference["blocks.1.hook_resid_pre"][0].numpy(), atol=1e-5)
+
+
+def test_promised_or_misshapen_resid_pre_is_rejected(tmp_path, resid_pre_cache_path):
+    gutted = tmp_path / "gutted.h5"
+    gutted.write_bytes(resid_pre_cache_path.read_bytes())
+    with h5py.File(gutted, "a") as handle:
+        del handle["len5/resid_pre"]
+    with pytest.raises(CacheError, match=rf"{gutted} lacks the datasets /len5/resid_pre.*rm -f {gutted}"):
+        open_cache(gutted)
+    misshapen = tmp_path / "misshapen.h5"
+    misshapen.write_bytes(resid_pre_cache_path.read_bytes())
+    with h5py.File(misshapen, "a") as handle:
+        del handle["len5/resid_pre"]
+        handle["len5"].create_dataset("resid_pre", data=np.zeros((N_LAYERS, 3, 4, D_MODEL), dtype=np.float32))
+    with pytest.raises(CacheError, match=r"/len5/resid_pre of shape \(2, 3, 4, 32\), expected \(2, 3, 5, 32\)"):
+        open_cache(misshapen)
+
+
 def test_interrupted_write_leaves_no_file(tmp_path, model, token_sets, monkeypatch):
     import headstab.caches as caches
 

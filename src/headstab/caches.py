@@ -9,7 +9,10 @@ set with
 - `resid_mid` `[layer, prompt, pos, d_model]`: `blocks.{layer}.hook_resid_mid` (attention-only
   models have no such hook: `hook_resid_post`, identical without an MLP; attribute `resid_hook`
   says which), zero-padded;
-- `head_out` `[layer, prompt, pos, head, d_head]`: `blocks.{layer}.attn.hook_z`, zero-padded.
+- `head_out` `[layer, prompt, pos, head, d_head]`: `blocks.{layer}.attn.hook_z`, zero-padded;
+- optional `resid_pre` / `resid_post` `[layer, prompt, pos, d_model]`: `blocks.{layer}.hook_resid_pre` /
+  `hook_resid_post`, stored only when asked (`extra_resid_hooks`, from config key analysis.cka_hook),
+  zero-padded; file attribute `extra_resid_hooks` lists them.
 
 Floating datasets are float32, or float16 when the config asks (the forward pass stays float32),
 chunked with one layer per chunk so a layer of a prompt set is read alone. Files are written to
@@ -38,6 +41,7 @@ __all__ = [
     "CACHE_FORMAT_VERSION",
     "CacheError",
     "CacheReader",
+    "RESID_HOOKS",
     "cache_activations",
     "check_consistent_shapes",
     "check_prompt_lengths",
@@ -45,6 +49,7 @@ __all__ = [
     "open_cache",
     "pad_token_lists",
     "rebuild_command",
+    "resid_dataset_name",
     "resid_hook_name",
     "tokenize_prompts",
     "valid_positions",
@@ -64,6 +69,11 @@ DATASET_DIMS = {
     "resid_mid": "layer,prompt,pos,d_model",
     "head_out": "layer,prompt,pos,head,d_head",
 }
+# Residual-stream hooks a cache can hold (config key analysis.cka_hook): `resid_mid` is always stored;
+# the others only when the writer is asked for them, as datasets named after the hook without "hook_".
+RESID_HOOKS = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post")
+OPTIONAL_DATASET_DIMS = {"resid_pre": "layer,prompt,pos,d_model", "resid_post": "layer,prompt,pos,d_model"}
+ALL_DATASET_DIMS = {**DATASET_DIMS, **OPTIONAL_DATASET_DIMS}
 # Measured on a demo-shaped model (docs/caches.md): gzip level 1 behind the byte-shuffle filter stores
 # activations at about 1/3 of their padded size; level 4 gains 3% for more time, and lzf (h5py-only,
 # unreadable by plain HDF5 tools) is 10% larger. Chunks are compressed by a thread pool (zlib releases
@@ -85,10 +95,49 @@ def _fix_hint(path: str | Path) -> str:
     return f"rebuild it with `{rebuild_command(path)}` (with the --configfile/--profile of the run that made it)"
 
 
+def _forcerun_hint(path: str | Path, hook: str) -> str:
+    return (
+        f"set analysis.cka_hook: {hook} in the config and rebuild the caches with "
+        f"`snakemake {path} --forcerun cache_activations` (with the --configfile/--profile of the run that made it)"
+    )
+
+
 # ---------------------------------------------------------------- tokens
 def resid_hook_name(model: Any) -> str:
     """`hook_resid_mid` when the model has it, `hook_resid_post` for attention-only models (no MLP: identical)."""
     return "hook_resid_mid" if "blocks.0.hook_resid_mid" in model.hook_dict else "hook_resid_post"
+
+
+def _check_resid_hook(hook: str) -> None:
+    if hook not in RESID_HOOKS:
+        raise ValueError(
+            f"residual hook {hook!r} is not one of {', '.join(RESID_HOOKS)} (config key analysis.cka_hook)"
+        )
+
+
+def resid_dataset_name(hook: str, resid_hook: str = "hook_resid_mid") -> str:
+    """The dataset holding residual hook `hook` in a cache whose `resid_mid` holds `resid_hook`.
+
+    `hook_resid_mid` is always `resid_mid`; so is `hook_resid_post` of an attention-only model (its
+    `resid_mid` holds `hook_resid_post`); otherwise the hook's name without "hook_" (`resid_pre`, `resid_post`).
+    """
+    _check_resid_hook(hook)
+    if hook in ("hook_resid_mid", resid_hook):
+        return "resid_mid"
+    return hook.removeprefix("hook_")
+
+
+def _extra_resid_datasets(extra_resid_hooks: Sequence[str], resid_hook: str) -> dict[str, str]:
+    """{dataset: hook} of the requested hooks that `resid_mid` does not already hold, in RESID_HOOKS order."""
+    if isinstance(extra_resid_hooks, str):
+        raise TypeError(f"extra_resid_hooks must be a sequence of hook names, got the string {extra_resid_hooks!r}")
+    for hook in extra_resid_hooks:
+        _check_resid_hook(hook)
+    return {
+        resid_dataset_name(hook, resid_hook): hook
+        for hook in RESID_HOOKS
+        if hook in extra_resid_hooks and resid_dataset_name(hook, resid_hook) != "resid_mid"
+    }
 
 
 def tokenize_prompts(tokenizer: Any, prompts: Sequence[str], prepend_bos: bool) -> list[list[int]]:
@@ -150,34 +199,38 @@ def valid_positions(lengths: np.ndarray, n_pos: int) -> np.ndarray:
     return np.arange(n_pos)[None, :] < np.asarray(lengths)[:, None]
 
 
-def _hook_templates(resid_hook: str) -> dict[str, str]:
-    """TransformerLens hook behind each dataset, `{layer}` to fill in."""
+def _hook_templates(resid_hook: str, extra_resid_hooks: Sequence[str] = ()) -> dict[str, str]:
+    """TransformerLens hook behind each dataset, `{layer}` to fill in (extra residual hooks after the three)."""
     return {
         "attn_pattern": "blocks.{layer}.attn.hook_pattern",
         "resid_mid": "blocks.{layer}." + resid_hook,
         "head_out": "blocks.{layer}.attn.hook_z",
+        **{kind: "blocks.{layer}." + hook for kind, hook in _extra_resid_datasets(extra_resid_hooks, resid_hook).items()},
     }
 
 
-def _hook_names(n_layers: int, resid_hook: str) -> dict[str, list[str]]:
+def _hook_names(n_layers: int, resid_hook: str, extra_resid_hooks: Sequence[str] = ()) -> dict[str, list[str]]:
     return {
         kind: [template.format(layer=layer) for layer in range(n_layers)]
-        for kind, template in _hook_templates(resid_hook).items()
+        for kind, template in _hook_templates(resid_hook, extra_resid_hooks).items()
     }
 
 
-def collect_activations(model: Any, tokens: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
-    """One forward pass over a right-padded batch; the three cached activations, zeroed outside real tokens.
+def collect_activations(
+    model: Any, tokens: np.ndarray, lengths: np.ndarray, extra_resid_hooks: Sequence[str] = ()
+) -> dict[str, np.ndarray]:
+    """One forward pass over a right-padded batch; the cached activations, zeroed outside real tokens.
 
     tokens: int [batch, pos]; lengths: [batch]. Right padding keeps every real token's causal
     pattern exact (a query never attends to later positions). Returns float32 numpy arrays
     `attn_pattern` [layer, batch, head, query_pos, key_pos], `resid_mid` [layer, batch, pos, d_model],
-    `head_out` [layer, batch, pos, head, d_head].
+    `head_out` [layer, batch, pos, head, d_head], and for each of `extra_resid_hooks` that `resid_mid`
+    does not already hold (see resid_dataset_name) `resid_pre` / `resid_post` [layer, batch, pos, d_model].
     """
     import torch
 
     n_layers = int(model.cfg.n_layers)
-    names = _hook_names(n_layers, resid_hook_name(model))
+    names = _hook_names(n_layers, resid_hook_name(model), extra_resid_hooks)
     wanted = {name for kind_names in names.values() for name in kind_names}
     device = next(model.parameters()).device
     batch = torch.as_tensor(np.asarray(tokens), dtype=torch.long, device=device)
@@ -187,6 +240,7 @@ def collect_activations(model: Any, tokens: np.ndarray, lengths: np.ndarray) -> 
         "attn_pattern": valid[:, None, :, None] & valid[:, None, None, :],
         "resid_mid": valid[:, :, None],
         "head_out": valid[:, :, None, None],
+        **dict.fromkeys(OPTIONAL_DATASET_DIMS, valid[:, :, None]),
     }
     out = {}
     with torch.inference_mode():
@@ -264,6 +318,7 @@ def write_activation_cache(
     attrs: Mapping[str, Any] | None = None,
     compression_level: int | None = GZIP_LEVEL,
     compress_threads: int = 2,
+    extra_resid_hooks: Sequence[str] = (),
     show_progress: bool = True,
 ) -> Path:
     """Run every prompt set through `model` in right-padded batches and write the HDF5 cache at `path`.
@@ -274,6 +329,8 @@ def write_activation_cache(
     attributes (dicts and lists stored as JSON strings). Each batch is written as it is computed, so
     memory holds about two batches, not the cache; `compress_threads` threads compress chunks meanwhile.
     compression_level: gzip level 1-9 behind the shuffle filter, or None for uncompressed chunks.
+    extra_resid_hooks: residual hooks to store beside `resid_mid` (e.g. ("hook_resid_pre",)), as datasets
+    `resid_pre` / `resid_post` laid out like `resid_mid`; hooks `resid_mid` already holds add nothing.
     Returns the path.
     """
     if dtype not in ("float32", "float16"):
@@ -290,6 +347,8 @@ def write_activation_cache(
             raise ValueError(f"prompt set name {name!r} cannot be an HDF5 group name; rename it in the config")
         check_prompt_lengths(token_lists, n_ctx, name, (set_attrs or {}).get(name, {}).get("prompt_file"))
     resid_hook = resid_hook_name(model)
+    extra_datasets = _extra_resid_datasets(extra_resid_hooks, resid_hook)
+    templates = _hook_templates(resid_hook, extra_resid_hooks)
     if compression_level is not None and not 1 <= compression_level <= 9:
         raise ValueError(f"compression_level must be 1-9 or None (uncompressed), got {compression_level}")
     filters: dict[str, Any] = (
@@ -315,6 +374,7 @@ def write_activation_cache(
                 handle.attrs[key] = _json_attr(value) if isinstance(value, (dict, list, tuple)) else value
             handle.attrs["prompt_sets"] = _json_attr(list(token_sets))
             handle.attrs["resid_hook"] = resid_hook
+            handle.attrs["extra_resid_hooks"] = _json_attr(list(extra_datasets.values()))
             handle.attrs["cache_dtype"] = dtype
             handle.attrs["compression"] = "none" if compression_level is None else f"shuffle+gzip{compression_level}"
             handle.attrs["batch_size"] = batch_size
@@ -337,6 +397,7 @@ def write_activation_cache(
                     "attn_pattern": (n_layers, n_prompts, n_heads, n_pos, n_pos),
                     "resid_mid": (n_layers, n_prompts, n_pos, d_model),
                     "head_out": (n_layers, n_prompts, n_pos, n_heads, d_head),
+                    **dict.fromkeys(extra_datasets, (n_layers, n_prompts, n_pos, d_model)),
                 }
                 datasets = {}
                 for kind, shape in shapes.items():
@@ -347,15 +408,15 @@ def write_activation_cache(
                         kind, shape=shape, dtype=store_dtype, chunks=chunk, fillvalue=0,
                         **filters,
                     )
-                    datasets[kind].attrs["dims"] = DATASET_DIMS[kind]
-                    datasets[kind].attrs["hook"] = _hook_templates(resid_hook)[kind]
+                    datasets[kind].attrs["dims"] = ALL_DATASET_DIMS[kind]
+                    datasets[kind].attrs["hook"] = templates[kind]
                 # Batches of similar length waste less compute on padding; rows are written back in file order.
                 order = np.argsort(lengths, kind="stable")
                 for start in range(0, n_prompts, batch_size):
                     rows = order[start : start + batch_size]
                     batch_lengths = lengths[rows]
                     width = int(batch_lengths.max())
-                    acts = collect_activations(model, tokens[rows, :width], batch_lengths)
+                    acts = collect_activations(model, tokens[rows, :width], batch_lengths, extra_resid_hooks)
                     for kind, values in acts.items():
                         if store_dtype == np.float16:
                             _check_float16_range(values, kind, name, rows)
@@ -397,6 +458,7 @@ def cache_activations(
     attrs: Mapping[str, Any] | None = None,
     compression_level: int | None = GZIP_LEVEL,
     compress_threads: int = 2,
+    extra_resid_hooks: Sequence[str] = (),
     show_progress: bool = True,
 ) -> Path:
     """Tokenize `prompt_sets` ({name: [prompt text]}) and write the cache (see write_activation_cache).
@@ -423,6 +485,7 @@ def cache_activations(
         attrs={**identity, **(attrs or {})},
         compression_level=compression_level,
         compress_threads=compress_threads,
+        extra_resid_hooks=extra_resid_hooks,
         show_progress=show_progress,
     )
 
@@ -491,11 +554,16 @@ class CacheReader:
             raise self._fail(f"has no prompt sets (attribute prompt_sets={sets!r})")
         n_layers, n_heads = self.attrs["n_layers"], self.attrs["n_heads"]
         d_model, d_head = self.attrs["d_model"], self.attrs["d_head"]
+        # Optional residual hooks (absent from caches written before they existed: none stored).
+        extra_hooks = self.attrs.get("extra_resid_hooks", [])
+        if not isinstance(extra_hooks, list) or not set(extra_hooks) <= set(RESID_HOOKS):
+            raise self._fail(f"has an invalid extra_resid_hooks attribute {extra_hooks!r}")
+        listed = [resid_dataset_name(hook, str(self.attrs["resid_hook"])) for hook in extra_hooks]
         for name in sets:
             group = self._file.get(name)
             if not isinstance(group, h5py.Group):
                 raise self._fail(f"lacks the group /{name} listed in its prompt_sets attribute")
-            missing = [key for key in DATASET_DIMS if not isinstance(group.get(key), h5py.Dataset)]
+            missing = [key for key in (*DATASET_DIMS, *listed) if not isinstance(group.get(key), h5py.Dataset)]
             if missing:
                 raise self._fail(f"lacks the datasets {', '.join('/' + name + '/' + m for m in missing)}")
             n_prompts, n_pos = group["tokens"].shape
@@ -505,6 +573,7 @@ class CacheReader:
                 "attn_pattern": (n_layers, n_prompts, n_heads, n_pos, n_pos),
                 "resid_mid": (n_layers, n_prompts, n_pos, d_model),
                 "head_out": (n_layers, n_prompts, n_pos, n_heads, d_head),
+                **{key: (n_layers, n_prompts, n_pos, d_model) for key in OPTIONAL_DATASET_DIMS if key in group},
             }
             for key, shape in expected.items():
                 if group[key].shape != shape:
@@ -540,13 +609,18 @@ class CacheReader:
         """`hook_resid_mid`, or `hook_resid_post` for attention-only models (stored in `resid_mid`)."""
         return str(self.attrs["resid_hook"])
 
+    def resid_hooks(self) -> list[str]:
+        """Residual hooks this cache can hand out through `resid` (RESID_HOOKS order)."""
+        stored = {"resid_mid"} | {resid_dataset_name(hook, self.resid_hook) for hook in self.attrs.get("extra_resid_hooks", [])}
+        return [hook for hook in RESID_HOOKS if resid_dataset_name(hook, self.resid_hook) in stored]
+
     def group_attrs(self, promptset: str) -> dict[str, Any]:
         return {key: _decode_attr(value) for key, value in self._group(promptset).attrs.items()}
 
     def shapes(self, promptset: str) -> dict[str, tuple[int, ...]]:
-        """Shape of every dataset of one prompt set."""
+        """Shape of every dataset of one prompt set (optional residual datasets when stored)."""
         group = self._group(promptset)
-        return {key: tuple(group[key].shape) for key in DATASET_DIMS}
+        return {key: tuple(group[key].shape) for key in ALL_DATASET_DIMS if key in group}
 
     def _group(self, promptset: str) -> h5py.Group:
         if promptset not in self.attrs["prompt_sets"]:
@@ -594,6 +668,22 @@ class CacheReader:
         ([prompt, pos, d_model] with `layer`)."""
         return self._float(promptset, "resid_mid", layer, prompts)
 
+    def resid(self, promptset: str, hook: str, layer: int | None = None, prompts: slice | None = None) -> np.ndarray:
+        """Residual stream at `hook` ("hook_resid_mid", "hook_resid_pre" or "hook_resid_post"), float32:
+        [layer, prompt, pos, d_model] ([prompt, pos, d_model] with `layer`).
+
+        hook_resid_mid is `resid_mid` (hook_resid_post for attention-only models, which also serves their
+        hook_resid_post); the others need the cache to have been written with them (config key
+        analysis.cka_hook), else CacheError names the file, the missing dataset and how to rebuild it.
+        """
+        key = resid_dataset_name(hook, self.resid_hook)
+        if key not in self._group(promptset):
+            raise CacheError(
+                f"activation cache {self.path} has no dataset /{promptset}/{key} ({hook}; it was written with "
+                f"residual hooks {', '.join(self.resid_hooks())} only); " + _forcerun_hint(self.path, hook)
+            )
+        return self._float(promptset, key, layer, prompts)
+
     def head_out(self, promptset: str, layer: int | None = None, prompts: slice | None = None) -> np.ndarray:
         """Per-head attention outputs `hook_z`, float32: [layer, prompt, pos, head, d_head]
         ([prompt, pos, head, d_head] with `layer`)."""
@@ -635,10 +725,10 @@ def check_consistent_shapes(paths: Sequence[str | Path]) -> dict[str, dict[str, 
             for name in sets:
                 shapes = cache.shapes(name)
                 for key, shape in reference[name].items():
-                    if shapes[key] != shape:
+                    if key in shapes and shapes[key] != shape:  # optional resid_pre/resid_post: only when both hold it
                         raise CacheError(
                             f"activation caches {first} and {path} disagree on /{name}/{key} "
-                            f"({DATASET_DIMS[key]}): {shape} vs {shapes[key]}; caches of one architecture must "
+                            f"({ALL_DATASET_DIMS[key]}): {shape} vs {shapes[key]}; caches of one architecture must "
                             f"share layers, heads, prompts and positions; rebuild the stale one with "
                             f"`{rebuild_command(path)}`"
                         )
