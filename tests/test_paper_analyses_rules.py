@@ -73,11 +73,12 @@ def test_comparison_of_an_adamw_member_is_refused_with_the_missing_twin(tmp_path
     assert "l4_h8_wd_wd" in result.stdout + result.stderr
 
 
-def test_uncached_cka_hook_fails_the_plan_naming_the_key(tmp_path):
-    result = _dry_run(tmp_path, lambda c: c["analysis"].update(cka_hook="hook_resid_pre"))
-    assert result.returncode != 0
-    output = result.stdout + result.stderr
-    assert "analysis.cka_hook" in output and "hook_resid_mid" in output
+def test_every_cka_hook_plans_the_caches_and_residual_cka(tmp_path):
+    """hook_resid_pre / hook_resid_post are added to the caches (cache_options), so the plan no longer fails."""
+    for hook in ("hook_resid_pre", "hook_resid_post"):
+        (tmp_path / hook).mkdir()
+        counts = _job_counts(_dry_run(tmp_path / hook, lambda c: c["analysis"].update(cka_hook=hook)))
+        assert counts.get("cache_activations") == 32 and counts.get("residual_cka") == 8  # 8 archs x 4 seeds
 
 
 def test_every_report_caption_exists_and_is_valid_jinja():

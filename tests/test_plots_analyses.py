@@ -69,6 +69,19 @@ def test_residual_stream(tmp_path):
     np.testing.assert_allclose(data["cka_mean"], 0.95 - 0.1 * np.arange(N_LAYERS))
 
 
+def test_residual_stream_labels_name_the_hook(tmp_path, monkeypatch):
+    import headstab.plots.analyses as analyses
+
+    saved = []
+    monkeypatch.setattr(analyses, "save_figure", lambda figure, path: saved.append(figure))
+    rows = [(a, b, l, 0.9 - 0.1 * l) for a in SEEDS for b in SEEDS if a < b for l in range(N_LAYERS)]
+    cka = pd.DataFrame(rows, columns=["seed_a", "seed_b", "layer", "cka"]).assign(promptset="primary")
+    plot_residual_stream(cka, _layer_stability(), tmp_path / "r.png", "l4_h8", hook="hook_resid_pre")
+    line_ax, scatter_ax = saved[0].axes
+    assert "hook_resid_pre" in scatter_ax.get_ylabel()
+    assert any("hook_resid_pre" in text.get_text() for text in line_ax.get_legend().get_texts())
+
+
 def test_ablation_correlation(tmp_path):
     rng = np.random.default_rng(1)
     stability = rng.uniform(0.2, 1.0, (N_LAYERS, N_HEADS))

@@ -6,14 +6,15 @@
 
 
 rule cache_activations:
-    """Attention patterns, resid_mid and per-head outputs of one refit on every prompt set (HDF5)."""
+    """Attention patterns, resid_mid and per-head outputs of one refit on every prompt set (HDF5), plus
+    the residual hook analysis.cka_hook names when it is not hook_resid_mid (cache.extra_resid_hooks)."""
     input:
         unpack(cache_inputs),
     output:
         f"{RESULTS}/{{arch}}/caches/seed{{seed}}.h5",
     params:
         prompt_sets=config["prompt_sets"],
-        cache=config["cache"],
+        cache=cache_options(),  # config["cache"] (+ extra_resid_hooks from analysis.cka_hook)
         spec=cache_spec,
         tokenizer=lambda wildcards: SPECS[wildcards.arch].tokenizer,
         tokenizer_dir=lambda wildcards: tokenizer_dir(SPECS[wildcards.arch].tokenizer),

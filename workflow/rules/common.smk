@@ -232,7 +232,8 @@ def cache_mem_mb(wildcards):
     in flight (one being compressed while the next runs), at CACHE_ASSUMED_POSITIONS positions."""
     spec = SPECS[wildcards.arch]
     n_pos = min(spec.n_ctx, CACHE_ASSUMED_POSITIONS)
-    per_prompt = spec.n_layers * (spec.n_heads * n_pos * n_pos + n_pos * spec.d_model + n_pos * spec.n_heads * spec.d_head)
+    n_resid = 1 + len(cache_extra_resid_hooks())  # resid_mid and the extra residual hooks
+    per_prompt = spec.n_layers * (spec.n_heads * n_pos * n_pos + n_resid * n_pos * spec.d_model + n_pos * spec.n_heads * spec.d_head)
     activations = 2 * 2 * 4 * config["cache"]["batch_size"] * per_prompt  # x2: padded copy before compression
     weights = 4 * (spec.n_params + 2 * spec.d_vocab * spec.d_model)
     return 500 * math.ceil((3000 + (activations + 2 * weights) / 1e6) / 500)
@@ -320,15 +321,22 @@ def cache_spec(wildcards):
     return spec
 
 
+def cache_extra_resid_hooks():
+    """Residual hooks the caches store beside resid_mid: the one analysis.cka_hook names, unless it is
+    hook_resid_mid (always stored)."""
+    hook = config["analysis"]["cka_hook"]
+    return [] if hook == "hook_resid_mid" else [hook]
+
+
+def cache_options():
+    """Options of the cache writer: config["cache"], plus `extra_resid_hooks` only when there are any, so
+    that with the default cka_hook the params (and so the existing caches) stay exactly as they were,
+    while choosing another hook changes them and Snakemake rebuilds the caches."""
+    extra = cache_extra_resid_hooks()
+    return {**config["cache"], "extra_resid_hooks": extra} if extra else config["cache"]
+
+
 # ---------------------------------------------------------------- paper_analyses stage (paper_analyses.smk)
-if config["analysis"]["cka_hook"] != "hook_resid_mid":
-    raise WorkflowError(
-        f"config key 'analysis.cka_hook': {config['analysis']['cka_hook']} is not cached yet; the activation "
-        "caches store blocks.{layer}.hook_resid_mid only (hook_resid_post for attention-only models, identical "
-        "there). Use hook_resid_mid, or add the hook to the cache rule first."
-    )
-
-
 def optimizer_label(arch):
     """'Adam' or 'AdamW', from the architecture's optimizer setting."""
     return "AdamW" if SPECS[arch].optimizer == "adamw" else "Adam"

@@ -111,8 +111,10 @@ rule prompt_length:
 
 rule residual_cka:
     """Residual-stream CKA between every pair of refits, per layer and prompt set (paper §4.7,
-    Fig. 9 / B.8): real-token activations of hook_resid_mid of all prompts stacked; RBF kernel with
-    bandwidth cka_threshold x median distance (Kornblith et al. 2019) or linear; optionally debiased."""
+    Fig. 9 / B.8): real-token activations of the residual hook analysis.cka_hook names (default
+    hook_resid_mid, the paper's text; the authors' code used hook_resid_pre; the caches store it, see
+    cache_activations) of all prompts stacked; RBF kernel with bandwidth cka_threshold x median distance
+    (Kornblith et al. 2019) or linear; optionally debiased."""
     input:
         caches=arch_caches,
         layer_stability=table_path("{arch}", "layer_stability"),
@@ -131,6 +133,7 @@ rule residual_cka:
         seeds=lambda wildcards: seeds(wildcards.arch),
         promptsets=["primary"],  # the paper's §4.7; add len{N} or the user's sets here, ~1 s each on the demo
         figure_promptset="primary",
+        hook=config["analysis"]["cka_hook"],
         kernel=config["analysis"]["cka_kernel"],
         threshold=config["analysis"]["cka_threshold"],
         debiased=config["analysis"]["cka_debiased"],

@@ -38,6 +38,7 @@ def main():
         compression_level=options.get("compression_level", GZIP_LEVEL),  # schema key proposed, not yet added
         prompt_files=prompt_files,
         compress_threads=snakemake.threads,
+        extra_resid_hooks=options.get("extra_resid_hooks", ()),  # from analysis.cka_hook (cache_options)
         attrs={
             "architecture": arch,
             "seed": seed,

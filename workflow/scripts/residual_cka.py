@@ -1,5 +1,6 @@
 """Rule residual_cka: caches of one architecture -> tables/residual_cka.csv (promptset, seed_a, seed_b,
-layer, cka) and figures/residual_stream.png (paper §4.7, Fig. 9 / B.8)."""
+layer, cka) and figures/residual_stream.png (paper §4.7, Fig. 9 / B.8), on the residual hook
+params.hook (config key analysis.cka_hook)."""
 
 import logging
 
@@ -13,9 +14,10 @@ from headstab.joblog import run_job
 from headstab.plots.analyses import plot_residual_stream
 
 
-def layer_tokens(caches, promptset, layer, keep):
-    """seed -> [1, n_kept, d_model]: real-token resid_mid of one layer, the same tokens for every refit."""
-    return {seed: token_activations(cache.resid_mid(promptset, layer=layer), cache.lengths(promptset))[keep][None]
+def layer_tokens(caches, promptset, layer, keep, hook):
+    """seed -> [1, n_kept, d_model]: real-token activations of residual hook `hook` of one layer, the same
+    tokens for every refit."""
+    return {seed: token_activations(cache.resid(promptset, hook, layer=layer), cache.lengths(promptset))[keep][None]
             for seed, cache in caches.items()}
 
 
@@ -29,10 +31,10 @@ def promptset_cka(caches, promptset, params):
     keep = subsample_tokens(int(lengths[first].sum()), params.max_tokens)
     frames = []
     for layer in range(caches[first].n_layers):
-        table = pairwise_layer_cka(layer_tokens(caches, promptset, layer, keep), kernel=params.kernel,
+        table = pairwise_layer_cka(layer_tokens(caches, promptset, layer, keep, params.hook), kernel=params.kernel,
                                    threshold=params.threshold, debiased=params.debiased)
         frames.append(table.assign(layer=layer))
-    logging.info("%s: %d of %d tokens per refit", promptset, len(keep), int(lengths[first].sum()))
+    logging.info("%s: %d of %d tokens per refit, %s", promptset, len(keep), int(lengths[first].sum()), params.hook)
     return pd.concat(frames, ignore_index=True).assign(promptset=promptset)
 
 
@@ -50,7 +52,7 @@ def main():
     if params.debiased:
         kernel += ", debiased"
     plot_residual_stream(table, pd.read_csv(snakemake.input.layer_stability), snakemake.output.figure,
-                         snakemake.wildcards.arch, promptset=params.figure_promptset, kernel=kernel)
+                         snakemake.wildcards.arch, promptset=params.figure_promptset, kernel=kernel, hook=params.hook)
 
 
 run_job(main, "residual_cka", snakemake.log[0])

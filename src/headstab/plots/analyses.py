@@ -168,10 +168,12 @@ def plot_residual_stream(
     promptset: str = "primary",
     scope: str = "same_layer",
     kernel: str = "RBF",
+    hook: str = "hook_resid_mid",
 ) -> pd.DataFrame:
     """Residual-stream CKA between refits against head stability, per layer (§4.7, Fig. 9 / B.8).
 
     cka: (promptset,) seed_a, seed_b, layer, cka; layer_stability: anchor_seed, layer, mean, std.
+    hook: the residual hook the CKA was computed on (config key analysis.cka_hook), named in the labels.
     Returns per layer: cka_mean, cka_std (over pairs), stability_mean, stability_std (over anchors).
     """
     cka = _filter(cka, "residual CKA table", promptset=promptset)
@@ -188,7 +190,7 @@ def plot_residual_stream(
     figure = new_figure((10, 3.9))
     line_ax, scatter_ax = figure.subplots(1, 2)
     for column, colour, label in (
-        ("cka", "tab:purple", f"residual-stream CKA ({kernel}), {n_pairs} refit pairs"),
+        ("cka", "tab:purple", f"residual-stream CKA ({hook}, {kernel}), {n_pairs} refit pairs"),
         ("stability", "tab:green", "head stability (layer mean), all anchors"),
     ):
         mean, std = data[f"{column}_mean"], data[f"{column}_std"]
@@ -211,7 +213,7 @@ def plot_residual_stream(
     else:
         scatter_ax.set_title("CKA vs head stability", fontsize=9)
     scatter_ax.set_xlabel(STABILITY_LABEL)
-    scatter_ax.set_ylabel(f"residual-stream CKA ({kernel})")
+    scatter_ax.set_ylabel(f"residual-stream CKA ({hook}, {kernel})")
     scatter_ax.legend(fontsize=7, ncol=2 if n_layers > 6 else 1)
     figure.suptitle(f"{arch}: residual stream similarity vs head stability (§4.7, Fig. 9 / B.8; prompts: {promptset})",
                     fontsize=10)
