@@ -1,7 +1,7 @@
 """Similarity engine benchmarks (issue 6): against the paper's plain loop, and against the GEMM limit.
 
 1. `bench_loop`: single anchor, same layer, synthetic l8_h16 patterns of 10 refits x 20 prompts of
-   64 tokens, held in memory. The engine (`causal_pattern_features` + `same_layer_pair_similarity`)
+   64 tokens, held in memory. The engine (`headstab.similarity.anchor_pair_similarity`)
    against `common.loop_pair_similarity`, the paper's method as a plain Python loop.
 2. `bench_streaming`: all anchors, all pairs, same layer, streamed from HDF5 caches on disk (written
    by headstab's own cache writer) with `pair_similarity_from_caches(..., scope="same_layer")`, for

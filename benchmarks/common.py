@@ -249,17 +249,14 @@ def head_stability_from_pairs(pair_similarity: np.ndarray) -> np.ndarray:
 
 
 def engine_pair_similarity(patterns: Sequence[np.ndarray], lengths: np.ndarray, anchor: int = 0) -> np.ndarray:
-    """The same quantity as `loop_pair_similarity`, through headstab's engine (one anchor).
+    """The same quantity as `loop_pair_similarity`, through headstab's one-anchor route
+    (`headstab.similarity.anchor_pair_similarity`).
 
     Returns float32 [pair refit, layer, anchor head, candidate head].
     """
-    from headstab.similarity import causal_pattern_features, same_layer_pair_similarity
+    from headstab.similarity import anchor_pair_similarity
 
-    n_layers, n_prompts, n_heads, n_pos = patterns[0].shape[:4]
-    features = np.empty((len(patterns), n_layers, n_heads, n_prompts, n_pos * (n_pos + 1) // 2), dtype=np.float32)
-    for seed, pattern in enumerate(patterns):
-        causal_pattern_features(pattern, lengths, out=features[seed])
-    similarity = same_layer_pair_similarity(features, anchors=[anchor])[0]  # [seed_b, layer, head_a, head_b]
+    similarity = anchor_pair_similarity(patterns, lengths, anchor=anchor)  # [refit, layer, head_a, head_b]
     keep = [index for index in range(len(patterns)) if index != anchor]
     return similarity[keep]
 

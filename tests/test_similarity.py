@@ -7,6 +7,8 @@ import pytest
 
 from headstab.similarity import (
     GramAccumulator,
+    anchor_pair_similarity,
+    causal_length_mask,
     causal_pattern_features,
     gram_to_pair_similarity,
     n_lower_entries,
@@ -119,6 +121,43 @@ def test_values_written_for_pad_queries_are_ignored():
     np.testing.assert_array_equal(
         causal_pattern_features(dirty, lengths), causal_pattern_features(pattern, lengths)
     )
+
+
+def test_one_anchor_route_equals_eq_1_and_2_and_ignores_values_outside_the_triangle():
+    rng = np.random.default_rng(12)
+    lengths = np.array([6, 3, 5, 1])
+    patterns = [random_patterns(rng, 2, 3, lengths, 7) for _ in range(3)]
+    reference = reference_similarity(patterns, lengths)
+    got = anchor_pair_similarity(patterns, lengths, anchor=1)
+    assert got.shape == (3, 2, 3, 3) and got.dtype == np.float32
+    for layer in range(2):
+        np.testing.assert_allclose(got[:, layer], reference[1, :, layer, :, layer, :], atol=1e-6)
+    # Entries above the diagonal or outside a prompt's length block are not part of Eq. 1.
+    dirty = [p.copy() for p in patterns]
+    for p in dirty:
+        p[:, 1, :, :, 4:] = 0.5  # prompt 1 (3 tokens): pad keys and pad queries
+        p[:, 0, :, 0, 1:] = 0.25  # prompt 0: above the diagonal
+    np.testing.assert_allclose(anchor_pair_similarity(dirty, lengths, anchor=1), got, atol=1e-7)
+
+
+def test_one_anchor_route_matches_the_gram_route_and_rejects_bad_input():
+    rng = np.random.default_rng(13)
+    lengths = np.array([5, 4, 5])
+    patterns = [random_patterns(rng, 2, 3, lengths, 5) for _ in range(4)]
+    gram_route = same_layer_pair_similarity(stacked_features(patterns, lengths), anchors=[2])[0]
+    np.testing.assert_allclose(anchor_pair_similarity(patterns, lengths, anchor=2), gram_route, atol=1e-6)
+    with pytest.raises(ValueError, match=r"anchor must be a refit index in 0\.\.3"):
+        anchor_pair_similarity(patterns, lengths, anchor=4)
+    with pytest.raises(ValueError, match="pattern 1 has shape"):
+        anchor_pair_similarity([patterns[0], patterns[1][:, :2]], lengths)
+    with pytest.raises(ValueError, match=r"values in 1\.\.5"):
+        anchor_pair_similarity(patterns, np.array([5, 0, 5]))
+
+
+def test_causal_length_mask_by_hand():
+    mask = causal_length_mask(np.array([2, 3]), 3).reshape(2, 3, 3)
+    np.testing.assert_array_equal(mask[0], [[1, 0, 0], [1, 1, 0], [0, 0, 0]])
+    np.testing.assert_array_equal(mask[1], [[1, 0, 0], [1, 1, 0], [1, 1, 1]])
 
 
 def test_streamed_prompt_chunks_equal_one_product():

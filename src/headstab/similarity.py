@@ -26,6 +26,8 @@ import numpy as np
 
 __all__ = [
     "GramAccumulator",
+    "anchor_pair_similarity",
+    "causal_length_mask",
     "causal_pattern_features",
     "gram_to_pair_similarity",
     "n_lower_entries",
@@ -288,6 +290,69 @@ def same_layer_pair_similarity(features: np.ndarray, anchors: Sequence[int] | No
             gram = _batched_product(anchor_rows, by_layer[:, layer]).transpose(1, 0, 2)
             gram = gram.reshape(n_anchors, n_heads, n_seeds, n_heads)
         out[:, :, layer] = gram.transpose(0, 2, 1, 3)
+    return out
+
+
+def causal_length_mask(lengths: np.ndarray, n_pos: int) -> np.ndarray:
+    """float32 [prompt, n_pos * n_pos]: 1 on each prompt's lower triangle (diagonal included) inside
+    its length x length block, 0 elsewhere (the entries Eq. 1 compares), flattened row-major."""
+    lengths = np.asarray(lengths)
+    position = np.arange(n_pos)
+    query, key = position[:, None], position[None, :]
+    mask = (key <= query)[None] & (query[None] < lengths[:, None, None])
+    return mask.reshape(lengths.size, n_pos * n_pos).astype(np.float32)
+
+
+def anchor_pair_similarity(patterns: Sequence[np.ndarray], lengths: np.ndarray, anchor: int = 0) -> np.ndarray:
+    """Same-layer similarity of one anchor refit's heads with every refit's heads, from patterns in memory.
+
+    patterns: one [layer, prompt, head, query_pos, key_pos] array per refit (e.g. from `run_with_cache`),
+        right-padded to a common size; lengths: [prompt] real tokens per prompt.
+    Returns float32 [refit, layer, anchor head, candidate head]: the mean over prompts of the cosine of
+    the two heads' lower-triangular patterns within the prompt's length (Eq. 1-2); row `anchor` is
+    the anchor with itself. Equal to `same_layer_pair_similarity(features, anchors=[anchor])[0]`.
+
+    Why a second route: one anchor needs 1/n_refits of the all-pairs product, so the cost is reading
+    the patterns, not arithmetic. Instead of gathering each lower triangle into a feature copy, each
+    (refit, layer) block is multiplied once by the causal-and-length mask into a buffer that stays in
+    cache, and the dot products and norms are taken on it: one read of the patterns from memory.
+    """
+    import torch
+
+    if not patterns:
+        raise ValueError("patterns must hold at least one refit's [layer, prompt, head, query_pos, key_pos] array")
+    shape = np.shape(patterns[0])
+    if len(shape) != 5 or shape[3] != shape[4]:
+        raise ValueError(f"each pattern must be [layer, prompt, head, query_pos, key_pos] with query_pos == key_pos; got {shape}")
+    for index, pattern in enumerate(patterns):
+        if np.shape(pattern) != shape:
+            raise ValueError(f"pattern {index} has shape {np.shape(pattern)}, pattern 0 has {shape}; all refits need the same shape")
+    n_layers, n_prompts, n_heads, n_pos, _ = shape
+    lengths = np.asarray(lengths)
+    if lengths.shape != (n_prompts,) or (n_prompts and (lengths.min() < 1 or lengths.max() > n_pos)):
+        raise ValueError(f"lengths must be [prompt] = ({n_prompts},) with values in 1..{n_pos}; got {lengths}")
+    if not 0 <= anchor < len(patterns):
+        raise ValueError(f"anchor must be a refit index in 0..{len(patterns) - 1}; got {anchor}")
+    mask = causal_length_mask(lengths, n_pos)[:, None, :]  # [prompt, 1, Q*Q]
+    block = np.empty((n_prompts, n_heads, n_pos * n_pos), dtype=np.float32)
+    block_t = torch.from_numpy(block)
+
+    def masked_layer(pattern: np.ndarray, layer: int) -> np.ndarray:
+        np.multiply(np.asarray(pattern[layer], dtype=np.float32).reshape(n_prompts, n_heads, -1), mask, out=block)
+        return np.sqrt(np.vecdot(block, block), dtype=np.float64)  # [prompt, head]; float32 BLAS dot, see module doc
+
+    anchor_blocks, anchor_norms = [], []
+    for layer in range(n_layers):
+        anchor_norms.append(masked_layer(patterns[anchor], layer))
+        anchor_blocks.append(torch.from_numpy(block.copy()))
+    out = np.empty((len(patterns), n_layers, n_heads, n_heads), dtype=np.float32)
+    for refit, pattern in enumerate(patterns):
+        for layer in range(n_layers):
+            norms = masked_layer(pattern, layer)
+            dots = torch.bmm(anchor_blocks[layer], block_t.transpose(1, 2)).numpy()  # [prompt, head_a, head_b]
+            denominator = anchor_norms[layer][:, :, None] * norms[:, None, :]
+            cosine = np.divide(dots, denominator, out=np.zeros(dots.shape), where=denominator > 0)
+            out[refit, layer] = cosine.mean(axis=0)
     return out
 
 
