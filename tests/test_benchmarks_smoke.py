@@ -104,9 +104,9 @@ def test_targets_are_checked_by_direction():
     assert "similarity_vs_loop" in table and "NO" in table and "null" in table
 
 
-@pytest.mark.parametrize(("scope", "workers"), [("same_layer", 1), ("cross_layer", 1), ("same_layer", 2)])
+@pytest.mark.parametrize(("scope", "workers"), [("same_layer", 1), ("cross_layer", 1), ("same_layer", 2), ("cross_layer", 3)])
 def test_streaming_from_caches_equals_in_memory_engine_with_mixed_lengths(tmp_path, scope, workers):
-    # Prompts of mixed lengths exercise the length-sorted, trimmed prompt chunks of the streaming path.
+    # Prompts of mixed lengths exercise the packed lower triangles and the uneven prompt chunks.
     from headstab.caches import open_cache, write_activation_cache
     from headstab.similarity import (
         causal_pattern_features,

@@ -79,10 +79,13 @@ def test_contract_shapes_dtypes_and_attributes(cache_path, token_sets):
             assert tokens[row, : len(ids)].tolist() == ids and (tokens[row, len(ids):] == 0).all()
     with h5py.File(cache_path) as handle:
         group = handle["primary"]
-        assert group["attn_pattern"].shape == (N_LAYERS, 7, N_HEADS, 12, 12)
+        n_lower = sum(n * (n + 1) // 2 for n in lengths)  # packed lower triangles, prompts in file order
+        assert group["attn_pattern"].shape == (N_LAYERS, N_HEADS, n_lower)
+        assert group["pattern_offsets"][()].tolist() == np.concatenate([[0], np.cumsum([n * (n + 1) // 2 for n in lengths])]).tolist()
+        assert group["attn_pattern"].dtype == np.float32 and group["attn_pattern"].compression is None
         assert group["resid_mid"].shape == (N_LAYERS, 7, 12, D_MODEL)
         assert group["head_out"].shape == (N_LAYERS, 7, 12, N_HEADS, D_HEAD)
-        for key in ("attn_pattern", "resid_mid", "head_out"):
+        for key in ("resid_mid", "head_out"):
             assert group[key].dtype == np.float32
             assert group[key].chunks[0] == 1  # one layer per chunk
             assert group[key].compression == "gzip" and group[key].shuffle
@@ -352,7 +355,9 @@ def test_consistent_caches_pass_and_mismatched_shapes_name_both_files(tmp_path, 
     write_activation_cache(other_seed, make_model(seed=2), token_sets, pad_token_id=0, batch_size=3,
                            show_progress=False)
     shapes = check_consistent_shapes([cache_path, other_seed])
-    assert shapes["primary"]["attn_pattern"] == (N_LAYERS, 7, N_HEADS, 12, 12)
+    n_lower = sum(len(ids) * (len(ids) + 1) // 2 for ids in token_sets["primary"])
+    assert shapes["primary"]["attn_pattern"] == (N_LAYERS, N_HEADS, n_lower)
+    assert shapes["primary"]["tokens"] == (7, 12)
     wider = tmp_path / "seed3.h5"
     write_activation_cache(wider, make_model(n_heads=2), token_sets, pad_token_id=0, show_progress=False)
     with pytest.raises(CacheError, match=rf"{cache_path} and {wider} disagree on /primary/attn_pattern"):
@@ -381,3 +386,49 @@ def test_tokenize_prompts_prepends_bos_without_other_specials(tmp_path):
     with_bos, without = (tokenize_prompts(tokenizer, ["the cat", "mat"], prepend_bos=flag) for flag in (True, False))
     assert with_bos[0] == [bos] + plain and without[0] == plain
     assert with_bos[1][0] == bos and with_bos[1][1:] == without[1]
+
+
+def test_packed_pattern_round_trip_slices_and_reading_into_place(cache_path):
+    from headstab.caches import lower_triangle_offsets, pack_lower_triangle, unpack_lower_triangles
+
+    # Packing by hand: a 3-token prompt keeps q0k0, q1k0, q1k1, q2k0, q2k1, q2k2.
+    square = np.arange(16, dtype=np.float32).reshape(4, 4)
+    assert pack_lower_triangle(square, 3).tolist() == [0, 4, 5, 8, 9, 10]
+    unpacked = unpack_lower_triangles(np.array([0, 4, 5, 8, 9, 10, 7], dtype=np.float32), np.array([3, 1]),
+                                      lower_triangle_offsets(np.array([3, 1])), 4)
+    np.testing.assert_array_equal(unpacked[0], np.tril(square * (np.arange(4) < 3)[:, None] * (np.arange(4) < 3)))
+    assert unpacked[1, 0, 0] == 7 and unpacked[1].sum() == 7
+    with open_cache(cache_path) as cache:
+        lengths, offsets = cache.lengths("primary"), cache.pattern_offsets("primary")
+        full = cache.attn_pattern("primary")  # [layer, prompt, head, q, k]
+        packed = cache.attn_pattern_lower("primary")
+        for prompt, n in enumerate(lengths):
+            np.testing.assert_array_equal(packed[..., offsets[prompt]:offsets[prompt + 1]], pack_lower_triangle(full[:, prompt], int(n)))
+        # A layer and a contiguous prompt range, read into a given array.
+        out = np.full((N_HEADS, offsets[5] - offsets[2]), np.nan, dtype=np.float32)
+        assert cache.attn_pattern_lower("primary", layer=1, prompts=slice(2, 5), out=out) is out
+        np.testing.assert_array_equal(out, packed[1, :, offsets[2]:offsets[5]])
+        np.testing.assert_array_equal(cache.attn_pattern("primary", layer=1, prompts=[4, 0]), full[1, [4, 0]])
+        with pytest.raises(ValueError, match="contiguous slice of prompts"):
+            cache.attn_pattern_lower("primary", prompts=slice(0, 5, 2))
+        with pytest.raises(ValueError, match=r"out must be a C-contiguous float32 array of shape \(4, "):
+            cache.attn_pattern_lower("primary", layer=0, out=np.zeros((N_HEADS, 3), dtype=np.float32))
+
+
+def test_offsets_that_disagree_with_lengths_are_rejected(tmp_path, cache_path):
+    import shutil
+
+    broken = tmp_path / "broken.h5"
+    shutil.copy(cache_path, broken)
+    with h5py.File(broken, "r+") as handle:
+        handle["primary/pattern_offsets"][1] += 1
+    with pytest.raises(CacheError, match=rf"{broken} has /primary/pattern_offsets that do not match its lengths"):
+        open_cache(broken)
+
+
+def test_packed_patterns_are_smaller_than_padded_squares(cache_path):
+    with h5py.File(cache_path) as handle:
+        lengths = handle["primary/lengths"][()]
+        stored = handle["primary/attn_pattern"].size
+        padded = N_LAYERS * len(lengths) * N_HEADS * int(lengths.max()) ** 2
+    assert stored == N_LAYERS * N_HEADS * int((lengths * (lengths + 1) // 2).sum()) and stored < padded / 2

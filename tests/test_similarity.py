@@ -12,6 +12,7 @@ from headstab.similarity import (
     causal_pattern_features,
     gram_to_pair_similarity,
     n_lower_entries,
+    normalize_lower_features,
     pair_similarity,
     same_layer_pair_similarity,
 )
@@ -154,6 +155,27 @@ def test_one_anchor_route_matches_the_gram_route_and_rejects_bad_input():
         anchor_pair_similarity(patterns, np.array([5, 0, 5]))
 
 
+def test_normalized_packed_features_equal_causal_pattern_features():
+    from headstab.caches import lower_triangle_offsets, pack_lower_triangle
+
+    rng = np.random.default_rng(14)
+    lengths = np.array([4, 1, 3])
+    pattern = random_patterns(rng, 2, 3, lengths, 4)  # [layer, prompt, head, q, k]
+    packed = np.concatenate([pack_lower_triangle(pattern[:, p], int(n)) for p, n in enumerate(lengths)], axis=-1)
+    offsets = lower_triangle_offsets(lengths)
+    assert offsets.tolist() == [0, 10, 11, 17] and packed.shape == (2, 3, 17)
+    rows = np.ascontiguousarray(packed.reshape(6, 17), dtype=np.float32)
+    assert normalize_lower_features(rows, offsets, n_prompts_total=3) is rows
+    padded = causal_pattern_features(pattern, lengths).reshape(6, -1)  # zeros where a prompt is shorter
+    np.testing.assert_allclose(rows @ rows.T, padded @ padded.T, atol=1e-6)
+    for p, (a, b) in enumerate(zip(offsets[:-1], offsets[1:])):
+        np.testing.assert_allclose(np.linalg.norm(rows[:, a:b], axis=1), 1 / np.sqrt(3), rtol=1e-6)
+    with pytest.raises(ValueError, match="offsets must rise from 0 to the number of entries"):
+        normalize_lower_features(rows, np.array([0, 10, 16]), 3)
+    with pytest.raises(ValueError, match=r"n_prompts_total \(2\) must be >="):
+        normalize_lower_features(rows, offsets, 2)
+
+
 def test_causal_length_mask_by_hand():
     mask = causal_length_mask(np.array([2, 3]), 3).reshape(2, 3, 3)
     np.testing.assert_array_equal(mask[0], [[1, 0, 0], [1, 1, 0], [0, 0, 0]])
@@ -211,7 +233,7 @@ def test_same_layer_similarity_of_chosen_anchors_is_their_rows_of_the_full_tenso
 def test_symmetric_gram_is_exactly_symmetric_across_blocks(monkeypatch):
     import headstab.similarity as similarity
 
-    monkeypatch.setattr(similarity, "GRAM_BLOCK_ROWS", 4)  # 13 rows -> 3 row blocks
+    monkeypatch.setattr(similarity, "GRAM_BLOCK_ROWS", 3)  # 13 rows -> halves of 6 and 7 -> halves of 3 and 3, 3 and 4
     rows = np.random.default_rng(10).normal(size=(13, 50)).astype(np.float32)
     accumulator = GramAccumulator(13)
     accumulator.add(rows)

@@ -4,8 +4,12 @@ Contract (docs/caches.md): `{results_dir}/{arch}/caches/seed{seed}.h5` holds one
 set with
 - `tokens` int32 `[prompt, pos]` (pad id where padded), `lengths` int32 `[prompt]`,
   `prompts` variable-length UTF-8 strings `[prompt]`;
-- `attn_pattern` `[layer, prompt, head, query_pos, key_pos]`: post-softmax
-  `blocks.{layer}.attn.hook_pattern`, exactly zero outside each prompt's lengths x lengths block;
+- `attn_pattern` `[layer, head, lower_entry]`: post-softmax `blocks.{layer}.attn.hook_pattern`, packed:
+  for each prompt in file order, the row-major lower triangle (diagonal included) of its
+  length x length block, prompt p at `pattern_offsets[p]:pattern_offsets[p + 1]` (int64
+  `[prompt + 1]`). These are exactly the entries the paper compares (Eq. 1); everything else of a
+  causal pattern is zero. `CacheReader.attn_pattern` unpacks to `[layer, prompt, head, query_pos,
+  key_pos]`; `CacheReader.attn_pattern_lower` hands out the packed entries;
 - `resid_mid` `[layer, prompt, pos, d_model]`: `blocks.{layer}.hook_resid_mid` (attention-only
   models have no such hook: `hook_resid_post`, identical without an MLP; attribute `resid_hook`
   says which), zero-padded;
@@ -59,13 +63,15 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CACHE_FORMAT = "headstab-activation-cache"
-CACHE_FORMAT_VERSION = 1
+# Version 2 packs attn_pattern as lower triangles (version 1 stored padded, gzip-compressed squares).
+CACHE_FORMAT_VERSION = 2
 FLOAT_DATASETS = ("attn_pattern", "resid_mid", "head_out")
 DATASET_DIMS = {
     "tokens": "prompt,pos",
     "lengths": "prompt",
     "prompts": "prompt",
-    "attn_pattern": "layer,prompt,head,query_pos,key_pos",
+    "pattern_offsets": "prompt+1",
+    "attn_pattern": "layer,head,lower_entry",
     "resid_mid": "layer,prompt,pos,d_model",
     "head_out": "layer,prompt,pos,head,d_head",
 }
@@ -74,10 +80,11 @@ DATASET_DIMS = {
 RESID_HOOKS = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post")
 OPTIONAL_DATASET_DIMS = {"resid_pre": "layer,prompt,pos,d_model", "resid_post": "layer,prompt,pos,d_model"}
 ALL_DATASET_DIMS = {**DATASET_DIMS, **OPTIONAL_DATASET_DIMS}
-# Measured on a demo-shaped model (docs/caches.md): gzip level 1 behind the byte-shuffle filter stores
-# activations at about 1/3 of their padded size; level 4 gains 3% for more time, and lzf (h5py-only,
-# unreadable by plain HDF5 tools) is 10% larger. Chunks are compressed by a thread pool (zlib releases
-# the GIL) while the next batch runs, and written with write_direct_chunk.
+# resid_mid / head_out (and optional residual hooks): gzip level 1 behind the byte-shuffle filter
+# stores them at about 0.57 of their size; level 4 gains 3% for more time, and lzf (h5py-only,
+# unreadable by plain HDF5 tools) is larger and no faster to read (measured, docs/caches.md). Chunks are
+# compressed by a thread pool (zlib releases the GIL) while the next batch runs, and written with
+# write_direct_chunk. attn_pattern is packed lower triangles, never compressed (docs/caches.md).
 GZIP_LEVEL = 1
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 
@@ -197,6 +204,35 @@ def pad_token_lists(token_lists: Sequence[Sequence[int]], pad_token_id: int) -> 
 def valid_positions(lengths: np.ndarray, n_pos: int) -> np.ndarray:
     """[prompt, pos] True where the position holds a real token."""
     return np.arange(n_pos)[None, :] < np.asarray(lengths)[:, None]
+
+
+def lower_triangle_offsets(lengths: np.ndarray) -> np.ndarray:
+    """int64 [prompt + 1]: where each prompt's packed lower triangle starts in `attn_pattern` (last: the total)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return np.concatenate([[0], np.cumsum(lengths * (lengths + 1) // 2)]).astype(np.int64)
+
+
+def _tril_flat_index(n: int) -> np.ndarray:
+    rows, cols = np.tril_indices(n)
+    return rows * n + cols
+
+
+def pack_lower_triangle(pattern: np.ndarray, length: int) -> np.ndarray:
+    """[..., query_pos, key_pos] -> [..., length * (length + 1) / 2]: the row-major lower triangle
+    (diagonal included) of the leading length x length block."""
+    block = np.asarray(pattern)[..., :length, :length]
+    return block.reshape(*block.shape[:-2], length * length)[..., _tril_flat_index(length)]
+
+
+def unpack_lower_triangles(packed: np.ndarray, lengths: np.ndarray, offsets: np.ndarray, n_pos: int) -> np.ndarray:
+    """Inverse of packing: [..., lower_entry] (segments at `offsets`) -> [..., prompt, query_pos, key_pos]
+    zero outside each prompt's lower triangle. The prompt axis is inserted before the two position axes."""
+    lead = packed.shape[:-1]
+    out = np.zeros((*lead, len(lengths), n_pos * n_pos), dtype=np.float32)
+    for prompt, length in enumerate(np.asarray(lengths, dtype=np.int64)):
+        rows, cols = np.tril_indices(int(length))
+        out[..., prompt, rows * n_pos + cols] = packed[..., offsets[prompt] : offsets[prompt + 1]]
+    return out.reshape(*lead, len(lengths), n_pos, n_pos)
 
 
 def _hook_templates(resid_hook: str, extra_resid_hooks: Sequence[str] = ()) -> dict[str, str]:
@@ -327,7 +363,8 @@ def write_activation_cache(
     prompt_texts: {prompt set: [prompt text]} stored as the `prompts` dataset (else token ids as text).
     set_attrs: extra attributes per group (e.g. the prompt file and its sha256); attrs: extra file
     attributes (dicts and lists stored as JSON strings). Each batch is written as it is computed, so
-    memory holds about two batches, not the cache; `compress_threads` threads compress chunks meanwhile.
+    memory holds about two batches plus one prompt set's packed patterns (about half its padded
+    patterns), not the cache; `compress_threads` threads compress chunks meanwhile.
     compression_level: gzip level 1-9 behind the shuffle filter, or None for uncompressed chunks.
     extra_resid_hooks: residual hooks to store beside `resid_mid` (e.g. ("hook_resid_pre",)), as datasets
     `resid_pre` / `resid_post` laid out like `resid_mid`; hooks `resid_mid` already holds add nothing.
@@ -393,8 +430,26 @@ def write_activation_cache(
                 if len(texts) != n_prompts:
                     raise ValueError(f"prompt set '{name}': {len(texts)} prompt texts for {n_prompts} token lists")
                 group.create_dataset("prompts", data=texts, dtype=h5py.string_dtype("utf-8"))
+                offsets = lower_triangle_offsets(lengths)
+                group.create_dataset("pattern_offsets", data=offsets)
+                # Packed lower triangles: the zeros a padded square holds (above the diagonal and
+                # outside the prompt) are never stored, so the pattern is small without compression
+                # and is read for the similarity engine without decompression or gather (one contiguous
+                # [head, lower_entry] block per layer).
+                packed_pattern = group.create_dataset(
+                    "attn_pattern", shape=(n_layers, n_heads, int(offsets[-1])), dtype=store_dtype
+                )
+                packed_pattern.attrs["dims"] = DATASET_DIMS["attn_pattern"]
+                packed_pattern.attrs["hook"] = templates["attn_pattern"]
+                packed_pattern.attrs["packing"] = (
+                    "row-major lower triangle (diagonal included) of each prompt's length x length block, "
+                    "prompts in file order, prompt p at pattern_offsets[p]:pattern_offsets[p+1]"
+                )
+                # Held for the whole prompt set and written once: length-sorted batches scatter over the
+                # file order, and one HDF5 write per prompt cost more than the packing (measured).
+                # About half the padded patterns of the set; the writes below stream per batch.
+                packed_all = np.empty(packed_pattern.shape, dtype=store_dtype)
                 shapes = {
-                    "attn_pattern": (n_layers, n_prompts, n_heads, n_pos, n_pos),
                     "resid_mid": (n_layers, n_prompts, n_pos, d_model),
                     "head_out": (n_layers, n_prompts, n_pos, n_heads, d_head),
                     **dict.fromkeys(extra_datasets, (n_layers, n_prompts, n_pos, d_model)),
@@ -420,18 +475,23 @@ def write_activation_cache(
                     for kind, values in acts.items():
                         if store_dtype == np.float16:
                             _check_float16_range(values, kind, name, rows)
-                        padded_values = np.zeros((n_layers, len(rows), *shapes[kind][2:]), dtype=store_dtype)
                         if kind == "attn_pattern":
-                            padded_values[:, :, :, :width, :width] = values
-                        else:
-                            padded_values[:, :, :width] = values
+                            for position, row in enumerate(rows):
+                                packed_all[:, :, offsets[row] : offsets[row + 1]] = pack_lower_triangle(
+                                    values[:, position], int(lengths[row])
+                                )
+                            continue
+                        padded_values = np.zeros((n_layers, len(rows), *shapes[kind][2:]), dtype=store_dtype)
+                        padded_values[:, :, :width] = values
                         for layer in range(n_layers):
                             for position, row in enumerate(rows):
                                 offset = (layer, int(row)) + (0,) * (len(shapes[kind]) - 2)
                                 writer.submit(datasets[kind], offset, padded_values[layer, position])
                     # Write the previous batch while this one compresses (and the next one runs).
-                    writer.flush(keep_last=n_layers * len(rows) * len(acts))
+                    writer.flush(keep_last=n_layers * len(rows) * len(shapes))
                     progress.update(1)
+                packed_pattern[...] = packed_all
+                del packed_all
                 writer.flush()
             handle.attrs["complete"] = True  # last: a file without it was interrupted
         os.replace(tmp, path)
@@ -513,6 +573,7 @@ class CacheReader:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self._fd: int | None = None  # raw descriptor for parallel reads of the packed patterns
         if not self.path.is_file():
             raise CacheError(f"activation cache {self.path} does not exist; build it with `snakemake {self.path}`")
         try:
@@ -567,10 +628,14 @@ class CacheReader:
             if missing:
                 raise self._fail(f"lacks the datasets {', '.join('/' + name + '/' + m for m in missing)}")
             n_prompts, n_pos = group["tokens"].shape
+            offsets = group["pattern_offsets"][()]
+            if group["lengths"].shape == (n_prompts,) and not np.array_equal(offsets, lower_triangle_offsets(group["lengths"][()])):
+                raise self._fail(f"has /{name}/pattern_offsets that do not match its lengths (packed attn_pattern is unreadable)")
             expected = {
                 "lengths": (n_prompts,),
                 "prompts": (n_prompts,),
-                "attn_pattern": (n_layers, n_prompts, n_heads, n_pos, n_pos),
+                "pattern_offsets": (n_prompts + 1,),
+                "attn_pattern": (n_layers, n_heads, int(offsets[-1]) if offsets.size else 0),
                 "resid_mid": (n_layers, n_prompts, n_pos, d_model),
                 "head_out": (n_layers, n_prompts, n_pos, n_heads, d_head),
                 **{key: (n_layers, n_prompts, n_pos, d_model) for key in OPTIONAL_DATASET_DIMS if key in group},
@@ -581,6 +646,9 @@ class CacheReader:
 
     # -- context manager
     def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         self._file.close()
 
     def __enter__(self) -> CacheReader:
@@ -658,10 +726,54 @@ class CacheReader:
     def _float(self, promptset: str, key: str, layer: int | None, prompts: slice | None) -> np.ndarray:
         return self._read(promptset, key, self._layer_selection(key, layer, prompts)).astype(np.float32, copy=False)
 
-    def attn_pattern(self, promptset: str, layer: int | None = None, prompts: slice | None = None) -> np.ndarray:
-        """Post-softmax patterns, float32: [layer, prompt, head, query_pos, key_pos], or
-        [prompt, head, query_pos, key_pos] when `layer` is given (that layer alone is read)."""
-        return self._float(promptset, "attn_pattern", layer, prompts)
+    def pattern_offsets(self, promptset: str) -> np.ndarray:
+        """int64 [prompt + 1]: prompt p's packed lower triangle is attn_pattern_lower(...)[..., o[p]:o[p + 1]]."""
+        return self._read(promptset, "pattern_offsets", ())
+
+    def attn_pattern(self, promptset: str, layer: int | None = None, prompts: slice | Sequence[int] | None = None) -> np.ndarray:
+        """Post-softmax patterns unpacked to float32 [layer, prompt, head, query_pos, key_pos], or
+        [prompt, head, query_pos, key_pos] when `layer` is given (that layer alone is read); exactly
+        zero above the diagonal and outside each prompt's length x length block."""
+        lengths, offsets = self.lengths(promptset), self.pattern_offsets(promptset)
+        n_pos = self._group(promptset)["tokens"].shape[1]
+        wanted = np.arange(lengths.size)[slice(None) if prompts is None else prompts]
+        packed = self.attn_pattern_lower(promptset, layer=layer)  # [(layer,) head, lower_entry]
+        starts = offsets[wanted]
+        segments = np.concatenate([packed[..., a:b] for a, b in zip(starts, offsets[wanted + 1])], axis=-1) if wanted.size else packed[..., :0]
+        unpacked = unpack_lower_triangles(segments, lengths[wanted], lower_triangle_offsets(lengths[wanted]), n_pos)
+        # [(layer,) head, prompt, q, k] -> [(layer,) prompt, head, q, k]
+        return np.swapaxes(unpacked, -4, -3)
+
+    def attn_pattern_lower(
+        self, promptset: str, layer: int | None = None, prompts: slice | None = None, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Packed lower triangles as stored, float32 [layer, head, lower_entry] ([head, lower_entry] with
+        `layer`); `prompts` a contiguous slice of prompts (their entries are contiguous). `out`: a
+        C-contiguous float32 array of the result's shape to read into (no intermediate copy)."""
+        offsets = self.pattern_offsets(promptset)
+        selected = np.arange(offsets.size - 1)[slice(None) if prompts is None else prompts]
+        if selected.size and np.any(np.diff(selected) != 1):
+            raise ValueError(f"prompts must be a contiguous slice of prompts (step 1); got {prompts}")
+        start, stop = (int(offsets[selected[0]]), int(offsets[selected[-1] + 1])) if selected.size else (0, 0)
+        if layer is not None and not 0 <= layer < self.n_layers:
+            raise IndexError(f"layer {layer} out of range for {self.path} ({self.n_layers} layers)")
+        selection = (slice(None) if layer is None else int(layer), slice(None), slice(start, stop))
+        if out is None:
+            return self._read(promptset, "attn_pattern", selection).astype(np.float32, copy=False)
+        dataset = self._group(promptset)["attn_pattern"]
+        expected = ((self.n_layers,) if layer is None else ()) + (self.n_heads, stop - start)
+        if out.shape != expected or out.dtype != np.float32 or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous float32 array of shape {expected}; got {out.dtype} {out.shape}")
+        if self._read_raw_into(dataset, layer, start, stop, out):
+            return out
+        try:
+            if dataset.dtype == np.float32:
+                dataset.read_direct(out, np.s_[selection])
+            else:
+                out[...] = dataset[selection]
+        except OSError as err:
+            raise self._fail(f"could not read /{promptset}/attn_pattern ({err})") from err
+        return out
 
     def resid_mid(self, promptset: str, layer: int | None = None, prompts: slice | None = None) -> np.ndarray:
         """Residual stream after attention (hook named by `resid_hook`), float32: [layer, prompt, pos, d_model]
@@ -689,10 +801,39 @@ class CacheReader:
         ([prompt, pos, head, d_head] with `layer`)."""
         return self._float(promptset, "head_out", layer, prompts)
 
+    def _read_raw_into(self, dataset: h5py.Dataset, layer: int | None, start: int, stop: int, out: np.ndarray) -> bool:
+        """Read [(layer,) head, start:stop] of a contiguous, unfiltered float32 dataset with pread, outside
+        h5py's global lock, so threads read refits in parallel. False when the layout does not allow it
+        (the caller then reads through h5py)."""
+        offset = dataset.id.get_offset()
+        if offset is None or dataset.chunks is not None or dataset.compression or dataset.dtype != np.dtype("<f4"):
+            return False
+        n_layers, n_heads, total = dataset.shape
+        layers = range(n_layers) if layer is None else [layer]
+        rows = out.reshape(len(layers) * n_heads, stop - start)
+        itemsize = rows.itemsize
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        # Whole rows are one contiguous range of the file; a prompt range is one range per (layer, head).
+        if start == 0 and stop == total:
+            pieces = [(rows.reshape(-1), offset + layers[0] * n_heads * total * itemsize)]
+        else:
+            pieces = [(rows[index], offset + ((layer_index * n_heads + head) * total + start) * itemsize)
+                      for index, (layer_index, head) in enumerate((l, h) for l in layers for h in range(n_heads))]
+        for destination, position in pieces:
+            view = memoryview(destination.view(np.uint8))
+            done = 0
+            while done < view.nbytes:  # a single read returns at most ~2 GB
+                count = os.preadv(self._fd, [view[done:]], position + done)
+                if count <= 0:
+                    raise self._fail("ends before the data of its attn_pattern dataset (truncated file)")
+                done += count
+        return True
+
     def iter_layers(self, promptset: str, key: str = "attn_pattern") -> Iterator[tuple[int, np.ndarray]]:
-        """(layer, that layer's data) for each layer, read one at a time (memory: one layer)."""
+        """(layer, that layer's data) for each layer, read one at a time (memory: one layer); attn_pattern unpacked."""
         for layer in range(self.n_layers):
-            yield layer, self._float(promptset, key, layer, None)
+            yield layer, self.attn_pattern(promptset, layer) if key == "attn_pattern" else self._float(promptset, key, layer, None)
 
 
 def open_cache(path: str | Path) -> CacheReader:

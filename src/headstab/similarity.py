@@ -6,14 +6,24 @@ prompt, averaged over prompts (Eq. 1-2). Every such comparison is a dot product 
 we normalise each head's pattern once per prompt, scale it by 1/sqrt(n_prompts) and concatenate the
 prompts along the feature axis: one dot product of two concatenated vectors is then exactly the mean
 over prompts of the per-prompt cosine, and all heads of all refits are compared at once by a single
-Gram matrix `X @ X.T` (symmetric: only its upper blocks are computed, then mirrored).
+Gram matrix `X @ X.T` (symmetric: the off-diagonal half-blocks are computed once and mirrored).
 
-Numerics and speed: each prompt chunk's Gram is one float32 matrix product, summed in a float64
+Three routes to the same numbers:
+- `pair_similarity_from_caches` (the workflow): the activation caches store each head's patterns as
+  packed lower triangles (docs/caches.md), so a layer of every refit is read straight into X, each
+  (head, prompt) segment is normalised in place (`normalize_lower_features`), and the Gram product
+  runs while the next block is read.
+- `causal_pattern_features` + `pair_similarity` / `same_layer_pair_similarity`: the same from padded
+  `[layer, prompt, head, query_pos, key_pos]` patterns in memory (gathers the lower triangles).
+- `anchor_pair_similarity`: one anchor against every refit from patterns in memory, masking instead of
+  gathering, for the case where reading the patterns, not arithmetic, is the cost.
+
+Numerics and speed: each block's Gram is one float32 matrix product, summed in a float64
 accumulator (the running sum keeps the error from growing with the number of streamed chunks). The
-product goes through torch (MKL) as an upper-triangular blocked GEMM, mirrored: on this 2-core machine
-numpy/OpenBLAS's `syrk` for `X @ X.T` ran at 10-25 useful GFLOP/s against MKL's 45-90 (benchmarks/,
-`make bench`). Per-(head, prompt) norms are float32 BLAS dot products: measured within 2e-7
-(relative) of float64 norms for 64- and 96-token prompts, at 1/10 of the float64 cost.
+product goes through torch (MKL): on this 2-core machine numpy/OpenBLAS's `syrk` for `X @ X.T` ran at
+10-25 useful GFLOP/s against MKL's 45-90 under load (benchmarks/, `make bench`). Per-(head, prompt)
+norms are float32 BLAS dot products: measured within 2e-7 (relative) of float64 norms for 64- and
+96-token prompts, at 1/10 of the float64 cost.
 """
 
 from __future__ import annotations
@@ -36,8 +46,7 @@ __all__ = [
     "read_pair_similarity",
     "write_pair_similarity",
     "same_layer_pair_similarity",
-    "length_sorted_chunks",
-    "refit_features_from_cache",
+    "normalize_lower_features",
     "SIMILARITY_SCOPES",
 ]
 
@@ -56,15 +65,32 @@ def _lower_triangle_index(n_pos: int) -> np.ndarray:
     return index
 
 
-# Upper-triangular blocks of a symmetric product get at least this many rows each: much smaller
-# blocks lose more GEMM efficiency than the skipped lower blocks save. 800 rows (50 refits x 16
-# heads) make 3 row blocks: 6 of 9 block products.
-GRAM_BLOCK_ROWS = 256
+# A symmetric product `x @ x.T` is split in halves recursively: the off-diagonal half-block is
+# computed once and mirrored, the diagonal halves recurse until they have fewer than
+# 2 * GRAM_BLOCK_ROWS rows. Measured for 800 rows (50 refits x 16 heads) x 465,600 features on 2 cores,
+# medians of 4 alternating runs: one plain product 2.36 s, two uniform row blocks (3 of 4 products)
+# 1.92 s, halving down to 200 rows 1.78 s, down to 100 rows 1.80 s (smaller blocks lose GEMM speed).
+GRAM_BLOCK_ROWS = 200
+
+
+def _symmetric_product(x):  # torch [row, feature] -> [row, row], exactly symmetric
+    n_rows = x.shape[0]
+    if n_rows < 2 * GRAM_BLOCK_ROWS:
+        leaf = x @ x.T
+        return (leaf + leaf.T) * 0.5  # one GEMM's diagonal block need not be bit-symmetric
+    half = n_rows // 2
+    out = x.new_empty((n_rows, n_rows))
+    out[:half, :half] = _symmetric_product(x[:half])
+    out[half:, half:] = _symmetric_product(x[half:])
+    corner = x[:half] @ x[half:].T
+    out[:half, half:] = corner
+    out[half:, :half] = corner.T
+    return out
 
 
 def _product(left: np.ndarray, right: np.ndarray | None = None) -> np.ndarray:
     """float32 `left @ right.T` ([row, feature] x [col, feature] -> [row, col]); `right` None: the
-    symmetric `left @ left.T`, computed block-upper-triangular and mirrored (exactly symmetric).
+    symmetric `left @ left.T`, computed by recursive halving (see GRAM_BLOCK_ROWS), exactly symmetric.
 
     Uses torch (MKL) when it is installed, numpy otherwise.
     """
@@ -75,26 +101,7 @@ def _product(left: np.ndarray, right: np.ndarray | None = None) -> np.ndarray:
     lhs = torch.from_numpy(left)
     if right is not None:
         return (lhs @ torch.from_numpy(right).T).numpy()
-    n_rows = left.shape[0]
-    n_blocks = max(1, n_rows // GRAM_BLOCK_ROWS)
-    edges = np.linspace(0, n_rows, n_blocks + 1).astype(int)
-    out = torch.empty((n_rows, n_rows), dtype=lhs.dtype)
-    for i in range(n_blocks):
-        rows_i = slice(edges[i], edges[i + 1])
-        for j in range(i, n_blocks):
-            rows_j = slice(edges[j], edges[j + 1])
-            block = lhs[rows_i] @ lhs[rows_j].T
-            out[rows_i, rows_j] = block
-            if i != j:
-                out[rows_j, rows_i] = block.T
-    # A diagonal block from one GEMM need not be bit-symmetric; average it with its transpose.
-    gram = out.numpy()
-    for i in range(n_blocks):
-        rows_i = slice(edges[i], edges[i + 1])
-        diagonal = gram[rows_i, rows_i]
-        diagonal += diagonal.T.copy()
-        diagonal *= 0.5
-    return gram
+    return _symmetric_product(lhs).numpy()
 
 
 def _batched_product(left: np.ndarray, blocks: np.ndarray) -> np.ndarray:
@@ -372,45 +379,30 @@ def _rebuild_hint(path: Path) -> str:
 SIMILARITY_SCOPES = ("cross_layer", "same_layer")
 
 
-def length_sorted_chunks(lengths: np.ndarray, prompt_chunk: int) -> list[np.ndarray]:
-    """Prompt indices in chunks of `prompt_chunk`, shortest prompts first, each chunk ascending.
+def normalize_lower_features(features: np.ndarray, offsets: np.ndarray, n_prompts_total: int) -> np.ndarray:
+    """Scale packed lower triangles in place so dot products give the mean-over-prompts cosine (Eq. 1-2).
 
-    Grouping prompts of similar length lets each chunk be cut to its longest prompt, so a short
-    prompt costs its own lower triangle, not the padded one (HDF5 reads need ascending indices).
+    features: C-contiguous float32 [row, entry], each row one head's packed lower triangles of
+        consecutive prompts (the cache's `attn_pattern` layout); offsets: [k + 1] where each of the k
+        prompts starts, relative to column 0 (offsets[-1] == entries).
+    Each (row, prompt) segment gets unit norm times 1/sqrt(n_prompts_total); an all-zero segment
+    stays zero. Returns `features`.
     """
-    order = np.argsort(np.asarray(lengths), kind="stable")
-    return [np.sort(order[start : start + prompt_chunk]) for start in range(0, len(order), prompt_chunk)]
-
-
-def refit_features_from_cache(
-    path: str | Path, promptset: str, layer: int | None, chunks: Sequence[np.ndarray], n_prompts: int
-) -> np.ndarray:
-    """One refit's normalised causal-pattern features for the given prompt chunks, read from its cache.
-
-    layer: one layer (the whole layer is read at once: its chunks are contiguous on disk), or None
-    for all layers. Each chunk is cut to its longest prompt; chunks are laid side by side.
-    Returns float32 [head, feature] for one layer, [layer * head, feature] for all layers.
-    """
-    from headstab.caches import open_cache
-
-    with open_cache(path) as reader:
-        lengths = reader.lengths(promptset)
-        wanted = np.sort(np.concatenate(chunks)) if layer is None else None
-        pattern = reader.attn_pattern(promptset, layer=layer, prompts=wanted)
-    if layer is not None:
-        pattern = pattern[None]  # [1, prompt, head, query_pos, key_pos]
-        position = np.arange(lengths.size)
-    else:  # only the wanted prompts were read, in ascending order
-        position = np.full(lengths.size, -1)
-        position[wanted] = np.arange(wanted.size)
-    parts = []
-    for prompts in chunks:
-        longest = int(lengths[prompts].max())
-        features = causal_pattern_features(
-            pattern[:, position[prompts], :, :longest, :longest], lengths[prompts], n_prompts_total=n_prompts
-        )
-        parts.append(features.reshape(features.shape[0] * features.shape[1], -1))
-    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if features.ndim != 2 or features.dtype != np.float32 or not features.flags.c_contiguous:
+        raise ValueError(f"features must be a C-contiguous float32 [row, entry] array; got {features.dtype} {features.shape}")
+    if offsets.ndim != 1 or offsets.size < 1 or offsets[0] != 0 or offsets[-1] != features.shape[1] or np.any(np.diff(offsets) < 0):
+        raise ValueError(f"offsets must rise from 0 to the number of entries ({features.shape[1]}); got {offsets[:3]}...{offsets[-2:]}")
+    if n_prompts_total < offsets.size - 1:
+        raise ValueError(f"n_prompts_total ({n_prompts_total}) must be >= the number of prompts here ({offsets.size - 1})")
+    root = np.sqrt(float(n_prompts_total))
+    for start, stop in zip(offsets[:-1], offsets[1:]):
+        segment = features[:, start:stop]
+        # float32 BLAS dot, as in causal_pattern_features (within ~2e-7 of float64 here).
+        norms = np.sqrt(np.vecdot(segment, segment), dtype=np.float64)
+        scale = np.divide(1.0, norms * root, out=np.zeros_like(norms), where=norms > 0)
+        segment *= scale[:, None].astype(np.float32)
+    return features
 
 
 def pair_similarity_from_caches(
@@ -424,17 +416,19 @@ def pair_similarity_from_caches(
     """Stream the caches of one architecture's refits into the pair-similarity tensor (Eq. 2).
 
     cache_paths: one activation cache per refit, in seed order (checked for matching shapes).
-    Prompts are taken in chunks of `prompt_chunk`, shortest first, each chunk cut to its longest
-    prompt (a short prompt costs its own lower triangle, not the padded one).
-    scope "cross_layer": all layers at once, one prompt chunk of every refit at a time (memory: one
-        chunk of all refits); returns float32 S [seed_a, seed_b, layer_a, head_a, layer_b, head_b]
-        (§3.3; its same-layer blocks serve §3.2).
-    scope "same_layer": one layer at a time, all prompts (memory: one layer's features of all refits,
-        n_refits * n_heads * sum of the prompts' lower triangles floats); n_layers times less work;
+    The caches store each head's patterns as packed lower triangles, exactly the entries Eq. 1
+    compares, so a block of features is read straight into place and normalised; no padding, no gather.
+    scope "cross_layer": all layers at once, `prompt_chunk` consecutive prompts of every refit at a
+        time (memory: two such blocks); returns float32 S [seed_a, seed_b, layer_a, head_a, layer_b,
+        head_b] (§3.3; its same-layer blocks serve §3.2).
+    scope "same_layer": one layer at a time, all prompts (memory: two layers' features of all refits,
+        2 x n_refits * n_heads * sum of the prompts' lower triangles floats); n_layers times less work;
         returns float32 S [seed_a, seed_b, layer, head_a, head_b], equal to `same_layer_pair_similarity`.
-    workers: processes that read and decompress caches in parallel (HDF5 reads hold one lock per
-        process, and decompressing gzip chunks is most of the time); 1 reads in this process.
+    workers: threads that read and normalise refits in parallel; the next block is prepared while
+        the current block's Gram product runs.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from tqdm.auto import tqdm
 
     from headstab.caches import check_consistent_shapes, open_cache
@@ -448,47 +442,59 @@ def pair_similarity_from_caches(
     shapes = check_consistent_shapes(cache_paths)
     if promptset not in shapes:
         raise KeyError(f"prompt set '{promptset}' is not in the caches ({', '.join(shapes)})")
-    n_layers, n_prompts, n_heads = shapes[promptset]["attn_pattern"][:3]
+    n_layers, n_heads = shapes[promptset]["attn_pattern"][:2]
     n_seeds = len(cache_paths)
-    with open_cache(cache_paths[0]) as reader:
-        lengths = reader.lengths(promptset)
-    chunks = length_sorted_chunks(lengths, prompt_chunk)
-    paths = [str(path) for path in cache_paths]
-    # Units of work: (layer, prompt chunks) for each refit. same_layer: a layer and all chunks;
-    # cross_layer: all layers (None) and one chunk.
-    if scope == "same_layer":
-        units = [(layer, chunks) for layer in range(n_layers)]
-    else:
-        units = [(None, [prompts]) for prompts in chunks]
-
-    pool = None
-    if workers > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        # spawn: the parent may hold torch/OpenMP threads, which do not survive a fork safely.
-        pool = ProcessPoolExecutor(max_workers=min(workers, n_seeds), mp_context=multiprocessing.get_context("spawn"))
+    readers = [open_cache(path) for path in cache_paths]
+    pool = ThreadPoolExecutor(max_workers=workers)
     try:
+        offsets = readers[0].pattern_offsets(promptset)
+        n_prompts = offsets.size - 1
+        # Units of work: (layer, consecutive prompts). same_layer: a layer and all prompts;
+        # cross_layer: all layers (None) and one chunk of prompts.
+        if scope == "same_layer":
+            units = [(layer, slice(0, n_prompts)) for layer in range(n_layers)]
+            refit_shape: tuple[int, ...] = (n_heads,)
+        else:
+            units = [(None, slice(start, min(start + prompt_chunk, n_prompts))) for start in range(0, n_prompts, prompt_chunk)]
+            refit_shape = (n_layers, n_heads)
+        rows_per_refit = int(np.prod(refit_shape))
+        widest = max(int(offsets[unit.stop] - offsets[unit.start]) for _, unit in units)
+        # Two flat buffers, reused: one is filled while the other's Gram runs (fresh pages cost time).
+        buffers = [np.empty(n_seeds * rows_per_refit * widest, dtype=np.float32) for _ in range(min(2, len(units)))]
+
+        def fill(block: np.ndarray, layer: int | None, prompts: slice, refit: int) -> None:
+            rows = block[refit * rows_per_refit : (refit + 1) * rows_per_refit]
+            readers[refit].attn_pattern_lower(promptset, layer=layer, prompts=prompts, out=rows.reshape(*refit_shape, -1))
+            normalize_lower_features(rows, offsets[prompts.start : prompts.stop + 1] - offsets[prompts.start], n_prompts)
+
+        def prepare(index: int) -> tuple[np.ndarray, list]:
+            layer, prompts = units[index]
+            width = int(offsets[prompts.stop] - offsets[prompts.start])
+            block = buffers[index % len(buffers)][: n_seeds * rows_per_refit * width].reshape(n_seeds * rows_per_refit, width)
+            return block, [pool.submit(fill, block, layer, prompts, refit) for refit in range(n_seeds)]
+
         grams = []
         accumulator = None
-        steps = tqdm(units, desc=f"similarity {promptset} ({scope})", unit="block", disable=not progress)
-        for layer, unit_chunks in steps:
-            arguments = (paths, [promptset] * n_seeds, [layer] * n_seeds, [unit_chunks] * n_seeds, [n_prompts] * n_seeds)
-            rows = list(pool.map(refit_features_from_cache, *arguments) if pool else map(refit_features_from_cache, *arguments))
-            block = np.concatenate(rows, axis=0)
-            del rows
+        pending = prepare(0)
+        steps = tqdm(range(len(units)), desc=f"similarity {promptset} ({scope})", unit="block", disable=not progress)
+        for index in steps:
+            block, futures = pending
+            for future in futures:
+                future.result()
+            if index + 1 < len(units):
+                pending = prepare(index + 1)
             if accumulator is None:
                 accumulator = GramAccumulator(block.shape[0])
             accumulator.add(block)
-            del block
             if scope == "same_layer":
                 grams.append(accumulator.gram)
                 accumulator = None
         if scope == "cross_layer":
             grams.append(accumulator.gram)
     finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=True)
+        for reader in readers:
+            reader.close()
     if scope == "cross_layer":
         return gram_to_pair_similarity(grams[0], n_seeds, n_layers, n_heads)
     out = np.empty((n_seeds, n_seeds, n_layers, n_heads, n_heads), dtype=np.float32)

@@ -15,6 +15,8 @@ rule cache_activations:
     params:
         prompt_sets=config["prompt_sets"],
         cache=cache_options(),  # config["cache"] (+ extra_resid_hooks from analysis.cka_hook)
+        # A new cache layout changes this param, so Snakemake rebuilds caches written by older code.
+        format_version=CACHE_FORMAT_VERSION,
         spec=cache_spec,
         tokenizer=lambda wildcards: SPECS[wildcards.arch].tokenizer,
         tokenizer_dir=lambda wildcards: tokenizer_dir(SPECS[wildcards.arch].tokenizer),

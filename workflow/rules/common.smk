@@ -18,6 +18,7 @@ os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [LIBRARY, os.environ.g
 # (relative to the rule files).
 CONDA_ENV = "../../envs/headstab.yaml"
 
+from headstab.caches import CACHE_FORMAT_VERSION
 from headstab.config import ConfigError, architecture_spec, selected_architectures, validate_config
 from headstab.prompts import load_prompt_sets
 

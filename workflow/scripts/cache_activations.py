@@ -35,7 +35,7 @@ def main():
         prepend_bos=options["prepend_bos"],
         batch_size=options["batch_size"],
         dtype=options["dtype"],
-        compression_level=options.get("compression_level", GZIP_LEVEL),  # schema key proposed, not yet added
+        compression_level=options.get("compression_level", GZIP_LEVEL),  # resid/head_out; patterns are packed, uncompressed
         prompt_files=prompt_files,
         compress_threads=snakemake.threads,
         extra_resid_hooks=options.get("extra_resid_hooks", ()),  # from analysis.cka_hook (cache_options)
