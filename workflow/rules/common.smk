@@ -31,7 +31,9 @@ RESULTS = config["results_dir"].rstrip("/")
 ARCHITECTURES = selected_architectures(config)
 SPECS = {name: architecture_spec(config, name) for name in ARCHITECTURES}
 try:
-    PROMPT_SETS = list(load_prompt_sets(config["prompt_sets"]))  # primary, len5 ... len50, the user's sets
+    _prompt_sets = load_prompt_sets(config["prompt_sets"])
+    PROMPT_SETS = list(_prompt_sets)  # primary, len5 ... len50, the user's sets
+    LARGEST_PROMPT_SET = max((len(prompts) for prompts in _prompt_sets.values()), default=0)
 except (OSError, ValueError) as error:
     raise WorkflowError(f"Invalid prompt sets: {error}") from None
 
@@ -124,12 +126,12 @@ def arch_caches(wildcards):
 
 
 def similarity_mem_mb(wildcards):
-    """One streamed chunk of all refits' features plus the Gram matrix, with headroom.
-    Prompts are assumed padded to at most 128 tokens (the shipped sets stay under 100)."""
+    """Two streamed chunks of all refits' features (one read while the other's Gram runs) plus the
+    Gram matrix, with headroom. Prompts are assumed at most 128 tokens (the shipped sets stay under 112)."""
     spec = SPECS[wildcards.arch]
     rows = len(spec.seeds) * spec.n_layers * spec.n_heads
     n_pos = min(spec.n_ctx, 128)
-    chunk = rows * config["similarity"]["prompt_chunk"] * n_pos * (n_pos + 1) // 2 * 4
+    chunk = 2 * rows * config["similarity"]["prompt_chunk"] * n_pos * (n_pos + 1) // 2 * 4
     gram = rows * rows * 8 * 3
     return max(2000, int((chunk + gram) / 1e6 * 1.5) + 1000)
 
@@ -138,7 +140,9 @@ def similarity_runtime(wildcards):
     """Minutes for all prompt sets of one architecture: the Gram grows with the square of the refits."""
     spec = SPECS[wildcards.arch]
     rows = len(spec.seeds) * spec.n_layers * spec.n_heads
-    return max(20, int(120 * (rows / 6400) ** 2))  # 50 l8_h16 refits: 146-280 s a set measured on 2 cores (benchmarks/)
+    # Generous: 50 l8_h16 refits, same layer only, 100 prompts of 96 tokens: about 20 s on 2 cores
+    # (benchmarks/README.md); all layers against all layers is n_layers times that work.
+    return max(20, int(120 * (rows / 6400) ** 2))
 
 
 def similarity_path(arch, promptset):
@@ -229,15 +233,17 @@ CACHE_ASSUMED_POSITIONS = 128
 
 
 def cache_mem_mb(wildcards):
-    """Host memory: ~3 GB for Python and torch, the weights, and two batches of float32 activations
-    in flight (one being compressed while the next runs), at CACHE_ASSUMED_POSITIONS positions."""
+    """Host memory: ~3 GB for Python and torch, the weights, two batches of float32 activations
+    in flight (one being compressed while the next runs), at CACHE_ASSUMED_POSITIONS positions, and
+    the packed lower-triangle patterns of the largest prompt set (written once per set)."""
     spec = SPECS[wildcards.arch]
     n_pos = min(spec.n_ctx, CACHE_ASSUMED_POSITIONS)
     n_resid = 1 + len(cache_extra_resid_hooks())  # resid_mid and the extra residual hooks
     per_prompt = spec.n_layers * (spec.n_heads * n_pos * n_pos + n_resid * n_pos * spec.d_model + n_pos * spec.n_heads * spec.d_head)
     activations = 2 * 2 * 4 * config["cache"]["batch_size"] * per_prompt  # x2: padded copy before compression
+    packed_patterns = 4 * spec.n_layers * spec.n_heads * LARGEST_PROMPT_SET * n_pos * (n_pos + 1) // 2
     weights = 4 * (spec.n_params + 2 * spec.d_vocab * spec.d_model)
-    return 500 * math.ceil((3000 + (activations + 2 * weights) / 1e6) / 500)
+    return 500 * math.ceil((3000 + (activations + packed_patterns + 2 * weights) / 1e6) / 500)
 
 
 def cache_runtime(wildcards):
