@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Callable
 
 
-def log_to_file(path: str | Path) -> None:
-    """Send this process's stderr (logging, tqdm, warnings, C-level messages) to `path`."""
+def log_to_file(path: str | Path, append: bool = False) -> None:
+    """Send this process's stderr (logging, tqdm, warnings, C-level messages) to `path`, truncated
+    first unless `append` (a resumed job keeps the history of the run it continues)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
+    os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC), 0o644), 2)
     sys.stderr = os.fdopen(2, "w", buffering=1)
     logging.basicConfig(
         stream=sys.stderr,
@@ -29,16 +30,18 @@ def log_to_file(path: str | Path) -> None:
     )
 
 
-def run_job(main: Callable[[], None], rule: str, log_path: str | Path) -> None:
-    """Run `main()` with stderr in `log_path`; on failure the traceback goes to the log and a
-    one-line reason to the console, and the process exits with status 1."""
-    log_to_file(log_path)
+def run_job(main: Callable[[], None], rule: str, log_path: str | Path, append: bool = False, label: str = "") -> None:
+    """Run `main()` with stderr in `log_path` (appended to when `append`); on failure the traceback
+    goes to the log and a one-line reason, naming the rule and `label` (e.g. the wildcards), to the
+    console, and the process exits with status 1."""
+    log_to_file(log_path, append=append)
     started = time.perf_counter()
     logging.info("rule %s started (pid %d, host %s)", rule, os.getpid(), os.uname().nodename)
     try:
         main()
     except Exception as error:
         logging.exception("rule %s failed", rule)
-        print(f"Error in rule {rule}: {error}\n(details: {log_path})", flush=True)
+        where = f" ({label})" if label else ""
+        print(f"Error in rule {rule}{where}: {error}\n(details: {log_path})", flush=True)
         raise SystemExit(1) from None
     logging.info("rule %s finished in %.1f s", rule, time.perf_counter() - started)

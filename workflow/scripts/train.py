@@ -1,21 +1,12 @@
 """Rule train: one refit (architecture, seed) -> final.pt, train_log.csv, meta.json (paper §3.1)."""
 
-import logging
-import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(snakemake.scriptdir).parents[1] / "src"))  # the library, also without pip install -e
 
-from headstab.training import spec_from_dict, train_refit
-
-
-def log_to_file(path):
-    """Send stderr (logging, tqdm, library warnings) to the rule's log, appending: a resumed job keeps its history."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644), 2)
-    sys.stderr = os.fdopen(2, "w", buffering=1)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+from headstab.joblog import run_job  # noqa: E402
+from headstab.training import spec_from_dict, train_refit  # noqa: E402
 
 
 def main():
@@ -32,11 +23,6 @@ def main():
     )
 
 
-log_to_file(snakemake.log[0])
-try:
-    main()
-except Exception as error:
-    logging.exception("rule train failed")
-    print(f"Error in rule train ({snakemake.wildcards.arch} seed {snakemake.wildcards.seed}): {error}\n"
-          f"(details: {snakemake.log[0]})", flush=True)
-    raise SystemExit(1) from None
+# Appending: a resumed job keeps the history of the run it continues.
+run_job(main, "train", snakemake.log[0], append=True,
+        label=f"{snakemake.wildcards.arch} seed {snakemake.wildcards.seed}")
