@@ -133,13 +133,13 @@ def bench_streaming(
     matmul: dict[str, float] | None = None,
     timeout: float = 900.0,
 ) -> dict[str, Any]:
-    """Same-layer all-pairs similarity streamed from HDF5 caches.
+    """Same-layer all-pairs similarity streamed from HDF5 caches written as the workflow writes them
+    (format 2: packed lower-triangle patterns, never compressed; the writer's default gzip applies only
+    to resid_mid/head_out, which the engine does not read).
 
-    Headline (largest refit count, `n_prompts`): caches as the workflow writes them (the cache
-    writer's default compression), and the same caches uncompressed, whose difference is the cost of
-    decompression. Scaling series (every count): uncompressed caches of the first `series_prompts`
-    prompts (the exponent is about refits; fewer prompts keep `make bench` inside 15 minutes), so it
-    shows how the engine's own work grows, not the (linear) cost of decompressing gzip chunks.
+    Headline: the largest refit count with `n_prompts` prompts. Scaling series (every count): caches
+    of the first `series_prompts` prompts (the exponent is about refits; fewer prompts keep
+    `make bench` inside 15 minutes).
     """
     import os
 
@@ -148,11 +148,10 @@ def bench_streaming(
     largest = max(refit_counts)
     write = {}
     paths = {}
-    for kind, level, prompts in (("default", "default", n_prompts), ("uncompressed", None, n_prompts),
-                                 ("series", None, series_prompts)):  # fmt: skip
+    for kind, prompts in (("default", n_prompts), ("series", series_prompts)):
         write[kind], paths[kind] = common.timed(lambda: common.write_synthetic_caches(
             work_dir / f"caches_{kind}", largest, shape["n_layers"], shape["n_heads"], prompts, n_pos,
-            n_distinct=n_distinct, compression_level=level,
+            n_distinct=n_distinct,
         ))  # fmt: skip
         log.info("wrote %d %s synthetic caches (%d distinct) in %.1f s", largest, kind, n_distinct, write[kind])
     matmul = matmul or common.matmul_rate()
@@ -168,7 +167,6 @@ def bench_streaming(
         return result
 
     series = {count: run("series", count) for count in sorted(refit_counts)}
-    raw = run("uncompressed", largest)
     top = run("default", largest)
     counts = np.array(sorted(series), dtype=np.float64)
     seconds = np.array([series[int(c)]["seconds"] for c in counts])
@@ -176,13 +174,9 @@ def bench_streaming(
     return {
         "similarity_gemm_fraction": top["gemm_fraction"],
         f"similarity_{largest}_refits_seconds": top["seconds"],
-        "similarity_peak_rss_gb": max(top["peak_rss_gb"], raw["peak_rss_gb"]),
+        "similarity_peak_rss_gb": top["peak_rss_gb"],
         "similarity_scaling_exponent": exponent,
-        "similarity_gemm_fraction_uncompressed": raw["gemm_fraction"],
-        f"similarity_{largest}_refits_seconds_uncompressed": raw["seconds"],
-        "similarity_decompression_share": 1.0 - raw["seconds"] / top["seconds"],
         "similarity_useful_gflops": top["useful_flops"] / top["seconds"] / 1e9,
-        "similarity_useful_gflops_uncompressed": raw["useful_flops"] / raw["seconds"] / 1e9,
         "similarity_series_prompts": series_prompts,
         "similarity_seconds_by_refits_series": {str(c): series[c]["seconds"] for c in sorted(series)},
         "similarity_gemm_fraction_by_refits_series": {str(c): series[c]["gemm_fraction"] for c in sorted(series)},
@@ -192,9 +186,9 @@ def bench_streaming(
         "similarity_streaming_setup": (
             f"l8_h16, {n_prompts} prompts x {n_pos} tokens, all anchors x all pairs, same layer, "
             f"pair_similarity_from_caches(scope='same_layer', workers={workers}, prompt_chunk={prompt_chunk}) on HDF5 "
-            f"caches written by headstab.caches.write_activation_cache (float32); headline on the writer's default "
-            f"compression (and uncompressed), scaling series on uncompressed caches of {series_prompts} prompts; {n_distinct} distinct caches per kind, the other "
-            f"refits symlinks to them (every file is still opened, read and decompressed in full)"
+            f"caches written by headstab.caches.write_activation_cache (float32, defaults: packed patterns); scaling "
+            f"series on caches of {series_prompts} prompts; {n_distinct} distinct caches per kind, the other "
+            f"refits symlinks to them (every file is still opened and its patterns read in full)"
         ),
         "similarity_useful_flops_definition": (
             "n_layers * (n_refits * n_heads)^2 * sum_p length_p (length_p + 1) / 2  (symmetric Gram: "

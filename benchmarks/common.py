@@ -185,9 +185,9 @@ def write_synthetic_caches(
     """Activation caches `seed{k}.h5` for k = 1..n_refits, written by headstab's own cache writer.
 
     Every prompt has n_pos tokens (BOS included). To keep `make bench` inside its time budget, only
-    `n_distinct` caches are generated and compressed (default: all); refit k > n_distinct is a
-    symlink to cache ((k - 1) % n_distinct) + 1. The similarity engine still opens, reads and
-    decompresses every refit's file in full, so the timed work is the same; only the disk reads of
+    `n_distinct` caches are generated (default: all); refit k > n_distinct is a symlink to cache
+    ((k - 1) % n_distinct) + 1. The similarity engine still opens every refit's file and reads its
+    patterns in full, so the timed work is the same; only the disk reads of
     repeated files come from the page cache (the benchmark does not measure disk bandwidth).
     compression_level: "default" (the writer's own default, what the workflow writes), a gzip
     level, or None (uncompressed chunks).
