@@ -50,7 +50,7 @@ def demo_tokenizer(work_dir: Path) -> tuple[Any, str]:
 
     directory = work_dir / "demo_bpe"
     tokenizer = train_bpe_tokenizer(generate_synthetic_documents(seed=0, n_documents=500), 1024, directory)
-    return tokenizer, f"trained in a temporary directory (synthetic corpus, 500 documents, vocab 1024)"
+    return tokenizer, "trained in a temporary directory (synthetic corpus, 500 documents, vocab 1024)"
 
 
 def demo_model(tokenizer: Any, architecture: str = "l4_h8", seed: int = 1) -> Any:

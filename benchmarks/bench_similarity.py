@@ -12,7 +12,8 @@ Useful flops of the same-layer computation (stated in the summary): the symmetri
 layer needs rows^2 * features multiply-adds halved by symmetry, i.e.
     useful_flops = n_layers * (n_refits * n_heads)^2 * sum over prompts of length(length+1)/2
 (2 flops per multiply-add x 1/2 for symmetry). The GEMM fraction divides the achieved useful rate
-by this machine's float32 GEMM rate measured in the same run (the faster of numpy and torch).
+by this machine's float32 GEMM rate measured in the same process right before and right after the
+computation (the fastest of numpy and torch, before and after).
 
 Run alone: `python benchmarks/bench_similarity.py [--quick]`; `--stream-worker` is the child entry.
 """
@@ -102,12 +103,18 @@ def stream_worker(cache_paths: list[str], promptset: str, prompt_chunk: int, wor
     with open_cache(cache_paths[0]) as cache:
         n_layers, n_heads = cache.n_layers, cache.n_heads
         lengths = cache.lengths(promptset)
+    # The GEMM rate right before and right after, in this process: this machine's speed drifts by
+    # +-25% over minutes (shared host), and the fraction should compare like with like.
+    before = common.matmul_rate(repeats=3)
     start = time.perf_counter()
     similarity = pair_similarity_from_caches(cache_paths, promptset, prompt_chunk=prompt_chunk, progress=False,
                                              scope="same_layer", workers=workers)  # fmt: skip
     seconds = time.perf_counter() - start
+    after = common.matmul_rate(repeats=3)
     return {
         "seconds": seconds,
+        "gemm_gflops_before_after": [before["best_gflops"], after["best_gflops"]],
+        "gemm_gflops": max(before["best_gflops"], after["best_gflops"]),
         "useful_flops": useful_flops(n_layers, len(cache_paths), n_heads, lengths),
         "shape": list(similarity.shape),
         "self_similarity_mean": float(np.einsum("aalhh->", similarity) / (len(cache_paths) * n_layers * n_heads)),
@@ -154,6 +161,8 @@ def bench_streaming(
             n_distinct=n_distinct,
         ))  # fmt: skip
         log.info("wrote %d %s synthetic caches (%d distinct) in %.1f s", largest, kind, n_distinct, write[kind])
+    # Flush the freshly written files now: otherwise the kernel writes them back during the timed runs.
+    os.sync()
     matmul = matmul or common.matmul_rate()
 
     def run(kind: str, count: int) -> dict[str, Any]:
@@ -161,7 +170,8 @@ def bench_streaming(
                 "--workers", str(workers), *map(str, paths[kind][:count])]  # fmt: skip
         result, peak_gb = _run_child(args, timeout)
         result["peak_rss_gb"] = peak_gb
-        result["gemm_fraction"] = result["useful_flops"] / result["seconds"] / 1e9 / matmul["best_gflops"]
+        # Against the faster of the GEMM rates measured right before and after this computation.
+        result["gemm_fraction"] = result["useful_flops"] / result["seconds"] / 1e9 / result["gemm_gflops"]
         log.info("same-layer similarity, %d refits, %s caches: %.1f s, peak RSS %.2f GB, GEMM fraction %.2f",
                  count, kind, result["seconds"], peak_gb, result["gemm_fraction"])  # fmt: skip
         return result
@@ -177,6 +187,7 @@ def bench_streaming(
         "similarity_peak_rss_gb": top["peak_rss_gb"],
         "similarity_scaling_exponent": exponent,
         "similarity_useful_gflops": top["useful_flops"] / top["seconds"] / 1e9,
+        "similarity_gemm_gflops_before_after": top["gemm_gflops_before_after"],
         "similarity_series_prompts": series_prompts,
         "similarity_seconds_by_refits_series": {str(c): series[c]["seconds"] for c in sorted(series)},
         "similarity_gemm_fraction_by_refits_series": {str(c): series[c]["gemm_fraction"] for c in sorted(series)},
@@ -192,8 +203,8 @@ def bench_streaming(
         ),
         "similarity_useful_flops_definition": (
             "n_layers * (n_refits * n_heads)^2 * sum_p length_p (length_p + 1) / 2  (symmetric Gram: "
-            "2 flops per multiply-add, halved by symmetry); fraction = useful_flops / seconds / best float32 "
-            "GEMM rate of this run"
+            "2 flops per multiply-add, halved by symmetry); fraction = useful_flops / seconds / the faster of the "
+            "best float32 GEMM rates (numpy or torch, 3072^3) measured in the same process right before and right after"
         ),
         "matmul": matmul,
     }

@@ -129,8 +129,9 @@ def test_one_anchor_route_equals_eq_1_and_2_and_ignores_values_outside_the_trian
     lengths = np.array([6, 3, 5, 1])
     patterns = [random_patterns(rng, 2, 3, lengths, 7) for _ in range(3)]
     reference = reference_similarity(patterns, lengths)
-    got = anchor_pair_similarity(patterns, lengths, anchor=1)
+    got = anchor_pair_similarity(patterns, lengths, anchor=1, workers=1)
     assert got.shape == (3, 2, 3, 3) and got.dtype == np.float32
+    np.testing.assert_array_equal(anchor_pair_similarity(patterns, lengths, anchor=1, workers=2), got)
     for layer in range(2):
         np.testing.assert_allclose(got[:, layer], reference[1, :, layer, :, layer, :], atol=1e-6)
     # Entries above the diagonal or outside a prompt's length block are not part of Eq. 1.
