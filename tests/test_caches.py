@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import h5py
 import numpy as np
 import pytest
@@ -284,18 +286,26 @@ def test_attention_only_resid_post_is_resid_mid_and_resid_pre_is_stored(tmp_path
                                    reference["blocks.1.hook_resid_pre"][0].numpy(), atol=1e-5)
 
 
+def edited_copy(source: Path, destination: Path, edit) -> Path:
+    """A copy of the cache at `source`, changed in place by `edit(h5py handle)`: a damaged or foreign file."""
+    destination.write_bytes(source.read_bytes())
+    with h5py.File(destination, "a") as handle:
+        edit(handle)
+    return destination
+
+
 def test_promised_or_misshapen_resid_pre_is_rejected(tmp_path, resid_pre_cache_path):
-    gutted = tmp_path / "gutted.h5"
-    gutted.write_bytes(resid_pre_cache_path.read_bytes())
-    with h5py.File(gutted, "a") as handle:
+    def drop(handle):
         del handle["len5/resid_pre"]
+
+    def misshape(handle):
+        drop(handle)
+        handle["len5"].create_dataset("resid_pre", data=np.zeros((N_LAYERS, 3, 4, D_MODEL), dtype=np.float32))
+
+    gutted = edited_copy(resid_pre_cache_path, tmp_path / "gutted.h5", drop)
     with pytest.raises(CacheError, match=rf"{gutted} lacks the datasets /len5/resid_pre.*rm -f {gutted}"):
         open_cache(gutted)
-    misshapen = tmp_path / "misshapen.h5"
-    misshapen.write_bytes(resid_pre_cache_path.read_bytes())
-    with h5py.File(misshapen, "a") as handle:
-        del handle["len5/resid_pre"]
-        handle["len5"].create_dataset("resid_pre", data=np.zeros((N_LAYERS, 3, 4, D_MODEL), dtype=np.float32))
+    misshapen = edited_copy(resid_pre_cache_path, tmp_path / "misshapen.h5", misshape)
     with pytest.raises(CacheError, match=r"/len5/resid_pre of shape \(2, 3, 4, 32\), expected \(2, 3, 5, 32\)"):
         open_cache(misshapen)
 
@@ -336,16 +346,10 @@ def test_foreign_hdf5_names_file_and_rebuild_command(tmp_path):
 
 
 def test_incomplete_or_gutted_cache_is_rejected(tmp_path, cache_path):
-    incomplete = tmp_path / "incomplete.h5"
-    incomplete.write_bytes(cache_path.read_bytes())
-    with h5py.File(incomplete, "a") as handle:
-        handle.attrs["complete"] = False
+    incomplete = edited_copy(cache_path, tmp_path / "incomplete.h5", lambda handle: handle.attrs.modify("complete", False))
     with pytest.raises(CacheError, match="incomplete.*rm -f"):
         open_cache(incomplete)
-    gutted = tmp_path / "gutted.h5"
-    gutted.write_bytes(cache_path.read_bytes())
-    with h5py.File(gutted, "a") as handle:
-        del handle["len5/head_out"]
+    gutted = edited_copy(cache_path, tmp_path / "gutted.h5", lambda handle: handle["len5"].pop("head_out"))
     with pytest.raises(CacheError, match=r"lacks the datasets /len5/head_out"):
         open_cache(gutted)
 
@@ -416,12 +420,10 @@ def test_packed_pattern_round_trip_slices_and_reading_into_place(cache_path):
 
 
 def test_offsets_that_disagree_with_lengths_are_rejected(tmp_path, cache_path):
-    import shutil
-
-    broken = tmp_path / "broken.h5"
-    shutil.copy(cache_path, broken)
-    with h5py.File(broken, "r+") as handle:
+    def shift(handle):
         handle["primary/pattern_offsets"][1] += 1
+
+    broken = edited_copy(cache_path, tmp_path / "broken.h5", shift)
     with pytest.raises(CacheError, match=rf"{broken} has /primary/pattern_offsets that do not match its lengths"):
         open_cache(broken)
 
