@@ -18,8 +18,9 @@ set with
   `hook_resid_post`, stored only when asked (`extra_resid_hooks`, from config key analysis.cka_hook),
   zero-padded; file attribute `extra_resid_hooks` lists them.
 
-Floating datasets are float32, or float16 when the config asks (the forward pass stays float32),
-chunked with one layer per chunk so a layer of a prompt set is read alone. Files are written to
+Floating datasets are float32, or float16 when the config asks (the forward pass stays float32).
+`attn_pattern` is contiguous and uncompressed (a layer is one contiguous range of the file); the
+others are chunked one (layer, prompt) per chunk, so a layer of a prompt set is read alone. Files are written to
 `<path>.tmp`, stamped `complete=True` last and renamed, so an interrupted job never leaves a file
 that looks finished. `open_cache` is the only way analyses open a cache: it checks the contract and
 names the file and the command to rebuild it when a file is missing, truncated or foreign.
@@ -39,6 +40,8 @@ from typing import Any
 import h5py
 import numpy as np
 from tqdm.auto import tqdm
+
+from headstab.formats import CACHE_FORMAT, CACHE_FORMAT_VERSION
 
 __all__ = [
     "CACHE_FORMAT",
@@ -62,9 +65,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = "headstab-activation-cache"
-# Version 2 packs attn_pattern as lower triangles (version 1 stored padded, gzip-compressed squares).
-CACHE_FORMAT_VERSION = 2
 FLOAT_DATASETS = ("attn_pattern", "resid_mid", "head_out")
 DATASET_DIMS = {
     "tokens": "prompt,pos",
@@ -81,10 +81,10 @@ RESID_HOOKS = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post")
 OPTIONAL_DATASET_DIMS = {"resid_pre": "layer,prompt,pos,d_model", "resid_post": "layer,prompt,pos,d_model"}
 ALL_DATASET_DIMS = {**DATASET_DIMS, **OPTIONAL_DATASET_DIMS}
 # resid_mid / head_out (and optional residual hooks): gzip level 1 behind the byte-shuffle filter
-# stores them at about 0.57 of their size; level 4 gains 3% for more time, and lzf (h5py-only,
-# unreadable by plain HDF5 tools) is larger and no faster to read (measured, docs/caches.md). Chunks are
-# compressed by a thread pool (zlib releases the GIL) while the next batch runs, and written with
-# write_direct_chunk. attn_pattern is packed lower triangles, never compressed (docs/caches.md).
+# stores them at about 0.57 of their size (docs/caches.md); lzf (h5py-only, unreadable by plain HDF5
+# tools) was larger, and read no faster in a test on demo activations (160-210 MB/s against gzip1's
+# 140-260). Chunks are compressed by a thread pool (zlib releases the GIL) while the next batch runs,
+# and written with write_direct_chunk. attn_pattern is packed lower triangles, never compressed.
 GZIP_LEVEL = 1
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 
@@ -382,6 +382,8 @@ def write_activation_cache(
     for name, token_lists in token_sets.items():
         if "/" in name or not name:
             raise ValueError(f"prompt set name {name!r} cannot be an HDF5 group name; rename it in the config")
+        if len(token_lists) == 0:
+            raise ValueError(f"prompt set '{name}' has no prompts; add prompts to it or remove it from prompt_sets")
         check_prompt_lengths(token_lists, n_ctx, name, (set_attrs or {}).get(name, {}).get("prompt_file"))
     resid_hook = resid_hook_name(model)
     extra_datasets = _extra_resid_datasets(extra_resid_hooks, resid_hook)
@@ -573,7 +575,6 @@ class CacheReader:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self._fd: int | None = None  # raw descriptor for parallel reads of the packed patterns
         if not self.path.is_file():
             raise CacheError(f"activation cache {self.path} does not exist; build it with `snakemake {self.path}`")
         try:
@@ -615,7 +616,7 @@ class CacheReader:
             raise self._fail(f"has no prompt sets (attribute prompt_sets={sets!r})")
         n_layers, n_heads = self.attrs["n_layers"], self.attrs["n_heads"]
         d_model, d_head = self.attrs["d_model"], self.attrs["d_head"]
-        # Optional residual hooks (absent from caches written before they existed: none stored).
+        # Optional residual hooks (attribute absent: none stored).
         extra_hooks = self.attrs.get("extra_resid_hooks", [])
         if not isinstance(extra_hooks, list) or not set(extra_hooks) <= set(RESID_HOOKS):
             raise self._fail(f"has an invalid extra_resid_hooks attribute {extra_hooks!r}")
@@ -646,9 +647,6 @@ class CacheReader:
 
     # -- context manager
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
         self._file.close()
 
     def __enter__(self) -> CacheReader:
@@ -737,12 +735,15 @@ class CacheReader:
         lengths, offsets = self.lengths(promptset), self.pattern_offsets(promptset)
         n_pos = self._group(promptset)["tokens"].shape[1]
         wanted = np.arange(lengths.size)[slice(None) if prompts is None else prompts]
-        packed = self.attn_pattern_lower(promptset, layer=layer)  # [(layer,) head, lower_entry]
-        starts = offsets[wanted]
-        segments = np.concatenate([packed[..., a:b] for a, b in zip(starts, offsets[wanted + 1])], axis=-1) if wanted.size else packed[..., :0]
+        first, last = (int(wanted.min()), int(wanted.max())) if wanted.size else (0, -1)
+        # Only the entries from the first to the last wanted prompt are read.
+        packed = self.attn_pattern_lower(promptset, layer=layer, prompts=slice(first, last + 1))  # [(layer,) head, entry]
+        base = offsets[first]
+        segments = [packed[..., offsets[p] - base : offsets[p + 1] - base] for p in wanted]
+        segments = np.concatenate(segments, axis=-1) if segments else packed[..., :0]
         unpacked = unpack_lower_triangles(segments, lengths[wanted], lower_triangle_offsets(lengths[wanted]), n_pos)
         # [(layer,) head, prompt, q, k] -> [(layer,) prompt, head, q, k]
-        return np.swapaxes(unpacked, -4, -3)
+        return np.ascontiguousarray(np.swapaxes(unpacked, -4, -3))
 
     def attn_pattern_lower(
         self, promptset: str, layer: int | None = None, prompts: slice | None = None, out: np.ndarray | None = None
@@ -808,12 +809,16 @@ class CacheReader:
         offset = dataset.id.get_offset()
         if offset is None or dataset.chunks is not None or dataset.compression or dataset.dtype != np.dtype("<f4"):
             return False
+        try:  # HDF5's own descriptor of this open file (sec2 driver): no second open, nothing to leak
+            descriptor = int(self._file.id.get_vfd_handle())
+        except (AttributeError, TypeError, ValueError, OSError):
+            return False
+        if not hasattr(os, "preadv"):  # not on every platform
+            return False
         n_layers, n_heads, total = dataset.shape
         layers = range(n_layers) if layer is None else [layer]
         rows = out.reshape(len(layers) * n_heads, stop - start)
         itemsize = rows.itemsize
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDONLY)
         # Whole rows are one contiguous range of the file; a prompt range is one range per (layer, head).
         if start == 0 and stop == total:
             pieces = [(rows.reshape(-1), offset + layers[0] * n_heads * total * itemsize)]
@@ -824,7 +829,7 @@ class CacheReader:
             view = memoryview(destination.view(np.uint8))
             done = 0
             while done < view.nbytes:  # a single read returns at most ~2 GB
-                count = os.preadv(self._fd, [view[done:]], position + done)
+                count = os.preadv(descriptor, [view[done:]], position + done)
                 if count <= 0:
                     raise self._fail("ends before the data of its attn_pattern dataset (truncated file)")
                 done += count

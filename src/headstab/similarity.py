@@ -18,7 +18,8 @@ Three routes to the same numbers:
 - `anchor_pair_similarity`: one anchor against every refit from patterns in memory, masking instead of
   gathering, for the case where reading the patterns, not arithmetic, is the cost.
 
-Numerics and speed: each block's Gram is one float32 matrix product, summed in a float64
+Numerics and speed: each block's Gram is float32 matrix products (recursive halving, see
+GRAM_BLOCK_ROWS), summed in a float64
 accumulator (the running sum keeps the error from growing with the number of streamed chunks). The
 product goes through torch (MKL): on this 2-core machine numpy/OpenBLAS's `syrk` for `X @ X.T` ran at
 10-25 useful GFLOP/s against MKL's 45-90 under load (benchmarks/, `make bench`). Per-(head, prompt)
@@ -191,8 +192,8 @@ class GramAccumulator:
 
     GramAccumulator(n_rows) accumulates the symmetric [n_rows, n_rows] Gram of one set of rows;
     GramAccumulator(n_rows, n_cols) accumulates a rectangular block between two sets of rows
-    (e.g. two blocks of refits in separate jobs). Each chunk's product is a float32 GEMM (only the
-    upper blocks when symmetric, see `_product`); the running sum is float64.
+    (e.g. two blocks of refits in separate jobs). Each chunk's product is float32 GEMMs (symmetric:
+    recursive halving, see `_product`); the running sum is float64.
     """
 
     def __init__(self, n_rows: int, n_cols: int | None = None) -> None:
@@ -317,7 +318,7 @@ def anchor_pair_similarity(
 
     patterns: one [layer, prompt, head, query_pos, key_pos] array per refit (e.g. from `run_with_cache`),
         right-padded to a common size; lengths: [prompt] real tokens per prompt.
-    workers: threads, each taking every `workers`-th refit (default: the machine's CPU count).
+    workers: threads, each taking every `workers`-th refit (default: the CPUs this process may use).
     Returns float32 [refit, layer, anchor head, candidate head]: the mean over prompts of the cosine of
     the two heads' lower-triangular patterns within the prompt's length (Eq. 1-2); row `anchor` is
     the anchor with itself. Equal to `same_layer_pair_similarity(features, anchors=[anchor])[0]`.
@@ -348,7 +349,9 @@ def anchor_pair_similarity(
         raise ValueError(f"lengths must be [prompt] = ({n_prompts},) with values in 1..{n_pos}; got {lengths}")
     if not 0 <= anchor < len(patterns):
         raise ValueError(f"anchor must be a refit index in 0..{len(patterns) - 1}; got {anchor}")
-    workers = max(1, min(len(patterns), workers or os.cpu_count() or 1))
+    # The CPUs this process may use (a Slurm job's share, not the node's count).
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = max(1, min(len(patterns), workers or available))
     mask = causal_length_mask(lengths, n_pos)[:, None, :]  # [prompt, 1, Q*Q]
 
     def masked_layer(pattern: np.ndarray, layer: int, block: np.ndarray) -> np.ndarray:
@@ -468,6 +471,8 @@ def pair_similarity_from_caches(
     try:
         offsets = readers[0].pattern_offsets(promptset)
         n_prompts = offsets.size - 1
+        if n_prompts == 0:
+            raise ValueError(f"prompt set '{promptset}' of {cache_paths[0]} has no prompts; there is nothing to compare")
         # Units of work: (layer, consecutive prompts). same_layer: a layer and all prompts;
         # cross_layer: all layers (None) and one chunk of prompts.
         if scope == "same_layer":

@@ -18,7 +18,7 @@ os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [LIBRARY, os.environ.g
 # (relative to the rule files).
 CONDA_ENV = "../../envs/headstab.yaml"
 
-from headstab.caches import CACHE_FORMAT_VERSION
+from headstab.formats import CACHE_FORMAT_VERSION  # no numpy/h5py at parse time
 from headstab.config import ConfigError, architecture_spec, selected_architectures, validate_config
 from headstab.prompts import load_prompt_sets
 
@@ -228,7 +228,8 @@ def train_spec(wildcards):
     return spec
 
 
-# Positions assumed per prompt when sizing memory: the shipped sets stay under 100 tokens with BOS.
+# Positions assumed per prompt when sizing memory: the shipped sets stay at or under 111 tokens with
+# BOS (demo tokenizer).
 CACHE_ASSUMED_POSITIONS = 128
 
 
@@ -337,8 +338,8 @@ def cache_extra_resid_hooks():
 
 def cache_options():
     """Options of the cache writer: config["cache"], plus `extra_resid_hooks` only when there are any, so
-    that with the default cka_hook the params (and so the existing caches) stay exactly as they were,
-    while choosing another hook changes them and Snakemake rebuilds the caches."""
+    that the default cka_hook adds nothing to the params, while choosing another hook changes them
+    and Snakemake rebuilds the caches."""
     extra = cache_extra_resid_hooks()
     return {**config["cache"], "extra_resid_hooks": extra} if extra else config["cache"]
 

@@ -1,0 +1,10 @@
+"""On-disk format identifiers, importable without numpy or h5py (the Snakefile reads them at parse time).
+
+Bump a version when a file's layout changes: the `cache_activations` rule carries
+CACHE_FORMAT_VERSION as a param, so Snakemake rebuilds caches written by older code, and the
+reader rejects them with the rebuild command.
+"""
+
+CACHE_FORMAT = "headstab-activation-cache"
+# Version 2 packs attn_pattern as lower triangles (version 1 stored padded, gzip-compressed squares).
+CACHE_FORMAT_VERSION = 2
