@@ -434,3 +434,28 @@ def test_packed_patterns_are_smaller_than_padded_squares(cache_path):
         stored = handle["primary/attn_pattern"].size
         padded = N_LAYERS * len(lengths) * N_HEADS * int(lengths.max()) ** 2
     assert stored == N_LAYERS * N_HEADS * int((lengths * (lengths + 1) // 2).sum()) and stored < padded / 2
+
+
+def test_float32_packed_patterns_are_read_with_pread_and_float16_through_h5py(tmp_path, cache_path, model, token_sets, monkeypatch):
+    with open_cache(cache_path) as cache:
+        offsets = cache.pattern_offsets("primary")
+        expected = cache.attn_pattern_lower("primary", layer=1)
+        # Contiguous float32: read outside h5py (its reads would fail here).
+        monkeypatch.setattr(h5py.Dataset, "read_direct", lambda *a, **k: (_ for _ in ()).throw(AssertionError("h5py read")))
+        out = np.empty((N_HEADS, int(offsets[-1])), dtype=np.float32)
+        np.testing.assert_array_equal(cache.attn_pattern_lower("primary", layer=1, out=out), expected)
+        monkeypatch.undo()
+    half_path = write_activation_cache(tmp_path / "half.h5", model, token_sets, pad_token_id=0, dtype="float16",
+                                       show_progress=False)
+    with open_cache(half_path) as half:
+        out = np.empty((N_LAYERS, N_HEADS, int(offsets[-1])), dtype=np.float32)
+        np.testing.assert_allclose(half.attn_pattern_lower("primary", out=out)[1], expected, atol=1e-3)
+        pattern = half.attn_pattern("primary", prompts=slice(1, 3))
+        assert pattern.flags.c_contiguous and pattern.shape == (N_LAYERS, 2, N_HEADS, 12, 12)
+
+
+def test_a_prompt_set_without_prompts_fails_before_writing(tmp_path, model):
+    with pytest.raises(ValueError, match="prompt set 'empty' has no prompts"):
+        write_activation_cache(tmp_path / "seed1.h5", model, {"primary": [[1, 2, 3]], "empty": []}, pad_token_id=0,
+                               show_progress=False)
+    assert not list(tmp_path.iterdir())
