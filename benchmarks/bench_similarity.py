@@ -213,7 +213,7 @@ def bench_streaming(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stream-worker", action="store_true", help="child: time one streamed computation")
-    parser.add_argument("--workers", type=int, default=1, help="child: reader processes")
+    parser.add_argument("--workers", type=int, default=1, help="child: reader threads")
     parser.add_argument("--promptset", default="primary")
     parser.add_argument("--prompt-chunk", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="toy sizes (smoke test)")
