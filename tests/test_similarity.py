@@ -287,3 +287,4 @@ def test_bad_gram_and_chunk_shapes_fail_clearly():
         GramAccumulator(2, 3).add(np.zeros((2, 8)))
     with pytest.raises(ValueError, match="features must be"):
         pair_similarity(np.zeros((2, 3, 4)))
+

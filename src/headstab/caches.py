@@ -81,10 +81,11 @@ RESID_HOOKS = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post")
 OPTIONAL_DATASET_DIMS = {"resid_pre": "layer,prompt,pos,d_model", "resid_post": "layer,prompt,pos,d_model"}
 ALL_DATASET_DIMS = {**DATASET_DIMS, **OPTIONAL_DATASET_DIMS}
 # resid_mid / head_out (and optional residual hooks): gzip level 1 behind the byte-shuffle filter
-# stores them at about 0.57 of their size (docs/caches.md); lzf (h5py-only, unreadable by plain HDF5
-# tools) was larger, and read no faster in a test on demo activations (160-210 MB/s against gzip1's
-# 140-260). Chunks are compressed by a thread pool (zlib releases the GIL) while the next batch runs,
-# and written with write_direct_chunk. attn_pattern is packed lower triangles, never compressed.
+# stores them at about 0.58 of their size; lzf (h5py-only, unreadable by plain HDF5 tools) stored them
+# at 0.61-0.67 and read them at 200-250 MB/s against gzip1's 140-160 (one test on demo activations):
+# not worth files other HDF5 tools cannot open. Chunks are compressed by a thread pool (zlib releases
+# the GIL) while the next batch runs, and written with write_direct_chunk. attn_pattern is packed
+# lower triangles, never compressed.
 GZIP_LEVEL = 1
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 
