@@ -28,6 +28,7 @@ names the file and the command to rebuild it when a file is missing, truncated o
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -65,7 +66,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-FLOAT_DATASETS = ("attn_pattern", "resid_mid", "head_out")
 DATASET_DIMS = {
     "tokens": "prompt,pos",
     "lengths": "prompt",
@@ -213,16 +213,22 @@ def lower_triangle_offsets(lengths: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(lengths * (lengths + 1) // 2)]).astype(np.int64)
 
 
-def _tril_flat_index(n: int) -> np.ndarray:
-    rows, cols = np.tril_indices(n)
-    return rows * n + cols
+@functools.lru_cache(maxsize=64)
+def lower_triangle_index(length: int, n_pos: int | None = None) -> np.ndarray:
+    """Flat row-major indices into an n_pos x n_pos square (default: length x length) of the lower
+    triangle, diagonal included, of its leading length x length block: read-only [length (length + 1) / 2]."""
+    rows, cols = np.tril_indices(length)
+    index = rows * (length if n_pos is None else n_pos) + cols
+    index.setflags(write=False)
+    return index
 
 
 def pack_lower_triangle(pattern: np.ndarray, length: int) -> np.ndarray:
     """[..., query_pos, key_pos] -> [..., length * (length + 1) / 2]: the row-major lower triangle
     (diagonal included) of the leading length x length block."""
-    block = np.asarray(pattern)[..., :length, :length]
-    return block.reshape(*block.shape[:-2], length * length)[..., _tril_flat_index(length)]
+    pattern = np.asarray(pattern)
+    n_pos = pattern.shape[-1]
+    return pattern.reshape(*pattern.shape[:-2], n_pos * n_pos)[..., lower_triangle_index(length, n_pos)]
 
 
 def unpack_lower_triangles(packed: np.ndarray, lengths: np.ndarray, offsets: np.ndarray, n_pos: int) -> np.ndarray:
@@ -231,8 +237,7 @@ def unpack_lower_triangles(packed: np.ndarray, lengths: np.ndarray, offsets: np.
     lead = packed.shape[:-1]
     out = np.zeros((*lead, len(lengths), n_pos * n_pos), dtype=np.float32)
     for prompt, length in enumerate(np.asarray(lengths, dtype=np.int64)):
-        rows, cols = np.tril_indices(int(length))
-        out[..., prompt, rows * n_pos + cols] = packed[..., offsets[prompt] : offsets[prompt + 1]]
+        out[..., prompt, lower_triangle_index(int(length), n_pos)] = packed[..., offsets[prompt] : offsets[prompt + 1]]
     return out.reshape(*lead, len(lengths), n_pos, n_pos)
 
 
@@ -587,6 +592,7 @@ class CacheReader:
             ) from err
         try:
             self.attrs: dict[str, Any] = {key: _decode_attr(value) for key, value in self._file.attrs.items()}
+            self._offsets: dict[str, np.ndarray] = {}
             self._validate()
         except BaseException:
             self._file.close()
@@ -630,7 +636,8 @@ class CacheReader:
             if missing:
                 raise self._fail(f"lacks the datasets {', '.join('/' + name + '/' + m for m in missing)}")
             n_prompts, n_pos = group["tokens"].shape
-            offsets = group["pattern_offsets"][()]
+            offsets = self._offsets[name] = group["pattern_offsets"][()]
+            offsets.setflags(write=False)
             if group["lengths"].shape == (n_prompts,) and not np.array_equal(offsets, lower_triangle_offsets(group["lengths"][()])):
                 raise self._fail(f"has /{name}/pattern_offsets that do not match its lengths (packed attn_pattern is unreadable)")
             expected = {
@@ -726,8 +733,9 @@ class CacheReader:
         return self._read(promptset, key, self._layer_selection(key, layer, prompts)).astype(np.float32, copy=False)
 
     def pattern_offsets(self, promptset: str) -> np.ndarray:
-        """int64 [prompt + 1]: prompt p's packed lower triangle is attn_pattern_lower(...)[..., o[p]:o[p + 1]]."""
-        return self._read(promptset, "pattern_offsets", ())
+        """int64 [prompt + 1], read-only: prompt p's packed lower triangle is attn_pattern_lower(...)[..., o[p]:o[p + 1]]."""
+        self._group(promptset)  # a clear KeyError for an unknown set
+        return self._offsets[promptset]  # read and checked against the lengths when the file was opened
 
     def attn_pattern(self, promptset: str, layer: int | None = None, prompts: slice | Sequence[int] | None = None) -> np.ndarray:
         """Post-softmax patterns unpacked to float32 [layer, prompt, head, query_pos, key_pos], or

@@ -29,11 +29,12 @@ norms are float32 BLAS dot products: measured within 2e-7 (relative) of float64 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
+from headstab.caches import lower_triangle_index
 
 __all__ = [
     "GramAccumulator",
@@ -55,15 +56,6 @@ __all__ = [
 def n_lower_entries(n_pos: int) -> int:
     """Number of entries in the lower triangle (diagonal included) of an n_pos x n_pos pattern."""
     return n_pos * (n_pos + 1) // 2
-
-
-@functools.lru_cache(maxsize=16)
-def _lower_triangle_index(n_pos: int) -> np.ndarray:
-    """Flat indices into an n_pos x n_pos pattern of its lower triangle, row-major: [n_lower]."""
-    rows, cols = np.tril_indices(n_pos)
-    index = rows * n_pos + cols
-    index.setflags(write=False)
-    return index
 
 
 # A symmetric product `x @ x.T` is split in halves recursively: the off-diagonal half-block is
@@ -160,7 +152,7 @@ def causal_pattern_features(
     if total < n_prompts or total < 1:
         raise ValueError(f"n_prompts_total ({total}) must be >= this chunk's prompt count ({n_prompts})")
 
-    flat_index = _lower_triangle_index(n_query)
+    flat_index = lower_triangle_index(n_query)
     shape = (n_layers, n_heads, n_prompts, flat_index.size)
     if out is None:
         features = np.empty(shape, dtype=np.float32)
