@@ -196,17 +196,23 @@ def test_local_run_of_the_smoke_workflow_sees_no_slurm(tmp_path: Path) -> None:
     assert gpu["greeting"] == "hello slurm"
 
 
-def test_unknown_partition_fails_with_slurms_own_message(
-    slurm_cluster: SlurmCluster, tmp_path: Path
-) -> None:
+def refused_smoke_run(cluster: SlurmCluster, tmp_path: Path, resource_args: list[str], partition: str):
+    """The smoke workflow submitted with `resource_args` naming `partition`, which Slurm refuses:
+    the run fails, no job starts, and Slurm's own message reaches the user. Returns the run."""
     run = run_snakemake_on_slurm(
-        tmp_path, SMOKE.snakefile, SMOKE.configfile,
-        ["--default-resources", "slurm_partition=no_such_partition"],
-        cluster=slurm_cluster, check=False, timeout_s=120,
+        tmp_path, SMOKE.snakefile, SMOKE.configfile, resource_args, cluster=cluster, check=False, timeout_s=120,
     )
     assert run.returncode != 0
     assert run.job_ids == []
-    assert "invalid partition specified: no_such_partition" in run.output, run.output[-3000:]
+    assert f"invalid partition specified: {partition}" in run.output, run.output[-3000:]
+    return run
+
+
+def test_unknown_partition_fails_with_slurms_own_message(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    refused_smoke_run(slurm_cluster, tmp_path, ["--default-resources", "slurm_partition=no_such_partition"],
+                      "no_such_partition")
     assert not (tmp_path / "smoke" / "gpu_probe.txt").exists()
 
 
@@ -249,15 +255,9 @@ def test_unknown_gpu_partition_fails_with_slurms_own_message(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
     """What HEADSTAB_GPU_PARTITION=<typo> does: the GPU rule's sbatch is refused, nothing runs."""
-    run = run_snakemake_on_slurm(
-        tmp_path, SMOKE.snakefile, SMOKE.configfile,
-        ["--set-resources", "gpu_probe:slurm_partition=gpu_typo"],
-        cluster=slurm_cluster, check=False, timeout_s=120,
-    )
-    assert run.returncode != 0
-    assert run.job_ids == []
+    run = refused_smoke_run(slurm_cluster, tmp_path, ["--set-resources", "gpu_probe:slurm_partition=gpu_typo"],
+                            "gpu_typo")
     assert "Error in rule gpu_probe:" in run.output
-    assert "invalid partition specified: gpu_typo" in run.output, run.output[-3000:]
 
 
 @pytest.mark.parametrize("slurm_run", [SMOKE], ids=["smoke"], indirect=True)
