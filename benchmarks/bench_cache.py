@@ -6,8 +6,9 @@ primary prompts (resources/prompts/primary.json) with BOS prepended; the tokeniz
 byte-level BPE when `results/demo/tokenizers/demo_bpe` exists, else one trained here on the
 synthetic corpus (same recipe, temporary directory).
 
-- ours: `headstab.caches.cache_activations` (batched, right-padded, written to a compressed HDF5
-  file; the time includes tokenizing, compressing and writing).
+- ours: `headstab.caches.cache_activations` (batched, right-padded, written to an HDF5 file with the
+  writer's defaults: packed patterns, gzip-1 resid_mid/head_out; the time includes tokenizing,
+  packing, compressing and writing).
 - loop: what the paper's notebooks do, one `model.run_with_cache(tokens)` per prompt, keeping the
   same three activations (patterns, hook_resid_mid, hook_z) as numpy arrays in memory (no file).
 Both run under the same torch thread count; medians of `repeats` alternating runs.
@@ -125,7 +126,7 @@ def bench_cache(work_dir: Path, repeats: int = 3, n_prompts: int | None = None, 
         "cache_setup": (
             f"demo l4_h8 (random init, seed 1), {len(prompts)} primary prompts (BOS prepended, "
             f"{int(lengths.min())}-{int(lengths.max())} tokens), batch_size {batch_size}; tokenizer: {tokenizer_source}; "
-            "ours writes the compressed HDF5 cache, the loop keeps arrays in memory"
+            "ours writes the HDF5 cache (packed patterns, gzip-1 resid_mid/head_out), the loop keeps arrays in memory"
         ),
     }
 
