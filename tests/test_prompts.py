@@ -103,6 +103,28 @@ def test_bad_files_fail_naming_the_file(tmp_path, content, message):
     assert str(path) in str(error.value)
 
 
+@pytest.mark.parametrize(
+    ("content", "key"),
+    [
+        ('{"5": ["a b"], "10": ["c d"], "5": ["e f"]}', "5"),
+        ('[{"x": 1, "x": 2}]', "x"),  # nested: refused even though the list would fail later anyway
+        ('{"5": ["a"], "10": [{"k": "v", "k": "w"}]}', "k"),
+    ],
+)
+def test_duplicate_json_keys_fail_naming_the_file_and_key(tmp_path, content, key):
+    path = tmp_path / "dup.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=f"key '{key}' appears more than once") as error:
+        load_prompt_file("len", path)
+    assert str(path) in str(error.value) and "rename one of the keys" in str(error.value)
+
+
+def test_same_prompt_text_under_different_keys_is_not_a_duplicate_key(tmp_path):
+    path = tmp_path / "ok.json"
+    path.write_text('{"5": ["a b"], "10": ["a b"]}')
+    assert load_prompt_file("len", path) == {"len5": ["a b"], "len10": ["a b"]}
+
+
 def test_missing_file_and_empty_text_file_fail_naming_the_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.json"):
         load_prompt_sets({"x": tmp_path / "nope.json"})

@@ -6,14 +6,17 @@ A prompt file is one of
   (so `len: resources/prompts/length_sweep.json` gives `len5`, `len10`, ... `len50`), in numeric
   order when every member name is an integer, in file order otherwise;
 - a text file (`.txt`): one prompt per non-empty line.
+Files must be UTF-8; a JSON object with the same key twice (anywhere in the file) is refused rather
+than silently keeping only the last one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 __all__ = ["load_prompt_file", "load_prompt_sets", "prompt_file_sha256"]
 
@@ -36,6 +39,23 @@ def _check_prompts(prompts: object, path: Path, where: str) -> list[str]:
     return list(prompts)
 
 
+def _reject_duplicate_keys(path: Path) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """An `object_pairs_hook` that builds each JSON object but fails on a repeated key."""
+
+    def build(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in obj:
+                raise ValueError(
+                    f"{path}: the JSON object key {key!r} appears more than once, so one of its values "
+                    "would be silently dropped; merge the lists or rename one of the keys"
+                )
+            obj[key] = value
+        return obj
+
+    return build
+
+
 def load_prompt_file(name: str, path: str | Path) -> dict[str, list[str]]:
     """Prompt sets of one file, named from `name` as described in the module docstring.
 
@@ -53,7 +73,7 @@ def load_prompt_file(name: str, path: str | Path) -> dict[str, list[str]]:
             raise ValueError(f"{path}: no prompts (the file has no non-empty lines)")
         return {name: prompts}
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_reject_duplicate_keys(path))
     except json.JSONDecodeError as error:
         raise ValueError(
             f"{path}: invalid JSON ({error.msg} at line {error.lineno}, column {error.colno}); "
