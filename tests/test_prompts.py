@@ -125,6 +125,17 @@ def test_same_prompt_text_under_different_keys_is_not_a_duplicate_key(tmp_path):
     assert load_prompt_file("len", path) == {"len5": ["a b"], "len10": ["a b"]}
 
 
+@pytest.mark.parametrize("suffix", [".json", ".txt"])
+def test_non_utf8_file_fails_naming_the_file_and_byte_offset(tmp_path, suffix):
+    path = tmp_path / f"latin1{suffix}"
+    path.write_bytes('["caf\u00e9 au lait"]'.encode("latin-1"))  # the e-acute is byte 0xe9 at offset 5
+    with pytest.raises(ValueError, match="not valid UTF-8") as error:
+        load_prompt_file("x", path)
+    message = str(error.value)
+    assert str(path) in message and "0xe9" in message and "byte offset 5" in message
+    assert "re-save the file as UTF-8" in message
+
+
 def test_missing_file_and_empty_text_file_fail_naming_the_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.json"):
         load_prompt_sets({"x": tmp_path / "nope.json"})

@@ -56,6 +56,18 @@ def _reject_duplicate_keys(path: Path) -> Callable[[list[tuple[str, Any]]], dict
     return build
 
 
+def _read_utf8(path: Path) -> str:
+    """The file's text; a file that is not UTF-8 fails naming the file and the bad byte's offset."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path}: not valid UTF-8 (byte 0x{data[error.start]:02x} at byte offset {error.start}: "
+            f"{error.reason}); prompt files must be UTF-8, so re-save the file as UTF-8"
+        ) from error
+
+
 def load_prompt_file(name: str, path: str | Path) -> dict[str, list[str]]:
     """Prompt sets of one file, named from `name` as described in the module docstring.
 
@@ -66,7 +78,7 @@ def load_prompt_file(name: str, path: str | Path) -> dict[str, list[str]]:
         raise FileNotFoundError(
             f"prompt file for set {name!r} not found: {path}; fix the path under `prompt_sets` in the config"
         )
-    text = path.read_text(encoding="utf-8")
+    text = _read_utf8(path)
     if path.suffix.lower() == ".txt":
         prompts = [line.strip() for line in text.splitlines() if line.strip()]
         if not prompts:
