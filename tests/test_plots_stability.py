@@ -5,7 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.figure import Figure
+from matplotlib.text import Text
 
+import headstab.plots.stability as stability_plots
+from headstab.plots import DPI
 from headstab.plots.stability import (
     plot_alignment_map,
     plot_commonness,
@@ -15,7 +19,7 @@ from headstab.plots.stability import (
     plot_pair_stability,
 )
 from headstab.stability import (
-    alignment_kurtosis_table,
+    alignment_dispersion_table,
     alignment_map_table,
     commonness_table,
     head_stability_table,
@@ -45,7 +49,7 @@ def tables() -> dict[str, pd.DataFrame]:
         "heads": heads,
         "layers": layer_stability_table(heads),
         "alignment": alignment,
-        "kurtosis": alignment_kurtosis_table(alignment),
+        "dispersion": alignment_dispersion_table(alignment),
         "commonness": commonness_table(similarity, SEEDS, "primary"),
     }
 
@@ -98,18 +102,73 @@ def test_cross_layer_figure_holds_cross_layer_head_stability(tables, tmp_path):
     pd.testing.assert_frame_equal(matrix, expected, check_names=False)
 
 
-def test_alignment_map_rows_sum_to_one_with_kurtosis_column(tables, tmp_path):
+def captured_figures(monkeypatch) -> list[Figure]:
+    """Figures the plot module saves, kept after saving so a test can inspect what was drawn."""
+    figures: list[Figure] = []
+    original = stability_plots.save_figure
+
+    def save_and_keep(figure: Figure, path) -> None:
+        original(figure, path)
+        figures.append(figure)
+
+    monkeypatch.setattr(stability_plots, "save_figure", save_and_keep)
+    return figures
+
+
+def overlapping_texts(figure: Figure) -> list[tuple[str, str]]:
+    """Pairs of visible, non-empty texts of the saved figure whose boxes overlap (in display pixels)."""
+    # Redraw at the saved resolution: savefig restores the screen dpi, leaving label positions stale.
+    figure.set_dpi(DPI)
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    texts = [text for text in figure.findobj(Text) if text.get_visible() and text.get_text().strip()]
+    boxes = [(text.get_text(), text.get_window_extent(renderer)) for text in texts]
+    return [
+        (a, b)
+        for i, (a, box_a) in enumerate(boxes)
+        for b, box_b in boxes[i + 1:]
+        if box_a.overlaps(box_b)
+    ]
+
+
+def test_alignment_map_rows_sum_to_one(tables, tmp_path):
     path = tmp_path / "alignment_map.png"
-    matrix = plot_alignment_map(tables["alignment"], path, "l3_h4", kurtosis_table=tables["kurtosis"])
+    matrix = plot_alignment_map(tables["alignment"], path, "l3_h4")
     assert_png(path)
     assert matrix.shape == (3, 3)
     np.testing.assert_allclose(matrix.sum(axis=1), 1.0)
     alignment = tables["alignment"]
     for row in alignment[alignment["anchor_seed"] == 9].itertuples():
         assert matrix.loc[row.layer, row.match_layer] == row.fraction
-    plain = tmp_path / "alignment_map_plain.png"
-    plot_alignment_map(tables["alignment"], plain, "l3_h4")
-    assert_png(plain)
+
+
+@pytest.mark.parametrize("n_layers", [2, 4, 8])
+def test_alignment_map_annotates_rows_with_share_and_entropy_without_overlap(n_layers, tmp_path, monkeypatch):
+    rng = np.random.default_rng(n_layers)
+    similarity = rng.uniform(0.2, 0.9, size=(3, 3, n_layers, 4, n_layers, 4)).astype(np.float32)
+    similarity[:, :, 0, :, 0, :] = 0.95  # layer 1 matches itself: share 1, entropy 0, kurtosis NaN
+    alignment = alignment_map_table(pair_stability_table(similarity, SEEDS, "primary"))
+    dispersion = alignment_dispersion_table(alignment)
+    figures = captured_figures(monkeypatch)
+    path = tmp_path / "alignment_map.png"
+    plot_alignment_map(alignment, path, f"l{n_layers}_h4", dispersion_table=dispersion)
+    assert_png(path)
+    (figure,) = figures
+    map_ax, side_ax = figure.axes[:2]
+    assert [label.get_text() for label in side_ax.get_xticklabels()] == ["diagonal\nshare", "norm.\nentropy"]
+    first = dispersion[dispersion["anchor_seed"] == 9].sort_values("layer")
+    # Row by row, left to right: diagonal share then normalized entropy, as the heatmap annotates.
+    expected = [f"{value:.2f}" for value in first[["diagonal_share", "normalized_entropy"]].to_numpy().ravel()]
+    assert [text.get_text() for text in side_ax.texts] == expected
+    assert expected[:2] == ["1.00", "0.00"]
+    assert not any("kurtosis" in text.get_text() for text in figure.findobj(Text))
+    assert overlapping_texts(figure) == []
+
+
+def test_alignment_map_dispersion_of_another_prompt_set_fails_clearly(tables, tmp_path):
+    other = tables["dispersion"].assign(promptset="len5")
+    with pytest.raises(ValueError, match="alignment_dispersion table has no rows with promptset = 'primary'"):
+        plot_alignment_map(tables["alignment"], tmp_path / "x.png", "l3_h4", dispersion_table=other)
 
 
 def test_commonness_heatmap_holds_first_seed(tables, tmp_path):

@@ -11,16 +11,18 @@ from headstab.similarity import causal_pattern_features, pair_similarity
 from headstab.stability import (
     ALIGNMENT_COLUMNS,
     COMMONNESS_COLUMNS,
+    DISPERSION_COLUMNS,
     HEAD_COLUMNS,
-    KURTOSIS_COLUMNS,
     LAYER_COLUMNS,
     PAIR_COLUMNS,
-    alignment_kurtosis_table,
+    TABLE_NAMES,
+    alignment_dispersion_table,
     alignment_map_table,
     commonness_table,
     head_stability_table,
     layer_stability_table,
     pair_stability_table,
+    stability_tables,
 )
 
 
@@ -196,8 +198,8 @@ def test_cross_layer_best_match_and_alignment_map_by_hand():
     first = alignment[(alignment["anchor_seed"] == 7) & (alignment["layer"] == 0)].sort_values("match_layer")
     np.testing.assert_allclose(first["fraction"], [0.25, 0.25, 0.5])
 
-    kurtosis = alignment_kurtosis_table(alignment)
-    assert list(kurtosis.columns) == KURTOSIS_COLUMNS
+    kurtosis = alignment_dispersion_table(alignment)
+    assert list(kurtosis.columns) == DISPERSION_COLUMNS
     value = kurtosis[(kurtosis["anchor_seed"] == 7) & (kurtosis["layer"] == 0)]["kurtosis"].item()
     np.testing.assert_allclose(value, scipy.stats.kurtosis([2, 2, 0, 1]))
     # Anchor 7 layer 1: every 0.1 tie goes to layer 0, head 0 (argmax takes the first): degenerate.
@@ -208,7 +210,7 @@ def test_alignment_kurtosis_equals_scipy_on_pooled_random_matches(base_pattern):
     rng = np.random.default_rng(4)
     patterns = [base_pattern, *[random_patterns(rng, 3, 4, LENGTHS, 6) for _ in range(3)]]
     pairs = pair_stability_table(similarity_of(patterns, LENGTHS), [1, 2, 3, 4], "primary")
-    kurtosis = alignment_kurtosis_table(alignment_map_table(pairs))
+    kurtosis = alignment_dispersion_table(alignment_map_table(pairs))
     cross = pairs[pairs["scope"] == "cross_layer"]
     for (anchor, layer), group in cross.groupby(["anchor_seed", "layer"]):
         expected = scipy.stats.kurtosis(group["best_layer"].to_numpy())
@@ -217,6 +219,125 @@ def test_alignment_kurtosis_equals_scipy_on_pooled_random_matches(base_pattern):
             assert np.isnan(got)
         else:
             np.testing.assert_allclose(got, expected, rtol=1e-9)
+
+
+def hand_alignment_map(rows: dict[int, list[float]], promptset: str = "p", anchor_seed: int = 1) -> pd.DataFrame:
+    """ALIGNMENT_COLUMNS from {anchor layer: fractions over match layers 0..n-1}."""
+    records = [
+        (promptset, anchor_seed, layer, match_layer, fraction)
+        for layer, fractions in rows.items()
+        for match_layer, fraction in enumerate(fractions)
+    ]
+    return pd.DataFrame.from_records(records, columns=ALIGNMENT_COLUMNS)
+
+
+def dispersion_of(fractions: list[float], layer: int) -> pd.Series:
+    """The dispersion row of one hand-made alignment-map row."""
+    return alignment_dispersion_table(hand_alignment_map({layer: fractions})).iloc[0]
+
+
+def test_dispersion_of_all_matches_in_own_layer_is_zero_spread():
+    for n_layers in (1, 2, 4, 8):
+        for layer in range(n_layers):
+            fractions = [0.0] * n_layers
+            fractions[layer] = 1.0
+            row = dispersion_of(fractions, layer)
+            assert (row["diagonal_share"], row["normalized_entropy"], row["mean_layer_distance"]) == (1.0, 0.0, 0.0)
+            assert np.isnan(row["kurtosis"])  # the case the kurtosis column cannot describe
+
+
+def test_dispersion_of_uniform_row_has_entropy_one():
+    for n_layers in (2, 3, 4, 8, 32):
+        for layer in (0, n_layers - 1):
+            row = dispersion_of([1 / n_layers] * n_layers, layer)
+            np.testing.assert_allclose(row["normalized_entropy"], 1.0, rtol=1e-12)
+            np.testing.assert_allclose(row["diagonal_share"], 1 / n_layers, rtol=1e-12)
+            # From an end layer the distances are 0, 1, ..., n - 1: mean (n - 1) / 2.
+            np.testing.assert_allclose(row["mean_layer_distance"], (n_layers - 1) / 2, rtol=1e-12)
+
+
+def test_dispersion_known_values_by_hand():
+    table = alignment_dispersion_table(
+        hand_alignment_map(
+            {
+                0: [0.5, 0.5, 0.0, 0.0],  # H = ln 2, / ln 4 = 0.5; distance 0.5 * 1 = 0.5
+                1: [0.25, 0.5, 0.25, 0.0],  # H = 2 * 0.25 ln 4 + 0.5 ln 2 = 1.5 ln 2, / ln 4 = 0.75; distance 0.5
+                2: [0.25, 0.25, 0.25, 0.25],  # H = 1; distance (2 + 1 + 0 + 1) / 4 = 1
+                3: [0.0, 0.0, 0.0, 1.0],  # all in own layer
+            }
+        )
+    )
+    assert list(table.columns) == DISPERSION_COLUMNS
+    assert table["layer"].tolist() == [0, 1, 2, 3]
+    np.testing.assert_allclose(table["diagonal_share"], [0.5, 0.5, 0.25, 1.0], rtol=1e-12)
+    np.testing.assert_allclose(table["normalized_entropy"], [0.5, 0.75, 1.0, 0.0], rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(table["mean_layer_distance"], [0.5, 0.5, 1.0, 0.0], rtol=1e-12)
+    # Kurtosis kept as a secondary column: 50/50 over two layers is -2, uniform over four is
+    # E[(k - 1.5)^4] / Var^2 - 3 = 2.5625 / 1.25^2 - 3 = -1.36.
+    np.testing.assert_allclose(table["kurtosis"].iloc[[0, 2]], [-2.0, -1.36], rtol=1e-12)
+    assert np.isnan(table["kurtosis"].iloc[3])
+
+
+def test_moving_mass_off_the_diagonal_lowers_share_and_raises_distance():
+    # Anchor layer 1 of 4: mass moves from layer 1 towards layer 3.
+    family = [[0, 1, 0, 0], [0, 0.8, 0.2, 0], [0, 0.5, 0.3, 0.2], [0, 0.2, 0.3, 0.5], [0, 0, 0, 1]]
+    rows = [dispersion_of(fractions, 1) for fractions in family]
+    share = np.array([row["diagonal_share"] for row in rows])
+    distance = np.array([row["mean_layer_distance"] for row in rows])
+    assert (np.diff(share) < 0).all() and (np.diff(distance) > 0).all()
+    np.testing.assert_allclose(share, [1.0, 0.8, 0.5, 0.2, 0.0], rtol=1e-12)
+    # 0.2 * 1; 0.3 * 1 + 0.2 * 2; 0.3 * 1 + 0.5 * 2; 1 * 2.
+    np.testing.assert_allclose(distance, [0.0, 0.2, 0.7, 1.3, 2.0], rtol=1e-12)
+
+
+def test_wider_spread_has_higher_entropy_where_kurtosis_is_not_monotone():
+    family = [[1, 0, 0, 0], [0.5, 0.5, 0, 0], [0.34, 0.33, 0.33, 0], [0.25, 0.25, 0.25, 0.25]]
+    rows = [dispersion_of(fractions, 0) for fractions in family]
+    entropy = np.array([row["normalized_entropy"] for row in rows])
+    assert (np.diff(entropy) > 0).all()
+    np.testing.assert_allclose(entropy[[0, 1, 3]], [0.0, 0.5, 1.0], rtol=1e-12, atol=1e-15)
+    # Why kurtosis is only a secondary column: NaN for the tightest row, -2 for 50/50, higher
+    # (-1.36) for uniform, and +95 for a 99/1 split that is nearly all on the diagonal.
+    kurtosis = np.array([row["kurtosis"] for row in rows])
+    assert np.isnan(kurtosis[0]) and kurtosis[1] < kurtosis[3]
+    near_diagonal = dispersion_of([0.99, 0.01, 0.0, 0.0], 0)
+    # Bernoulli(p) excess kurtosis (1 - 6 p q) / (p q) with p = 0.01: 0.9406 / 0.0099 = 95.01.
+    np.testing.assert_allclose(near_diagonal["kurtosis"], 0.9406 / 0.0099, rtol=1e-12)
+    assert near_diagonal["normalized_entropy"] < entropy[1]
+
+
+def test_dispersion_of_a_single_layer_model_is_defined():
+    row = dispersion_of([1.0], 0)
+    assert (row["diagonal_share"], row["normalized_entropy"], row["mean_layer_distance"]) == (1.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("n_layers", [1, 2, 5])
+def test_dispersion_is_finite_and_matches_pair_table_on_random_tensors(n_layers):
+    rng = np.random.default_rng(6 + n_layers)
+    seeds = [4, 2, 8]
+    random = rng.uniform(0.0, 1.0, size=(3, 3, n_layers, 3, n_layers, 3)).astype(np.float32)
+    for similarity in (random, hand_similarity(n_layers=n_layers)):  # hand: ties, single-layer rows
+        tables = stability_tables(similarity, seeds, "primary")
+        assert tuple(tables) == TABLE_NAMES
+        dispersion = tables["alignment_dispersion"]
+        assert list(dispersion.columns) == DISPERSION_COLUMNS
+        assert len(dispersion) == len(seeds) * n_layers
+        pd.testing.assert_frame_equal(
+            dispersion[["promptset", "anchor_seed", "layer"]],
+            tables["alignment_map"][["promptset", "anchor_seed", "layer"]].drop_duplicates().reset_index(drop=True),
+        )
+        measures = dispersion[["diagonal_share", "normalized_entropy", "mean_layer_distance"]].to_numpy()
+        assert np.isfinite(measures).all()
+        # Every value is a float64 sum of n_layers fractions: n_layers ulps of slack around [0, 1].
+        slack = n_layers * np.finfo(np.float64).eps
+        assert (measures[:, :2] >= -slack).all() and (measures[:, :2] <= 1 + slack).all()
+        # Independent check from the pooled best matches themselves.
+        cross = tables["pair_stability"].query("scope == 'cross_layer'")
+        pooled = cross.assign(
+            own=cross["best_layer"] == cross["layer"], distance=(cross["best_layer"] - cross["layer"]).abs()
+        ).groupby(["anchor_seed", "layer"], sort=False)[["own", "distance"]].mean()
+        np.testing.assert_allclose(dispersion["diagonal_share"], pooled["own"], rtol=1e-12, atol=slack)
+        np.testing.assert_allclose(dispersion["mean_layer_distance"], pooled["distance"], rtol=1e-12, atol=slack)
 
 
 def test_commonness_of_a_layer_of_identical_heads_is_one(base_pattern):

@@ -15,20 +15,21 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+import scipy.special
 
 __all__ = [
     "PAIR_COLUMNS",
     "HEAD_COLUMNS",
     "LAYER_COLUMNS",
     "ALIGNMENT_COLUMNS",
-    "KURTOSIS_COLUMNS",
+    "DISPERSION_COLUMNS",
     "COMMONNESS_COLUMNS",
     "SCOPES",
     "pair_stability_table",
     "head_stability_table",
     "layer_stability_table",
     "alignment_map_table",
-    "alignment_kurtosis_table",
+    "alignment_dispersion_table",
     "commonness_table",
     "stability_tables",
     "TABLE_NAMES",
@@ -42,7 +43,10 @@ PAIR_COLUMNS = [
 HEAD_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", "head", "stability", "n_pairs"]
 LAYER_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", "mean", "std"]
 ALIGNMENT_COLUMNS = ["promptset", "anchor_seed", "layer", "match_layer", "fraction"]
-KURTOSIS_COLUMNS = ["promptset", "anchor_seed", "layer", "kurtosis"]
+DISPERSION_COLUMNS = [
+    "promptset", "anchor_seed", "layer", "diagonal_share", "normalized_entropy", "mean_layer_distance",
+    "kurtosis",
+]
 COMMONNESS_COLUMNS = ["promptset", "seed", "layer", "head", "commonness", "commonness_excl_self"]
 
 
@@ -211,18 +215,62 @@ def alignment_map_table(pair_table: pd.DataFrame) -> pd.DataFrame:
     return table[ALIGNMENT_COLUMNS].reset_index(drop=True)
 
 
-def alignment_kurtosis_table(alignment_map: pd.DataFrame) -> pd.DataFrame:
-    """Fisher kurtosis of each alignment-map row, seen as a distribution over matched layers.
+def alignment_dispersion_table(alignment_map: pd.DataFrame) -> pd.DataFrame:
+    """How spread out each alignment-map row is over matched layers (§4.2, Fig. 3).
 
-    alignment_map: ALIGNMENT_COLUMNS. Each row (promptset, anchor_seed, layer) is the distribution of
-    the matched layer index k with probabilities `fraction`; its kurtosis is
-    E[(k - mu)^4] / Var(k)^2 - 3, which equals `scipy.stats.kurtosis(matched_layers)` (Fisher,
-    biased) of the pooled best matches. A row whose matches all fall in one layer has zero variance
-    and an undefined kurtosis: it is reported as NaN (it is the most concentrated row possible).
-    Returns KURTOSIS_COLUMNS.
+    alignment_map: ALIGNMENT_COLUMNS, every match_layer of a row listed (zeros included), as
+    `alignment_map_table` writes it. Each row (promptset, anchor_seed, layer) is a distribution p over
+    its n_layers matched layers k (the fractions, renormalised to sum to 1). Columns:
+
+    - diagonal_share: p[layer], the share of best matches in the anchor's own layer (0..1);
+    - normalized_entropy: -sum_k p_k ln p_k / ln(n_layers), with 0 ln 0 = 0: 0 when every match falls
+      in one layer, 1 when they are uniform over all layers; 0 when n_layers == 1;
+    - mean_layer_distance: sum_k p_k |k - layer|, the mean distance in layers to the best match;
+    - kurtosis: Fisher kurtosis of k under p (see `_row_kurtosis`): NaN for a row whose matches all
+      fall in one layer, and not monotone in spread, so it is not a dispersion measure.
+
+    The first three are finite for every row. Returns DISPERSION_COLUMNS, one row per alignment-map
+    row, in the map's order.
     """
     _require_columns(alignment_map, ALIGNMENT_COLUMNS, "alignment_map")
     keys = ["promptset", "anchor_seed", "layer"]
+    fraction = alignment_map["fraction"].to_numpy(dtype=np.float64)
+    match = alignment_map["match_layer"].to_numpy(dtype=np.float64)
+    layer = alignment_map["layer"].to_numpy(dtype=np.float64)
+    frame = alignment_map[keys].copy()
+    frame["w"] = fraction
+    frame["diagonal"] = np.where(match == layer, fraction, 0.0)
+    frame["entropy"] = scipy.special.entr(fraction)  # -p ln p, and exactly 0 at p = 0
+    frame["distance"] = fraction * np.abs(match - layer)
+    grouped = frame.groupby(keys, sort=False)
+    sums = grouped[["w", "diagonal", "entropy", "distance"]].sum()
+    n_layers = grouped.size().to_numpy()
+    total = sums["w"].to_numpy()
+    # Entropy of p = f / total from the sums over f: H(p) = H(f) / total + ln(total).
+    entropy = sums["entropy"].to_numpy() / total + np.log(total)
+    log_n = np.log(np.maximum(n_layers, 2))  # n_layers == 1 divides 0 by ln 2, giving the defined 0
+    table = pd.DataFrame(
+        {
+            "diagonal_share": sums["diagonal"].to_numpy() / total,
+            "normalized_entropy": np.where(n_layers > 1, entropy / log_n, 0.0),
+            "mean_layer_distance": sums["distance"].to_numpy() / total,
+            "kurtosis": _row_kurtosis(alignment_map, keys).to_numpy(),
+        },
+        index=sums.index,
+    ).reset_index()
+    return table[DISPERSION_COLUMNS]
+
+
+def _row_kurtosis(alignment_map: pd.DataFrame, keys: list[str]) -> pd.Series:
+    """Fisher kurtosis of each alignment-map row, seen as a distribution over matched layers.
+
+    Each row (keys) is the distribution of the matched layer index k with probabilities `fraction`;
+    its kurtosis is E[(k - mu)^4] / Var(k)^2 - 3, which equals `scipy.stats.kurtosis(matched_layers)`
+    (Fisher, biased) of the pooled best matches. A row whose matches all fall in one layer has zero
+    variance and an undefined kurtosis: NaN. Not a dispersion measure: -2 for a 50/50 split over two
+    layers, -1.36 for uniform over four, +95 for a 99/1 split.
+    Returns a Series indexed by keys in the map's row order (groupby sort=False).
+    """
     weight = alignment_map["fraction"].to_numpy(dtype=np.float64)
     match = alignment_map["match_layer"].to_numpy(dtype=np.float64)
     frame = alignment_map[keys].copy()
@@ -238,9 +286,7 @@ def alignment_kurtosis_table(alignment_map: pd.DataFrame) -> pd.DataFrame:
     fourth = moments["m4"] / moments["w"]
     # Variance is in squared layer indices: anything this small is a single-layer row up to rounding.
     degenerate = variance <= 1e-12
-    kurtosis = (fourth / variance.where(~degenerate) ** 2) - 3.0
-    table = kurtosis.rename("kurtosis").reset_index()
-    return table[KURTOSIS_COLUMNS]
+    return ((fourth / variance.where(~degenerate) ** 2) - 3.0).rename("kurtosis")
 
 
 def commonness_table(
@@ -289,7 +335,9 @@ def _require_columns(table: pd.DataFrame, columns: Sequence[str], name: str) -> 
         )
 
 
-TABLE_NAMES = ("pair_stability", "head_stability", "layer_stability", "alignment_map", "alignment_kurtosis", "commonness")
+TABLE_NAMES = (
+    "pair_stability", "head_stability", "layer_stability", "alignment_map", "alignment_dispersion", "commonness",
+)
 
 
 def stability_tables(similarity: np.ndarray, seeds: Sequence[int], promptset: str) -> dict[str, pd.DataFrame]:
@@ -305,6 +353,6 @@ def stability_tables(similarity: np.ndarray, seeds: Sequence[int], promptset: st
         "head_stability": heads,
         "layer_stability": layer_stability_table(heads),
         "alignment_map": alignment,
-        "alignment_kurtosis": alignment_kurtosis_table(alignment),
+        "alignment_dispersion": alignment_dispersion_table(alignment),
         "commonness": commonness_table(similarity, seeds, promptset),
     }

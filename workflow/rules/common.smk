@@ -153,7 +153,7 @@ def arch_similarities(wildcards):
     return [similarity_path(wildcards.arch, promptset) for promptset in PROMPT_SETS]
 
 
-STABILITY_TABLES = ("pair_stability", "head_stability", "layer_stability", "alignment_map", "alignment_kurtosis", "commonness")
+STABILITY_TABLES = ("pair_stability", "head_stability", "layer_stability", "alignment_map", "alignment_dispersion", "commonness")
 STABILITY_FIGURES = ("head_stability", "layer_stability", "pair_stability", "cross_layer_stability", "alignment_map", "commonness")
 
 

@@ -15,7 +15,9 @@ def main():
     plots.plot_cross_layer_stability(
         tables["head_stability"], tables["layer_stability"], out.cross_layer_stability, arch, promptset
     )
-    plots.plot_alignment_map(tables["alignment_map"], out.alignment_map, arch, promptset, tables["alignment_kurtosis"])
+    plots.plot_alignment_map(
+        tables["alignment_map"], out.alignment_map, arch, promptset, dispersion_table=tables["alignment_dispersion"]
+    )
     plots.plot_commonness(tables["commonness"], out.commonness, arch, promptset)
 
 

@@ -276,12 +276,13 @@ def plot_alignment_map(
     path: str | Path,
     arch: str,
     promptset: str = "primary",
-    kurtosis_table: pd.DataFrame | None = None,
+    dispersion_table: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Cross-layer alignment map: share of best matches in each layer (Fig. 3), first seed as anchor.
 
-    alignment_map: ALIGNMENT_COLUMNS; kurtosis_table (optional): KURTOSIS_COLUMNS, drawn beside
-    each row. Returns the drawn [layer, match_layer] matrix (0-based).
+    alignment_map: ALIGNMENT_COLUMNS; dispersion_table (optional): DISPERSION_COLUMNS, whose
+    diagonal_share and normalized_entropy are drawn as a two-column panel beside each row.
+    Returns the drawn [layer, match_layer] matrix (0-based).
     """
     rows = _select(alignment_map, "alignment_map table", promptset=promptset)
     anchor = _first(rows, "anchor_seed")
@@ -291,25 +292,27 @@ def plot_alignment_map(
         .sort_index()
         .sort_index(axis=1)
     )
+    annotate = len(matrix) <= 12
     size = min(3.0 + 0.55 * len(matrix), 14.0)
-    figure = new_figure((size + (1.0 if kurtosis_table is not None else 0.0), size + 0.4))
-    map_ax = figure.add_subplot()
+    figure = new_figure((size + (1.9 if dispersion_table is not None else 0.0), size + 0.6))
+    if dispersion_table is None:
+        map_ax = figure.add_subplot()
+    else:
+        # The side panel gets a fixed width of about 1.3 inches whatever the number of layers.
+        map_ax, side_ax = figure.subplots(1, 2, sharey=True, width_ratios=[size, 1.3])
     mesh = _heatmap(map_ax, matrix, "magma", _one_based(matrix.columns), _one_based(matrix.index),
-                    vmin=0.0, vmax=1.0, annotate=len(matrix) <= 12)
+                    vmin=0.0, vmax=1.0, annotate=annotate)
     figure.colorbar(mesh, ax=map_ax, label="fraction of best matches", location="bottom", shrink=0.6)
     map_ax.set_xlabel("layer of best match in pair refit")
     map_ax.set_ylabel("anchor layer")
-    if kurtosis_table is not None:
-        kurt = _select(kurtosis_table, "alignment_kurtosis table", promptset=promptset, anchor_seed=anchor)
-        kurt = kurt.set_index("layer")["kurtosis"].reindex(matrix.index)
-        # A twin axis on the right labels each heatmap row (rows sit at 0.5, 1.5, ...) with its kurtosis.
-        row_ax = map_ax.twinx()
-        row_ax.set_ylim(map_ax.get_ylim())
-        labels = ["n/a (one layer)" if np.isnan(v) else f"{v:+.2f}" for v in kurt.to_numpy(dtype=float)]
-        row_ax.set_yticks(np.arange(len(kurt)) + 0.5, labels, fontsize=7)
-        row_ax.set_ylabel("Fisher kurtosis of row")
-        for spine in row_ax.spines.values():
-            spine.set_visible(False)
+    if dispersion_table is not None:
+        measures = _select(dispersion_table, "alignment_dispersion table", promptset=promptset, anchor_seed=anchor)
+        measures = measures.set_index("layer")[["diagonal_share", "normalized_entropy"]].reindex(matrix.index)
+        side = _heatmap(side_ax, measures, "crest", ["diagonal\nshare", "norm.\nentropy"],
+                        _one_based(measures.index), vmin=0.0, vmax=1.0, annotate=annotate)
+        side_ax.tick_params(axis="x", labelsize=7, labelbottom=False, labeltop=True, bottom=False, top=False)
+        side_ax.tick_params(axis="y", labelleft=False, left=False)
+        figure.colorbar(side, ax=side_ax, label="share / entropy", location="bottom", shrink=0.9)
     figure.suptitle(
         f"{arch}: cross-layer alignment map (prompts: {promptset})\n"
         f"anchor = first seed ({anchor}), pooled over heads and pair refits",
