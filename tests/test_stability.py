@@ -154,16 +154,41 @@ def test_layer_stability_is_invariant_to_permuting_heads(base_pattern):
     assert original["std"].gt(0).all()  # the test would be empty if every head were alike
 
 
-def test_layer_std_is_population_std_by_hand():
-    heads = pd.DataFrame(
+def hand_heads() -> pd.DataFrame:
+    """Layer 0: stabilities 0.2, 0.4, 0.9; layer 1: 0.5, 0.5; layer 2: one head, 0.7."""
+    return pd.DataFrame(
         {
-            "promptset": "p", "scope": "same_layer", "anchor_seed": 1, "layer": [0, 0, 1, 1],
-            "head": [0, 1, 0, 1], "stability": [0.2, 0.4, 0.5, 0.5], "n_pairs": 2,
+            "promptset": "p", "scope": "same_layer", "anchor_seed": 1, "layer": [0, 0, 0, 1, 1, 2],
+            "head": [0, 1, 2, 0, 1, 0], "stability": [0.2, 0.4, 0.9, 0.5, 0.5, 0.7], "n_pairs": 2,
         }
     )
-    layers = layer_stability_table(heads)
-    np.testing.assert_allclose(layers["mean"], [0.3, 0.5])
-    np.testing.assert_allclose(layers["std"], [0.1, 0.0])
+
+
+def test_layer_std_is_population_std_by_hand_by_default():
+    layers = layer_stability_table(hand_heads())
+    np.testing.assert_allclose(layers["mean"], [0.5, 0.5, 0.7], rtol=1e-12)
+    # Layer 0: squared deviations 0.09 + 0.01 + 0.16 = 0.26 over n = 3; one head: 0.
+    np.testing.assert_allclose(layers["std"], [np.sqrt(0.26 / 3), 0.0, 0.0], rtol=1e-12, atol=1e-15)
+    pd.testing.assert_frame_equal(layers, layer_stability_table(hand_heads(), ddof=0))
+
+
+def test_layer_std_with_ddof_1_is_sample_std_and_nan_for_one_head():
+    layers = layer_stability_table(hand_heads(), ddof=1)
+    np.testing.assert_allclose(layers["mean"], [0.5, 0.5, 0.7], rtol=1e-12)
+    # Layer 0: 0.26 over n - 1 = 2, i.e. sqrt(0.13) = 0.3606 (population: 0.2944).
+    np.testing.assert_allclose(layers["std"].iloc[:2], [np.sqrt(0.13), 0.0], rtol=1e-12, atol=1e-15)
+    assert np.isnan(layers["std"].iloc[2])
+    with pytest.raises(ValueError, match="ddof must be 0"):
+        layer_stability_table(hand_heads(), ddof=2)
+
+
+def test_stability_tables_pass_ddof_to_the_layer_table():
+    similarity = np.random.default_rng(5).uniform(0.0, 1.0, size=(3, 3, 2, 3, 2, 3)).astype(np.float32)
+    population = stability_tables(similarity, [1, 2, 3], "p")["layer_stability"]
+    sample = stability_tables(similarity, [1, 2, 3], "p", ddof=1)["layer_stability"]
+    pd.testing.assert_series_equal(population["mean"], sample["mean"])
+    # Three heads per layer: sample s.d. = population s.d. * sqrt(3 / 2), to float64 rounding.
+    np.testing.assert_allclose(sample["std"], population["std"] * np.sqrt(3 / 2), rtol=1e-12)
 
 
 def hand_similarity(n_seeds=3, n_layers=3, n_heads=2) -> np.ndarray:

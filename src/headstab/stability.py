@@ -166,18 +166,21 @@ def head_stability_table(pair_table: pd.DataFrame) -> pd.DataFrame:
     return table[HEAD_COLUMNS]
 
 
-def layer_stability_table(head_table: pd.DataFrame) -> pd.DataFrame:
+def layer_stability_table(head_table: pd.DataFrame, ddof: int = 0) -> pd.DataFrame:
     """Layer stability: mean and standard deviation over a layer's heads of head stability (Eq. 5).
 
-    head_table: HEAD_COLUMNS. std is the population standard deviation (ddof=0, numpy's default),
-    so a layer with one head has std 0 rather than NaN.
-    Returns LAYER_COLUMNS.
+    head_table: HEAD_COLUMNS. ddof: 0 for the population standard deviation (numpy's default; a
+    layer with one head has std 0), 1 for the sample standard deviation (the authors' code; a layer
+    with one head has std NaN).
+    Returns LAYER_COLUMNS, one row per (promptset, scope, anchor_seed, layer).
     """
     _require_columns(head_table, HEAD_COLUMNS, "head_table")
+    if ddof not in (0, 1):
+        raise ValueError(f"ddof must be 0 (population s.d.) or 1 (sample s.d.); got {ddof!r}")
     keys = ["promptset", "scope", "anchor_seed", "layer"]
     grouped = head_table.groupby(keys, sort=False)["stability"]
     table = grouped.mean().rename("mean").to_frame()
-    table["std"] = grouped.std(ddof=0)
+    table["std"] = grouped.std(ddof=ddof)
     return table.reset_index()[LAYER_COLUMNS]
 
 
@@ -340,10 +343,13 @@ TABLE_NAMES = (
 )
 
 
-def stability_tables(similarity: np.ndarray, seeds: Sequence[int], promptset: str) -> dict[str, pd.DataFrame]:
+def stability_tables(
+    similarity: np.ndarray, seeds: Sequence[int], promptset: str, ddof: int = 0
+) -> dict[str, pd.DataFrame]:
     """Every table of §3.2-3.3, §4.2 and §A.6 for one prompt set, keyed by TABLE_NAMES.
 
     similarity: S [seed_a, seed_b, layer_a, head_a, layer_b, head_b] (Eq. 2), all refits of one architecture.
+    ddof: of the layer standard deviation over heads (`layer_stability_table`): 0 population, 1 sample.
     """
     pairs = pair_stability_table(similarity, seeds, promptset)
     heads = head_stability_table(pairs)
@@ -351,7 +357,7 @@ def stability_tables(similarity: np.ndarray, seeds: Sequence[int], promptset: st
     return {
         "pair_stability": pairs,
         "head_stability": heads,
-        "layer_stability": layer_stability_table(heads),
+        "layer_stability": layer_stability_table(heads, ddof=ddof),
         "alignment_map": alignment,
         "alignment_dispersion": alignment_dispersion_table(alignment),
         "commonness": commonness_table(similarity, seeds, promptset),

@@ -10,11 +10,14 @@ from headstab.stability import TABLE_NAMES, stability_tables
 
 
 def main():
+    # Optional until the rule passes it from the config: 0 keeps the population s.d. over heads.
+    ddof = getattr(snakemake.params, "layer_std_ddof", 0)
+    logging.info("layer s.d. over heads with ddof=%d", ddof)
     collected = {name: [] for name in TABLE_NAMES}
     for path, promptset in zip(snakemake.input.similarity, snakemake.params.promptsets, strict=True):
         similarity, seeds = read_pair_similarity(path)
         logging.info("%s: %d refits, tensor %s", path, len(seeds), similarity.shape)
-        for name, table in stability_tables(similarity, seeds, promptset).items():
+        for name, table in stability_tables(similarity, seeds, promptset, ddof=ddof).items():
             collected[name].append(table)
     for name in TABLE_NAMES:
         table = pd.concat(collected[name], ignore_index=True)
