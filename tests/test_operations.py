@@ -22,13 +22,14 @@ import pandas as pd
 import pytest
 import yaml
 
+from headstab.layout import GPU_RULES  # the rules that run a model (train, caches, refit_measurements)
+
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests/config/tiny.yaml"
 RERUN = "l2_h4"  # the architecture whose analyses are rerun
 OTHER = "l2_h4_wd"  # the architecture that must not be touched
 # The documented one-liner (docs/operations.md): rerun one architecture's analyses only.
 ANALYSES_RERUN = ("--forcerun", "pair_similarity", "refit_measurements")
-GPU_RULES = {"train", "cache_activations", "refit_measurements"}  # refit_measurements runs the models
 
 pytestmark = pytest.mark.integration
 
@@ -280,15 +281,21 @@ def _job_blocks(dry_run_output: str) -> list[tuple[str, dict[str, str], str]]:
     return jobs
 
 
-@pytest.fixture(scope="module")
-def paper_plan_on_slurm() -> str:
-    """`snakemake -n --profile slurm` at the repository root, as a user types it (the full paper)."""
+def slurm_dry_run(*args: str, **env: str) -> str:
+    """`snakemake -n --profile slurm <args>` at the repository root, as a user types it, with `env` added
+    (no Slurm is needed for a dry run: the executor plugin submits nothing)."""
     result = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--profile", "slurm"],
-        cwd=REPO, capture_output=True, text=True, env=_env(), timeout=600,
+        [sys.executable, "-m", "snakemake", "-n", "--profile", "slurm", *args],
+        cwd=REPO, capture_output=True, text=True, env={**_env(), **env}, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def paper_plan_on_slurm() -> str:
+    """`snakemake -n --profile slurm` at the repository root (the full paper)."""
+    return slurm_dry_run()
 
 
 def test_slurm_plan_of_the_paper_asks_a_gpu_for_every_gpu_rule_and_none_for_cpu_rules(paper_plan_on_slurm: str) -> None:
@@ -320,3 +327,19 @@ def test_slurm_plan_groups_each_architectures_small_cpu_jobs(paper_plan_on_slurm
     group = profile["groups"]["pair_similarity"]
     # one group job per architecture: 26 instead of 26 x 7 similarity jobs plus their tables
     assert paper_plan_on_slurm.count(f"Group job {group} ") == 26
+
+
+def test_gpu_partition_constraint_and_model_reach_every_job_that_asks_for_a_gpu(tmp_path: Path) -> None:
+    """HEADSTAB_GPU_* go to exactly the jobs with gpu=1 (the profile reads GPU_RULES), none to the others."""
+    plan = slurm_dry_run(
+        "--config", f"results_dir={tmp_path / 'results'}", "run={architectures: [l2_h8, l2_h8_wd]}",
+        HEADSTAB_GPU_PARTITION="gpuq", HEADSTAB_GPU_CONSTRAINT="a100", HEADSTAB_GPU_MODEL="h100",
+    )  # fmt: skip
+    jobs = _job_blocks(plan)
+    assert {rule for rule, resources, _ in jobs if resources.get("gpu") == "1"} == set(GPU_RULES)
+    for rule, resources, wildcards in jobs:
+        gpu_settings = {key: resources.get(key) for key in ("slurm_partition", "constraint", "gpu_model")}
+        if resources.get("gpu") == "1":
+            assert gpu_settings == {"slurm_partition": "gpuq", "constraint": "a100", "gpu_model": "h100"}, (rule, wildcards)
+        else:
+            assert gpu_settings == dict.fromkeys(gpu_settings), (rule, wildcards, resources)

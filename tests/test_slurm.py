@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from headstab.layout import GPU_RULES
 from slurm.harness import (
     REPO_ROOT,
     SLURM_DIR,
@@ -74,7 +75,7 @@ TINY = WorkflowCase(
         + [f"results/tiny/{TINY_ARCH}/tables/{name}.csv" for name in ("head_stability", "layer_stability", "ablation")]
         + [f"results/tiny/{TINY_ARCH}/figures/{name}.png" for name in ("head_stability", "qnorm_vs_stability")]
     ),
-    gpu_rules=frozenset({"train", "cache_activations", "refit_measurements"}),
+    gpu_rules=frozenset(GPU_RULES),
     extra_args=(
         f"arch_{TINY_ARCH}",
         "--cores", "2",

@@ -76,3 +76,23 @@ def test_unknown_architecture_fails_the_plan_with_valid_names(tmp_path):
 def test_misspelt_key_fails_the_plan(tmp_path):
     output = _failing_run(tmp_path, lambda c: c.update(prompt_set=c.pop("prompt_sets")))
     assert "did you mean 'prompt_sets'" in output
+
+
+def _rule_blocks(text: str) -> dict[str, str]:
+    """{rule name: its text} of every named `rule` in a .smk file."""
+    parts = re.split(r"^rule (\w+):\n", text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def test_gpu_rules_are_exactly_the_rules_that_declare_a_gpu():
+    """headstab.layout.GPU_RULES (read by slurm/config.yaml) and the rules' own `gpu=` resources agree."""
+    from headstab.layout import GPU_RULES
+
+    declaring = set()
+    for path in (REPO / "workflow/rules").glob("*.smk"):
+        for name, body in _rule_blocks(path.read_text()).items():
+            resources = re.search(r"^    resources:\n((?:        .*\n)+)", body, re.M)
+            if resources and re.search(r"^        gpu=", resources.group(1), re.M):
+                declaring.add(name)
+    assert declaring == set(GPU_RULES)
+    assert "GPU_RULES" in (REPO / "slurm/config.yaml").read_text()
