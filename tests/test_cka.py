@@ -3,6 +3,7 @@ import pytest
 from scipy.stats import ortho_group
 
 from headstab.cka import (
+    layer_cka_summary,
     layerwise_cka,
     linear_cka,
     pairwise_layer_cka,
@@ -153,3 +154,34 @@ def test_subsample_tokens_even_and_bounded():
     idx = subsample_tokens(100, 10)
     assert len(idx) == 10 and idx[0] == 0 and idx[-1] == 99
     assert subsample_tokens(5, None).tolist() == [0, 1, 2, 3, 4]
+
+
+def _pair_table(values_by_layer: dict[int, float], n_refits: int) -> "pd.DataFrame":
+    import itertools
+
+    import pandas as pd
+
+    rows = [(a, b, layer, value) for layer, value in values_by_layer.items()
+            for a, b in itertools.combinations(range(1, n_refits + 1), 2)]
+    return pd.DataFrame(rows, columns=["seed_a", "seed_b", "layer", "cka"])
+
+
+def test_layer_summary_over_distinct_pairs_is_the_plain_mean():
+    summary = layer_cka_summary(_pair_table({0: 0.7, 1: 0.4}, n_refits=5), pairs="distinct")
+    assert summary["layer"].tolist() == [0, 1]
+    assert summary["cka_mean"].tolist() == pytest.approx([0.7, 0.4], rel=1e-12)
+    assert summary["cka_std"].tolist() == pytest.approx([0.0, 0.0], abs=1e-12)
+    assert summary["n_pairs"].tolist() == [10, 10]
+
+
+def test_layer_summary_with_self_pairs_reads_high_as_the_authors_code():
+    # The authors average all N^2 ordered pairs, self-pairs (CKA 1) included: 0.70 reads 0.76 at N = 5.
+    summary = layer_cka_summary(_pair_table({0: 0.7}, n_refits=5), pairs="ordered_with_self")
+    assert summary["cka_mean"].iloc[0] == pytest.approx((20 * 0.7 + 5) / 25, rel=1e-12)
+    assert summary["cka_mean"].iloc[0] == pytest.approx(0.76, rel=1e-12)
+    assert summary["n_pairs"].iloc[0] == 25
+
+
+def test_layer_summary_rejects_an_unknown_pairing():
+    with pytest.raises(ValueError, match="analysis.cka_pairs"):
+        layer_cka_summary(_pair_table({0: 0.7}, n_refits=3), pairs="all")

@@ -227,3 +227,30 @@ def pairwise_layer_cka(
         for a, b in itertools.combinations(seeds, 2):
             rows.append((a, b, layer, _cka_centered(grams[a], grams[b])))
     return pd.DataFrame(rows, columns=["seed_a", "seed_b", "layer", "cka"])
+
+
+CKA_PAIRS = ("distinct", "ordered_with_self")
+
+
+def layer_cka_summary(table: pd.DataFrame, pairs: str = "distinct") -> pd.DataFrame:
+    """Per-layer mean and s.d. of residual-stream CKA over refit pairs (§4.7, Fig. 9 / B.8).
+
+    table: columns seed_a, seed_b, layer, cka, one row per distinct pair a < b (`pairwise_layer_cka`).
+    pairs: "distinct" averages the N(N-1)/2 distinct pairs; "ordered_with_self" averages the N^2
+        ordered pairs including the N self-pairs (CKA 1), as the authors' code does: a true 0.70
+        reads (N(N-1) 0.70 + N) / N^2, i.e. 0.76 at N = 5.
+    Returns columns layer, cka_mean, cka_std (ddof 0), n_pairs (the number of values averaged).
+    """
+    if pairs not in CKA_PAIRS:
+        raise ValueError(f"pairs must be one of {list(CKA_PAIRS)} (config key analysis.cka_pairs); got {pairs!r}")
+    missing = [c for c in ("seed_a", "seed_b", "layer", "cka") if c not in table.columns]
+    if missing:
+        raise ValueError(f"CKA table lacks columns {missing}; has {list(table.columns)}")
+    rows = []
+    for layer, group in table.groupby("layer", sort=True):
+        values = group["cka"].to_numpy(dtype=np.float64)
+        if pairs == "ordered_with_self":
+            n_refits = len(set(group["seed_a"]) | set(group["seed_b"]))
+            values = np.concatenate([values, values, np.ones(n_refits)])
+        rows.append((int(layer), float(values.mean()), float(values.std()), len(values)))
+    return pd.DataFrame(rows, columns=["layer", "cka_mean", "cka_std", "n_pairs"])
