@@ -86,12 +86,47 @@ def test_frame_rejects_mismatched_feature_counts():
         meta_sne_frame({("a", 1): np.zeros((1, 2, 3)), ("b", 1): np.zeros((1, 2, 4))})
 
 
-def test_embedding_shape_clipped_perplexity_and_determinism():
-    frame = meta_sne_table(_descriptions(), perplexity=30.0, seed=0)  # 36 heads: perplexity clipped
+def test_embedding_shape_and_determinism():
+    frame = meta_sne_table(_descriptions(), perplexity=30.0, seed=0)
     assert {"tsne_x", "tsne_y"} <= set(frame.columns)
     assert np.isfinite(frame[["tsne_x", "tsne_y"]].to_numpy()).all()
     again = meta_sne_embedding(meta_sne_frame(_descriptions_fixed())[1], seed=0)
-    np.testing.assert_allclose(again, meta_sne_embedding(meta_sne_frame(_descriptions_fixed())[1], seed=0))
+    np.testing.assert_array_equal(again, meta_sne_embedding(meta_sne_frame(_descriptions_fixed())[1], seed=0))
+
+
+def test_perplexity_is_clipped_to_what_the_heads_allow_and_passed_through(monkeypatch):
+    import sklearn.manifold
+
+    used = []
+    real_tsne = sklearn.manifold.TSNE
+
+    def spy(*args, **kwargs):
+        used.append(kwargs["perplexity"])
+        return real_tsne(*args, **kwargs)
+
+    monkeypatch.setattr(sklearn.manifold, "TSNE", spy)
+    features = meta_sne_frame(_descriptions())[1]
+    n_heads = features.shape[0]
+    assert n_heads == 48
+    xy = meta_sne_embedding(features, perplexity=10_000, seed=0)  # the authors' value: above n, unclipped it fails
+    assert used == [pytest.approx((n_heads - 1) / 3, rel=1e-12)] and np.isfinite(xy).all()
+    meta_sne_embedding(features, perplexity=5, seed=0)
+    assert used[-1] == 5  # below the cap: passed through unchanged
+
+
+def test_per_optimizer_embedding_embeds_each_optimizer_alone():
+    descriptions = _descriptions()
+    joint = meta_sne_table(descriptions, perplexity=5, seed=0)
+    separate = meta_sne_table(descriptions, perplexity=5, seed=0, embedding="per_optimizer")
+    frame, features = meta_sne_frame(descriptions)
+    for optimizer in ("Adam", "AdamW"):
+        rows = np.flatnonzero(frame["optimizer"] == optimizer)
+        alone = meta_sne_embedding(features[rows], perplexity=5, seed=0)
+        np.testing.assert_array_equal(separate.iloc[rows][["tsne_x", "tsne_y"]].to_numpy(), alone)
+    assert not np.array_equal(joint[["tsne_x", "tsne_y"]].to_numpy(), separate[["tsne_x", "tsne_y"]].to_numpy())
+    assert set(separate["embedding"]) == {"per_optimizer"} and set(joint["embedding"]) == {"joint"}
+    with pytest.raises(ValueError, match="analysis.meta_sne_embedding"):
+        meta_sne_table(descriptions, embedding="both")
 
 
 def test_embedding_separates_distinct_groups():

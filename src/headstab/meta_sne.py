@@ -146,14 +146,32 @@ def meta_sne_embedding(
         return tsne.fit_transform(features)
 
 
+META_SNE_EMBEDDINGS = ("joint", "per_optimizer")
+
+
 def meta_sne_table(
     descriptions: Mapping[tuple[str, int], np.ndarray],
     perplexity: float = 30.0,
     seed: int = 0,
     optimizers: Mapping[str, str] | None = None,
     n_threads: int = 1,
+    embedding: str = "joint",
 ) -> pd.DataFrame:
-    """`meta_sne_frame` plus the t-SNE coordinates as columns tsne_x, tsne_y."""
+    """`meta_sne_frame` plus the t-SNE coordinates as columns tsne_x, tsne_y.
+
+    embedding: "joint" places every head in one t-SNE (Adam and AdamW heads share the axes);
+    "per_optimizer" runs one t-SNE per optimizer, as the authors' code does, so coordinates of
+    the two panels are not comparable (config key analysis.meta_sne_embedding).
+    """
+    if embedding not in META_SNE_EMBEDDINGS:
+        raise ValueError(
+            f"embedding must be one of {list(META_SNE_EMBEDDINGS)} (config key analysis.meta_sne_embedding); got {embedding!r}"
+        )
     frame, features = meta_sne_frame(descriptions, optimizers)
-    xy = meta_sne_embedding(features, perplexity=perplexity, seed=seed, n_threads=n_threads)
-    return frame.assign(tsne_x=xy[:, 0], tsne_y=xy[:, 1])
+    xy = np.empty((len(frame), 2))
+    groups = [np.arange(len(frame))] if embedding == "joint" else [
+        np.flatnonzero(frame["optimizer"].to_numpy() == optimizer) for optimizer in frame["optimizer"].unique()
+    ]
+    for rows in groups:
+        xy[rows] = meta_sne_embedding(features[rows], perplexity=perplexity, seed=seed, n_threads=n_threads)
+    return frame.assign(tsne_x=xy[:, 0], tsne_y=xy[:, 1], embedding=embedding)
