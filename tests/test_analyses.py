@@ -60,18 +60,26 @@ def test_weight_norms_by_hand():
         "blocks.0.ln1.weight": np.array([3.0, 4.0, 0.0, 0.0]),
     }
     norms = layer_weight_norms(state, n_layers=1, n_heads=n_heads, d_head=d_head)
-    got = norms.set_index("matrix")["mean_frobenius_norm"]
-    assert list(norms.columns) == ["layer", "matrix", "mean_frobenius_norm"]
+    got = norms.set_index("matrix")["frobenius_norm"]
+    assert list(norms.columns) == ["layer", "matrix", "frobenius_norm"]
     assert set(got.index) == {"W_Q", "W_K", "W_V", "W_O", "ln1_w"}  # no MLP, no ln2 given
     assert got["W_Q"] == pytest.approx(math.sqrt(12) / 2)
     assert got["W_V"] == pytest.approx(3 * math.sqrt(12) / 2)
     assert got["W_O"] == pytest.approx(2 * math.sqrt(12) / 2)
     assert got["ln1_w"] == pytest.approx(5.0)
+    # The authors' code: one Frobenius norm over the whole layer's matrix (all heads together).
+    whole = layer_weight_norms(state, n_layers=1, n_heads=n_heads, d_head=d_head, attention_norm="layer")
+    whole = whole.set_index("matrix")["frobenius_norm"]
+    assert whole["W_Q"] == pytest.approx(math.sqrt(12), rel=1e-12)  # sqrt(12 + 0)
+    assert whole["W_O"] == pytest.approx(2 * math.sqrt(12), rel=1e-12)
+    assert whole["ln1_w"] == pytest.approx(5.0, rel=1e-12)  # not a per-head matrix: unchanged
+    with pytest.raises(ValueError, match="analysis.attention_norm"):
+        layer_weight_norms(state, 1, n_heads, d_head, attention_norm="sum")
 
 
 def test_weight_norms_match_bridge_per_head_matrices(bridge):
     norms = layer_weight_norms(bridge, n_layers=2, n_heads=4, d_head=8)
-    got = norms.set_index(["layer", "matrix"])["mean_frobenius_norm"]
+    got = norms.set_index(["layer", "matrix"])["frobenius_norm"]
     for name in ("W_Q", "W_K", "W_V", "W_O"):
         per_head = getattr(bridge, name).detach().numpy()  # [layer, head, ., .]
         expected = np.linalg.norm(per_head, axis=(2, 3)).mean(axis=1)
@@ -100,7 +108,7 @@ def test_norm_stability_correlation_by_hand():
     norms = pd.DataFrame(
         [(s, l, m, v) for s in (1, 2) for l in range(3) for m, v in
          (("W_Q", 1.0 + l), ("W_K", 5.0 - 2 * l), ("ln1_w", 1.0))],
-        columns=["seed", "layer", "matrix", "mean_frobenius_norm"],
+        columns=["seed", "layer", "matrix", "frobenius_norm"],
     )
     stab = _layer_stability({1: [0.9, 0.6, 0.3], 2: [0.1, 0.2, 0.3], 3: [0.5, 0.5, 0.4]})
     stab = pd.concat([stab, stab.assign(promptset="len5", mean=0.0)])
@@ -115,7 +123,7 @@ def test_norm_stability_correlation_by_hand():
 
 
 def test_norm_stability_correlation_refuses_ambiguous_promptsets():
-    norms = pd.DataFrame({"seed": [1], "layer": [0], "matrix": ["W_Q"], "mean_frobenius_norm": [1.0]})
+    norms = pd.DataFrame({"seed": [1], "layer": [0], "matrix": ["W_Q"], "frobenius_norm": [1.0]})
     stab = pd.concat([_layer_stability({1: [0.5]}), _layer_stability({1: [0.5]}, promptset="x")])
     with pytest.raises(ValueError, match="promptset"):
         norm_stability_correlation(norms, stab, promptset=None)

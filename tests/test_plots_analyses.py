@@ -42,7 +42,7 @@ def test_qnorm_vs_stability(tmp_path):
     norms = pd.DataFrame(
         [(s, l, m, 2.0 + l + rng.normal(0, 0.2)) for s in SEEDS for l in range(N_LAYERS)
          for m in ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "ln1_w", "ln2_w")],
-        columns=["seed", "layer", "matrix", "mean_frobenius_norm"],
+        columns=["seed", "layer", "matrix", "frobenius_norm"],
     )
     stab = _layer_stability()
     corr = norm_stability_correlation(norms, stab)
@@ -66,7 +66,16 @@ def test_residual_stream(tmp_path):
     cka = pd.DataFrame(rows, columns=["seed_a", "seed_b", "layer", "cka"]).assign(promptset="primary")
     data = plot_residual_stream(cka, _layer_stability(), tmp_path / "residual_stream.png", "l4_h8")
     _written(tmp_path / "residual_stream.png")
-    np.testing.assert_allclose(data["cka_mean"], 0.95 - 0.1 * np.arange(N_LAYERS))
+    np.testing.assert_allclose(data["cka_mean"], 0.95 - 0.1 * np.arange(N_LAYERS), rtol=1e-12)
+
+
+def test_residual_stream_with_self_pairs_averages_all_ordered_pairs(tmp_path):
+    rows = [(a, b, l, 0.7) for a in SEEDS for b in SEEDS if a < b for l in range(N_LAYERS)]
+    cka = pd.DataFrame(rows, columns=["seed_a", "seed_b", "layer", "cka"]).assign(promptset="primary")
+    data = plot_residual_stream(cka, _layer_stability(), tmp_path / "r.png", "l4_h8", pairs="ordered_with_self")
+    n = len(SEEDS)
+    np.testing.assert_allclose(data["cka_mean"], (n * (n - 1) * 0.7 + n) / n**2, rtol=1e-12)
+    assert (data["n_pairs"] == n**2).all()
 
 
 def test_residual_stream_labels_name_the_hook(tmp_path, monkeypatch):

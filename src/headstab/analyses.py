@@ -49,8 +49,11 @@ def _to_numpy(value: Any) -> np.ndarray:
     return np.asarray(value, dtype=np.float64)
 
 
+ATTENTION_NORMS = ("per_head_mean", "layer")
+
+
 def layer_weight_norms(
-    weights: Mapping[str, Any] | Any, n_layers: int, n_heads: int, d_head: int
+    weights: Mapping[str, Any] | Any, n_layers: int, n_heads: int, d_head: int, attention_norm: str = "per_head_mean"
 ) -> pd.DataFrame:
     """Per-layer weight norms for §4.4.1 (Table B.5).
 
@@ -58,11 +61,17 @@ def layer_weight_norms(
     `layers.{l}...`; tensors or arrays) or any object with `.state_dict()` (e.g. a TransformerBridge).
     W_Q/W_K/W_V: each head's [d_model, d_head] slice (rows h*d_head:(h+1)*d_head of the
     [n_heads*d_head, d_model] Linear weight); W_O: each head's [d_head, d_model] slice (columns of the
-    [d_model, n_heads*d_head] weight); the Frobenius norm of each head, averaged over heads.
+    [d_model, n_heads*d_head] weight). attention_norm "per_head_mean": the Frobenius norm of each
+    head, averaged over heads (the paper's text); "layer": the Frobenius norm of the whole layer's
+    matrix, all heads together (the authors' code; config key analysis.attention_norm).
     W_in, W_out: the whole MLP matrix; ln1_w, ln2_w: the L2 norm of the LayerNorm gain.
     Matrices absent from the state dict (no MLP in attention-only models, no LayerNorm) are skipped.
-    Returns columns layer (0-based), matrix, mean_frobenius_norm.
+    Returns columns layer (0-based), matrix, frobenius_norm.
     """
+    if attention_norm not in ATTENTION_NORMS:
+        raise ValueError(
+            f"attention_norm must be one of {list(ATTENTION_NORMS)} (config key analysis.attention_norm); got {attention_norm!r}"
+        )
     if hasattr(weights, "state_dict") and not isinstance(weights, Mapping):
         weights = weights.state_dict()
     state = {_normalise_key(k): v for k, v in weights.items()}
@@ -89,11 +98,12 @@ def layer_weight_norms(
                 if per_head_axis == 1:
                     w = w.T
                 heads = w.reshape(n_heads, d_head, -1)
-                norm = float(np.sqrt((heads**2).sum(axis=(1, 2))).mean())
+                per_head = np.sqrt((heads**2).sum(axis=(1, 2)))
+                norm = float(per_head.mean() if attention_norm == "per_head_mean" else np.sqrt((per_head**2).sum()))
             else:
                 norm = float(np.linalg.norm(w))
             rows.append((layer, matrix, norm))
-    return pd.DataFrame(rows, columns=["layer", "matrix", "mean_frobenius_norm"])
+    return pd.DataFrame(rows, columns=["layer", "matrix", "frobenius_norm"])
 
 
 def _select(
@@ -133,7 +143,7 @@ def norm_stability_correlation(
 ) -> pd.DataFrame:
     """Pearson correlation over layers between each weight norm and layer-wise stability.
 
-    norms: columns seed, layer, matrix, mean_frobenius_norm (`layer_weight_norms` of each refit,
+    norms: columns seed, layer, matrix, frobenius_norm (`layer_weight_norms` of each refit,
     with its seed added). layer_stability: columns (promptset, scope,) anchor_seed, layer, mean.
     Each anchor's stability is paired with that same refit's weights.
     Returns columns anchor_seed, matrix, pearson_r, p_value, n_layers (p is NaN for 2 layers).
@@ -154,7 +164,7 @@ def norm_stability_correlation(
     rows = []
     for (anchor, matrix), group in merged.groupby(["anchor_seed", "matrix"], sort=False):
         group = group.sort_values("layer")
-        r, p = pearson_or_nan(group["mean_frobenius_norm"].to_numpy(), group["mean"].to_numpy())
+        r, p = pearson_or_nan(group["frobenius_norm"].to_numpy(), group["mean"].to_numpy())
         rows.append((anchor, matrix, r, p, len(group)))
     out = pd.DataFrame(rows, columns=["anchor_seed", "matrix", "pearson_r", "p_value", "n_layers"])
     order = {m: i for i, m in enumerate(MATRIX_ORDER)}

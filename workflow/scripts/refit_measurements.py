@@ -1,7 +1,7 @@
 """Rule refit_measurements: everything measured from the weights of one architecture's refits ->
 - tables/validation_perplexity.csv: seed, perplexity, n_tokens (paper §4.5, Table B.7);
 - tables/ablation_perplexity.csv: seed, layer, head, ppl_ablated, ppl_baseline (anchor refit, §4.8);
-- tables/qnorm.csv: seed, layer, matrix, mean_frobenius_norm (§4.4.1, Table B.5);
+- tables/qnorm.csv: seed, layer, matrix, frobenius_norm (§4.4.1, Table B.5);
 - tables/activation_norms.csv: seed, layer, activation, mean_norm (attn_out, resid_mid; §4.5, Fig. 35).
 
 One job per architecture so torch and transformer_lens (seconds to import) load once. Weight norms
@@ -110,7 +110,7 @@ def main():
                 ablation_rows(model, cache, params.promptset, params.batch_size, seed).to_csv(out.ablation, index=False)
 
     pd.DataFrame(perplexities, columns=["seed", "perplexity", "n_tokens"]).to_csv(out.perplexity, index=False)
-    pd.concat(weight_norms, ignore_index=True)[["seed", "layer", "matrix", "mean_frobenius_norm"]].to_csv(
+    pd.concat(weight_norms, ignore_index=True)[["seed", "layer", "matrix", "frobenius_norm"]].to_csv(
         out.qnorm, index=False)
     pd.concat(act_norms, ignore_index=True)[["seed", "layer", "activation", "mean_norm"]].to_csv(
         out.activation_norms, index=False)

@@ -16,6 +16,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from headstab.cka import layer_cka_summary
 from headstab.plots import new_figure, save_figure
 from matplotlib.lines import Line2D
 
@@ -82,17 +83,20 @@ def plot_qnorm_vs_stability(
     arch: str,
     promptset: str = "primary",
     scope: str = "same_layer",
+    attention_norm: str = "per_head_mean",
 ) -> pd.DataFrame:
     """Query-weight norm against layer stability, and r for every weight matrix (§4.4.1, Table B.5).
 
-    norms: seed, layer, matrix, mean_frobenius_norm; layer_stability: anchor_seed, layer, mean (+
+    norms: seed, layer, matrix, frobenius_norm; layer_stability: anchor_seed, layer, mean (+
     promptset, scope); correlations: anchor_seed, matrix, pearson_r (`norm_stability_correlation`).
-    Returns the scatter data: seed, layer, mean_frobenius_norm (W_Q), mean (stability).
+    attention_norm: how the attention norms were taken (`headstab.analyses.layer_weight_norms`), for the label.
+    Returns the scatter data: seed, layer, frobenius_norm (W_Q), mean (stability).
     """
+    norm_label = "mean over heads" if attention_norm == "per_head_mean" else "whole layer"
     stab = _filter(layer_stability, "layer stability", promptset=promptset, scope=scope)
     q = _filter(norms, "weight norms", matrix="W_Q")
     data = q.merge(stab[["anchor_seed", "layer", "mean"]], left_on=["seed", "layer"], right_on=["anchor_seed", "layer"])
-    data = data[["seed", "layer", "mean_frobenius_norm", "mean"]]
+    data = data[["seed", "layer", "frobenius_norm", "mean"]]
     n_layers = int(data["layer"].max()) + 1
     palette = _layer_palette(n_layers)
 
@@ -100,9 +104,9 @@ def plot_qnorm_vs_stability(
     scatter_ax, bar_ax = figure.subplots(1, 2, width_ratios=[1, 1.2])
     for layer in range(n_layers):
         rows = data[data["layer"] == layer]
-        scatter_ax.scatter(rows["mean_frobenius_norm"], rows["mean"], color=palette[layer], s=28,
+        scatter_ax.scatter(rows["frobenius_norm"], rows["mean"], color=palette[layer], s=28,
                            edgecolor="black", linewidth=0.3, label=f"layer {layer + 1}")
-    scatter_ax.set_xlabel("mean Frobenius norm of W_Q per head (weight units)")
+    scatter_ax.set_xlabel(f"Frobenius norm of W_Q, {norm_label} (weight units)")
     scatter_ax.set_ylabel(STABILITY_LABEL)
     scatter_ax.legend(fontsize=7, ncol=2 if n_layers > 6 else 1, title="one point per refit", title_fontsize=7)
     scatter_ax.set_title("W_Q norm vs stability", fontsize=9)
@@ -169,28 +173,30 @@ def plot_residual_stream(
     scope: str = "same_layer",
     kernel: str = "RBF",
     hook: str = "hook_resid_mid",
+    pairs: str = "distinct",
 ) -> pd.DataFrame:
     """Residual-stream CKA between refits against head stability, per layer (§4.7, Fig. 9 / B.8).
 
     cka: (promptset,) seed_a, seed_b, layer, cka; layer_stability: anchor_seed, layer, mean, std.
     hook: the residual hook the CKA was computed on (config key analysis.cka_hook), named in the labels.
-    Returns per layer: cka_mean, cka_std (over pairs), stability_mean, stability_std (over anchors).
+    pairs: how CKA is averaged over refit pairs (`headstab.cka.layer_cka_summary`, config key analysis.cka_pairs).
+    Returns per layer: cka_mean, cka_std, n_pairs (over pairs), stability_mean, stability_std (over anchors).
     """
     cka = _filter(cka, "residual CKA table", promptset=promptset)
     stab = _filter(layer_stability, "layer stability", promptset=promptset, scope=scope)
-    data = (
-        cka.groupby("layer")["cka"].agg(cka_mean="mean", cka_std=lambda x: x.std(ddof=0))
-        .join(stab.groupby("layer")["mean"].agg(stability_mean="mean", stability_std=lambda x: x.std(ddof=0)))
-        .reset_index()
+    data = layer_cka_summary(cka, pairs).merge(
+        stab.groupby("layer")["mean"].agg(stability_mean="mean", stability_std=lambda x: x.std(ddof=0)).reset_index(),
+        on="layer",
     )
     n_layers = len(data)
-    n_pairs = len(cka.drop_duplicates(["seed_a", "seed_b"]))
+    n_pairs = int(data["n_pairs"].iloc[0])
+    pairing = "distinct refit pairs" if pairs == "distinct" else "ordered refit pairs incl. self-pairs"
     x = data["layer"].to_numpy() + 1
 
     figure = new_figure((10, 3.9))
     line_ax, scatter_ax = figure.subplots(1, 2)
     for column, colour, label in (
-        ("cka", "tab:purple", f"residual-stream CKA ({hook}, {kernel}), {n_pairs} refit pairs"),
+        ("cka", "tab:purple", f"residual-stream CKA ({hook}, {kernel}), {n_pairs} {pairing}"),
         ("stability", "tab:green", "head stability (layer mean), all anchors"),
     ):
         mean, std = data[f"{column}_mean"], data[f"{column}_std"]
@@ -514,16 +520,18 @@ def plot_extreme_layer_depth(summary: pd.DataFrame, path: str | Path) -> pd.Data
 def plot_meta_sne(table: pd.DataFrame, path: str | Path) -> pd.DataFrame:
     """meta-SNE of all heads of all refits and architectures (§4.9, Fig. 11).
 
-    table: `meta_sne_table` output (tsne_x, tsne_y, relative_depth, optimizer, attention_only).
-    Panels Adam | AdamW on shared axes; colour: relative depth (layer + 1) / L; marker: MLP (circle)
-    or attention-only (triangle). Returns the number of heads per panel.
+    table: `meta_sne_table` output (tsne_x, tsne_y, relative_depth, optimizer, attention_only, embedding).
+    Panels Adam | AdamW, on shared axes for a joint embedding and on their own axes when each optimizer
+    was embedded alone; colour: relative depth (layer + 1) / L; marker: MLP (circle) or attention-only
+    (triangle). Returns the number of heads per panel.
     """
     needed = ("tsne_x", "tsne_y", "relative_depth", "optimizer")
     missing = [c for c in needed if c not in table.columns]
     if missing:
         raise ValueError(f"meta-SNE table lacks columns {missing}")
+    joint = "embedding" not in table.columns or (table["embedding"] == "joint").all()
     figure = new_figure((10.5, 4.6))
-    axes = figure.subplots(1, 2, sharex=True, sharey=True)
+    axes = figure.subplots(1, 2, sharex=joint, sharey=joint)
     counts = []
     mappable = None
     attention_only = (
@@ -553,6 +561,7 @@ def plot_meta_sne(table: pd.DataFrame, path: str | Path) -> pd.DataFrame:
     axes[0].set_ylabel("t-SNE 2 (arbitrary units)")
     if mappable is not None:
         figure.colorbar(mappable, ax=axes, label="relative depth (layer + 1) / L", shrink=0.9)
-    figure.suptitle("meta-SNE of attention heads (§4.9, Fig. 11)", fontsize=10)
+    kind = "one joint t-SNE" if joint else "one t-SNE per optimizer (axes not comparable)"
+    figure.suptitle(f"meta-SNE of attention heads (§4.9, Fig. 11; {kind})", fontsize=10)
     save_figure(figure, path)
     return pd.DataFrame(counts, columns=["optimizer", "n_heads"])
