@@ -10,6 +10,7 @@ import json
 import os
 import pickle
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -33,15 +34,20 @@ def jaccard(a: str, b: str) -> float:
     return len(x & y) / len(x | y)
 
 
-def test_primary_has_100_distinct_prompts_of_sensible_length():
+def test_primary_has_100_distinct_prompts_with_the_papers_length_distribution():
     prompts = json.loads(PRIMARY.read_text(encoding="utf-8"))
     assert isinstance(prompts, list) and len(prompts) == 100
     assert all(isinstance(p, str) and p == p.strip() for p in prompts)
     assert len(set(prompts)) == 100
-    # Paper: roughly 15-80 tokens. Words plus punctuation marks approximate a BPE token count
-    # (whitespace words alone undercount code such as HTML, where one "word" is many tokens).
+    # The paper's prompt set: 21 to 63 whitespace-separated words, median about 37, spread over the range.
+    words = [len(p.split()) for p in prompts]
+    assert min(words) >= 21 and max(words) <= 63, (min(words), max(words))
+    assert 35 <= statistics.median(words) <= 39, statistics.median(words)
+    assert sum(n < 30 for n in words) >= 10 and sum(n > 50 for n in words) >= 10, sorted(words)
+    # Words plus punctuation marks approximate a BPE token count (whitespace words alone undercount
+    # code); no prompt may be exceptionally long in tokens.
     pieces = [len(re.findall(r"\w+|[^\w\s]", p)) for p in prompts]
-    assert min(pieces) >= 15 and max(pieces) <= 80, (min(pieces), max(pieces))
+    assert max(pieces) <= 110, max(pieces)
 
 
 def test_primary_has_no_near_duplicates():
@@ -50,11 +56,30 @@ def test_primary_has_no_near_duplicates():
     assert jaccard(*worst) < 0.5, worst
 
 
-def test_primary_covers_the_recipe_genres():
-    text = "\n".join(json.loads(PRIMARY.read_text(encoding="utf-8")))
-    for marker in ["Q:", "Abstract", "def ", "SELECT", "Agent:", "Step 1", "Meeting notes", "Dear diary",
-                   "Agreement", " = ", "\n-"]:
-        assert marker in text, marker
+@pytest.mark.parametrize(
+    "marker",
+    [
+        "Once upon a time",  # story
+        "\nAgent:",  # dialogue
+        "BREAKING:",  # news
+        "Step 1:",  # instructions
+        "def ",  # code
+        "SELECT ",  # code (SQL)
+        "\n- ",  # list
+        "Abstract.",  # scientific writing
+        "Subject:",  # email
+        "Ingredients:",  # recipe
+        "Agreement",  # legal
+        "Q:",  # question and answer
+        "Meeting notes",  # meeting notes
+        "Dear diary",  # diary
+        "Haiku",  # poetry
+        "FOR SALE",  # advertisement
+    ],
+)
+def test_primary_covers_the_genres(marker):
+    prompts = json.loads(PRIMARY.read_text(encoding="utf-8"))
+    assert any(marker in prompt for prompt in prompts), marker
 
 
 def test_length_sweep_is_prefixes_of_the_50_word_masters():
