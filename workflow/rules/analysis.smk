@@ -14,6 +14,7 @@ rule stability_tables:
         f"{RESULTS}/logs/stability_tables/{{arch}}.log",
     params:
         promptsets=PROMPT_SETS,
+        layer_std_ddof=config["analysis"]["layer_std_ddof"],
     threads: 1
     resources:
         mem_mb=4000,

@@ -39,6 +39,7 @@ rule refit_measurements:
         promptset="primary",
         heldout_tokens=config["analysis"]["heldout_tokens"],
         batch_size=config["analysis"]["ablation_batch_size"],
+        attention_norm=config["analysis"]["attention_norm"],
         device=config["compute"]["device"],
     threads: 1
     resources:
@@ -71,6 +72,7 @@ rule qnorm_correlation:
     params:
         configuration=lambda wildcards: architecture_summary(wildcards.arch),
         promptset="primary",
+        attention_norm=config["analysis"]["attention_norm"],
     threads: 1
     resources:
         mem_mb=1000,
@@ -138,6 +140,7 @@ rule residual_cka:
         threshold=config["analysis"]["cka_threshold"],
         debiased=config["analysis"]["cka_debiased"],
         max_tokens=config["analysis"]["cka_max_tokens"],
+        pairs=config["analysis"]["cka_pairs"],
     threads: 1
     resources:
         mem_mb=residual_cka_mem_mb,
@@ -328,6 +331,7 @@ rule meta_sne:
         promptset="primary",
         perplexity=config["analysis"]["meta_sne_perplexity"],
         seed=config["analysis"]["meta_sne_seed"],
+        embedding=config["analysis"]["meta_sne_embedding"],
     threads: 1
     resources:
         mem_mb=meta_sne_mem_mb,

@@ -27,7 +27,7 @@ def main():
     for (arch, seed), path in tqdm(list(zip(params.refits, snakemake.input.caches, strict=True)), desc="describe heads"):
         descriptions[(arch, int(seed))] = refit_descriptions(path, params.promptset)
     table = meta_sne_table(descriptions, perplexity=params.perplexity, seed=params.seed,
-                           optimizers=params.optimizers, n_threads=snakemake.threads)
+                           optimizers=params.optimizers, n_threads=snakemake.threads, embedding=params.embedding)
     logging.info("t-SNE of %d heads from %d refits", len(table), len(descriptions))
     table.to_csv(snakemake.output.table, index=False)
     plot_meta_sne(table, snakemake.output.figure)

@@ -17,7 +17,7 @@ def main():
     q = correlation[correlation["matrix"] == "W_Q"]["pearson_r"]
     logging.info("W_Q norm vs layer stability: r = %.3f +- %.3f over %d anchors", q.mean(), q.std(), len(q))
     plot_qnorm_vs_stability(norms, layer_stability, correlation, snakemake.output.figure, snakemake.wildcards.arch,
-                            promptset=snakemake.params.promptset)
+                            promptset=snakemake.params.promptset, attention_norm=snakemake.params.attention_norm)
 
 
 run_job(main, "qnorm_correlation", snakemake.log[0])

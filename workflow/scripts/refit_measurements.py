@@ -99,7 +99,8 @@ def main():
     perplexities, weight_norms, act_norms = [], [], []
     for seed, weights, cache_path in zip(params.seeds, inp.weights, inp.caches, strict=True):
         state = load_state(weights)
-        weight_norms.append(layer_weight_norms(state, spec.n_layers, spec.n_heads, spec.d_head).assign(seed=seed))
+        weight_norms.append(layer_weight_norms(state, spec.n_layers, spec.n_heads, spec.d_head,
+                                               params.attention_norm).assign(seed=seed))
         model = load_trained_model(spec, weights, device)
         total, count = summed_token_loss(model, windows, window_lengths, batch_size=params.batch_size)
         perplexities.append((seed, float(np.exp(total / count)), count))

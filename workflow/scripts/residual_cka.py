@@ -52,7 +52,8 @@ def main():
     if params.debiased:
         kernel += ", debiased"
     plot_residual_stream(table, pd.read_csv(snakemake.input.layer_stability), snakemake.output.figure,
-                         snakemake.wildcards.arch, promptset=params.figure_promptset, kernel=kernel, hook=params.hook)
+                         snakemake.wildcards.arch, promptset=params.figure_promptset, kernel=kernel, hook=params.hook,
+                         pairs=params.pairs)
 
 
 run_job(main, "residual_cka", snakemake.log[0])

@@ -10,8 +10,7 @@ from headstab.stability import TABLE_NAMES, stability_tables
 
 
 def main():
-    # Optional until the rule passes it from the config: 0 keeps the population s.d. over heads.
-    ddof = getattr(snakemake.params, "layer_std_ddof", 0)
+    ddof = snakemake.params.layer_std_ddof  # analysis.layer_std_ddof
     logging.info("layer s.d. over heads with ddof=%d", ddof)
     collected = {name: [] for name in TABLE_NAMES}
     for path, promptset in zip(snakemake.input.similarity, snakemake.params.promptsets, strict=True):
