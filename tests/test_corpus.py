@@ -297,6 +297,20 @@ def test_missing_shard_file_names_the_rule(tmp_path):
         load_shards([tmp_path / "shard_000.npy"])
 
 
+def test_printed_commands_quote_paths_with_spaces(tmp_path):
+    import shlex
+
+    shard = tmp_path / "results dir" / "shard_000.npy"
+    with pytest.raises(FileNotFoundError) as err:
+        load_shards([shard])
+    assert shlex.split(str(err.value).split("`")[1]) == ["snakemake", str(shard)]
+    shard.parent.mkdir()
+    np.save(shard, np.zeros((2, 2), dtype=np.uint16))
+    with pytest.raises(CorpusError) as err:
+        load_shards([shard])
+    assert shlex.split(str(err.value).split("`")[1]) == ["snakemake", str(shard), "--forcerun", "tokenize_shard"]
+
+
 def test_corpus_meta_missing_keys_is_rejected(tmp_path):
     (tmp_path / "meta.json").write_text(json.dumps({"n_tokens": 3}))
     with pytest.raises(CorpusError, match=r"meta\.json lacks 'shards'.*corpus_meta"):

@@ -112,3 +112,37 @@ def test_missing_tokenizer_directory_names_it_and_the_rules(tmp_path):
     (missing / "notes.txt").write_text("not a tokenizer")
     with pytest.raises(TokenizerError, match="tokenizer_config.json"):
         load_tokenizer(missing)
+
+
+def _damaged_copy(trained_dir, destination, with_meta: bool):
+    import shutil
+
+    shutil.copytree(trained_dir, destination)
+    (destination / "tokenizer.json").write_text("{ not json")
+    if with_meta:
+        write_tokenizer_meta(trained_dir, {"source": "train"})
+        shutil.copy(trained_dir / "meta.json", destination / "meta.json")
+    elif (destination / "meta.json").exists():
+        (destination / "meta.json").unlink()
+    return destination
+
+
+def test_a_damaged_tokenizer_the_workflow_built_gets_a_quoted_rebuild_command(trained_dir, tmp_path):
+    import shlex
+
+    directory = _damaged_copy(trained_dir, tmp_path / "results dir" / "tokenizers" / "bpe", with_meta=True)
+    with pytest.raises(TokenizerError) as err:
+        load_tokenizer(directory)
+    command = str(err.value).split("`")[1]
+    remove, build = (shlex.split(part) for part in command.split("&&"))
+    assert remove == ["rm", "-rf", str(directory)]
+    assert build == ["snakemake", str(directory / "meta.json")]
+
+
+def test_a_damaged_local_tokenizer_is_never_advised_for_deletion(trained_dir, tmp_path):
+    directory = _damaged_copy(trained_dir, tmp_path / "my tokenizer", with_meta=False)
+    with pytest.raises(TokenizerError) as err:
+        load_tokenizer(directory)
+    message = str(err.value)
+    assert str(directory) in message and "tokenizers.<name>.path" in message
+    assert "rm " not in message and "delete" not in message

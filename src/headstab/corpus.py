@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import random
+import shlex
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -572,7 +573,7 @@ def aggregate_shard_records(records: Sequence[dict[str, Any]], corpus_name: str)
     if len(tokenizer_hashes) > 1:
         raise CorpusError(
             f"corpus '{corpus_name}': shards were tokenized with different tokenizers ({sorted(map(str, tokenizer_hashes))}); "
-            f"delete {corpus_name}'s shards and rerun"
+            "rebuild its shards with `snakemake --forcerun tokenize_shard` (with the run's --configfile)"
         )
     indices = [r["shard_index"] for r in records]
     if indices != list(range(len(records))) or records[0]["n_shards"] != len(records):
@@ -597,7 +598,7 @@ def read_corpus_meta(path: str | Path) -> dict[str, Any]:
     meta = read_json(path, what="corpus metadata")
     for key in ("n_tokens", "shards", "tokenizer", "dtype"):
         if key not in meta:
-            raise CorpusError(f"corpus metadata {path} lacks '{key}'; delete it and rerun rule corpus_meta")
+            raise CorpusError(f"corpus metadata {path} lacks '{key}'; rebuild it with `snakemake {shlex.quote(str(path))} --forcerun corpus_meta`")
     return meta
 
 
@@ -607,10 +608,10 @@ def load_shards(paths: Iterable[str | Path]) -> list[np.memmap]:
     for path in paths:
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"token shard {path} does not exist; run rule tokenize_shard (snakemake {path})")
+            raise FileNotFoundError(f"token shard {path} does not exist; build it with `snakemake {shlex.quote(str(path))}` (rule tokenize_shard)")
         array = np.load(path, mmap_mode="r", allow_pickle=False)
         if array.ndim != 1 or array.dtype not in (np.uint16, np.uint32):
             raise CorpusError(f"token shard {path} holds a {array.dtype} array of shape {array.shape}, not a 1-D "
-                              "uint16/uint32 token stream; delete it and rerun rule tokenize_shard")
+                              f"uint16/uint32 token stream; rebuild it with `snakemake {shlex.quote(str(path))} --forcerun tokenize_shard`")
         shards.append(array)
     return shards

@@ -10,6 +10,7 @@ vocabulary size, special tokens, BOS/EOS ids and the sha256 of tokenizer.json.
 from __future__ import annotations
 
 import logging
+import shlex
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -84,15 +85,26 @@ def load_tokenizer(directory: str | Path) -> Any:
         raise TokenizerError(
             f"tokenizer directory {directory} does not exist or has no tokenizer_config.json; build it with "
             "rule train_tokenizer (source: train) or fetch_tokenizer (source: hub), e.g. "
-            f"`snakemake {directory}/meta.json`, or for source: local save one there with save_pretrained"
+            f"`snakemake {shlex.quote(str(directory / 'meta.json'))}`, or for source: local save one there with "
+            "save_pretrained"
         )
     try:
         return AutoTokenizer.from_pretrained(str(directory))
     except (OSError, ValueError) as err:
         raise TokenizerError(
-            f"tokenizer directory {directory} cannot be loaded with AutoTokenizer ({err}); delete it and rerun "
-            "the rule that builds it"
+            f"tokenizer directory {directory} cannot be loaded with AutoTokenizer ({err}); {_repair_hint(directory)}"
         ) from err
+
+
+def _repair_hint(directory: Path) -> str:
+    """Rebuild advice: the workflow may delete what it built (it wrote meta.json), never the user's own directory."""
+    if (directory / "meta.json").is_file():
+        quoted = shlex.quote(str(directory))
+        return f"it was built by the workflow: rebuild it with `rm -rf {quoted} && snakemake {shlex.quote(str(directory / 'meta.json'))}`"
+    return (
+        "it is not one the workflow built (no meta.json), so headstab will not touch it: repair or replace it, or "
+        "point config key tokenizers.<name>.path at a directory saved with save_pretrained"
+    )
 
 
 def tokenizer_identity(directory: str | Path, origin: dict[str, Any] | None = None) -> dict[str, Any]:
