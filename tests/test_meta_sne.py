@@ -10,6 +10,7 @@ from headstab.meta_sne import (
     optimizer_of,
     token_mean_head_output,
 )
+from tolerances import reduction_rtol
 
 rng = np.random.default_rng(0)
 
@@ -28,7 +29,8 @@ def test_descriptions_match_pdist_of_token_means():
     assert desc.shape == (2, 3, 5 * 4 // 2)
     for layer, head in [(0, 0), (1, 2)]:
         means = np.stack([z[layer, p, :n, head].mean(axis=0) for p, n in enumerate(lengths)])
-        np.testing.assert_allclose(desc[layer, head], pdist(means), rtol=1e-12)
+        # float64 means of at most 6 tokens, then distances over d_head dims
+        np.testing.assert_allclose(desc[layer, head], pdist(means), rtol=reduction_rtol(np.float64, 6 + z.shape[-1]))
 
 
 def test_padding_content_is_ignored():
@@ -109,7 +111,7 @@ def test_perplexity_is_clipped_to_what_the_heads_allow_and_passed_through(monkey
     n_heads = features.shape[0]
     assert n_heads == 48
     xy = meta_sne_embedding(features, perplexity=10_000, seed=0)  # the authors' value: above n, unclipped it fails
-    assert used == [pytest.approx((n_heads - 1) / 3, rel=1e-12)] and np.isfinite(xy).all()
+    assert used == [(n_heads - 1) / 3] and np.isfinite(xy).all()
     meta_sne_embedding(features, perplexity=5, seed=0)
     assert used[-1] == 5  # below the cap: passed through unchanged
 

@@ -24,6 +24,7 @@ from headstab.stability import (
     pair_stability_table,
     stability_tables,
 )
+from tolerances import reduction_atol, reduction_rtol
 
 
 def random_patterns(
@@ -49,6 +50,10 @@ def similarity_of(patterns: list[np.ndarray], lengths: np.ndarray) -> np.ndarray
 
 
 LENGTHS = np.array([6, 4, 5])
+# Similarities are float32 dot products over the prompts' lower triangles: 21 + 10 + 15 entries.
+SIMILARITY_ATOL = reduction_atol(np.float32, 21 + 10 + 15)
+# Hand-made tables: float64 arithmetic (sums, a square root, a logarithm) on a few dozen numbers.
+HAND_RTOL, HAND_ATOL = reduction_rtol(np.float64, 64), reduction_atol(np.float64, 64)
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +68,11 @@ def test_identical_refits_give_stability_one_everywhere(base_pattern):
     assert len(pairs) == 2 * 3 * 2 * 3 * 4  # scopes x anchors x other refits x layers x heads
     assert (pairs["anchor_seed"] != pairs["pair_seed"]).all()
     heads = head_stability_table(pairs)
-    np.testing.assert_allclose(heads["stability"], 1.0, atol=1e-6)
+    np.testing.assert_allclose(heads["stability"], 1.0, atol=SIMILARITY_ATOL)
     assert (heads["n_pairs"] == 2).all()
     layers = layer_stability_table(heads)
-    np.testing.assert_allclose(layers["mean"], 1.0, atol=1e-6)
-    np.testing.assert_allclose(layers["std"], 0.0, atol=1e-6)
+    np.testing.assert_allclose(layers["mean"], 1.0, atol=SIMILARITY_ATOL)
+    np.testing.assert_allclose(layers["std"], 0.0, atol=SIMILARITY_ATOL)
     # Distinct random heads: the best match is the head itself, also when searching all layers.
     assert (pairs["best_layer"] == pairs["layer"]).all() and (pairs["best_head"] == pairs["head"]).all()
 
@@ -78,7 +83,7 @@ def test_heads_permuted_within_layers_give_one_and_best_head_recovers_permutatio
     permuted = np.stack([base_pattern[layer][:, permutations[layer]] for layer in range(3)])
     seeds = [10, 20]
     pairs = pair_stability_table(similarity_of([base_pattern, permuted], LENGTHS), seeds, "primary")
-    np.testing.assert_allclose(pairs["similarity"], 1.0, atol=1e-6)
+    np.testing.assert_allclose(pairs["similarity"], 1.0, atol=SIMILARITY_ATOL)
     for scope in ("same_layer", "cross_layer"):
         rows = pairs[(pairs["scope"] == scope) & (pairs["anchor_seed"] == 10)]
         assert (rows["best_layer"] == rows["layer"]).all()
@@ -133,7 +138,7 @@ def test_small_random_case_equals_plain_loop_from_eq_1_to_4(scope):
     for anchor, seed in enumerate(seeds):
         rows = heads[(heads["scope"] == scope) & (heads["anchor_seed"] == seed)]
         got = rows.sort_values(["layer", "head"])["stability"].to_numpy().reshape(2, 3)
-        np.testing.assert_allclose(got, reference_head_stability(patterns, lengths, anchor, scope), atol=1e-6)
+        np.testing.assert_allclose(got, reference_head_stability(patterns, lengths, anchor, scope), atol=SIMILARITY_ATOL)
 
 
 def test_layer_stability_is_invariant_to_permuting_heads(base_pattern):
@@ -149,8 +154,8 @@ def test_layer_stability_is_invariant_to_permuting_heads(base_pattern):
 
     original, permuted = layer_table(refits), layer_table(shuffled)
     assert list(original.columns) == LAYER_COLUMNS
-    np.testing.assert_allclose(permuted["mean"], original["mean"], atol=1e-6)
-    np.testing.assert_allclose(permuted["std"], original["std"], atol=1e-6)
+    np.testing.assert_allclose(permuted["mean"], original["mean"], atol=SIMILARITY_ATOL)
+    np.testing.assert_allclose(permuted["std"], original["std"], atol=SIMILARITY_ATOL)
     assert original["std"].gt(0).all()  # the test would be empty if every head were alike
 
 
@@ -166,17 +171,17 @@ def hand_heads() -> pd.DataFrame:
 
 def test_layer_std_is_population_std_by_hand_by_default():
     layers = layer_stability_table(hand_heads())
-    np.testing.assert_allclose(layers["mean"], [0.5, 0.5, 0.7], rtol=1e-12)
+    np.testing.assert_allclose(layers["mean"], [0.5, 0.5, 0.7], rtol=HAND_RTOL)
     # Layer 0: squared deviations 0.09 + 0.01 + 0.16 = 0.26 over n = 3; one head: 0.
-    np.testing.assert_allclose(layers["std"], [np.sqrt(0.26 / 3), 0.0, 0.0], rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(layers["std"], [np.sqrt(0.26 / 3), 0.0, 0.0], rtol=HAND_RTOL, atol=HAND_ATOL)
     pd.testing.assert_frame_equal(layers, layer_stability_table(hand_heads(), ddof=0))
 
 
 def test_layer_std_with_ddof_1_is_sample_std_and_nan_for_one_head():
     layers = layer_stability_table(hand_heads(), ddof=1)
-    np.testing.assert_allclose(layers["mean"], [0.5, 0.5, 0.7], rtol=1e-12)
+    np.testing.assert_allclose(layers["mean"], [0.5, 0.5, 0.7], rtol=HAND_RTOL)
     # Layer 0: 0.26 over n - 1 = 2, i.e. sqrt(0.13) = 0.3606 (population: 0.2944).
-    np.testing.assert_allclose(layers["std"].iloc[:2], [np.sqrt(0.13), 0.0], rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(layers["std"].iloc[:2], [np.sqrt(0.13), 0.0], rtol=HAND_RTOL, atol=HAND_ATOL)
     assert np.isnan(layers["std"].iloc[2])
     with pytest.raises(ValueError, match="ddof must be 0"):
         layer_stability_table(hand_heads(), ddof=2)
@@ -188,7 +193,7 @@ def test_stability_tables_pass_ddof_to_the_layer_table():
     sample = stability_tables(similarity, [1, 2, 3], "p", ddof=1)["layer_stability"]
     pd.testing.assert_series_equal(population["mean"], sample["mean"])
     # Three heads per layer: sample s.d. = population s.d. * sqrt(3 / 2), to float64 rounding.
-    np.testing.assert_allclose(sample["std"], population["std"] * np.sqrt(3 / 2), rtol=1e-12)
+    np.testing.assert_allclose(sample["std"], population["std"] * np.sqrt(3 / 2), rtol=HAND_RTOL)
 
 
 def hand_similarity(n_seeds=3, n_layers=3, n_heads=2) -> np.ndarray:
@@ -212,21 +217,21 @@ def test_cross_layer_best_match_and_alignment_map_by_hand():
     pairs = pair_stability_table(similarity, [7, 8, 9], "primary", scopes=["cross_layer"])
     row = pairs[(pairs["anchor_seed"] == 7) & (pairs["pair_seed"] == 8) & (pairs["layer"] == 0) & (pairs["head"] == 0)]
     assert row[["best_layer", "best_head"]].to_numpy().tolist() == [[2, 1]]
-    np.testing.assert_allclose(row["similarity"], 0.9, rtol=1e-6)
+    np.testing.assert_allclose(row["similarity"], 0.9, rtol=reduction_rtol(np.float32, 1))  # 0.9 stored in float32
 
     alignment = alignment_map_table(pairs)
     assert list(alignment.columns) == ALIGNMENT_COLUMNS
     assert list(dict.fromkeys(alignment["anchor_seed"])) == [7, 8, 9]
     assert len(alignment) == 3 * 3 * 3  # anchors x layers x match layers, zeros included
     sums = alignment.groupby(["promptset", "anchor_seed", "layer"])["fraction"].sum()
-    np.testing.assert_allclose(sums, 1.0)
+    np.testing.assert_allclose(sums, 1.0, rtol=HAND_RTOL)
     first = alignment[(alignment["anchor_seed"] == 7) & (alignment["layer"] == 0)].sort_values("match_layer")
-    np.testing.assert_allclose(first["fraction"], [0.25, 0.25, 0.5])
+    np.testing.assert_allclose(first["fraction"], [0.25, 0.25, 0.5], rtol=HAND_RTOL)
 
     kurtosis = alignment_dispersion_table(alignment)
     assert list(kurtosis.columns) == DISPERSION_COLUMNS
     value = kurtosis[(kurtosis["anchor_seed"] == 7) & (kurtosis["layer"] == 0)]["kurtosis"].item()
-    np.testing.assert_allclose(value, scipy.stats.kurtosis([2, 2, 0, 1]))
+    np.testing.assert_allclose(value, scipy.stats.kurtosis([2, 2, 0, 1]), rtol=HAND_RTOL)
     # Anchor 7 layer 1: every 0.1 tie goes to layer 0, head 0 (argmax takes the first): degenerate.
     assert np.isnan(kurtosis[(kurtosis["anchor_seed"] == 7) & (kurtosis["layer"] == 1)]["kurtosis"].item())
 
@@ -243,7 +248,7 @@ def test_alignment_kurtosis_equals_scipy_on_pooled_random_matches(base_pattern):
         if np.isnan(expected) or group["best_layer"].nunique() == 1:
             assert np.isnan(got)
         else:
-            np.testing.assert_allclose(got, expected, rtol=1e-9)
+            np.testing.assert_allclose(got, expected, rtol=HAND_RTOL, atol=HAND_ATOL)
 
 
 def hand_alignment_map(rows: dict[int, list[float]], promptset: str = "p", anchor_seed: int = 1) -> pd.DataFrame:
@@ -275,10 +280,10 @@ def test_dispersion_of_uniform_row_has_entropy_one():
     for n_layers in (2, 3, 4, 8, 32):
         for layer in (0, n_layers - 1):
             row = dispersion_of([1 / n_layers] * n_layers, layer)
-            np.testing.assert_allclose(row["normalized_entropy"], 1.0, rtol=1e-12)
-            np.testing.assert_allclose(row["diagonal_share"], 1 / n_layers, rtol=1e-12)
+            np.testing.assert_allclose(row["normalized_entropy"], 1.0, rtol=HAND_RTOL)
+            np.testing.assert_allclose(row["diagonal_share"], 1 / n_layers, rtol=HAND_RTOL)
             # From an end layer the distances are 0, 1, ..., n - 1: mean (n - 1) / 2.
-            np.testing.assert_allclose(row["mean_layer_distance"], (n_layers - 1) / 2, rtol=1e-12)
+            np.testing.assert_allclose(row["mean_layer_distance"], (n_layers - 1) / 2, rtol=HAND_RTOL)
 
 
 def test_dispersion_known_values_by_hand():
@@ -294,12 +299,12 @@ def test_dispersion_known_values_by_hand():
     )
     assert list(table.columns) == DISPERSION_COLUMNS
     assert table["layer"].tolist() == [0, 1, 2, 3]
-    np.testing.assert_allclose(table["diagonal_share"], [0.5, 0.5, 0.25, 1.0], rtol=1e-12)
-    np.testing.assert_allclose(table["normalized_entropy"], [0.5, 0.75, 1.0, 0.0], rtol=1e-12, atol=1e-15)
-    np.testing.assert_allclose(table["mean_layer_distance"], [0.5, 0.5, 1.0, 0.0], rtol=1e-12)
+    np.testing.assert_allclose(table["diagonal_share"], [0.5, 0.5, 0.25, 1.0], rtol=HAND_RTOL)
+    np.testing.assert_allclose(table["normalized_entropy"], [0.5, 0.75, 1.0, 0.0], rtol=HAND_RTOL, atol=HAND_ATOL)
+    np.testing.assert_allclose(table["mean_layer_distance"], [0.5, 0.5, 1.0, 0.0], rtol=HAND_RTOL)
     # Kurtosis kept as a secondary column: 50/50 over two layers is -2, uniform over four is
     # E[(k - 1.5)^4] / Var^2 - 3 = 2.5625 / 1.25^2 - 3 = -1.36.
-    np.testing.assert_allclose(table["kurtosis"].iloc[[0, 2]], [-2.0, -1.36], rtol=1e-12)
+    np.testing.assert_allclose(table["kurtosis"].iloc[[0, 2]], [-2.0, -1.36], rtol=HAND_RTOL)
     assert np.isnan(table["kurtosis"].iloc[3])
 
 
@@ -310,9 +315,9 @@ def test_moving_mass_off_the_diagonal_lowers_share_and_raises_distance():
     share = np.array([row["diagonal_share"] for row in rows])
     distance = np.array([row["mean_layer_distance"] for row in rows])
     assert (np.diff(share) < 0).all() and (np.diff(distance) > 0).all()
-    np.testing.assert_allclose(share, [1.0, 0.8, 0.5, 0.2, 0.0], rtol=1e-12)
+    np.testing.assert_allclose(share, [1.0, 0.8, 0.5, 0.2, 0.0], rtol=HAND_RTOL)
     # 0.2 * 1; 0.3 * 1 + 0.2 * 2; 0.3 * 1 + 0.5 * 2; 1 * 2.
-    np.testing.assert_allclose(distance, [0.0, 0.2, 0.7, 1.3, 2.0], rtol=1e-12)
+    np.testing.assert_allclose(distance, [0.0, 0.2, 0.7, 1.3, 2.0], rtol=HAND_RTOL)
 
 
 def test_wider_spread_has_higher_entropy_where_kurtosis_is_not_monotone():
@@ -320,14 +325,14 @@ def test_wider_spread_has_higher_entropy_where_kurtosis_is_not_monotone():
     rows = [dispersion_of(fractions, 0) for fractions in family]
     entropy = np.array([row["normalized_entropy"] for row in rows])
     assert (np.diff(entropy) > 0).all()
-    np.testing.assert_allclose(entropy[[0, 1, 3]], [0.0, 0.5, 1.0], rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(entropy[[0, 1, 3]], [0.0, 0.5, 1.0], rtol=HAND_RTOL, atol=HAND_ATOL)
     # Why kurtosis is only a secondary column: NaN for the tightest row, -2 for 50/50, higher
     # (-1.36) for uniform, and +95 for a 99/1 split that is nearly all on the diagonal.
     kurtosis = np.array([row["kurtosis"] for row in rows])
     assert np.isnan(kurtosis[0]) and kurtosis[1] < kurtosis[3]
     near_diagonal = dispersion_of([0.99, 0.01, 0.0, 0.0], 0)
     # Bernoulli(p) excess kurtosis (1 - 6 p q) / (p q) with p = 0.01: 0.9406 / 0.0099 = 95.01.
-    np.testing.assert_allclose(near_diagonal["kurtosis"], 0.9406 / 0.0099, rtol=1e-12)
+    np.testing.assert_allclose(near_diagonal["kurtosis"], 0.9406 / 0.0099, rtol=HAND_RTOL)
     assert near_diagonal["normalized_entropy"] < entropy[1]
 
 
@@ -361,8 +366,8 @@ def test_dispersion_is_finite_and_matches_pair_table_on_random_tensors(n_layers)
         pooled = cross.assign(
             own=cross["best_layer"] == cross["layer"], distance=(cross["best_layer"] - cross["layer"]).abs()
         ).groupby(["anchor_seed", "layer"], sort=False)[["own", "distance"]].mean()
-        np.testing.assert_allclose(dispersion["diagonal_share"], pooled["own"], rtol=1e-12, atol=slack)
-        np.testing.assert_allclose(dispersion["mean_layer_distance"], pooled["distance"], rtol=1e-12, atol=slack)
+        np.testing.assert_allclose(dispersion["diagonal_share"], pooled["own"], rtol=HAND_RTOL, atol=slack)
+        np.testing.assert_allclose(dispersion["mean_layer_distance"], pooled["distance"], rtol=HAND_RTOL, atol=slack)
 
 
 def test_commonness_of_a_layer_of_identical_heads_is_one(base_pattern):
@@ -371,8 +376,8 @@ def test_commonness_of_a_layer_of_identical_heads_is_one(base_pattern):
     table = commonness_table(similarity_of([pattern, base_pattern], LENGTHS), [5, 6], "primary")
     assert list(table.columns) == COMMONNESS_COLUMNS and len(table) == 2 * 3 * 4
     identical = table[(table["seed"] == 5) & (table["layer"] == 1)]
-    np.testing.assert_allclose(identical["commonness"], 1.0, atol=1e-6)
-    np.testing.assert_allclose(identical["commonness_excl_self"], 1.0, atol=1e-6)
+    np.testing.assert_allclose(identical["commonness"], 1.0, atol=SIMILARITY_ATOL)
+    np.testing.assert_allclose(identical["commonness_excl_self"], 1.0, atol=SIMILARITY_ATOL)
     others = table[(table["seed"] == 6) | (table["layer"] != 1)]
     assert (others["commonness"] < 1 - 1e-3).all()
 
@@ -381,8 +386,8 @@ def test_commonness_by_hand_includes_self():
     similarity = hand_similarity(n_seeds=1, n_layers=1, n_heads=3)
     similarity[0, 0, 0, 0, 0, 1] = similarity[0, 0, 0, 1, 0, 0] = 0.7
     table = commonness_table(similarity, [3], "p")
-    np.testing.assert_allclose(table["commonness"], [(1 + 0.7 + 0.1) / 3, (1 + 0.7 + 0.1) / 3, 1.2 / 3], rtol=1e-6)
-    np.testing.assert_allclose(table["commonness_excl_self"], [0.4, 0.4, 0.1], rtol=1e-6)
+    np.testing.assert_allclose(table["commonness"], [(1 + 0.7 + 0.1) / 3, (1 + 0.7 + 0.1) / 3, 1.2 / 3], rtol=reduction_rtol(np.float32, 3))
+    np.testing.assert_allclose(table["commonness_excl_self"], [0.4, 0.4, 0.1], rtol=reduction_rtol(np.float32, 3))
 
 
 def test_same_layer_only_tensor_gives_same_layer_rows():

@@ -8,6 +8,7 @@ import torch
 
 from headstab.models import build_model
 from headstab.weight_processing import process_weights
+from tolerances import reduction_atol
 
 TOKENS = torch.tensor([[0, 5, 9, 3, 17, 2, 30, 11], [0, 4, 4, 8, 1, 19, 7, 25]])
 HOOKS = ("blocks.1.attn.hook_pattern", "blocks.1.hook_resid_mid", "blocks.1.attn.hook_z")
@@ -35,7 +36,7 @@ def run(model, state=None):
 
 def tolerance(reference: np.ndarray, n_terms: int) -> float:
     """Float32 rounding of sums of n_terms products, relative to the values' scale."""
-    return 8 * n_terms * np.finfo(np.float32).eps * float(np.abs(reference).max())
+    return reduction_atol(np.float32, n_terms, float(np.abs(reference).max()))
 
 
 def test_centring_and_folding_keep_logits_and_patterns_and_move_activations_as_tl2(tiny_spec):

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import tiny_snakemake
+from tolerances import reduction_atol
 
 REPO = Path(__file__).resolve().parents[1]
 ARCHITECTURES = ("l2_h4", "l2_h4_wd")
@@ -49,30 +50,37 @@ def test_caches_follow_the_contract(tiny_run):
         assert patterns.shape[:3] == (2, 6, 4)
         for prompt, length in enumerate(lengths):
             block = patterns[:, prompt, :, :length, :length]
-            np.testing.assert_allclose(block.sum(axis=-1), 1.0, atol=1e-5)  # post-softmax rows
+            # post-softmax rows: float32 sums of at most `length` probabilities
+            np.testing.assert_allclose(block.sum(axis=-1), 1.0, atol=reduction_atol(np.float32, int(length)))
             assert not patterns[:, prompt, :, length:, :].any() and not patterns[:, prompt, :, :, length:].any()
 
 
 def test_similarity_files_and_stability_tables(tiny_run):
+    from headstab.caches import open_cache
     from headstab.similarity import read_pair_similarity
 
     for arch in ARCHITECTURES:
         for promptset in PROMPT_SETS:
             similarity, seeds = read_pair_similarity(tiny_run / arch / "similarity" / f"{promptset}.h5")
             assert seeds == list(SEEDS) and similarity.shape == (2, 2, 2, 4, 2, 4)
-            np.testing.assert_allclose(similarity[0, 1], similarity[1, 0].transpose(2, 3, 0, 1), atol=1e-6)
-            # a head compared with itself has similarity 1
-            np.testing.assert_allclose(np.einsum("lhlh->lh", similarity[0, 0]), 1.0, atol=1e-5)
+            # one symmetric Gram matrix: the mirrored blocks are equal exactly
+            np.testing.assert_array_equal(similarity[0, 1], similarity[1, 0].transpose(2, 3, 0, 1))
+            # a head compared with itself has similarity 1, up to float32 sums over its lower triangles
+            with open_cache(tiny_run / arch / "caches/seed1.h5") as cache:
+                lengths = cache.lengths(promptset).astype(np.int64)
+            n_features = int((lengths * (lengths + 1) // 2).sum())
+            np.testing.assert_allclose(np.einsum("lhlh->lh", similarity[0, 0]), 1.0, atol=reduction_atol(np.float32, n_features))
         heads = pd.read_csv(tiny_run / arch / "tables/head_stability.csv")
         assert set(heads["promptset"]) == set(PROMPT_SETS)
         assert set(heads["scope"]) == {"same_layer", "cross_layer"}
-        assert heads["stability"].between(-1e-6, 1 + 1e-6).all()
+        slack = reduction_atol(np.float32, 2 * 10**4)  # generous: every prompt set's lower triangles
+        assert heads["stability"].between(-slack, 1 + slack).all()
         same = heads[heads.scope == "same_layer"].set_index(["promptset", "anchor_seed", "layer", "head"])["stability"]
         cross = heads[heads.scope == "cross_layer"].set_index(["promptset", "anchor_seed", "layer", "head"])["stability"]
-        assert (cross >= same - 1e-6).all(), "searching all layers can only find a better match"
+        assert (cross >= same).all(), "searching all layers can only find a better match (same values, exactly)"
         alignment = pd.read_csv(tiny_run / arch / "tables/alignment_map.csv")
         sums = alignment.groupby(["promptset", "anchor_seed", "layer"])["fraction"].sum()
-        np.testing.assert_allclose(sums, 1.0, atol=1e-9)
+        np.testing.assert_allclose(sums, 1.0, atol=reduction_atol(np.float64, 64))
         for name in ("head_stability", "layer_stability", "pair_stability", "cross_layer_stability", "alignment_map", "commonness"):
             assert (tiny_run / arch / "figures" / f"{name}.png").stat().st_size > 0
 
