@@ -170,3 +170,12 @@ def test_ablation_correlation_by_hand():
     # trend over the finite layers 0 and 1: r = 1 - 2 * layer
     assert trend["slope"] == pytest.approx(-2.0)
     assert trend["intercept"] == pytest.approx(1.0)
+
+
+def test_a_diverged_loss_fails_with_the_value_not_a_math_range_error():
+    from headstab.ablation import perplexity_from_loss
+
+    assert perplexity_from_loss(2 * math.log(3.0), 2) == pytest.approx(3.0, rel=reduction_rtol(np.float64, 2))
+    for total in (7.7e13 * 5, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="diverged"):
+            perplexity_from_loss(total, 5)

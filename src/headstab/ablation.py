@@ -95,7 +95,26 @@ def perplexity(
     `model.run_with_hooks`.
     """
     total, count = summed_token_loss(model, tokens, lengths, fwd_hooks, batch_size)
-    return math.exp(total / count)
+    return perplexity_from_loss(total, count)
+
+
+# exp() of a mean loss above this overflows float64.
+MAX_MEAN_LOSS = math.log(np.finfo(np.float64).max)
+
+
+def perplexity_from_loss(total: float, count: int) -> float:
+    """exp(total / count): the perplexity of `count` predictions whose losses sum to `total` nats.
+
+    A mean loss too large for exp (a diverged model; training stops before this) or a non-finite
+    one fails with the value, instead of an unexplained math range error or an infinite perplexity.
+    """
+    mean = total / count
+    if not math.isfinite(mean) or mean > MAX_MEAN_LOSS:
+        raise ValueError(
+            f"mean next-token loss is {mean:.4g} nats over {count} predictions: the perplexity overflows, so the "
+            "model has diverged; check its train_log.csv and retrain with a lower learning rate"
+        )
+    return math.exp(mean)
 
 
 def zero_head_hook(head: int) -> Callable[..., torch.Tensor]:
