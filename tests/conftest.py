@@ -37,6 +37,7 @@ TINY_ARCHITECTURE: dict[str, Any] = {
     "n_tokens": None,
     "checkpoint_every": 4,
     "log_every": 2,
+    "divergence_factor": 3.0,
     "seeds": (1, 2),
 }
 

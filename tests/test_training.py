@@ -1,10 +1,12 @@
-"""Training: data windows and order, budget, vocabulary checks, determinism, kill-and-resume, NaN stop."""
+"""Training: data windows and order, budget, vocabulary checks, determinism, kill-and-resume, restarts, divergence stop."""
 
 from __future__ import annotations
 
 import csv
 import json
 import logging
+import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,7 @@ import torch
 
 from headstab import training
 from headstab.training import (
+    DivergenceError,
     NonFiniteLossError,
     TokenWindows,
     TrainingError,
@@ -201,11 +204,58 @@ def test_corrupt_checkpoint_is_reported_and_skipped(tiny_spec, cyclic_shards, tm
     assert states_equal(final_state(tmp_path / "whole"), final_state(out))
 
 
-def test_checkpoint_of_another_configuration_is_refused(tiny_spec, cyclic_shards, tmp_path):
+def test_checkpoint_of_another_configuration_restarts_from_step_0(tiny_spec, cyclic_shards, tmp_path, caplog):
     with pytest.raises(SimulatedKill):
-        train_refit(tiny_spec(n_tokens=640), 1, cyclic_shards, tmp_path, progress=False, on_step_end=kill_after(5))
-    with pytest.raises(TrainingError, match=r"state_00000004\.pt was written by a different configuration \(batch_size: checkpoint 4 vs now 2\).*delete"):
-        train_refit(tiny_spec(n_tokens=640, batch_size=2), 1, cyclic_shards, tmp_path, progress=False)
+        train_refit(tiny_spec(n_tokens=640), 1, cyclic_shards, tmp_path / "out", progress=False, on_step_end=kill_after(5))
+    spec = tiny_spec(n_tokens=640, batch_size=2)
+    with caplog.at_level(logging.WARNING, logger="headstab.training"):
+        meta = train_refit(spec, 1, cyclic_shards, tmp_path / "out", progress=False)
+    assert f"checkpoint {tmp_path / 'out' / 'state_00000004.pt'} cannot be resumed" in caplog.text
+    assert "batch_size (checkpoint 4, now 2)" in caplog.text and "restarts from step 0" in caplog.text
+    assert meta["resumed_from"] is None and "batch_size (checkpoint 4, now 2)" in meta["restarted_because"]
+    train_refit(spec, 1, cyclic_shards, tmp_path / "fresh", progress=False)
+    assert states_equal(final_state(tmp_path / "fresh"), final_state(tmp_path / "out"))
+
+
+def test_changed_lr_restarts_from_step_0_and_equals_a_fresh_run(tiny_spec, cyclic_shards, tmp_path, caplog):
+    """A finished run keeps its newest full state; rerun with another lr, it must not continue from it."""
+    out = tmp_path / "out"
+    train_refit(tiny_spec(n_tokens=8 * 64), 1, cyclic_shards, out, progress=False)
+    assert (out / "state_00000008.pt").is_file()
+    new = tiny_spec(n_tokens=8 * 64, lr=3e-3)
+    with caplog.at_level(logging.WARNING, logger="headstab.training"):
+        meta = train_refit(new, 1, cyclic_shards, out, progress=False)
+    assert f"checkpoint {out / 'state_00000008.pt'} cannot be resumed" in caplog.text
+    assert "lr (checkpoint 0.01, now 0.003)" in caplog.text and "resuming with lr" not in caplog.text
+    assert meta["resumed_from"] is None and "lr (checkpoint 0.01, now 0.003)" in meta["restarted_because"]
+    assert meta["architecture"]["lr"] == 3e-3
+    train_refit(new, 1, cyclic_shards, tmp_path / "fresh", progress=False)
+    assert states_equal(final_state(tmp_path / "fresh"), final_state(out))
+    strip = lambda rows: [{k: r[k] for k in ("step", "tokens", "loss", "lr")} for r in rows]  # noqa: E731
+    assert strip(read_log(out / "train_log.csv")) == strip(read_log(tmp_path / "fresh" / "train_log.csv"))
+    # The stale full state is gone; the one left is the new run's.
+    state, path = training.load_latest_state(out)
+    assert path == out / "state_00000008.pt" and state["identity"]["lr"] == 3e-3
+    # A rerun of the same configuration resumes from it and reports no restart.
+    again = train_refit(new, 1, cyclic_shards, out, progress=False)
+    assert again["resumed_from"] == str(out / "state_00000008.pt") and again["restarted_because"] is None
+
+
+def test_training_code_version_is_part_of_the_identity(tiny_spec, cyclic_shards, tmp_path, monkeypatch, caplog):
+    train_refit(tiny_spec(n_tokens=8 * 64), 1, cyclic_shards, tmp_path, progress=False)
+    monkeypatch.setattr(training, "TRAINING_CODE_VERSION", training.TRAINING_CODE_VERSION + 1)
+    with caplog.at_level(logging.WARNING, logger="headstab.training"):
+        meta = train_refit(tiny_spec(n_tokens=8 * 64), 1, cyclic_shards, tmp_path, progress=False)
+    assert meta["resumed_from"] is None and "training_code_version" in meta["restarted_because"]
+
+
+def test_raised_budget_resumes_and_equals_a_straight_run(tiny_spec, cyclic_shards, tmp_path):
+    """n_tokens only moves where the run stops: the data order of a longer run extends a shorter one's."""
+    train_refit(tiny_spec(n_tokens=8 * 64), 1, cyclic_shards, tmp_path / "out", progress=False)
+    meta = train_refit(tiny_spec(n_tokens=16 * 64), 1, cyclic_shards, tmp_path / "out", progress=False)
+    assert meta["resumed_from"] == str(tmp_path / "out" / "state_00000008.pt") and meta["restarted_because"] is None
+    train_refit(tiny_spec(n_tokens=16 * 64), 1, cyclic_shards, tmp_path / "straight", progress=False)
+    assert states_equal(final_state(tmp_path / "straight"), final_state(tmp_path / "out"))
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny_spec, cyclic_shards, tmp_path, monkeypatch):
@@ -222,20 +272,99 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny_spec, cyclic_sha
     with pytest.raises(NonFiniteLossError) as err:
         train_refit(spec, 1, cyclic_shards, tmp_path, progress=False)
     message = str(err.value)
-    assert "loss is nan at step 6" in message
-    assert f"last good checkpoint {tmp_path / 'state_00000004.pt'} is kept" in message
-    assert "architectures.tiny.lr" in message
+    assert "tiny seed 1: loss is nan at step 6" in message
+    assert f"checkpoint before it, {tmp_path / 'state_00000004.pt'}, is kept" in message
+    assert "`architectures.tiny.lr` to 0.001 (lr / 10)" in message
+    assert "training restarts from step 0 because the checkpoints were written with another lr" in message
+    assert "continues from the last good checkpoint" not in message
     assert not (tmp_path / "final.pt").exists() and not (tmp_path / "meta.json").exists()
     state, path = training.load_latest_state(tmp_path)
     assert path == tmp_path / "state_00000004.pt" and state["step"] == 4
     assert all(torch.isfinite(t).all() for t in state["model"].values())
 
 
-def test_checkpoint_beyond_a_lowered_budget_is_refused(tiny_spec, cyclic_shards, tmp_path):
+def test_non_finite_weights_are_never_checkpointed(tiny_spec, cyclic_shards, tmp_path, monkeypatch):
+    real_loss = training.next_token_loss
+    calls = []
+
+    def finite_loss_with_nan_gradient_at_step_4(model, tokens):
+        calls.append(1)
+        loss = real_loss(model, tokens)
+        if len(calls) != 4:
+            return loss
+        poison = torch.sqrt(-next(model.parameters()).abs().sum() - 1)  # NaN, and so is its gradient
+        return torch.where(torch.tensor(True), loss, poison)  # the value stays finite
+
+    monkeypatch.setattr(training, "next_token_loss", finite_loss_with_nan_gradient_at_step_4)
+    with pytest.raises(NonFiniteLossError, match=r"tiny seed 1: the weights are not finite after step 4"):
+        train_refit(tiny_spec(n_tokens=8 * 64, checkpoint_every=4), 1, cyclic_shards, tmp_path, progress=False)
+    assert not list(tmp_path.glob("state_*")) and not (tmp_path / "final.pt").exists()
+
+
+def test_divergence_without_nan_stops_naming_loss_threshold_and_keys(tiny_spec, cyclic_shards, tmp_path):
+    spec = tiny_spec(lr=1e6, n_tokens=8 * 64, checkpoint_every=4, log_every=4)
+    with pytest.raises(DivergenceError) as err:
+        train_refit(spec, 1, cyclic_shards, tmp_path, progress=False)
+    assert not isinstance(err.value, NonFiniteLossError)
+    message = str(err.value)
+    threshold = 3.0 * math.log(32)
+    match = re.search(r"tiny seed 1: loss (\S+) at step (\d+) is above the divergence threshold (\S+) ", message)
+    assert match, message
+    assert float(match[1]) > threshold and int(match[2]) == 2 and match[3] == f"{threshold:.3g}"
+    for needed in ("divergence_factor 3 x ln(d_vocab 32)", "No full-state checkpoint was written",
+                   "`architectures.tiny.lr` to 100000 (lr / 10)", "`architectures.tiny.divergence_factor`"):
+        assert needed in message, needed
+    assert not (tmp_path / "final.pt").exists() and not list(tmp_path.glob("state_*"))
+    # A looser threshold lets the same run finish (the factor is a stopping rule, not part of the identity).
+    meta = train_refit(tiny_spec(lr=1e6, n_tokens=8 * 64, divergence_factor=1e20), 1, cyclic_shards, tmp_path, progress=False)
+    assert meta["final_loss"] > 1e6
+
+
+def test_divergence_factor_defaults_to_3_and_architecture_defaults_override_it(monkeypatch):
+    from headstab.config import ConfigError, architecture_spec, load_yaml, validate_config
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # the config's prompt paths start at the repository root
+    config = validate_config(load_yaml("tests/config/tiny.yaml"))
+    assert architecture_spec(config, "l2_h4").divergence_factor == 3.0
+    config["architecture_defaults"]["divergence_factor"] = 5
+    config["architectures"]["l2_h4_wd"]["divergence_factor"] = 8
+    validate_config(config)
+    assert architecture_spec(config, "l2_h4").divergence_factor == 5
+    assert architecture_spec(config, "l2_h4_wd").divergence_factor == 8
+    config["architectures"]["l2_h4"]["divergence_factor"] = 1
+    with pytest.raises(ConfigError, match=r"architectures\.l2_h4\.divergence_factor"):
+        validate_config(config)
+
+
+def test_following_the_divergence_advice_gives_a_healthy_model(tiny_spec, cyclic_shards, tmp_path):
+    """lr 1 on the tiny cycle: the loss jumps from ~3.9 to ~13 > 3 ln 32 at step 2 (both seeds)."""
+    out = tmp_path / "out"
+    with pytest.raises(DivergenceError) as err:
+        train_refit(tiny_spec(lr=1.0, checkpoint_every=1), 1, cyclic_shards, out, progress=False)
+    message = str(err.value)
+    assert f"The last full-state checkpoint before it, {out / 'state_00000001.pt'}, is kept" in message
+    suggested = float(re.search(r"`architectures\.tiny\.lr` to (\S+) ", message)[1])
+    assert suggested == 0.1
+    spec = tiny_spec(lr=suggested, checkpoint_every=1)
+    meta = train_refit(spec, 1, cyclic_shards, out, progress=False)
+    assert meta["resumed_from"] is None and "lr (checkpoint 1.0, now 0.1)" in meta["restarted_because"]
+    weights = final_state(out)
+    assert meta["final_loss"] < math.log(32)
+    assert max(t.abs().max().item() for t in weights.values()) < 100
+    train_refit(spec, 1, cyclic_shards, tmp_path / "fresh", progress=False)
+    assert states_equal(final_state(tmp_path / "fresh"), weights)
+
+
+def test_checkpoint_beyond_a_lowered_budget_restarts_from_step_0(tiny_spec, cyclic_shards, tmp_path, caplog):
     with pytest.raises(SimulatedKill):
-        train_refit(tiny_spec(n_tokens=640), 1, cyclic_shards, tmp_path, progress=False, on_step_end=kill_after(9))
-    with pytest.raises(TrainingError, match=r"state_00000008\.pt is at step 8, beyond the 6 steps now requested"):
-        train_refit(tiny_spec(n_tokens=6 * 64), 1, cyclic_shards, tmp_path, progress=False)
+        train_refit(tiny_spec(n_tokens=640), 1, cyclic_shards, tmp_path / "out", progress=False, on_step_end=kill_after(9))
+    with caplog.at_level(logging.WARNING, logger="headstab.training"):
+        meta = train_refit(tiny_spec(n_tokens=6 * 64), 1, cyclic_shards, tmp_path / "out", progress=False)
+    assert "state_00000008.pt cannot be resumed (at step 8, beyond the 6 steps now requested)" in caplog.text
+    assert meta["resumed_from"] is None and "beyond the 6 steps" in meta["restarted_because"]
+    assert not (tmp_path / "out" / "state_00000008.pt").exists()
+    train_refit(tiny_spec(n_tokens=6 * 64), 1, cyclic_shards, tmp_path / "fresh", progress=False)
+    assert states_equal(final_state(tmp_path / "fresh"), final_state(tmp_path / "out"))
 
 
 def test_missing_corpus_meta_names_the_rule(tiny_spec, cyclic_shards, tmp_path):

@@ -12,7 +12,12 @@ The checkpoint directory holds
   state_{step:08d}.pt       full state (model, optimiser, RNG, step, data position, log rows) every
                             `checkpoint_every` steps, with a `.sha256` sidecar (the newest two are kept while
                             training, the newest one after); a rerun resumes from the newest one that
-                            verifies and ends bit-identical to an uninterrupted run (CPU).
+                            verifies and ends bit-identical to an uninterrupted run (CPU). A state written
+                            under anything else that determines the weights (see `resume_identity`) or beyond
+                            the steps now requested is logged, deleted, and training restarts from step 0.
+
+Training stops with a DivergenceError (no final.pt) when a loss exceeds divergence_factor x ln(d_vocab)
+or is not finite; full states with non-finite weights are never written.
 """
 
 from __future__ import annotations
@@ -38,13 +43,16 @@ from headstab.provenance import environment_record, sha256_file, write_json_atom
 log = logging.getLogger(__name__)
 
 LOG_COLUMNS = ("step", "tokens", "loss", "lr", "seconds")
-# Spec fields that change a refit's trajectory: a checkpoint written under other values is refused.
-# lr is deliberately absent (resuming with a lower lr is the way out of a divergence); n_tokens,
-# epochs and the logging/checkpoint cadence only change where the run stops or what it writes.
+# Bump whenever the loop's numerics change (loss, optimiser step, data order, init): older full states then restart.
+TRAINING_CODE_VERSION = 1
+# Spec fields that determine the weights at a given step; a full state written under other values is not resumed.
+# The lr is constant (no schedule) and Adam's betas/eps are torch's defaults, so lr alone sets each step's update.
+# n_tokens, epochs, divergence_factor and the logging/checkpoint cadence only change where the run stops or
+# what it writes (window_order of a longer run extends a shorter one's).
 TRAJECTORY_FIELDS = (
     "n_layers", "n_heads", "d_model", "d_head", "d_mlp", "n_ctx", "d_vocab", "act_fn",
     "normalization_type", "positional_embedding_type", "init_mode", "attn_only",
-    "tokenizer", "corpus", "optimizer", "weight_decay", "batch_size", "seq_len",
+    "tokenizer", "corpus", "optimizer", "lr", "weight_decay", "batch_size", "seq_len",
 )  # fmt: skip
 
 
@@ -52,8 +60,12 @@ class TrainingError(RuntimeError):
     """Training cannot start or continue; the message names the file or config key and the fix."""
 
 
-class NonFiniteLossError(TrainingError):
-    """The loss became NaN or infinite; the last good checkpoint is kept."""
+class DivergenceError(TrainingError):
+    """A loss exceeded divergence_factor x ln(d_vocab); no final.pt, the last full state before it is kept."""
+
+
+class NonFiniteLossError(DivergenceError):
+    """The loss or the weights became NaN or infinite; no final.pt, the last finite full state is kept."""
 
 
 def spec_from_dict(values: dict[str, Any]) -> ArchitectureSpec:
@@ -207,8 +219,9 @@ def save_state(out_dir: Path, state: dict[str, Any], keep: int) -> Path:
 
 
 def prune_states(out_dir: Path, keep: int) -> None:
-    """Delete all but the newest `keep` full-state checkpoints (and their sidecars)."""
-    for old in sorted(out_dir.glob("state_*.pt"))[:-keep]:
+    """Delete all but the newest `keep` full-state checkpoints (and their sidecars); keep 0 deletes them all."""
+    paths = sorted(out_dir.glob("state_*.pt"))
+    for old in paths[: len(paths) - keep]:
         old.unlink(missing_ok=True)
         _sidecar(old).unlink(missing_ok=True)
 
@@ -233,14 +246,25 @@ def load_latest_state(out_dir: Path) -> tuple[dict[str, Any] | None, Path | None
     return None, None
 
 
-def _check_resumable(state: dict[str, Any], identity: dict[str, Any], path: Path) -> None:
-    differing = {k: (state["identity"].get(k), v) for k, v in identity.items() if state["identity"].get(k) != v}
+def resume_identity(spec: ArchitectureSpec, seed: int, corpus_sha256: str | None, autocast_bf16: bool,
+                    compile_model: bool) -> dict[str, Any]:
+    """Everything that determines a refit's weights at a given step; a full state resumes only if it matches."""
+    return {**{k: getattr(spec, k) for k in TRAJECTORY_FIELDS}, "seed": seed, "corpus_meta_sha256": corpus_sha256,
+            "autocast_bf16": autocast_bf16, "compile_model": compile_model,
+            "training_code_version": TRAINING_CODE_VERSION}  # fmt: skip
+
+
+def why_not_resumable(state: dict[str, Any], identity: dict[str, Any], steps: int) -> str | None:
+    """None when `state` continues this refit, else why not, e.g.
+    'written with another configuration: lr (checkpoint 0.01, now 0.003)'."""
+    saved = state["identity"]
+    differing = [f"{k} (checkpoint {saved.get(k)!r}, now {identity.get(k)!r})"
+                 for k in {**identity, **saved} if saved.get(k) != identity.get(k)]  # fmt: skip
     if differing:
-        what = ", ".join(f"{k}: checkpoint {old!r} vs now {new!r}" for k, (old, new) in differing.items())
-        raise TrainingError(
-            f"checkpoint {path} was written by a different configuration ({what}); delete "
-            f"{path.parent}/state_*.pt to train this refit from scratch"
-        )
+        return f"written with another configuration: {', '.join(differing)}"
+    if state["step"] > steps:
+        return f"at step {state['step']}, beyond the {steps} steps now requested"
+    return None
 
 
 # ---------------------------------------------------------------- the loop
@@ -332,7 +356,7 @@ def train_refit(
     if corpus_meta_path is not None and not Path(corpus_meta_path).is_file():
         raise TrainingError(f"corpus metadata {corpus_meta_path} does not exist; build it with `snakemake {corpus_meta_path}` (rule corpus_meta)")
     corpus_sha256 = sha256_file(corpus_meta_path) if corpus_meta_path else None
-    identity = {**{k: getattr(spec, k) for k in TRAJECTORY_FIELDS}, "seed": seed, "corpus_meta_sha256": corpus_sha256}
+    identity = resume_identity(spec, seed, corpus_sha256, autocast_bf16, compile_model)
 
     # ---- model, optimiser, and the state to resume from
     model = build_model(spec, seed, device=device_)
@@ -341,19 +365,17 @@ def train_refit(
     loss_fn = _compiled_loss(model) if compile_model else next_token_loss
     start_step, log_rows, row_losses, seconds_before = 0, [], [], 0.0
     state, resumed_from = load_latest_state(out_dir)
+    reason = why_not_resumable(state, identity, steps) if state is not None else None
+    restarted_because = f"{resumed_from.name} {reason}" if reason else None
+    if reason:
+        log.warning("checkpoint %s cannot be resumed (%s); %s seed %d restarts from step 0 and deletes the stale "
+                    "%s/state_*.pt", resumed_from, reason, spec.name, seed, out_dir)  # fmt: skip
+        # Their configuration no longer exists: deleted so that no later rerun can pick them up.
+        prune_states(out_dir, keep=0)
+        state, resumed_from = None, None
     if state is not None:
-        _check_resumable(state, identity, resumed_from)
-        if state["step"] > steps:
-            raise TrainingError(
-                f"checkpoint {resumed_from} is at step {state['step']}, beyond the {steps} steps now requested; raise "
-                f"`architectures.{spec.name}.n_tokens` again or delete {out_dir}/state_*.pt to train from scratch"
-            )
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        for group in optimizer.param_groups:
-            if group["lr"] != spec.lr:
-                log.warning("resuming with lr %g (checkpoint used %g)", spec.lr, group["lr"])
-            group["lr"] = spec.lr
         _set_rng_state(state["rng"])
         start_step, log_rows, row_losses = state["step"], state["log_rows"], state["row_losses"]
         seconds_before = state["seconds"]
@@ -371,23 +393,41 @@ def train_refit(
     last_good = resumed_from
     autocast = torch.autocast(device_.type, dtype=torch.bfloat16) if autocast_bf16 else nullcontext()
     step_losses: list[torch.Tensor] = []  # on device: no host sync per step
+    threshold = spec.divergence_factor * math.log(spec.d_vocab)
     loop_start = time.perf_counter()
 
+    def stopped(what: str) -> str:
+        """The message of a divergence stop: what happened, what is kept, and the keys to change."""
+        kept = (f"The last full-state checkpoint before it, {last_good}, is kept" if last_good
+                else "No full-state checkpoint was written")  # fmt: skip
+        why = " because the checkpoints were written with another lr" if last_good else ""
+        return (
+            f"{spec.name} seed {seed}: {what}; training stopped. {kept} and final.pt was not written. Lower the "
+            f"learning rate: set `architectures.{spec.name}.lr` to {spec.lr / 10:g} (lr / 10) and rerun; training "
+            f"restarts from step 0{why} (lower the lr again if it diverges again)."
+        )
+
     def flush_losses(step: int) -> None:
-        """Move the steps' losses to the host; stop on the first non-finite one."""
+        """Move the steps' losses to the host; stop on the first non-finite or diverged one."""
         values = torch.stack(step_losses).float().cpu().tolist() if step_losses else []
         for offset, value in enumerate(values):
+            bad_step = step - len(values) + offset + 1
             if not math.isfinite(value):
-                bad_step = step - len(values) + offset + 1
-                raise NonFiniteLossError(
-                    f"{spec.name} seed {seed}: loss is {value} at step {bad_step} (lr {spec.lr:g}); training stopped. "
-                    + (f"The last good checkpoint {last_good} is kept" if last_good else "No checkpoint was written yet")
-                    + f" and final.pt was not written. To resume with a lower learning rate, set "
-                    f"`architectures.{spec.name}.lr` (e.g. {spec.lr / 10:g}) and rerun; training continues from "
-                    "the last good checkpoint."
+                raise NonFiniteLossError(stopped(f"loss is {value} at step {bad_step} (lr {spec.lr:g})"))
+            if value > threshold:
+                raise DivergenceError(
+                    stopped(f"loss {value:.4g} at step {bad_step} is above the divergence threshold {threshold:.3g} "
+                            f"(divergence_factor {spec.divergence_factor:g} x ln(d_vocab {spec.d_vocab}); lr "
+                            f"{spec.lr:g}), so the run diverged")  # fmt: skip
+                    + f" If a loss this high is expected, raise `architectures.{spec.name}.divergence_factor` instead."
                 )
         row_losses.extend(values)
         step_losses.clear()
+
+    def check_weights(step: int) -> None:
+        """Stop before saving weights that are not finite (one host sync per checkpoint)."""
+        if not bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()):
+            raise NonFiniteLossError(stopped(f"the weights are not finite after step {step} (lr {spec.lr:g})"))
 
     with open(log_path, "a", newline="") as log_handle, _progress(progress, steps, start_step, spec, seed) as bar:
         writer = csv.writer(log_handle)
@@ -415,6 +455,7 @@ def train_refit(
             # checkpoint
             if step % spec.checkpoint_every == 0:
                 flush_losses(step)
+                check_weights(step)
                 state = {
                     "step": step,
                     "windows_consumed": step * spec.batch_size,
@@ -431,6 +472,7 @@ def train_refit(
                 on_step_end(step)
 
     # ---- outputs: weights first, then the record that says they are complete
+    check_weights(steps)
     save_weights(model, out_dir / "final.pt")
     wall = seconds_before + time.perf_counter() - loop_start
     meta = {
@@ -446,6 +488,7 @@ def train_refit(
         "tokenizer": tokenizer_info,
         "data_order": "np.random.default_rng(seed).permutation of all windows, one per epoch",
         "resumed_from": str(resumed_from) if resumed_from else None,
+        "restarted_because": restarted_because,
         "training_seconds": round(wall, 3),
         "session_seconds": round(time.perf_counter() - session_start, 3),
         "threads": torch.get_num_threads(),
