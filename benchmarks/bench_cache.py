@@ -14,6 +14,10 @@ synthetic corpus (same recipe, temporary directory).
 Both run under the same torch thread count; medians of `repeats` alternating runs.
 `cache_max_abs_diff` compares every prompt's real-token patterns read back from our file with the loop's.
 
+`bench_checksum_overhead`: the cache stage of one demo refit (every demo prompt set: primary and the
+length sweep) with its integrity checks (final.pt checked against its meta.json's sha256, fletcher32
+on every dataset) against the same without them (plain torch.load, no fletcher32), alternating.
+
 Run alone: `python benchmarks/bench_cache.py [--quick]`.
 """
 
@@ -131,6 +135,49 @@ def bench_cache(work_dir: Path, repeats: int = 3, n_prompts: int | None = None, 
     }
 
 
+def bench_checksum_overhead(work_dir: Path, repeats: int = 5, n_prompts: int | None = None) -> dict[str, Any]:
+    """`cache_checksum_overhead`: (cache stage with its integrity checks) / (without) - 1, medians of `repeats`."""
+    import torch
+
+    from headstab.caches import pad_token_id_of, tokenize_prompts, write_activation_cache
+    from headstab.models import load_verified_state_dict, save_weights
+    from headstab.prompts import load_prompt_file
+    from headstab.provenance import sha256_file, write_json_atomic
+
+    prompt_sets = {**load_prompt_file("primary", common.REPO / "resources" / "prompts" / "primary.json"),
+                   **load_prompt_file("len", common.REPO / "resources" / "prompts" / "length_sweep.json")}
+    prompt_sets = {name: prompts[:n_prompts] if n_prompts else prompts for name, prompts in prompt_sets.items()}
+    tokenizer, _ = demo_tokenizer(work_dir)
+    model = demo_model(tokenizer)
+    weights = work_dir / "checkpoint" / "final.pt"
+    save_weights(model, weights)
+    write_json_atomic(weights.parent / "meta.json", {"final_weights_sha256": sha256_file(weights)})
+    path = work_dir / "checksum_cache.h5"
+
+    def stage(checksum: bool) -> None:
+        state = load_verified_state_dict(weights) if checksum else torch.load(weights, map_location="cpu", weights_only=True)
+        model.load_state_dict(state)
+        token_sets = {name: tokenize_prompts(tokenizer, prompts, prepend_bos=True) for name, prompts in prompt_sets.items()}
+        write_activation_cache(path, model, token_sets, pad_token_id=pad_token_id_of(tokenizer), prompt_texts=prompt_sets,
+                               show_progress=False, checksum=checksum)  # fmt: skip
+
+    stage(True), stage(False)  # warm-up
+    runs: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(repeats):  # alternate, so drifting machine load hits both alike
+        for checksum in (True, False):
+            runs[checksum].append(common.timed(lambda: stage(checksum))[0])
+    with_s, without_s = float(np.median(runs[True])), float(np.median(runs[False]))
+    return {
+        "cache_checksum_overhead": with_s / without_s - 1,
+        "cache_checksum_seconds": {"with": runs[True], "without": runs[False]},
+        "cache_checksum_setup": (
+            f"demo l4_h8 (random init), prompt sets {', '.join(prompt_sets)} ({sum(map(len, prompt_sets.values()))} "
+            "prompts): load final.pt (checked against meta.json's sha256, or a plain torch.load), tokenize, "
+            f"write_activation_cache (fletcher32 on every dataset, or none); alternating, medians of {repeats}"
+        ),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="10 prompts, 1 repeat (smoke test)")
@@ -138,7 +185,10 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     work_dir = Path(tempfile.mkdtemp(prefix="headstab-bench-"))
     try:
-        results = bench_cache(work_dir, repeats=1, n_prompts=10) if args.quick else bench_cache(work_dir)
+        if args.quick:
+            results = bench_cache(work_dir, repeats=1, n_prompts=10) | bench_checksum_overhead(work_dir, 1, n_prompts=10)
+        else:
+            results = bench_cache(work_dir) | bench_checksum_overhead(work_dir)
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
     print(json.dumps(results, indent=2))

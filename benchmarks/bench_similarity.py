@@ -7,6 +7,9 @@
    by headstab's own cache writer) with `pair_similarity_from_caches(..., scope="same_layer")`, for
    5, 10, 20 and 50 refits of l8_h16 with 100 prompts of 96 tokens. Each count runs in a fresh child
    process, which gives its wall time and its own peak RSS (os.wait4).
+3. `bench_checksum_overhead`: the pair_similarity stage's computation (`pair_similarity_from_caches`,
+   the workflow's cross_layer scope, and same_layer) for 50 refits of l8_h16 on caches with and
+   without fletcher32 checksums, side by side: what verifying every read costs.
 
 Useful flops of the same-layer computation (stated in the summary): the symmetric Gram of each
 layer needs rows^2 * features multiply-adds halved by symmetry, i.e.
@@ -93,8 +96,9 @@ def bench_loop(
 
 
 # ---------------------------------------------------------------- 2. streamed from HDF5, all pairs
-def stream_worker(cache_paths: list[str], promptset: str, prompt_chunk: int, workers: int) -> dict[str, Any]:
-    """Child-process body: the timed same-layer computation over the given caches."""
+def stream_worker(cache_paths: list[str], promptset: str, prompt_chunk: int, scope: str = "same_layer",
+                  gemm_rate: bool = True) -> dict[str, Any]:
+    """Child-process body: the timed computation over the given caches (GEMM rate before and after when asked)."""
     import torch  # noqa: F401  (the engine's GEMM backend: a one-off import, kept out of the clock)
 
     from headstab.caches import open_cache
@@ -105,19 +109,21 @@ def stream_worker(cache_paths: list[str], promptset: str, prompt_chunk: int, wor
         lengths = cache.lengths(promptset)
     # The GEMM rate right before and right after, in this process: this machine's speed drifts by
     # +-25% over minutes (shared host), and the fraction should compare like with like.
-    before = common.matmul_rate(repeats=3)
+    no_rate = {"best_gflops": float("nan")}
+    before = common.matmul_rate(repeats=3) if gemm_rate else no_rate
     start = time.perf_counter()
     similarity = pair_similarity_from_caches(cache_paths, promptset, prompt_chunk=prompt_chunk, progress=False,
-                                             scope="same_layer", workers=workers)  # fmt: skip
+                                             scope=scope)  # fmt: skip
     seconds = time.perf_counter() - start
-    after = common.matmul_rate(repeats=3)
+    after = common.matmul_rate(repeats=3) if gemm_rate else no_rate
+    diagonal = np.einsum("aalhh->", similarity) if scope == "same_layer" else np.einsum("aalhlh->", similarity)
     return {
         "seconds": seconds,
         "gemm_gflops_before_after": [before["best_gflops"], after["best_gflops"]],
         "gemm_gflops": max(before["best_gflops"], after["best_gflops"]),
         "useful_flops": useful_flops(n_layers, len(cache_paths), n_heads, lengths),
         "shape": list(similarity.shape),
-        "self_similarity_mean": float(np.einsum("aalhh->", similarity) / (len(cache_paths) * n_layers * n_heads)),
+        "self_similarity_mean": float(diagonal / (len(cache_paths) * n_layers * n_heads)),
     }
 
 
@@ -136,13 +142,12 @@ def bench_streaming(
     series_prompts: int = 20,
     n_distinct: int = 4,
     prompt_chunk: int = 10,
-    workers: int | None = None,
     matmul: dict[str, float] | None = None,
     timeout: float = 900.0,
 ) -> dict[str, Any]:
     """Same-layer all-pairs similarity streamed from HDF5 caches written as the workflow writes them
-    (format 2: packed lower-triangle patterns, never compressed; the writer's default gzip applies only
-    to resid_mid/head_out, which the engine does not read).
+    (format 3: packed lower-triangle patterns, uncompressed, fletcher32 on every chunk; the writer's
+    default gzip applies only to resid_mid/head_out, which the engine does not read).
 
     Headline: the largest refit count with `n_prompts` prompts. Scaling series (every count): caches
     of the first `series_prompts` prompts (the exponent is about refits; fewer prompts keep
@@ -151,7 +156,6 @@ def bench_streaming(
     import os
 
     shape = common.L8_H16
-    workers = workers or os.cpu_count() or 1
     largest = max(refit_counts)
     write = {}
     paths = {}
@@ -167,7 +171,7 @@ def bench_streaming(
 
     def run(kind: str, count: int) -> dict[str, Any]:
         args = ["--stream-worker", "--promptset", "primary", "--prompt-chunk", str(prompt_chunk),
-                "--workers", str(workers), *map(str, paths[kind][:count])]  # fmt: skip
+                *map(str, paths[kind][:count])]  # fmt: skip
         result, peak_gb = _run_child(args, timeout)
         result["peak_rss_gb"] = peak_gb
         # Against the faster of the GEMM rates measured right before and after this computation.
@@ -196,8 +200,8 @@ def bench_streaming(
         "similarity_cache_write_seconds": write,
         "similarity_streaming_setup": (
             f"l8_h16, {n_prompts} prompts x {n_pos} tokens, all anchors x all pairs, same layer, "
-            f"pair_similarity_from_caches(scope='same_layer', workers={workers}, prompt_chunk={prompt_chunk}) on HDF5 "
-            f"caches written by headstab.caches.write_activation_cache (float32, defaults: packed patterns); scaling "
+            f"pair_similarity_from_caches(scope='same_layer', prompt_chunk={prompt_chunk}) on HDF5 caches written "
+            f"by headstab.caches.write_activation_cache (float32, defaults: packed patterns, fletcher32); scaling "
             f"series on caches of {series_prompts} prompts; {n_distinct} distinct caches per kind, the other "
             f"refits symlinks to them (every file is still opened and its patterns read in full)"
         ),
@@ -210,17 +214,73 @@ def bench_streaming(
     }
 
 
+# ---------------------------------------------------------------- 3. what the checksums cost
+def bench_checksum_overhead(
+    work_dir: Path,
+    n_refits: int = 50,
+    n_prompts: int = 20,
+    n_pos: int = 96,
+    n_distinct: int = 4,
+    prompt_chunk: int = 10,
+    repeats: int = 3,
+    scopes: tuple[str, ...] = ("cross_layer", "same_layer"),
+    timeout: float = 900.0,
+) -> dict[str, Any]:
+    """`pair_similarity_from_caches` over caches with and without fletcher32, alternating, medians.
+
+    `similarity_checksum_overhead` is the workflow's scope (cross_layer: its Gram grows with refits
+    squared, its reads with refits); the same_layer figure is the read-heaviest case. The caches hold
+    `n_prompts` prompts: reads and products both grow linearly with prompts, so the ratio does not
+    depend on it.
+    """
+    import os
+
+    shape = common.L8_H16
+    paths = {
+        checksum: common.write_synthetic_caches(
+            work_dir / f"caches_checksum_{checksum}", n_refits, shape["n_layers"], shape["n_heads"], n_prompts, n_pos,
+            n_distinct=n_distinct, checksum=checksum,
+        )
+        for checksum in (True, False)
+    }  # fmt: skip
+    os.sync()
+    runs: dict[str, dict[bool, list[float]]] = {scope: {True: [], False: []} for scope in scopes}
+    for _ in range(repeats):  # alternate, so drifting machine load hits both alike
+        for scope in scopes:
+            for checksum in (True, False):
+                args = ["--stream-worker", "--no-gemm-rate", "--scope", scope, "--prompt-chunk", str(prompt_chunk),
+                        *map(str, paths[checksum])]  # fmt: skip
+                result, _ = _run_child(args, timeout)
+                runs[scope][checksum].append(result["seconds"])
+    medians = {scope: {checksum: float(np.median(times)) for checksum, times in by.items()} for scope, by in runs.items()}
+    overhead = {scope: medians[scope][True] / medians[scope][False] - 1 for scope in scopes}
+    log.info("checksum overhead of the similarity: %s", {scope: round(value, 3) for scope, value in overhead.items()})
+    return {
+        "similarity_checksum_overhead": overhead[scopes[0]],
+        **{f"similarity_checksum_overhead_{scope}": overhead[scope] for scope in scopes},
+        "similarity_checksum_seconds": {scope: {"with": by[True], "without": by[False]} for scope, by in runs.items()},
+        "similarity_checksum_setup": (
+            f"pair_similarity_from_caches(scope=..., prompt_chunk={prompt_chunk}) over {n_refits} refits of l8_h16, "
+            f"{n_prompts} prompts x {n_pos} tokens, caches written by write_activation_cache with and without "
+            f"fletcher32 ({n_distinct} distinct caches each, the other refits symlinks), one child process per run, "
+            f"runs alternating, medians of {repeats}"
+        ),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stream-worker", action="store_true", help="child: time one streamed computation")
-    parser.add_argument("--workers", type=int, default=1, help="child: reader threads")
+    parser.add_argument("--scope", default="same_layer", help="child: cross_layer or same_layer")
+    parser.add_argument("--no-gemm-rate", action="store_true", help="child: skip the GEMM rate before and after")
     parser.add_argument("--promptset", default="primary")
     parser.add_argument("--prompt-chunk", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="toy sizes (smoke test)")
     parser.add_argument("caches", nargs="*")
     args = parser.parse_args(argv)
     if args.stream_worker:
-        print(json.dumps(stream_worker(args.caches, args.promptset, args.prompt_chunk, args.workers)))
+        print(json.dumps(stream_worker(args.caches, args.promptset, args.prompt_chunk, args.scope,
+                                       gemm_rate=not args.no_gemm_rate)))
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     results = bench_loop(n_refits=3, n_prompts=2, n_pos=16) if args.quick else bench_loop()
@@ -228,9 +288,11 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.quick:
             results |= bench_streaming(work_dir, refit_counts=(2, 3), n_prompts=4, n_pos=12, series_prompts=2,
-                                       n_distinct=2, workers=1)
+                                       n_distinct=2)
+            results |= bench_checksum_overhead(work_dir, n_refits=3, n_prompts=4, n_pos=12, n_distinct=2, repeats=1)
         else:
             results |= bench_streaming(work_dir)
+            results |= bench_checksum_overhead(work_dir)
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
     print(json.dumps(results, indent=2, default=float))

@@ -72,15 +72,18 @@ def matmul_rate(n: int = 3072, repeats: int = 5) -> dict[str, float]:
     return rates
 
 
-def run_child_measuring_rss(args: Sequence[str], timeout: float | None = None) -> tuple[int, float, str]:
-    """Run `python args...` as a child process; (exit code, its own peak RSS in GB, its stdout).
+def run_child_measuring_rss(
+    args: Sequence[str], timeout: float | None = None, env: dict[str, str] | None = None
+) -> tuple[int, float, str]:
+    """Run `python args...` as a child process (environment `env`, default ours); (exit code, its own
+    peak RSS in GB, its stdout).
 
     os.wait4 returns this child's own rusage (ru_maxrss in KiB on Linux): the real peak of the
     process, BLAS and HDF5 buffers included, which tracemalloc cannot see.
     """
     out_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_child_{os.getpid()}_{time.monotonic_ns()}.out"
     with open(out_path, "w") as out:
-        process = subprocess.Popen([sys.executable, *args], stdout=out, cwd=REPO)
+        process = subprocess.Popen([sys.executable, *args], stdout=out, cwd=REPO, env=env)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)
@@ -181,6 +184,7 @@ def write_synthetic_caches(
     n_distinct: int | None = None,
     promptset: str = "primary",
     compression_level: int | None | str = "default",
+    checksum: bool = True,
 ) -> list[Path]:
     """Activation caches `seed{k}.h5` for k = 1..n_refits, written by headstab's own cache writer.
 
@@ -190,7 +194,8 @@ def write_synthetic_caches(
     patterns in full, so the timed work is the same; only the disk reads of
     repeated files come from the page cache (the benchmark does not measure disk bandwidth).
     compression_level: "default" (the writer's own default, what the workflow writes), a gzip
-    level, or None (uncompressed chunks).
+    level, or None (uncompressed chunks). checksum False: no fletcher32 (to measure its cost; the
+    argument is left out when True, so writers older than cache format 3 take the same call).
     """
     from headstab.caches import write_activation_cache
 
@@ -207,6 +212,7 @@ def write_synthetic_caches(
         if refit <= n_distinct:
             model = SyntheticPatternModel(refit, n_layers, n_heads, n_ctx=max(n_pos, 1))
             options = {} if compression_level == "default" else {"compression_level": compression_level}
+            options |= {} if checksum else {"checksum": False}
             write_activation_cache(
                 path, model, {promptset: token_lists}, pad_token_id=0, batch_size=20,
                 attrs={"architecture": "synthetic_l%d_h%d" % (n_layers, n_heads), "seed": refit},

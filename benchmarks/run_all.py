@@ -42,8 +42,10 @@ TARGETS: dict[str, tuple[str, float] | None] = {
     "similarity_50_refits_seconds": None,
     "similarity_peak_rss_gb": ("<=", 8.0),
     "similarity_scaling_exponent": ("<=", 2.1),
+    "similarity_checksum_overhead": ("<=", 0.10),
     "cache_batched_vs_loop": (">=", 5.0),
     "cache_max_abs_diff": ("<=", 1e-6),
+    "cache_checksum_overhead": ("<=", 0.10),
     "train_vs_transformer_lens": (">=", 0.95),
     "demo_wall_seconds": ("<=", 900.0),
 }
@@ -134,18 +136,24 @@ def main(argv: list[str] | None = None) -> int:
             log.info("similarity: streamed from HDF5 (float32 GEMM rate %.1f GFLOP/s)", matmul["best_gflops"])
             if args.quick:
                 stream = bench_similarity.bench_streaming(work_dir / "similarity", refit_counts=(2, 3), n_prompts=4,
-                                                          n_pos=12, series_prompts=2, n_distinct=2, workers=1,
+                                                          n_pos=12, series_prompts=2, n_distinct=2,
                                                           matmul=matmul)  # fmt: skip
             else:
                 stream = bench_similarity.bench_streaming(work_dir / "similarity", matmul=matmul)
             shutil.rmtree(work_dir / "similarity", ignore_errors=True)
+            log.info("similarity: with and without fletcher32 checksums")
+            checksums = (bench_similarity.bench_checksum_overhead(work_dir / "checksums", n_refits=3, n_prompts=4,
+                                                                  n_pos=12, n_distinct=2, repeats=1) if args.quick
+                         else bench_similarity.bench_checksum_overhead(work_dir / "checksums"))  # fmt: skip
+            shutil.rmtree(work_dir / "checksums", ignore_errors=True)
+            summary["similarity_checksum_overhead"] = checksums["similarity_checksum_overhead"]
             largest = max(int(count) for count in stream["similarity_seconds_by_refits_series"])
             summary["similarity_50_refits_seconds"] = stream.get(f"similarity_{largest}_refits_seconds")
             for key in ("similarity_vs_loop", "similarity_max_abs_diff"):
                 summary[key] = loop[key]
             for key in ("similarity_gemm_fraction", "similarity_peak_rss_gb", "similarity_scaling_exponent"):
                 summary[key] = stream[key]
-            details["similarity"] = {**loop, **stream}
+            details["similarity"] = {**loop, **stream, **checksums}
             if loop["similarity_loop_extrapolated"]:
                 notes.append(
                     f"similarity_vs_loop: the loop was timed on {loop['similarity_loop_prompts_timed']} prompts and "
@@ -155,8 +163,11 @@ def main(argv: list[str] | None = None) -> int:
             log.info("cache: batched cache_activations vs one run_with_cache per prompt")
             cache = (bench_cache.bench_cache(work_dir, repeats=1, n_prompts=10) if args.quick
                      else bench_cache.bench_cache(work_dir))  # fmt: skip
-            summary["cache_batched_vs_loop"] = cache["cache_batched_vs_loop"]
-            summary["cache_max_abs_diff"] = cache["cache_max_abs_diff"]
+            log.info("cache: the stage with and without its integrity checks")
+            cache |= (bench_cache.bench_checksum_overhead(work_dir, repeats=1, n_prompts=10) if args.quick
+                      else bench_cache.bench_checksum_overhead(work_dir))  # fmt: skip
+            for key in ("cache_batched_vs_loop", "cache_max_abs_diff", "cache_checksum_overhead"):
+                summary[key] = cache[key]
             details["cache"] = cache
         if "train" in stages:
             log.info("train: train_refit vs transformer_lens.tools.training.train")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import shlex
+import shutil
 from pathlib import Path
 
 import h5py
@@ -10,14 +13,19 @@ import pytest
 import torch
 
 from headstab.caches import (
+    PATTERN_CHUNK_BYTES,
+    CacheChecksumError,
     CacheError,
     check_consistent_shapes,
     collect_activations,
     open_cache,
     pad_token_lists,
+    rebuild_command,
     tokenize_prompts,
     write_activation_cache,
 )
+from headstab.formats import CACHE_FORMAT_VERSION
+from headstab.similarity import pair_similarity_from_caches
 
 N_LAYERS, N_HEADS, D_MODEL, D_HEAD, N_CTX, D_VOCAB = 2, 4, 32, 8, 24, 60
 
@@ -93,6 +101,12 @@ def test_contract_shapes_dtypes_and_attributes(cache_path, token_sets):
             assert group[key].compression == "gzip" and group[key].shuffle
         assert group["lengths"].dtype == np.int32
         assert group["attn_pattern"].attrs["hook"] == "blocks.{layer}.attn.hook_pattern"
+        for key in group:  # every dataset carries a checksum (which needs chunks), prompts as fixed-width bytes
+            assert group[key].fletcher32 and group[key].chunks is not None, key
+        assert group["prompts"].dtype.kind == "S"
+        # A chunk is PATTERN_CHUNK_BYTES of all heads of one layer; this tiny set fits in one.
+        assert group["attn_pattern"].chunks == (1, N_HEADS, min(n_lower, PATTERN_CHUNK_BYTES // (N_HEADS * 4)))
+        assert handle.attrs["checksum"] == "fletcher32" and handle.attrs["format_version"] == CACHE_FORMAT_VERSION == 3
 
 
 def test_everything_outside_real_tokens_is_exactly_zero(cache_path):
@@ -436,20 +450,18 @@ def test_packed_patterns_are_smaller_than_padded_squares(cache_path):
     assert stored == N_LAYERS * N_HEADS * int((lengths * (lengths + 1) // 2).sum()) and stored < padded / 2
 
 
-def test_float32_packed_patterns_are_read_with_pread_and_float16_through_h5py(tmp_path, cache_path, model, token_sets, monkeypatch):
+def test_packed_patterns_read_into_place_in_float32_and_float16(tmp_path, cache_path, model, token_sets):
     with open_cache(cache_path) as cache:
         offsets = cache.pattern_offsets("primary")
         expected = cache.attn_pattern_lower("primary", layer=1)
-        # Contiguous float32: read outside h5py (its reads would fail here).
-        monkeypatch.setattr(h5py.Dataset, "read_direct", lambda *a, **k: (_ for _ in ()).throw(AssertionError("h5py read")))
         out = np.empty((N_HEADS, int(offsets[-1])), dtype=np.float32)
         np.testing.assert_array_equal(cache.attn_pattern_lower("primary", layer=1, out=out), expected)
-        monkeypatch.undo()
     half_path = write_activation_cache(tmp_path / "half.h5", model, token_sets, pad_token_id=0, dtype="float16",
                                        show_progress=False)
     with open_cache(half_path) as half:
         out = np.empty((N_LAYERS, N_HEADS, int(offsets[-1])), dtype=np.float32)
-        np.testing.assert_allclose(half.attn_pattern_lower("primary", out=out)[1], expected, atol=1e-3)
+        # float16 keeps 11 significant bits and patterns lie in [0, 1]: absolute error <= 2^-11
+        np.testing.assert_allclose(half.attn_pattern_lower("primary", out=out)[1], expected, atol=2.0 ** -11, rtol=0)
         pattern = half.attn_pattern("primary", prompts=slice(1, 3))
         assert pattern.flags.c_contiguous and pattern.shape == (N_LAYERS, 2, N_HEADS, 12, 12)
 
@@ -459,3 +471,151 @@ def test_a_prompt_set_without_prompts_fails_before_writing(tmp_path, model):
         write_activation_cache(tmp_path / "seed1.h5", model, {"primary": [[1, 2, 3]], "empty": []}, pad_token_id=0,
                                show_progress=False)
     assert not list(tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------- format 3: chunks and checksums
+def test_attn_pattern_split_into_many_chunks_reads_the_same(tmp_path, cache_path, model, token_sets, monkeypatch):
+    import headstab.caches as caches
+
+    monkeypatch.setattr(caches, "PATTERN_CHUNK_BYTES", N_HEADS * 4 * 37)  # 37 entries: chunks end inside prompts
+    path = write_activation_cache(tmp_path / "small_chunks.h5", model, token_sets, pad_token_id=0, batch_size=3,
+                                  show_progress=False)
+    with h5py.File(path) as handle:
+        assert handle["primary/attn_pattern"].chunks == (1, N_HEADS, 37)
+    with open_cache(path) as chunked, open_cache(cache_path) as whole:
+        assert chunked.pattern_offsets("primary")[-1] > 3 * 37
+        np.testing.assert_array_equal(chunked.attn_pattern_lower("primary"), whole.attn_pattern_lower("primary"))
+        for start in range(0, 7, 2):  # prompt ranges of all layers, as the similarity engine reads them
+            prompts = slice(start, min(start + 2, 7))
+            np.testing.assert_array_equal(chunked.attn_pattern_lower("primary", prompts=prompts),
+                                          whole.attn_pattern_lower("primary", prompts=prompts))
+        np.testing.assert_array_equal(chunked.attn_pattern("primary", layer=1), whole.attn_pattern("primary", layer=1))
+
+
+def _bytes_read() -> int:
+    """Bytes this process has read through read(2)/pread(2), page cache included (Linux)."""
+    return int(re.search(r"^rchar: (\d+)", Path("/proc/self/io").read_text(), re.M).group(1))
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux's /proc/self/io")
+def test_consecutive_prompt_ranges_read_each_pattern_chunk_once(tmp_path, model, token_sets, monkeypatch):
+    import headstab.caches as caches
+
+    monkeypatch.setattr(caches, "PATTERN_CHUNK_BYTES", N_HEADS * 4 * 37)
+    path = write_activation_cache(tmp_path / "small_chunks.h5", model, token_sets, pad_token_id=0,
+                                  show_progress=False)
+    with open_cache(path) as cache, h5py.File(path) as handle:
+        stored = handle["primary/attn_pattern"].id.get_storage_size()
+        cache.attn_pattern_lower("primary", prompts=slice(0, 1))  # B-tree and first chunks: not what is measured
+        before = _bytes_read()
+        for prompt in range(1, 7):  # one prompt at a time: every chunk is touched by several reads
+            cache.attn_pattern_lower("primary", prompts=slice(prompt, prompt + 1))
+        assert _bytes_read() - before <= stored  # with a too small chunk cache: about 3x
+
+
+def flip_byte_in_chunk(path: Path, dataset: str, coord: tuple[int, ...]) -> None:
+    """Flip one bit of the byte in the middle of the stored chunk of `dataset` at `coord` (before its 4-byte checksum)."""
+    with h5py.File(path) as handle:
+        info = handle[dataset].id.get_chunk_info_by_coord(coord)
+    offset = info.byte_offset + (info.size - 4) // 2
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        byte = handle.read(1)[0]
+        handle.seek(offset)
+        handle.write(bytes([byte ^ 0x10]))
+
+
+def test_a_chunk_is_its_data_then_the_checksum(cache_path):
+    # So the byte flipped in the middle of a stored attn_pattern chunk is data, not slack space.
+    with h5py.File(cache_path) as handle:
+        dataset = handle["primary/attn_pattern"]
+        info = dataset.id.get_chunk_info_by_coord((1, 0, 0))
+        _, raw = dataset.id.read_direct_chunk((1, 0, 0))
+        assert info.size == len(raw) == dataset[1].nbytes + 4
+        assert raw[:-4] == dataset[1].tobytes()
+
+
+CORRUPTIBLE = [
+    ("attn_pattern", (1, 0, 0), lambda cache: cache.attn_pattern_lower("primary", layer=1)),
+    ("resid_mid", (0, 2, 0, 0), lambda cache: cache.resid_mid("primary", layer=0, prompts=slice(2, 3))),  # gzip
+]
+
+
+@pytest.mark.parametrize(("dataset", "coord", "read"), CORRUPTIBLE, ids=[c[0] for c in CORRUPTIBLE])
+def test_a_flipped_byte_fails_the_checksum_naming_file_dataset_and_rebuild(tmp_path, cache_path, dataset, coord, read):
+    damaged = tmp_path / "seed1.h5"
+    shutil.copyfile(cache_path, damaged)
+    with open_cache(damaged) as cache:
+        read(cache)  # the same read succeeds before the flip
+    flip_byte_in_chunk(damaged, f"primary/{dataset}", coord)
+    with open_cache(damaged) as cache:
+        with pytest.raises(CacheChecksumError) as error:
+            read(cache)
+        with pytest.raises(CacheChecksumError, match=f"/primary/{dataset} is corrupt"):
+            cache.verify()
+    message = str(error.value)
+    assert f"activation cache {damaged}: dataset /primary/{dataset} is corrupt (checksum mismatch" in message
+    assert f"`{rebuild_command(damaged)}`" in message
+    if dataset == "attn_pattern":  # what the similarity stage reads
+        with pytest.raises(CacheChecksumError, match=rf"{damaged}: dataset /primary/attn_pattern is corrupt"):
+            pair_similarity_from_caches([cache_path, damaged], "primary", progress=False)
+
+
+def test_without_checksums_a_flipped_byte_goes_unnoticed(tmp_path, model, token_sets):
+    # What format 3 prevents: the same flip in a file written without fletcher32 silently changes one value.
+    path = write_activation_cache(tmp_path / "seed1.h5", model, token_sets, pad_token_id=0, checksum=False,
+                                  show_progress=False)
+    with open_cache(path) as cache:
+        assert cache.attrs["checksum"] == "none"
+        before = cache.attn_pattern_lower("primary", layer=1)
+    with h5py.File(path) as handle:
+        assert not handle["primary/attn_pattern"].fletcher32
+    flip_byte_in_chunk(path, "primary/attn_pattern", (1, 0, 0))
+    with open_cache(path) as cache:
+        after = cache.attn_pattern_lower("primary", layer=1)
+        cache.verify()
+    assert np.count_nonzero(after != before) == 1
+
+
+def test_verify_reads_a_sound_cache_without_complaint(cache_path, resid_pre_cache_path):
+    for path in (cache_path, resid_pre_cache_path):
+        with open_cache(path) as cache:
+            cache.verify()
+
+
+def test_a_version_2_cache_is_rejected_with_the_rebuild_command(tmp_path, cache_path):
+    old = edited_copy(cache_path, tmp_path / "old.h5", lambda handle: handle.attrs.modify("format_version", 2))
+    with pytest.raises(CacheError) as error:
+        open_cache(old)
+    message = str(error.value)
+    assert f"activation cache {old} has format_version 2; this code reads version 3" in message
+    assert f"`{rebuild_command(old)}`" in message
+
+
+def commands_in(message: str) -> list[list[list[str]]]:
+    """Each backquoted command of a message as shell words, split into its `&&`-joined parts."""
+    commands = []
+    for command in re.findall(r"`([^`]*)`", message):
+        parts, words = [[]], shlex.split(command)
+        for word in words:
+            parts.append([]) if word == "&&" else parts[-1].append(word)
+        commands.append(parts)
+    return commands
+
+
+def test_printed_commands_quote_paths_with_spaces(tmp_path, cache_path):
+    directory = tmp_path / "results dir" / "l2 h4; echo" / "caches"
+    directory.mkdir(parents=True)
+    truncated = directory / "seed 1.h5"
+    truncated.write_bytes(cache_path.read_bytes()[:1000])
+    with pytest.raises(CacheError) as error:
+        open_cache(truncated)
+    assert commands_in(str(error.value))[0] == [["rm", "-f", str(truncated)], ["snakemake", str(truncated)]]
+    with pytest.raises(CacheError) as error:
+        open_cache(directory / "missing.h5")
+    assert commands_in(str(error.value)) == [[["snakemake", str(directory / "missing.h5")]]]
+    sound = directory / "seed 2.h5"
+    shutil.copyfile(cache_path, sound)
+    with open_cache(sound) as cache, pytest.raises(CacheError) as error:
+        cache.resid("primary", "hook_resid_pre")
+    assert commands_in(str(error.value)) == [[["snakemake", str(sound), "--forcerun", "cache_activations"]]]

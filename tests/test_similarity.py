@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import shlex
+
+import h5py
 import numpy as np
 import pytest
 
 from headstab.similarity import (
+    SIMILARITY_FORMAT_VERSION,
     GramAccumulator,
+    SimilarityChecksumError,
+    SimilarityFileError,
     anchor_pair_similarity,
     causal_length_mask,
     causal_pattern_features,
@@ -14,8 +20,11 @@ from headstab.similarity import (
     n_lower_entries,
     normalize_lower_features,
     pair_similarity,
+    read_pair_similarity,
     same_layer_pair_similarity,
+    write_pair_similarity,
 )
+from tolerances import reduction_atol
 
 
 def random_patterns(
@@ -108,8 +117,11 @@ def test_zero_padding_changes_nothing():
     pad = ((0, 0), (0, 0), (0, 0), (0, 7), (0, 7))
     padded = [np.pad(p, pad) for p in patterns]
     tight = pair_similarity(stacked_features(patterns, lengths))
-    loose = pair_similarity(stacked_features(padded, lengths))
-    np.testing.assert_allclose(loose, tight, atol=1e-7)
+    loose_features = stacked_features(padded, lengths)
+    loose = pair_similarity(loose_features)
+    # Each entry is a float32 dot product over prompt x n_lower terms whose products sum to <= 1.
+    n_terms = loose_features.shape[-2] * loose_features.shape[-1]
+    np.testing.assert_allclose(loose, tight, atol=reduction_atol(np.float32, n_terms), rtol=0)
 
 
 def test_values_written_for_pad_queries_are_ignored():
@@ -215,8 +227,9 @@ def test_same_layer_pair_similarity_is_the_diagonal_blocks():
     full = pair_similarity(features)
     same = same_layer_pair_similarity(features)
     assert same.shape == (3, 3, 3, 2, 2)
+    atol = reduction_atol(np.float32, features.shape[-2] * features.shape[-1])  # dot products over prompt x n_lower
     for layer in range(3):
-        np.testing.assert_allclose(same[:, :, layer], full[:, :, layer, :, layer, :], atol=1e-7)
+        np.testing.assert_allclose(same[:, :, layer], full[:, :, layer, :, layer, :], atol=atol, rtol=0)
 
 
 def test_same_layer_similarity_of_chosen_anchors_is_their_rows_of_the_full_tensor():
@@ -288,3 +301,50 @@ def test_bad_gram_and_chunk_shapes_fail_clearly():
     with pytest.raises(ValueError, match="features must be"):
         pair_similarity(np.zeros((2, 3, 4)))
 
+
+
+# ---------------------------------------------------------------- pair-similarity files
+def written_similarity(path, seeds=(1, 2, 3)):
+    rng = np.random.default_rng(11)
+    similarity = rng.uniform(-1, 1, size=(len(seeds), len(seeds), 2, 3, 2, 3)).astype(np.float32)
+    write_pair_similarity(path, similarity, list(seeds), attrs={"architecture": "tiny", "inputs": {"a.h5": {"seed": 1}}})
+    return similarity
+
+
+def test_pair_similarity_file_round_trips_with_a_checksum_per_chunk(tmp_path):
+    path = tmp_path / "similarity" / "primary.h5"
+    similarity = written_similarity(path)
+    read, seeds = read_pair_similarity(path)
+    np.testing.assert_array_equal(read, similarity)
+    assert seeds == [1, 2, 3] and not list(path.parent.glob("*.tmp"))
+    with h5py.File(path) as handle:
+        assert handle["pair_similarity"].fletcher32 and handle["pair_similarity"].chunks[0] == 1
+        assert handle.attrs["format_version"] == SIMILARITY_FORMAT_VERSION == 2
+        assert handle.attrs["architecture"] == "tiny"
+
+
+def test_a_flipped_byte_in_a_similarity_file_names_it_and_the_quoted_rebuild_command(tmp_path):
+    path = tmp_path / "results dir" / "l2 h4" / "similarity" / "primary.h5"
+    written_similarity(path)
+    read_pair_similarity(path)  # sound before the flip
+    with h5py.File(path) as handle:
+        info = handle["pair_similarity"].id.get_chunk_info_by_coord((1, 0, 0, 0, 0, 0))
+    offset = info.byte_offset + (info.size - 4) // 2  # inside the data, before the 4-byte checksum
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(SimilarityChecksumError) as error:
+        read_pair_similarity(path)
+    message = str(error.value)
+    assert isinstance(error.value, SimilarityFileError)
+    assert f"pair-similarity file {path} is corrupt (checksum mismatch" in message
+    rebuild = message.split("`")[1]
+    words = shlex.split(rebuild)
+    assert words == ["rm", "-f", str(path), "&&", "snakemake", str(path)]
+
+
+def test_a_missing_similarity_file_names_the_quoted_build_command(tmp_path):
+    path = tmp_path / "a b" / "primary.h5"
+    with pytest.raises(SimilarityFileError) as error:
+        read_pair_similarity(path)
+    assert shlex.split(str(error.value).split("`")[1]) == ["snakemake", str(path)]

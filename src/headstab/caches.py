@@ -3,7 +3,7 @@
 Contract (docs/caches.md): `{results_dir}/{arch}/caches/seed{seed}.h5` holds one group per prompt
 set with
 - `tokens` int32 `[prompt, pos]` (pad id where padded), `lengths` int32 `[prompt]`,
-  `prompts` variable-length UTF-8 strings `[prompt]`;
+  `prompts` fixed-width UTF-8 bytes `[prompt]`;
 - `attn_pattern` `[layer, head, lower_entry]`: post-softmax `blocks.{layer}.attn.hook_pattern`, packed:
   for each prompt in file order, the row-major lower triangle (diagonal included) of its
   length x length block, prompt p at `pattern_offsets[p]:pattern_offsets[p + 1]` (int64
@@ -19,11 +19,13 @@ set with
   zero-padded; file attribute `extra_resid_hooks` lists them.
 
 Floating datasets are float32, or float16 when the config asks (the forward pass stays float32).
-`attn_pattern` is contiguous and uncompressed (a layer is one contiguous range of the file); the
-others are chunked one (layer, prompt) per chunk, so a layer of a prompt set is read alone. Files are written to
-`<path>.tmp`, stamped `complete=True` last and renamed, so an interrupted job never leaves a file
-that looks finished. `open_cache` is the only way analyses open a cache: it checks the contract and
-names the file and the command to rebuild it when a file is missing, truncated or foreign.
+Every dataset carries HDF5's fletcher32 checksum, so every read verifies what it reads; a mismatch
+raises CacheError naming the file, the dataset and the rebuild command. `attn_pattern` is chunked
+(1, head, PATTERN_CHUNK_BYTES worth of entries) and uncompressed; the others are chunked one (layer,
+prompt) per chunk, so a layer of a prompt set is read alone. Files are written to `<path>.tmp`,
+stamped `complete=True` last and renamed, so an interrupted job never leaves a file that looks
+finished. `open_cache` is the only way analyses open a cache: it checks the contract and names the
+file and the command to rebuild it when a file is missing, truncated, corrupt or foreign.
 """
 
 from __future__ import annotations
@@ -32,10 +34,9 @@ import functools
 import json
 import logging
 import os
-import zlib
+import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import h5py
@@ -47,6 +48,7 @@ from headstab.formats import CACHE_FORMAT, CACHE_FORMAT_VERSION
 __all__ = [
     "CACHE_FORMAT",
     "CACHE_FORMAT_VERSION",
+    "CacheChecksumError",
     "CacheError",
     "CacheReader",
     "RESID_HOOKS",
@@ -80,13 +82,12 @@ DATASET_DIMS = {
 RESID_HOOKS = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post")
 OPTIONAL_DATASET_DIMS = {"resid_pre": "layer,prompt,pos,d_model", "resid_post": "layer,prompt,pos,d_model"}
 ALL_DATASET_DIMS = {**DATASET_DIMS, **OPTIONAL_DATASET_DIMS}
-# resid_mid / head_out (and optional residual hooks): gzip level 1 behind the byte-shuffle filter
-# stores them at about 0.58 of their size; lzf (h5py-only, unreadable by plain HDF5 tools) stored them
-# at 0.61-0.67 and read them at 200-250 MB/s against gzip1's 140-160 (one test on demo activations):
-# not worth files other HDF5 tools cannot open. Chunks are compressed by a thread pool (zlib releases
-# the GIL) while the next batch runs, and written with write_direct_chunk. attn_pattern is packed
-# lower triangles, never compressed.
+# Default gzip level of resid_mid / head_out behind the shuffle filter: readable by any HDF5 tool
+# (lzf is not), and higher levels gain little (docs/caches.md).
 GZIP_LEVEL = 1
+# Bytes of one attn_pattern chunk: a few MB keeps per-chunk overhead small while a prompt range of all
+# layers reads about one chunk per layer (docs/caches.md).
+PATTERN_CHUNK_BYTES = 2 << 20
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 
 
@@ -94,9 +95,14 @@ class CacheError(ValueError):
     """A cache file is missing, unreadable, incomplete, foreign or inconsistent; the message says how to rebuild it."""
 
 
+class CacheChecksumError(CacheError):
+    """A dataset of a cache fails its fletcher32 checksum: the file is corrupt."""
+
+
 def rebuild_command(path: str | Path) -> str:
     """The shell command that rebuilds the cache at `path` (run with the run's --configfile/--profile)."""
-    return f"rm -f {path} && snakemake {path}"
+    quoted = shlex.quote(str(path))
+    return f"rm -f {quoted} && snakemake {quoted}"
 
 
 def _fix_hint(path: str | Path) -> str:
@@ -106,8 +112,15 @@ def _fix_hint(path: str | Path) -> str:
 def _forcerun_hint(path: str | Path, hook: str) -> str:
     return (
         f"set analysis.cka_hook: {hook} in the config and rebuild the caches with "
-        f"`snakemake {path} --forcerun cache_activations` (with the --configfile/--profile of the run that made it)"
+        f"`snakemake {shlex.quote(str(path))} --forcerun cache_activations` (with the --configfile/--profile of "
+        "the run that made it)"
     )
+
+
+def is_filter_failure(error: OSError) -> bool:
+    """Whether an h5py read error is a failed filter: HDF5 reports a fletcher32 mismatch as "filter returned failure"."""
+    text = str(error).lower()
+    return "filter" in text or "checksum" in text
 
 
 # ---------------------------------------------------------------- tokens
@@ -296,42 +309,17 @@ def collect_activations(
 
 
 # ---------------------------------------------------------------- writing
-def _encode_chunk(block: np.ndarray, level: int | None) -> bytes:
-    """One chunk through HDF5's shuffle then deflate filters (byte for byte what the dataset declares),
-    or its raw bytes when `level` is None (no filters)."""
-    raw = np.ascontiguousarray(block)
-    if level is None:
-        return raw.tobytes()
-    shuffled = raw.view(np.uint8).reshape(-1, raw.itemsize).T.tobytes()
-    # Run-length matching suits shuffled floats (long runs of equal exponent bytes and zeros): measured
-    # 30% faster and 4% smaller than zlib's default strategy; any deflate decoder reads it.
-    encoder = zlib.compressobj(level, zlib.DEFLATED, 15, 8, zlib.Z_RLE)
-    return encoder.compress(shuffled) + encoder.flush()
+def pattern_chunk_entries(n_heads: int, itemsize: int, n_entries: int) -> int:
+    """K of attn_pattern's (1, n_heads, K) chunks: PATTERN_CHUNK_BYTES per chunk, at most the whole row."""
+    return max(1, min(n_entries, PATTERN_CHUNK_BYTES // (n_heads * itemsize)))
 
 
-class _ChunkWriter:
-    """Compresses chunks in worker threads and writes them in submission order.
-
-    At most two batches are in flight, so memory stays at about two batches of activations.
-    """
-
-    def __init__(self, threads: int, level: int | None):
-        self._level = level
-        self._pool = ThreadPoolExecutor(max_workers=max(1, threads))
-        self._pending: list[tuple[h5py.Dataset, tuple[int, ...], Future[bytes]]] = []
-
-    def submit(self, dataset: h5py.Dataset, offset: tuple[int, ...], block: np.ndarray) -> None:
-        self._pending.append((dataset, offset, self._pool.submit(_encode_chunk, block, self._level)))
-
-    def flush(self, keep_last: int = 0) -> None:
-        """Write all finished-or-awaited chunks except the `keep_last` most recent submissions."""
-        cut = len(self._pending) - keep_last
-        for dataset, offset, future in self._pending[:cut]:
-            dataset.id.write_direct_chunk(offset, future.result())
-        del self._pending[:cut]
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+def _filters(compression_level: int | None, checksum: bool, compress: bool) -> dict[str, Any]:
+    """h5py filter options of one dataset: shuffle + gzip when `compress` and a level is set, fletcher32 when `checksum`."""
+    filters: dict[str, Any] = {"fletcher32": checksum}
+    if compress and compression_level is not None:
+        filters |= {"compression": "gzip", "compression_opts": compression_level, "shuffle": True}
+    return filters
 
 
 def _json_attr(value: Any) -> str:
@@ -359,9 +347,9 @@ def write_activation_cache(
     set_attrs: Mapping[str, Mapping[str, Any]] | None = None,
     attrs: Mapping[str, Any] | None = None,
     compression_level: int | None = GZIP_LEVEL,
-    compress_threads: int = 2,
     extra_resid_hooks: Sequence[str] = (),
     show_progress: bool = True,
+    checksum: bool = True,
 ) -> Path:
     """Run every prompt set through `model` in right-padded batches and write the HDF5 cache at `path`.
 
@@ -369,22 +357,24 @@ def write_activation_cache(
     prompt_texts: {prompt set: [prompt text]} stored as the `prompts` dataset (else token ids as text).
     set_attrs: extra attributes per group (e.g. the prompt file and its sha256); attrs: extra file
     attributes (dicts and lists stored as JSON strings). Each batch is written as it is computed, so
-    memory holds about two batches plus one prompt set's packed patterns (about half its padded
-    patterns), not the cache; `compress_threads` threads compress chunks meanwhile.
-    compression_level: gzip level 1-9 behind the shuffle filter, or None for uncompressed chunks.
+    memory holds about one batch plus one prompt set's packed patterns (about half its padded
+    patterns), not the cache.
+    compression_level: gzip level 1-9 behind the shuffle filter for resid_mid/head_out (and optional
+    residual hooks), or None for uncompressed chunks.
     extra_resid_hooks: residual hooks to store beside `resid_mid` (e.g. ("hook_resid_pre",)), as datasets
     `resid_pre` / `resid_post` laid out like `resid_mid`; hooks `resid_mid` already holds add nothing.
+    checksum: fletcher32 on every dataset (the format's contract); False only to measure its cost
+    (benchmarks/).
     Returns the path.
     """
     if dtype not in ("float32", "float16"):
         raise ValueError(f"cache dtype {dtype!r} is not supported; use float32 or float16 (config key cache.dtype)")
     if batch_size < 1:
         raise ValueError(f"cache batch_size must be >= 1, got {batch_size} (config key cache.batch_size)")
+    if compression_level is not None and not 1 <= compression_level <= 9:
+        raise ValueError(f"compression_level must be 1-9 or None (uncompressed), got {compression_level}")
     path = Path(path)
-    cfg = model.cfg
-    n_layers, n_heads, d_model, d_head, n_ctx = (
-        int(cfg.n_layers), int(cfg.n_heads), int(cfg.d_model), int(cfg.d_head), int(cfg.n_ctx),
-    )
+    n_ctx = int(model.cfg.n_ctx)
     for name, token_lists in token_sets.items():
         if "/" in name or not name:
             raise ValueError(f"prompt set name {name!r} cannot be an HDF5 group name; rename it in the config")
@@ -393,14 +383,6 @@ def write_activation_cache(
         check_prompt_lengths(token_lists, n_ctx, name, (set_attrs or {}).get(name, {}).get("prompt_file"))
     resid_hook = resid_hook_name(model)
     extra_datasets = _extra_resid_datasets(extra_resid_hooks, resid_hook)
-    templates = _hook_templates(resid_hook, extra_resid_hooks)
-    if compression_level is not None and not 1 <= compression_level <= 9:
-        raise ValueError(f"compression_level must be 1-9 or None (uncompressed), got {compression_level}")
-    filters: dict[str, Any] = (
-        {} if compression_level is None
-        else {"compression": "gzip", "compression_opts": compression_level, "shuffle": True}
-    )
-    store_dtype = np.dtype(dtype)
     padded = {name: pad_token_lists(lists, pad_token_id) for name, lists in token_sets.items()}
     n_batches = sum(-(-len(lengths) // batch_size) for _, lengths in padded.values())
 
@@ -409,7 +391,7 @@ def write_activation_cache(
     tmp.unlink(missing_ok=True)
     model.eval()
     progress = tqdm(total=n_batches, desc=f"cache {path.name}", unit="batch", disable=not show_progress)
-    writer = _ChunkWriter(compress_threads, compression_level)
+    writer = _SetWriter(model, dtype, compression_level, checksum, extra_resid_hooks, batch_size)
     try:
         with h5py.File(tmp, "w") as handle:
             handle.attrs["format"] = CACHE_FORMAT
@@ -422,95 +404,105 @@ def write_activation_cache(
             handle.attrs["extra_resid_hooks"] = _json_attr(list(extra_datasets.values()))
             handle.attrs["cache_dtype"] = dtype
             handle.attrs["compression"] = "none" if compression_level is None else f"shuffle+gzip{compression_level}"
+            handle.attrs["checksum"] = "fletcher32" if checksum else "none"
             handle.attrs["batch_size"] = batch_size
             handle.attrs["pad_token_id"] = pad_token_id
-            for key, value in (("n_layers", n_layers), ("n_heads", n_heads), ("d_model", d_model),
-                               ("d_head", d_head), ("n_ctx", n_ctx)):
-                handle.attrs[key] = value
+            for key in ("n_layers", "n_heads", "d_model", "d_head", "n_ctx"):
+                handle.attrs[key] = int(getattr(model.cfg, key))
             for name, (tokens, lengths) in padded.items():
-                n_prompts, n_pos = tokens.shape
+                texts = list((prompt_texts or {}).get(name) or [" ".join(map(str, ids)) for ids in token_sets[name]])
                 group = handle.create_group(name)
                 for key, value in ((set_attrs or {}).get(name) or {}).items():
                     group.attrs[key] = _json_attr(value) if isinstance(value, (dict, list, tuple)) else value
-                group.create_dataset("tokens", data=tokens)
-                group.create_dataset("lengths", data=lengths)
-                texts = list((prompt_texts or {}).get(name) or [" ".join(map(str, ids)) for ids in token_sets[name]])
-                if len(texts) != n_prompts:
-                    raise ValueError(f"prompt set '{name}': {len(texts)} prompt texts for {n_prompts} token lists")
-                group.create_dataset("prompts", data=texts, dtype=h5py.string_dtype("utf-8"))
-                offsets = lower_triangle_offsets(lengths)
-                group.create_dataset("pattern_offsets", data=offsets)
-                # Packed lower triangles: the zeros a padded square holds (above the diagonal and
-                # outside the prompt) are never stored, so the pattern is small without compression
-                # and is read for the similarity engine without decompression or gather (one contiguous
-                # [head, lower_entry] block per layer).
-                packed_pattern = group.create_dataset(
-                    "attn_pattern", shape=(n_layers, n_heads, int(offsets[-1])), dtype=store_dtype
-                )
-                packed_pattern.attrs["dims"] = DATASET_DIMS["attn_pattern"]
-                packed_pattern.attrs["hook"] = templates["attn_pattern"]
-                packed_pattern.attrs["packing"] = (
-                    "row-major lower triangle (diagonal included) of each prompt's length x length block, "
-                    "prompts in file order, prompt p at pattern_offsets[p]:pattern_offsets[p+1]"
-                )
-                # Held for the whole prompt set and written once: length-sorted batches scatter over the
-                # file order, and one HDF5 write per prompt cost more than the packing (measured).
-                # About half the padded patterns of the set; the writes below stream per batch.
-                packed_all = np.empty(packed_pattern.shape, dtype=store_dtype)
-                shapes = {
-                    "resid_mid": (n_layers, n_prompts, n_pos, d_model),
-                    "head_out": (n_layers, n_prompts, n_pos, n_heads, d_head),
-                    **dict.fromkeys(extra_datasets, (n_layers, n_prompts, n_pos, d_model)),
-                }
-                datasets = {}
-                for kind, shape in shapes.items():
-                    # One chunk per (layer, prompt): a layer is read alone, and length-sorted
-                    # batches write whole chunks (no read-modify-write of compressed data).
-                    chunk = (1, 1, *shape[2:])
-                    datasets[kind] = group.create_dataset(
-                        kind, shape=shape, dtype=store_dtype, chunks=chunk, fillvalue=0,
-                        **filters,
-                    )
-                    datasets[kind].attrs["dims"] = ALL_DATASET_DIMS[kind]
-                    datasets[kind].attrs["hook"] = templates[kind]
-                # Batches of similar length waste less compute on padding; rows are written back in file order.
-                order = np.argsort(lengths, kind="stable")
-                for start in range(0, n_prompts, batch_size):
-                    rows = order[start : start + batch_size]
-                    batch_lengths = lengths[rows]
-                    width = int(batch_lengths.max())
-                    acts = collect_activations(model, tokens[rows, :width], batch_lengths, extra_resid_hooks)
-                    for kind, values in acts.items():
-                        if store_dtype == np.float16:
-                            _check_float16_range(values, kind, name, rows)
-                        if kind == "attn_pattern":
-                            for position, row in enumerate(rows):
-                                packed_all[:, :, offsets[row] : offsets[row + 1]] = pack_lower_triangle(
-                                    values[:, position], int(lengths[row])
-                                )
-                            continue
-                        padded_values = np.zeros((n_layers, len(rows), *shapes[kind][2:]), dtype=store_dtype)
-                        padded_values[:, :, :width] = values
-                        for layer in range(n_layers):
-                            for position, row in enumerate(rows):
-                                offset = (layer, int(row)) + (0,) * (len(shapes[kind]) - 2)
-                                writer.submit(datasets[kind], offset, padded_values[layer, position])
-                    # Write the previous batch while this one compresses (and the next one runs).
-                    writer.flush(keep_last=n_layers * len(rows) * len(shapes))
-                    progress.update(1)
-                packed_pattern[...] = packed_all
-                del packed_all
-                writer.flush()
+                writer.write_set(group, tokens, lengths, texts, progress)
             handle.attrs["complete"] = True  # last: a file without it was interrupted
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     finally:
-        writer.close()
         progress.close()
     log.info("wrote activation cache %s (%s prompt sets, %s)", path, len(token_sets), dtype)
     return path
+
+
+class _SetWriter:
+    """Writes one prompt set's group: its small datasets, then the activations batch by batch."""
+
+    def __init__(self, model: Any, dtype: str, compression_level: int | None, checksum: bool,
+                 extra_resid_hooks: Sequence[str], batch_size: int):
+        cfg = model.cfg
+        self.model, self.batch_size, self.extra_resid_hooks = model, batch_size, extra_resid_hooks
+        self.n_layers, self.n_heads, self.d_model, self.d_head = (
+            int(cfg.n_layers), int(cfg.n_heads), int(cfg.d_model), int(cfg.d_head))
+        self.dtype = np.dtype(dtype)
+        self.compression_level, self.checksum = compression_level, checksum
+        resid_hook = resid_hook_name(model)
+        self.templates = _hook_templates(resid_hook, extra_resid_hooks)
+        self.extra_datasets = _extra_resid_datasets(extra_resid_hooks, resid_hook)
+
+    def _small(self, group: h5py.Group, name: str, data: np.ndarray) -> None:
+        group.create_dataset(name, data=data, **_filters(None, self.checksum, compress=False))
+
+    def write_set(self, group: h5py.Group, tokens: np.ndarray, lengths: np.ndarray, texts: list[str],
+                  progress: Any) -> None:
+        n_prompts, n_pos = tokens.shape
+        name = group.name.lstrip("/")
+        if len(texts) != n_prompts:
+            raise ValueError(f"prompt set '{name}': {len(texts)} prompt texts for {n_prompts} token lists")
+        self._small(group, "tokens", tokens)
+        self._small(group, "lengths", lengths)
+        # Fixed-width UTF-8 bytes, not variable-length strings: HDF5 filters (the checksum) skip vlen data.
+        encoded = [text.encode("utf-8") for text in texts]
+        width = max(1, max(len(text) for text in encoded))
+        self._small(group, "prompts", np.array(encoded, dtype=h5py.string_dtype("utf-8", width)))
+        offsets = lower_triangle_offsets(lengths)
+        self._small(group, "pattern_offsets", offsets)
+        shapes = {
+            "resid_mid": (self.n_layers, n_prompts, n_pos, self.d_model),
+            "head_out": (self.n_layers, n_prompts, n_pos, self.n_heads, self.d_head),
+            **dict.fromkeys(self.extra_datasets, (self.n_layers, n_prompts, n_pos, self.d_model)),
+        }
+        # One chunk per (layer, prompt): a layer is read alone, and every write covers whole chunks.
+        datasets = {
+            kind: group.create_dataset(kind, shape=shape, dtype=self.dtype, chunks=(1, 1, *shape[2:]), fillvalue=0,
+                                       **_filters(self.compression_level, self.checksum, compress=True))
+            for kind, shape in shapes.items()
+        }
+        # Held for the whole set and written once: length-sorted batches scatter over the file order.
+        packed = np.empty((self.n_layers, self.n_heads, int(offsets[-1])), dtype=self.dtype)
+        order = np.argsort(lengths, kind="stable")  # similar lengths per batch: less padding
+        for start in range(0, n_prompts, self.batch_size):
+            rows = np.sort(order[start : start + self.batch_size])  # h5py writes rows in increasing order
+            width = int(lengths[rows].max())
+            acts = collect_activations(self.model, tokens[rows, :width], lengths[rows], self.extra_resid_hooks)
+            for kind, values in acts.items():
+                if self.dtype == np.float16:
+                    _check_float16_range(values, kind, name, rows)
+                if kind == "attn_pattern":
+                    for position, row in enumerate(rows):
+                        packed[..., offsets[row] : offsets[row + 1]] = pack_lower_triangle(values[:, position], int(lengths[row]))
+                    continue
+                block = np.zeros((self.n_layers, len(rows), *shapes[kind][2:]), dtype=self.dtype)
+                block[:, :, :width] = values
+                datasets[kind][:, rows] = block
+            progress.update(1)
+        self._pattern(group, packed)
+        for kind, dataset in datasets.items():
+            dataset.attrs["dims"] = ALL_DATASET_DIMS[kind]
+            dataset.attrs["hook"] = self.templates[kind]
+
+    def _pattern(self, group: h5py.Group, packed: np.ndarray) -> None:
+        """attn_pattern in (1, n_heads, K) chunks: a prompt range of all layers and a whole layer both read few chunks."""
+        chunk = (1, self.n_heads, pattern_chunk_entries(self.n_heads, self.dtype.itemsize, packed.shape[-1]))
+        dataset = group.create_dataset("attn_pattern", data=packed, chunks=chunk,
+                                       **_filters(None, self.checksum, compress=False))
+        dataset.attrs["dims"] = DATASET_DIMS["attn_pattern"]
+        dataset.attrs["hook"] = self.templates["attn_pattern"]
+        dataset.attrs["packing"] = (
+            "row-major lower triangle (diagonal included) of each prompt's length x length block, "
+            "prompts in file order, prompt p at pattern_offsets[p]:pattern_offsets[p+1]"
+        )
 
 
 def cache_activations(
@@ -525,7 +517,6 @@ def cache_activations(
     prompt_files: Mapping[str, Mapping[str, str]] | None = None,
     attrs: Mapping[str, Any] | None = None,
     compression_level: int | None = GZIP_LEVEL,
-    compress_threads: int = 2,
     extra_resid_hooks: Sequence[str] = (),
     show_progress: bool = True,
 ) -> Path:
@@ -552,7 +543,6 @@ def cache_activations(
         set_attrs=prompt_files,
         attrs={**identity, **(attrs or {})},
         compression_level=compression_level,
-        compress_threads=compress_threads,
         extra_resid_hooks=extra_resid_hooks,
         show_progress=show_progress,
     )
@@ -582,7 +572,9 @@ class CacheReader:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         if not self.path.is_file():
-            raise CacheError(f"activation cache {self.path} does not exist; build it with `snakemake {self.path}`")
+            raise CacheError(
+                f"activation cache {self.path} does not exist; build it with `snakemake {shlex.quote(str(self.path))}`"
+            )
         try:
             self._file = h5py.File(self.path, "r")
         except OSError as err:
@@ -593,6 +585,7 @@ class CacheReader:
         try:
             self.attrs: dict[str, Any] = {key: _decode_attr(value) for key, value in self._file.attrs.items()}
             self._offsets: dict[str, np.ndarray] = {}
+            self._patterns: dict[str, h5py.Dataset] = {}
             self._validate()
         except BaseException:
             self._file.close()
@@ -636,10 +629,11 @@ class CacheReader:
             if missing:
                 raise self._fail(f"lacks the datasets {', '.join('/' + name + '/' + m for m in missing)}")
             n_prompts, n_pos = group["tokens"].shape
-            offsets = self._offsets[name] = group["pattern_offsets"][()]
+            offsets = self._offsets[name] = self._read(name, "pattern_offsets", ())
             offsets.setflags(write=False)
-            if group["lengths"].shape == (n_prompts,) and not np.array_equal(offsets, lower_triangle_offsets(group["lengths"][()])):
+            if group["lengths"].shape == (n_prompts,) and not np.array_equal(offsets, lower_triangle_offsets(self._read(name, "lengths", ()))):
                 raise self._fail(f"has /{name}/pattern_offsets that do not match its lengths (packed attn_pattern is unreadable)")
+            self._patterns[name] = _with_chunk_cache(group, "attn_pattern", n_chunks=int(self.attrs["n_layers"]) + 2)
             expected = {
                 "lengths": (n_prompts,),
                 "prompts": (n_prompts,),
@@ -704,12 +698,38 @@ class CacheReader:
             )
         return self._file[promptset]
 
-    def _read(self, promptset: str, key: str, selection: tuple[Any, ...]) -> np.ndarray:
-        dataset = self._group(promptset)[key]
+    def _dataset(self, promptset: str, key: str) -> h5py.Dataset:
+        return self._patterns[promptset] if key == "attn_pattern" else self._group(promptset)[key]
+
+    def _read(self, promptset: str, key: str, selection: tuple[Any, ...], out: np.ndarray | None = None) -> np.ndarray:
+        """dataset[selection] (into `out` when given); a failed checksum or read becomes CacheError."""
+        dataset = self._dataset(promptset, key)
         try:
-            return dataset[selection]
+            if out is None:
+                return dataset[selection]
+            dataset.read_direct(out, selection)
+            return out
         except OSError as err:  # a damaged chunk surfaces only when read
-            raise self._fail(f"could not read /{promptset}/{key} ({err})") from err
+            raise self._read_error(promptset, key, err) from err
+
+    def _read_error(self, promptset: str, key: str, err: OSError) -> CacheError:
+        if is_filter_failure(err):
+            return CacheChecksumError(
+                f"activation cache {self.path}: dataset /{promptset}/{key} is corrupt (checksum mismatch; HDF5: {err}); "
+                + _fix_hint(self.path)
+            )
+        return self._fail(f"could not read /{promptset}/{key} ({err})")
+
+    def verify(self) -> None:
+        """Read every dataset of every prompt set in full, chunk by chunk, which checks every checksum.
+
+        Raises CacheChecksumError naming the first corrupt dataset.
+        """
+        for promptset in self.prompt_sets():
+            for key in self._group(promptset):
+                dataset = self._dataset(promptset, key)
+                for selection in dataset.iter_chunks() if dataset.chunks else [()]:
+                    self._read(promptset, key, selection)
 
     # -- data
     def tokens(self, promptset: str) -> np.ndarray:
@@ -770,19 +790,12 @@ class CacheReader:
         selection = (slice(None) if layer is None else int(layer), slice(None), slice(start, stop))
         if out is None:
             return self._read(promptset, "attn_pattern", selection).astype(np.float32, copy=False)
-        dataset = self._group(promptset)["attn_pattern"]
         expected = ((self.n_layers,) if layer is None else ()) + (self.n_heads, stop - start)
         if out.shape != expected or out.dtype != np.float32 or not out.flags.c_contiguous:
             raise ValueError(f"out must be a C-contiguous float32 array of shape {expected}; got {out.dtype} {out.shape}")
-        if self._read_raw_into(dataset, layer, start, stop, out):
-            return out
-        try:
-            if dataset.dtype == np.float32:
-                dataset.read_direct(out, np.s_[selection])
-            else:
-                out[...] = dataset[selection]
-        except OSError as err:
-            raise self._fail(f"could not read /{promptset}/attn_pattern ({err})") from err
+        if self._patterns[promptset].dtype == np.float32:
+            return self._read(promptset, "attn_pattern", selection, out=out)
+        out[...] = self._read(promptset, "attn_pattern", selection)
         return out
 
     def resid_mid(self, promptset: str, layer: int | None = None, prompts: slice | None = None) -> np.ndarray:
@@ -811,43 +824,29 @@ class CacheReader:
         ([prompt, pos, head, d_head] with `layer`)."""
         return self._float(promptset, "head_out", layer, prompts)
 
-    def _read_raw_into(self, dataset: h5py.Dataset, layer: int | None, start: int, stop: int, out: np.ndarray) -> bool:
-        """Read [(layer,) head, start:stop] of a contiguous, unfiltered float32 dataset with pread, outside
-        h5py's global lock, so threads read refits in parallel. False when the layout does not allow it
-        (the caller then reads through h5py)."""
-        offset = dataset.id.get_offset()
-        if offset is None or dataset.chunks is not None or dataset.compression or dataset.dtype != np.dtype("<f4"):
-            return False
-        try:  # HDF5's own descriptor of this open file (sec2 driver): no second open, nothing to leak
-            descriptor = int(self._file.id.get_vfd_handle())
-        except (AttributeError, TypeError, ValueError, OSError):
-            return False
-        if not hasattr(os, "preadv"):  # not on every platform
-            return False
-        n_layers, n_heads, total = dataset.shape
-        layers = range(n_layers) if layer is None else [layer]
-        rows = out.reshape(len(layers) * n_heads, stop - start)
-        itemsize = rows.itemsize
-        # Whole rows are one contiguous range of the file; a prompt range is one range per (layer, head).
-        if start == 0 and stop == total:
-            pieces = [(rows.reshape(-1), offset + layers[0] * n_heads * total * itemsize)]
-        else:
-            pieces = [(rows[index], offset + ((layer_index * n_heads + head) * total + start) * itemsize)
-                      for index, (layer_index, head) in enumerate((l, h) for l in layers for h in range(n_heads))]
-        for destination, position in pieces:
-            view = memoryview(destination.view(np.uint8))
-            done = 0
-            while done < view.nbytes:  # a single read returns at most ~2 GB
-                count = os.preadv(descriptor, [view[done:]], position + done)
-                if count <= 0:
-                    raise self._fail("ends before the data of its attn_pattern dataset (truncated file)")
-                done += count
-        return True
-
     def iter_layers(self, promptset: str, key: str = "attn_pattern") -> Iterator[tuple[int, np.ndarray]]:
         """(layer, that layer's data) for each layer, read one at a time (memory: one layer); attn_pattern unpacked."""
         for layer in range(self.n_layers):
             yield layer, self.attn_pattern(promptset, layer) if key == "attn_pattern" else self._float(promptset, key, layer, None)
+
+
+def _with_chunk_cache(group: h5py.Group, name: str, n_chunks: int) -> h5py.Dataset:
+    """Dataset `name` of `group` opened with a chunk cache of `n_chunks` of its chunks.
+
+    attn_pattern needs n_layers + 2: a read of a prompt range of all layers ends in one chunk per layer
+    that the next range starts in, plus room for the chunks it passes through; smaller caches read and
+    verify those chunks twice. (w0 keeps HDF5's default: with w0 = 1, HDF5 2.0 kept every partly read
+    chunk, the whole dataset.)
+    """
+    dataset = group[name]
+    if dataset.chunks is None:
+        return dataset
+    chunk_bytes = int(np.prod(dataset.chunks)) * dataset.dtype.itemsize
+    del dataset  # HDF5 applies a chunk cache only when it opens a dataset that no handle holds open
+    access = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
+    nslots, _, w0 = access.get_chunk_cache()
+    access.set_chunk_cache(nslots, n_chunks * chunk_bytes, w0)
+    return h5py.Dataset(h5py.h5d.open(group.id, name.encode(), dapl=access))
 
 
 def open_cache(path: str | Path) -> CacheReader:

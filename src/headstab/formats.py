@@ -6,5 +6,6 @@ reader rejects them with the rebuild command.
 """
 
 CACHE_FORMAT = "headstab-activation-cache"
-# Version 2 packs attn_pattern as lower triangles (version 1 stored padded, gzip-compressed squares).
-CACHE_FORMAT_VERSION = 2
+# Version 3 puts a fletcher32 checksum on every dataset and chunks attn_pattern; version 2 packed
+# attn_pattern as lower triangles; version 1 stored padded, gzip-compressed squares.
+CACHE_FORMAT_VERSION = 3

@@ -10,9 +10,9 @@ Gram matrix `X @ X.T` (symmetric: the off-diagonal half-blocks are computed once
 
 Three routes to the same numbers:
 - `pair_similarity_from_caches` (the workflow): the activation caches store each head's patterns as
-  packed lower triangles (docs/caches.md), so a layer of every refit is read straight into X, each
-  (head, prompt) segment is normalised in place (`normalize_lower_features`), and the Gram product
-  runs while the next block is read.
+  packed lower triangles (docs/caches.md), so a layer of every refit is read straight into X (h5py
+  verifies each chunk's checksum), each (head, prompt) segment is normalised in place
+  (`normalize_lower_features`), then the Gram product runs.
 - `causal_pattern_features` + `pair_similarity` / `same_layer_pair_similarity`: the same from padded
   `[layer, prompt, head, query_pos, key_pos]` patterns in memory (gathers the lower triangles).
 - `anchor_pair_similarity`: one anchor against every refit from patterns in memory, masking instead of
@@ -29,12 +29,13 @@ norms are float32 BLAS dot products: measured within 2e-7 (relative) of float64 
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from headstab.caches import lower_triangle_index
+from headstab.caches import is_filter_failure, lower_triangle_index
 
 __all__ = [
     "GramAccumulator",
@@ -379,15 +380,21 @@ def anchor_pair_similarity(
 
 # ---------------------------------------------------------------- from caches, to files
 SIMILARITY_FORMAT = "headstab-pair-similarity"
-SIMILARITY_FORMAT_VERSION = 1
+# Version 2 adds a fletcher32 checksum to `pair_similarity`; version 1 files (none) are read alike.
+SIMILARITY_FORMAT_VERSION = 2
 
 
 class SimilarityFileError(ValueError):
-    """A pair-similarity file is missing, incomplete or not ours; the message names it and the fix."""
+    """A pair-similarity file is missing, incomplete, corrupt or not ours; the message names it and the fix."""
+
+
+class SimilarityChecksumError(SimilarityFileError):
+    """A pair-similarity file's data fails its fletcher32 checksum: the file is corrupt."""
 
 
 def _rebuild_hint(path: Path) -> str:
-    return f"rebuild it with `rm -f {path} && snakemake {path}` (or `snakemake {path} --forcerun pair_similarity`)"
+    quoted = shlex.quote(str(path))
+    return f"rebuild it with `rm -f {quoted} && snakemake {quoted}` (or `snakemake {quoted} --forcerun pair_similarity`)"
 
 
 SIMILARITY_SCOPES = ("cross_layer", "same_layer")
@@ -425,24 +432,21 @@ def pair_similarity_from_caches(
     prompt_chunk: int = 10,
     progress: bool = True,
     scope: str = "cross_layer",
-    workers: int = 1,
 ) -> np.ndarray:
     """Stream the caches of one architecture's refits into the pair-similarity tensor (Eq. 2).
 
     cache_paths: one activation cache per refit, in seed order (checked for matching shapes).
     The caches store each head's patterns as packed lower triangles, exactly the entries Eq. 1
-    compares, so a block of features is read straight into place and normalised; no padding, no gather.
+    compares, so a block of features is read straight into place (every read verifies the caches'
+    checksums) and normalised; no padding, no gather.
     scope "cross_layer": all layers at once, `prompt_chunk` consecutive prompts of every refit at a
-        time (memory: two such blocks); returns float32 S [seed_a, seed_b, layer_a, head_a, layer_b,
+        time (memory: one such block); returns float32 S [seed_a, seed_b, layer_a, head_a, layer_b,
         head_b] (§3.3; its same-layer blocks serve §3.2).
-    scope "same_layer": one layer at a time, all prompts (memory: two layers' features of all refits,
-        2 x n_refits * n_heads * sum of the prompts' lower triangles floats); n_layers times less work;
+    scope "same_layer": one layer at a time, all prompts (memory: one layer's features of all refits,
+        n_refits * n_heads * sum of the prompts' lower triangles floats); n_layers times less work;
         returns float32 S [seed_a, seed_b, layer, head_a, head_b], equal to `same_layer_pair_similarity`.
-    workers: threads that read and normalise refits in parallel; the next block is prepared while
-        the current block's Gram product runs.
+    A corrupt cache raises CacheError naming the file, the dataset and the rebuild command.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     from tqdm.auto import tqdm
 
     from headstab.caches import check_consistent_shapes, open_cache
@@ -451,15 +455,12 @@ def pair_similarity_from_caches(
         raise ValueError(f"prompt_chunk must be >= 1, got {prompt_chunk}")
     if scope not in SIMILARITY_SCOPES:
         raise ValueError(f"scope must be one of {list(SIMILARITY_SCOPES)}; got {scope!r}")
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
     shapes = check_consistent_shapes(cache_paths)
     if promptset not in shapes:
         raise KeyError(f"prompt set '{promptset}' is not in the caches ({', '.join(shapes)})")
     n_layers, n_heads = shapes[promptset]["attn_pattern"][:2]
     n_seeds = len(cache_paths)
     readers = [open_cache(path) for path in cache_paths]
-    pool = ThreadPoolExecutor(max_workers=workers)
     try:
         offsets = readers[0].pattern_offsets(promptset)
         n_prompts = offsets.size - 1
@@ -475,30 +476,16 @@ def pair_similarity_from_caches(
             refit_shape = (n_layers, n_heads)
         rows_per_refit = int(np.prod(refit_shape))
         widest = max(int(offsets[unit.stop] - offsets[unit.start]) for _, unit in units)
-        # Two flat buffers, reused: one is filled while the other's Gram runs (fresh pages cost time).
-        buffers = [np.empty(n_seeds * rows_per_refit * widest, dtype=np.float32) for _ in range(min(2, len(units)))]
-
-        def fill(block: np.ndarray, layer: int | None, prompts: slice, refit: int) -> None:
-            rows = block[refit * rows_per_refit : (refit + 1) * rows_per_refit]
-            readers[refit].attn_pattern_lower(promptset, layer=layer, prompts=prompts, out=rows.reshape(*refit_shape, -1))
-            normalize_lower_features(rows, offsets[prompts.start : prompts.stop + 1] - offsets[prompts.start], n_prompts)
-
-        def prepare(index: int) -> tuple[np.ndarray, list]:
-            layer, prompts = units[index]
-            width = int(offsets[prompts.stop] - offsets[prompts.start])
-            block = buffers[index % len(buffers)][: n_seeds * rows_per_refit * width].reshape(n_seeds * rows_per_refit, width)
-            return block, [pool.submit(fill, block, layer, prompts, refit) for refit in range(n_seeds)]
-
+        buffer = np.empty(n_seeds * rows_per_refit * widest, dtype=np.float32)  # reused: fresh pages cost time
         grams = []
         accumulator = None
-        pending = prepare(0)
-        steps = tqdm(range(len(units)), desc=f"similarity {promptset} ({scope})", unit="block", disable=not progress)
-        for index in steps:
-            block, futures = pending
-            for future in futures:
-                future.result()
-            if index + 1 < len(units):
-                pending = prepare(index + 1)
+        for layer, prompts in tqdm(units, desc=f"similarity {promptset} ({scope})", unit="block", disable=not progress):
+            width = int(offsets[prompts.stop] - offsets[prompts.start])
+            block = buffer[: n_seeds * rows_per_refit * width].reshape(n_seeds * rows_per_refit, width)
+            for refit, reader in enumerate(readers):
+                rows = block[refit * rows_per_refit : (refit + 1) * rows_per_refit]
+                reader.attn_pattern_lower(promptset, layer=layer, prompts=prompts, out=rows.reshape(*refit_shape, width))
+                normalize_lower_features(rows, offsets[prompts.start : prompts.stop + 1] - offsets[prompts.start], n_prompts)
             if accumulator is None:
                 accumulator = GramAccumulator(block.shape[0])
             accumulator.add(block)
@@ -508,7 +495,6 @@ def pair_similarity_from_caches(
         if scope == "cross_layer":
             grams.append(accumulator.gram)
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
         for reader in readers:
             reader.close()
     if scope == "cross_layer":
@@ -523,7 +509,8 @@ def write_pair_similarity(
     path: str | Path, similarity: np.ndarray, seeds: Sequence[int], attrs: dict | None = None
 ) -> None:
     """Write S [seed_a, seed_b, layer_a, head_a, layer_b, head_b] as dataset `pair_similarity`
-    (attribute `seeds`), through a temporary file and a rename so no half-written file survives."""
+    (attribute `seeds`, a fletcher32 checksum per chunk), through a temporary file and a rename so no
+    half-written file survives."""
     import json
     import os
 
@@ -540,6 +527,7 @@ def write_pair_similarity(
             "pair_similarity",
             data=similarity.astype(np.float32),
             chunks=(1, n_seeds, n_layers, n_heads, n_layers, n_heads),
+            fletcher32=True,
         )
         handle["pair_similarity"].attrs["dims"] = "seed_a,seed_b,layer_a,head_a,layer_b,head_b"
         handle.attrs["seeds"] = np.asarray(seeds, dtype=np.int64)
@@ -557,7 +545,9 @@ def read_pair_similarity(path: str | Path) -> tuple[np.ndarray, list[int]]:
 
     path = Path(path)
     if not path.is_file():
-        raise SimilarityFileError(f"pair-similarity file {path} does not exist; build it with `snakemake {path}`")
+        raise SimilarityFileError(
+            f"pair-similarity file {path} does not exist; build it with `snakemake {shlex.quote(str(path))}`"
+        )
     try:
         handle = h5py.File(path, "r")
     except OSError as err:
@@ -570,7 +560,11 @@ def read_pair_similarity(path: str | Path) -> tuple[np.ndarray, list[int]]:
         seeds = [int(s) for s in handle.attrs["seeds"]]
         try:
             similarity = handle["pair_similarity"][()]
-        except OSError as err:
+        except OSError as err:  # HDF5 reports a fletcher32 mismatch as "filter returned failure"
+            if is_filter_failure(err):
+                raise SimilarityChecksumError(
+                    f"pair-similarity file {path} is corrupt (checksum mismatch; HDF5: {err}); {_rebuild_hint(path)}"
+                ) from err
             raise SimilarityFileError(f"pair-similarity file {path} is damaged ({err}); {_rebuild_hint(path)}") from err
     if similarity.shape[:2] != (len(seeds), len(seeds)):
         raise SimilarityFileError(f"pair-similarity file {path}: shape {similarity.shape} does not match seeds {seeds}; {_rebuild_hint(path)}")

@@ -37,7 +37,6 @@ def main():
         dtype=options["dtype"],
         compression_level=options.get("compression_level", GZIP_LEVEL),  # resid/head_out; patterns are packed, uncompressed
         prompt_files=prompt_files,
-        compress_threads=snakemake.threads,
         extra_resid_hooks=options.get("extra_resid_hooks", ()),  # from analysis.cka_hook (cache_options)
         attrs={
             "architecture": arch,

@@ -18,9 +18,7 @@ def main():
             inputs[path] = {"checkpoint_sha256": cache.attrs.get("checkpoint_sha256"), "seed": cache.attrs.get("seed")}
     environment = environment_record()
     for promptset in snakemake.params.promptsets:
-        similarity = pair_similarity_from_caches(
-            caches, promptset, snakemake.params.prompt_chunk, workers=snakemake.threads
-        )
+        similarity = pair_similarity_from_caches(caches, promptset, snakemake.params.prompt_chunk)
         write_pair_similarity(
             snakemake.output[promptset],
             similarity,
