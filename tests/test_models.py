@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 
 import pytest
 import torch
@@ -13,8 +14,11 @@ from headstab.models import (
     build_model,
     count_weight_matrix_params,
     load_trained_model,
+    load_verified_state_dict,
+    rebuild_command,
     save_weights,
 )
+from headstab.provenance import sha256_file, write_json_atomic
 
 
 @pytest.fixture(autouse=True)
@@ -130,3 +134,60 @@ def test_weights_of_another_architecture_are_refused(tiny_spec, tmp_path):
     save_weights(build_model(tiny_spec(attn_only=True), seed=1), path)
     with pytest.raises(CheckpointError, match=r"missing \['blocks\.0\.ln2\.bias'"):
         load_trained_model(tiny_spec(), path)
+
+
+def saved_with_meta(spec, directory):
+    """final.pt of a fresh model and a meta.json recording its sha256, as training leaves them."""
+    path = directory / "final.pt"
+    save_weights(build_model(spec, seed=1), path)
+    write_json_atomic(directory / "meta.json", {"seed": 1, "final_weights_sha256": sha256_file(path)})
+    return path
+
+
+def flip_bit_in_the_middle(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01  # the middle of a final.pt is tensor data
+    path.write_bytes(bytes(data))
+
+
+def test_verified_state_dict_is_the_saved_tensors(tiny_spec, tmp_path):
+    spec = tiny_spec()
+    path = saved_with_meta(spec, tmp_path)
+    state = load_verified_state_dict(path)
+    saved = build_model(spec, seed=1).state_dict()
+    assert state.keys() == saved.keys() and all(torch.equal(state[key], saved[key]) for key in saved)
+
+
+def test_a_flipped_bit_in_final_pt_fails_its_recorded_sha256(tiny_spec, tmp_path):
+    spec = tiny_spec()
+    path = saved_with_meta(spec, tmp_path)
+    expected = sha256_file(path)
+    flip_bit_in_the_middle(path)
+    found = sha256_file(path)
+    for load in (load_verified_state_dict, lambda weights: load_trained_model(spec, weights)):
+        with pytest.raises(CheckpointError) as error:
+            load(path)
+        message = str(error.value)
+        assert f"weights file {path} is corrupt: its sha256 is {found}" in message
+        assert f"{tmp_path / 'meta.json'} records {expected}" in message
+        assert f"`{rebuild_command(path)}`" in message
+    # What the check prevents: torch loads the flipped file without complaint, one value changed.
+    state = torch.load(path, weights_only=True)
+    saved = build_model(spec, seed=1).state_dict()
+    assert sum(int(torch.count_nonzero(state[key] != saved[key])) for key in saved) == 1
+
+
+def test_weights_without_a_recorded_sha256_load_unverified(tiny_spec, tmp_path):
+    spec = tiny_spec()
+    path = tmp_path / "final.pt"
+    save_weights(build_model(spec, seed=1), path)
+    write_json_atomic(tmp_path / "meta.json", {"seed": 1})  # an older record without the digest
+    assert load_verified_state_dict(path).keys() == build_model(spec, seed=1).state_dict().keys()
+
+
+def test_rebuild_command_quotes_a_path_with_spaces(tiny_spec, tmp_path):
+    path = tmp_path / "results dir" / "l2 h4" / "checkpoints" / "seed1" / "final.pt"
+    with pytest.raises(CheckpointError) as error:
+        load_trained_model(tiny_spec(), path)
+    words = shlex.split(str(error.value).split("`")[1])
+    assert words == ["rm", "-f", str(path), "&&", "snakemake", "--cores", "all", str(path)]

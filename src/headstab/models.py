@@ -10,10 +10,12 @@ transformer_lens takes seconds to import, so it is imported inside the functions
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
 import re
+import shlex
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from headstab.config import ArchitectureSpec
+from headstab.provenance import sha256_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformer_lens.model_bridge import TransformerBridge
@@ -37,12 +40,59 @@ class CheckpointError(RuntimeError):
     """A weights file is missing, unreadable or does not fit the architecture; the message says how to rebuild it."""
 
 
+def rebuild_command(weights_path: str | Path) -> str:
+    """The shell command that retrains the refit whose weights are `weights_path` (rule train)."""
+    quoted = shlex.quote(str(weights_path))
+    return f"rm -f {quoted} && snakemake --cores all {quoted}"
+
+
 def _rebuild_hint(weights_path: Path) -> str:
-    # results/<arch>/checkpoints/seed<seed>/final.pt -> the target that rebuilds it
-    return (
-        f"delete it and rebuild it with `snakemake --cores all {weights_path}` (rule train; "
-        "add --configfile for a non-default configuration)"
-    )
+    return f"delete it and rebuild it with `{rebuild_command(weights_path)}` (rule train; add --configfile for a non-default configuration)"
+
+
+def recorded_sha256(weights_path: Path) -> str | None:
+    """`final_weights_sha256` of the meta.json beside a final.pt (None: no meta.json, or it records none)."""
+    meta_path = weights_path.parent / "meta.json"
+    if weights_path.name != "final.pt" or not meta_path.is_file():
+        return None
+    try:
+        return json.loads(meta_path.read_text()).get("final_weights_sha256")
+    except (json.JSONDecodeError, AttributeError) as err:
+        raise CheckpointError(
+            f"training metadata {meta_path} beside {weights_path} is not a valid JSON record ({err}); "
+            + _rebuild_hint(weights_path)
+        ) from err
+
+
+def load_verified_state_dict(weights_path: str | Path) -> dict[str, torch.Tensor]:
+    """The state dict saved at `weights_path`, checked against the sha256 its meta.json records first.
+
+    torch.load with weights_only=True (nothing unpickled beyond tensors). Raises CheckpointError naming
+    the file and the rebuild command when it is missing, corrupt (sha256 differs), unreadable or not a
+    state dict.
+    """
+    weights_path = Path(weights_path)
+    if not weights_path.is_file():
+        raise CheckpointError(f"weights file {weights_path} does not exist; {_rebuild_hint(weights_path)}")
+    expected = recorded_sha256(weights_path)
+    if expected is not None:
+        found = sha256_file(weights_path)
+        if found != expected:
+            raise CheckpointError(
+                f"weights file {weights_path} is corrupt: its sha256 is {found}, but {weights_path.parent / 'meta.json'} "
+                f"records {expected}; {_rebuild_hint(weights_path)}"
+            )
+    try:
+        state = torch.load(weights_path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises several types for truncated or foreign files
+        raise CheckpointError(
+            f"weights file {weights_path} is unreadable ({type(err).__name__}: {err}); {_rebuild_hint(weights_path)}"
+        ) from err
+    if not isinstance(state, dict):
+        raise CheckpointError(
+            f"weights file {weights_path} holds a {type(state).__name__}, not a state dict; {_rebuild_hint(weights_path)}"
+        )
+    return state
 
 
 def build_model(
@@ -120,22 +170,12 @@ def load_trained_model(
 ) -> "TransformerBridge":
     """Model of architecture `spec` with the weights saved at `weights_path` (a `final.pt`), in eval mode.
 
-    Raises CheckpointError naming the file and how to rebuild it when it is missing, unreadable or
+    The file is checked against the sha256 its meta.json records (load_verified_state_dict). Raises
+    CheckpointError naming the file and how to rebuild it when it is missing, corrupt, unreadable or
     its tensors do not match the architecture.
     """
     weights_path = Path(weights_path)
-    if not weights_path.is_file():
-        raise CheckpointError(f"weights file {weights_path} does not exist; {_rebuild_hint(weights_path)}")
-    try:
-        state = torch.load(weights_path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises several types for truncated or foreign files
-        raise CheckpointError(
-            f"weights file {weights_path} is unreadable ({type(err).__name__}: {err}); {_rebuild_hint(weights_path)}"
-        ) from err
-    if not isinstance(state, dict):
-        raise CheckpointError(
-            f"weights file {weights_path} holds a {type(state).__name__}, not a state dict; {_rebuild_hint(weights_path)}"
-        )
+    state = load_verified_state_dict(weights_path)
     # Any seed: every tensor is overwritten by the saved weights.
     model = build_model(spec, seed=0, tokenizer=tokenizer, legacy_gpt2_init=False)
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}

@@ -15,22 +15,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headstab.ablation import head_ablation_perplexities, perplexity, summed_token_loss
+from headstab.ablation import head_ablation_perplexities, perplexity, perplexity_from_loss, summed_token_loss
 from headstab.analyses import activation_norms, attention_output_from_z, layer_weight_norms, output_weights
 from headstab.caches import open_cache
 from headstab.corpus import load_shards
 from headstab.joblog import run_job
-from headstab.models import load_trained_model
+from headstab.models import load_trained_model, load_verified_state_dict
 from headstab.training import resolve_device, spec_from_dict
-
-
-def load_state(path):
-    """The saved state dict (never unpickled: weights_only), with the file named in errors."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:
-        raise RuntimeError(f"cannot read weights file {path} ({type(error).__name__}: {error}); "
-                           f"delete it and rebuild it with `snakemake {path}`") from error
 
 
 def heldout_windows(shards, n_tokens, seq_len):
@@ -98,12 +89,12 @@ def main():
 
     perplexities, weight_norms, act_norms = [], [], []
     for seed, weights, cache_path in zip(params.seeds, inp.weights, inp.caches, strict=True):
-        state = load_state(weights)
+        state = load_verified_state_dict(weights)  # checked against its meta.json's sha256
         weight_norms.append(layer_weight_norms(state, spec.n_layers, spec.n_heads, spec.d_head,
                                                params.attention_norm).assign(seed=seed))
         model = load_trained_model(spec, weights, device)
         total, count = summed_token_loss(model, windows, window_lengths, batch_size=params.batch_size)
-        perplexities.append((seed, float(np.exp(total / count)), count))
+        perplexities.append((seed, perplexity_from_loss(total, count), count))
         logging.info("seed %d: validation perplexity %.3f over %d predicted tokens", seed, perplexities[-1][1], count)
         with open_cache(cache_path) as cache:
             act_norms.append(refit_activation_norms(cache, state, params.promptset, spec).assign(seed=seed))
