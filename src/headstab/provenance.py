@@ -121,7 +121,7 @@ class ProvenanceNode:
     path: str
     kind: str
     details: dict[str, Any] = field(default_factory=dict)
-    status: str = "ok"  # ok | missing | sha256 mismatch | unverified
+    status: str = "ok"  # ok | missing | sha256 mismatch | checksum mismatch | unverified
     inputs: list["ProvenanceNode"] = field(default_factory=list)
 
 
@@ -183,7 +183,7 @@ def _checkpoint_node(weights: Path, expected_sha256: str | None, verify: bool) -
 
 
 def _cache_node(path: Path, verify: bool) -> ProvenanceNode:
-    from headstab.caches import open_cache
+    from headstab.caches import CacheChecksumError, open_cache
 
     node = ProvenanceNode(str(path), "activation cache")
     if not path.exists():
@@ -199,6 +199,12 @@ def _cache_node(path: Path, verify: bool) -> ProvenanceNode:
             "git_commit": (attrs.get("environment") or {}).get("git_commit"),
         }
         prompt_files = attrs.get("prompt_file_sha256") or {}
+        if verify:
+            try:
+                cache.verify()  # reads every dataset in full: every fletcher32 checksum
+            except CacheChecksumError as error:
+                node.status = "checksum mismatch"
+                node.details["error"] = str(error)
     if attrs.get("checkpoint"):
         node.inputs.append(_checkpoint_node(Path(attrs["checkpoint"]), attrs.get("checkpoint_sha256"), verify))
     for name, digest in prompt_files.items():
@@ -209,15 +215,27 @@ def _cache_node(path: Path, verify: bool) -> ProvenanceNode:
 def _similarity_node(path: Path, verify: bool, expand_all: bool) -> ProvenanceNode:
     import h5py
 
+    from headstab.similarity import SimilarityChecksumError, SimilarityFileError, read_pair_similarity
+
     node = ProvenanceNode(str(path), "pair similarity")
     if not path.exists():
         node.status = "missing"
         return node
-    with h5py.File(path, "r") as handle:
-        attrs = {key: handle.attrs[key] for key in handle.attrs}
+    try:
+        with h5py.File(path, "r") as handle:
+            attrs = {key: handle.attrs[key] for key in handle.attrs}
+    except OSError as error:
+        node.status, node.details["error"] = "unreadable", str(error)
+        return node
+    if verify:
+        try:
+            read_pair_similarity(path)  # reads the data in full: its fletcher32 checksums
+        except SimilarityFileError as error:
+            node.status = "checksum mismatch" if isinstance(error, SimilarityChecksumError) else "unreadable"
+            node.details["error"] = str(error)
     inputs = json.loads(attrs.get("inputs", "{}"))
     environment = json.loads(attrs.get("environment", "{}"))
-    node.details = {
+    node.details |= {
         "architecture": attrs.get("architecture"),
         "promptset": attrs.get("promptset"),
         "seeds": [int(s) for s in attrs.get("seeds", [])],
@@ -236,7 +254,8 @@ def trace(path: str | Path, verify: bool = False, expand_all: bool = False) -> P
 
     Knows checkpoints (final.pt + meta.json), activation caches, similarity files, corpus metas, and
     tables/figures of an architecture (traced through that architecture's primary similarity file).
-    verify=True recomputes every recorded sha256 (slow for big files); otherwise hashes are only listed.
+    verify=True recomputes every recorded sha256 and reads caches and similarity files in full, which
+    checks their fletcher32 checksums (slow for big files); otherwise hashes are only listed.
     """
     path = Path(path)
     name = path.name
@@ -290,7 +309,9 @@ def main(argv: list[str] | None = None) -> int:
         description="Print the chain from a workflow output back to the corpus shards.",
     )
     parser.add_argument("output", help="final.pt, caches/seed*.h5, similarity/*.h5, data/<corpus>/meta.json, or a table/figure")
-    parser.add_argument("--verify", action="store_true", help="recompute every recorded sha256 (slow for big files)")
+    parser.add_argument("--verify", action="store_true",
+                        help="recompute every recorded sha256 and read every cache and similarity file in full "
+                             "(checks their checksums; slow for big files)")
     parser.add_argument("--all", action="store_true", help="expand every refit, not only the first")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a tree")
     args = parser.parse_args(argv)
@@ -300,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(json.dumps(_as_dict(chain), indent=2, default=str) if args.json else format_chain(chain))
-    bad = [n for n in _walk(chain) if n.status in ("missing", "sha256 mismatch")]
+    bad = [n for n in _walk(chain) if n.status in ("missing", "sha256 mismatch", "checksum mismatch", "unreadable")]
     return 1 if bad else 0
 
 
