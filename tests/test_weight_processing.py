@@ -83,3 +83,17 @@ def test_unknown_step_and_rms_norm_are_refused(tiny_spec):
         process_weights(model.state_dict(), spec, ["fold_ln"])
     with pytest.raises(ValueError, match="LayerNorm"):
         process_weights(model.state_dict(), tiny_spec(normalization_type="RMS"), ["center_writing_weights"])
+
+
+def test_load_trained_model_applies_the_configured_processing(tiny_spec, tmp_path):
+    from headstab.models import load_trained_model, save_weights
+
+    spec, model = trained_like(tiny_spec)
+    save_weights(model, tmp_path / "final.pt")
+    plain = load_trained_model(spec, tmp_path / "final.pt")
+    folded = load_trained_model(spec, tmp_path / "final.pt", weight_processing=["fold_value_biases"])
+    assert torch.equal(plain.state_dict()["blocks.0.attn.v.bias"], model.state_dict()["blocks.0.attn.v.bias"])
+    assert not folded.state_dict()["blocks.0.attn.v.bias"].any()
+    logits, _ = run(plain)
+    folded_logits, _ = run(folded)
+    np.testing.assert_allclose(folded_logits, logits, atol=tolerance(logits, spec.d_model * spec.n_layers * 4))

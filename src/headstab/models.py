@@ -17,6 +17,7 @@ import os
 import re
 import shlex
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ import torch
 
 from headstab.config import ArchitectureSpec
 from headstab.provenance import sha256_file
+from headstab.weight_processing import process_weights
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformer_lens.model_bridge import TransformerBridge
@@ -167,12 +169,15 @@ def load_trained_model(
     weights_path: str | Path,
     device: str | torch.device = "cpu",
     tokenizer: Any = None,
+    weight_processing: Sequence[str] = (),
 ) -> "TransformerBridge":
     """Model of architecture `spec` with the weights saved at `weights_path` (a `final.pt`), in eval mode.
 
-    The file is checked against the sha256 its meta.json records (load_verified_state_dict). Raises
-    CheckpointError naming the file and how to rebuild it when it is missing, corrupt, unreadable or
-    its tensors do not match the architecture.
+    The file is checked against the sha256 its meta.json records (load_verified_state_dict).
+    weight_processing: TransformerLens 2 steps applied to the saved weights first
+    (`headstab.weight_processing`, config key analysis.weight_processing). Raises CheckpointError
+    naming the file and how to rebuild it when it is missing, corrupt, unreadable or its tensors do
+    not match the architecture.
     """
     weights_path = Path(weights_path)
     state = load_verified_state_dict(weights_path)
@@ -196,7 +201,7 @@ def load_trained_model(
             f"weights file {weights_path} does not fit architecture '{spec.name}' ({'; '.join(details)}); "
             f"was it trained with another configuration? {_rebuild_hint(weights_path)}"
         )
-    model.load_state_dict(state)
+    model.load_state_dict(process_weights(state, spec, weight_processing))
     _to_device(model, device)
     model.eval()
     return model

@@ -17,6 +17,7 @@ rule cache_activations:
         cache=cache_options(),  # config["cache"] (+ extra_resid_hooks from analysis.cka_hook)
         # A new cache layout changes this param, so Snakemake rebuilds caches written by older code.
         format_version=CACHE_FORMAT_VERSION,
+        weight_processing=config["analysis"]["weight_processing"],  # TL2 steps applied on load (docs/fidelity.md)
         spec=cache_spec,
         tokenizer=lambda wildcards: SPECS[wildcards.arch].tokenizer,
         tokenizer_dir=lambda wildcards: tokenizer_dir(SPECS[wildcards.arch].tokenizer),

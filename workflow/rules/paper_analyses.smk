@@ -40,6 +40,7 @@ rule refit_measurements:
         heldout_tokens=config["analysis"]["heldout_tokens"],
         batch_size=config["analysis"]["ablation_batch_size"],
         attention_norm=config["analysis"]["attention_norm"],
+        weight_processing=config["analysis"]["weight_processing"],
         device=config["compute"]["device"],
     threads: 1
     resources:

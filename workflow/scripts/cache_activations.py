@@ -26,7 +26,8 @@ def main():
             prompt_files[name] = {"prompt_file": str(path), "prompt_file_sha256": digest}
 
     tokenizer = load_tokenizer(snakemake.params.tokenizer_dir)
-    model = load_trained_model(spec, snakemake.input.weights, device=device, tokenizer=tokenizer)
+    model = load_trained_model(spec, snakemake.input.weights, device=device, tokenizer=tokenizer,
+                               weight_processing=snakemake.params.weight_processing)
     cache_activations(
         snakemake.output[0],
         model,
@@ -44,6 +45,7 @@ def main():
             "spec": spec.to_dict(),
             "checkpoint": str(snakemake.input.weights),
             "checkpoint_sha256": sha256_file(snakemake.input.weights),
+            "weight_processing": list(snakemake.params.weight_processing),
             "prompt_file_sha256": {key: prompt_file_sha256(path) for key, path in snakemake.params.prompt_sets.items()},
             "tokenizer": snakemake.params.tokenizer,
             "tokenizer_identity": tokenizer_identity(snakemake.params.tokenizer_dir),

@@ -20,7 +20,7 @@ from headstab.analyses import activation_norms, attention_output_from_z, layer_w
 from headstab.caches import open_cache
 from headstab.corpus import load_shards
 from headstab.joblog import run_job
-from headstab.models import load_trained_model, load_verified_state_dict
+from headstab.models import load_trained_model
 from headstab.training import resolve_device, spec_from_dict
 
 
@@ -89,10 +89,11 @@ def main():
 
     perplexities, weight_norms, act_norms = [], [], []
     for seed, weights, cache_path in zip(params.seeds, inp.weights, inp.caches, strict=True):
-        state = load_verified_state_dict(weights)  # checked against its meta.json's sha256
+        # Checked against its meta.json's sha256; processed as the caches were (analysis.weight_processing).
+        model = load_trained_model(spec, weights, device, weight_processing=params.weight_processing)
+        state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
         weight_norms.append(layer_weight_norms(state, spec.n_layers, spec.n_heads, spec.d_head,
                                                params.attention_norm).assign(seed=seed))
-        model = load_trained_model(spec, weights, device)
         total, count = summed_token_loss(model, windows, window_lengths, batch_size=params.batch_size)
         perplexities.append((seed, perplexity_from_loss(total, count), count))
         logging.info("seed %d: validation perplexity %.3f over %d predicted tokens", seed, perplexities[-1][1], count)
