@@ -55,6 +55,7 @@ class ArchitectureSpec:
     n_tokens: int | None
     checkpoint_every: int
     log_every: int
+    divergence_factor: float  # training stops when a loss exceeds divergence_factor x ln(d_vocab)
     seeds: tuple[int, ...]
 
     @property
@@ -100,6 +101,8 @@ class ArchitectureSpec:
 
 
 ARCHITECTURE_FIELDS = tuple(f.name for f in fields(ArchitectureSpec) if f.name != "name")
+# Filled here, not by a schema `default:` (that would be written into every entry and override architecture_defaults).
+BUILT_IN_ARCHITECTURE_DEFAULTS: dict[str, Any] = {"divergence_factor": 3.0}
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -256,7 +259,7 @@ def architecture_spec(config: dict[str, Any], name: str) -> ArchitectureSpec:
     """The registry entry `name` merged over `architecture_defaults`, with the run's seed override."""
     if name not in config["architectures"]:
         raise ConfigError(f"unknown architecture '{name}'.{_closest(name, config['architectures'])}")
-    merged = {**config["architecture_defaults"], **config["architectures"][name]}
+    merged = {**BUILT_IN_ARCHITECTURE_DEFAULTS, **config["architecture_defaults"], **config["architectures"][name]}
     missing = [key for key in ARCHITECTURE_FIELDS if key not in merged]
     if missing:
         raise ConfigError(
