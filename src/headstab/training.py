@@ -26,6 +26,7 @@ import csv
 import logging
 import math
 import random
+import shlex
 import sys
 import time
 from contextlib import nullcontext
@@ -37,6 +38,7 @@ import numpy as np
 import torch
 
 from headstab.config import ArchitectureSpec
+from headstab.corpus import load_shards
 from headstab.models import build_model, count_weight_matrix_params, save_atomic, save_weights
 from headstab.provenance import environment_record, sha256_file, write_json_atomic
 
@@ -93,19 +95,9 @@ class TokenWindows:
 
     @classmethod
     def open(cls, shard_paths: Sequence[str | Path], seq_len: int) -> "TokenWindows":
-        shards = []
-        for path in map(Path, shard_paths):
-            if not path.is_file():
-                raise TrainingError(f"token shard {path} does not exist; build it with `snakemake {path}` (rule tokenize_shard)")
-            array = np.load(path, mmap_mode="r", allow_pickle=False)
-            if array.ndim != 1 or array.dtype not in (np.uint16, np.uint32):
-                raise TrainingError(
-                    f"token shard {path} holds a {array.dtype} array of shape {array.shape}, not a 1-D uint16/uint32 "
-                    "token stream; delete it and rerun rule tokenize_shard"
-                )
-            shards.append(array)
+        shards = tuple(load_shards(shard_paths))
         counts = [len(s) // seq_len for s in shards]
-        return cls(tuple(shards), np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), seq_len)
+        return cls(shards, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), seq_len)
 
     @property
     def n_windows(self) -> int:
@@ -354,7 +346,10 @@ def train_refit(
     steps = training_steps(spec, data.n_windows, corpus_label)
     order = window_order(data.n_windows, seed, steps * spec.batch_size)
     if corpus_meta_path is not None and not Path(corpus_meta_path).is_file():
-        raise TrainingError(f"corpus metadata {corpus_meta_path} does not exist; build it with `snakemake {corpus_meta_path}` (rule corpus_meta)")
+        raise TrainingError(
+            f"corpus metadata {corpus_meta_path} does not exist; build it with "
+            f"`snakemake {shlex.quote(str(corpus_meta_path))}` (rule corpus_meta)"
+        )
     corpus_sha256 = sha256_file(corpus_meta_path) if corpus_meta_path else None
     identity = resume_identity(spec, seed, corpus_sha256, autocast_bf16, compile_model)
 
