@@ -163,6 +163,58 @@ def test_bad_seed_range_fails(demo):
     assert "run.seeds" in message and "below first" in message
 
 
+def test_architecture_asking_for_more_tokens_than_its_corpus_holds_fails(demo):
+    corpus = demo["architecture_defaults"]["corpus"]
+    demo["corpora"][corpus]["n_tokens"] = 1000
+    demo["architectures"]["l2_h8"]["n_tokens"] = 5000
+    message = _error(demo)
+    assert "architectures.l2_h8.n_tokens" in message and f"corpora.{corpus}.n_tokens" in message
+
+
+@pytest.mark.parametrize(
+    "where, key",
+    [("run", "run.seeds"), ("architecture", "architectures.l2_h8.seeds"), ("defaults", "architecture_defaults.seeds")],
+)
+def test_a_single_seed_fails_naming_the_key_that_set_it(demo, where, key):
+    if where == "run":
+        demo["run"]["seeds"] = [1]
+    elif where == "architecture":
+        demo["architectures"]["l2_h8"]["seeds"] = {"first": 3, "last": 3}
+    else:
+        demo["architecture_defaults"]["seeds"] = [4]
+        for entry in demo["architectures"].values():
+            entry.pop("seeds", None)
+    message = _error(demo)
+    assert f"config key '{key}'" in message and "at least 2 seeds" in message
+
+
+@pytest.mark.parametrize("results_dir", ["README.md/out", "README.md", "README.md/a/b"])
+def test_results_dir_at_or_below_a_file_fails_naming_the_file(demo, results_dir):
+    demo["results_dir"] = results_dir
+    message = _error(demo)
+    assert "config key 'results_dir'" in message and results_dir in message
+    assert ("is a file" if results_dir == "README.md" else "is below README.md, which is a file") in message
+
+
+def test_command_line_strings_become_the_numbers_the_schema_asks_for(demo):
+    """`--config 'run={seeds: [1, 2, 3]}'` reaches the config as strings (Snakemake's YAML BaseLoader)."""
+    demo["run"] = {"architectures": ["l4_h8", "l4_h8_wd"], "seeds": ["1", "2", "3"]}
+    demo["cache"] = {"batch_size": "4", "prepend_bos": "false"}
+    demo["analysis"] = {"cka_threshold": "0.5", "heldout_corpus": "null", "cka_kernel": "linear"}
+    demo["architectures"]["l4_h8"]["seeds"] = {"first": "1", "last": "2"}
+    config = validate_config(demo)
+    assert config["run"]["seeds"] == [1, 2, 3] and architecture_spec(config, "l4_h8").seeds == (1, 2, 3)
+    assert config["cache"]["batch_size"] == 4 and config["cache"]["prepend_bos"] is False
+    assert config["analysis"]["cka_threshold"] == 0.5 and config["analysis"]["heldout_corpus"] is None
+    assert config["analysis"]["cka_kernel"] == "linear"
+    assert config["architectures"]["l4_h8"]["seeds"] == {"first": 1, "last": 2}
+
+
+def test_a_string_that_is_no_number_still_fails_naming_the_key(demo):
+    demo["run"]["seeds"] = ["1", "two"]
+    assert "config key 'run.seeds'" in _error(demo)
+
+
 def test_conda_environment_pins_match_requirements():
     requirements = {}
     for line in (REPO / "requirements.txt").read_text().splitlines():

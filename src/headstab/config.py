@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable
@@ -168,12 +169,84 @@ def validate_config(config: dict[str, Any], schema_path: str | Path = SCHEMA_PAT
     Returns the same dict. Raises ConfigError naming the first bad key and the fix.
     """
     schema = yaml.safe_load(Path(schema_path).read_text())
+    _coerce_scalar_strings(config, schema, schema)
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
     if errors:
         raise ConfigError(_describe(errors[0], schema))
     _check_references(config)
     return config
+
+
+NULL_WORDS = ("null", "Null", "NULL", "~")  # YAML's spellings of null
+
+
+def _alternatives(schema: Any, root: dict[str, Any]) -> list[dict[str, Any]]:
+    """`schema` with its local `$ref`s followed and its `oneOf`/`anyOf` branches flattened."""
+    if not isinstance(schema, dict):
+        return []
+    if "$ref" in schema:
+        target: Any = root
+        for part in schema["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        return _alternatives(target, root)
+    branches = schema.get("oneOf", []) + schema.get("anyOf", [])
+    if branches:
+        return [alt for branch in branches for alt in _alternatives(branch, root)]
+    return [schema]
+
+
+def _types(schema: dict[str, Any]) -> set[str]:
+    kind = schema.get("type")
+    return {kind} if isinstance(kind, str) else set(kind or ())
+
+
+def _scalar_from_string(text: str, allowed: set[str]) -> Any:
+    """`text` as the int, float, bool or null that `allowed` (JSON schema types, no string) asks for, else unchanged."""
+    stripped = text.strip()
+    if allowed & {"integer", "number"} and re.fullmatch(r"[-+]?\d+", stripped):
+        return int(stripped)
+    if "number" in allowed:
+        try:
+            return float(stripped)
+        except ValueError:
+            pass
+    if "boolean" in allowed and stripped.lower() in ("true", "false"):
+        return stripped.lower() == "true"
+    if "null" in allowed and stripped in NULL_WORDS:
+        return None
+    return text
+
+
+def _coerce_scalar_strings(value: Any, schema: Any, root: dict[str, Any]) -> Any:
+    """Turn strings into the numbers, booleans or nulls the schema asks for, in place; returns `value`.
+
+    Snakemake parses a nested `--config` value with YAML's BaseLoader, so in
+    `--config 'run={architectures: [l4_h8], seeds: [1, 2, 3]}'` every scalar arrives as a string
+    ('1', '2', '3'). A string is converted only where the schema does not allow a string; anything
+    that does not convert is left for the schema to reject with its usual message.
+    """
+    alternatives = _alternatives(schema, root)
+    if isinstance(value, dict):
+        for alt in alternatives:
+            if "properties" in alt or "additionalProperties" in alt:
+                for key, item in value.items():
+                    sub = alt.get("properties", {}).get(key, alt.get("additionalProperties"))
+                    value[key] = _coerce_scalar_strings(item, sub, root)
+                break
+    elif isinstance(value, list):
+        for alt in alternatives:
+            if "items" in alt:
+                value[:] = [_coerce_scalar_strings(item, alt["items"], root) for item in value]
+                break
+    elif isinstance(value, str) and alternatives:
+        if all(_types(alt) for alt in alternatives):  # an untyped branch (enum, const) may want the string
+            allowed = set().union(*(_types(alt) for alt in alternatives))
+            if "string" not in allowed:
+                return _scalar_from_string(value, allowed)
+            if "null" in allowed and value.strip() in NULL_WORDS:  # `heldout_corpus: null` on the command line
+                return None
+    return value
 
 
 def _closest(name: str, valid: Iterable[str]) -> str:
@@ -183,7 +256,31 @@ def _closest(name: str, valid: Iterable[str]) -> str:
     return f"{hint} Valid names: {', '.join(valid)}"
 
 
+def _check_results_dir(results_dir: str) -> None:
+    """results_dir must be, or be creatable as, a directory: no regular file at it or above it."""
+    path = Path(results_dir)
+    for candidate in (path, *path.parents):
+        if candidate.is_dir():
+            return
+        if candidate.exists():
+            where = "is a file" if candidate == path else f"is below {candidate}, which is a file"
+            raise ConfigError(
+                f"config key 'results_dir': {results_dir} {where}, not a directory; point results_dir at a "
+                "directory (it is created if missing; relative paths start at the directory snakemake runs in)"
+            )
+
+
+def _seeds_key(config: dict[str, Any], name: str) -> str:
+    """The config key that set architecture `name`'s seeds."""
+    if config["run"].get("seeds") is not None:
+        return "run.seeds"
+    if "seeds" in config["architectures"][name]:
+        return f"architectures.{name}.seeds"
+    return "architecture_defaults.seeds"
+
+
 def _check_references(config: dict[str, Any]) -> None:
+    _check_results_dir(config["results_dir"])
     architectures = config["architectures"]
     wanted = config["run"]["architectures"]
     if wanted != "all":
@@ -203,6 +300,19 @@ def _check_references(config: dict[str, Any]) -> None:
             raise ConfigError(
                 f"config key 'architectures.{name}.corpus': unknown corpus '{spec.corpus}'."
                 f"{_closest(spec.corpus, config['corpora'])}"
+            )
+        if len(spec.seeds) < 2:
+            raise ConfigError(
+                f"config key '{_seeds_key(config, name)}': architecture '{name}' gets {len(spec.seeds)} seed "
+                f"{list(spec.seeds)}, but stability compares independently seeded refits; give at least 2 seeds "
+                "(e.g. [1, 2] or {first: 1, last: 2})"
+            )
+        corpus_tokens = config["corpora"][spec.corpus].get("n_tokens")
+        if spec.n_tokens is not None and corpus_tokens is not None and spec.n_tokens > corpus_tokens * spec.epochs:
+            raise ConfigError(
+                f"config key 'architectures.{name}.n_tokens' (or architecture_defaults.n_tokens): {spec.n_tokens:,} "
+                f"tokens is more than corpus '{spec.corpus}' holds ({corpus_tokens:,}, corpora.{spec.corpus}.n_tokens, "
+                f"x{spec.epochs} epochs); lower n_tokens or raise corpora.{spec.corpus}.n_tokens"
             )
         if spec.seq_len > spec.n_ctx:
             raise ConfigError(
