@@ -163,6 +163,26 @@ def test_bad_seed_range_fails(demo):
     assert "run.seeds" in message and "below first" in message
 
 
+# NeelNanda/c4-code-tokenized-2b: 1,657,102 rows of 1,024 tokens (its dataset card); the authors train
+# one epoch of it: 331,420 steps of batch 5, a checkpoint every 66,285 steps.
+C4_CODE_TOKENS = 1_657_102 * 1_024
+
+
+def test_paper_c4_entry_asks_for_no_more_tokens_than_the_dataset_holds(paper_config):
+    c4 = paper_config["corpora"]["c4_code_2b"]
+    assert c4["n_tokens"] is None or c4["n_tokens"] <= C4_CODE_TOKENS
+    assert c4["expected_tokens"] == C4_CODE_TOKENS == 1_696_872_448
+    spec = architecture_spec(paper_config, "l2_h8")
+    assert spec.n_tokens is None and spec.epochs == 1 and spec.corpus == "c4_code_2b"
+    steps = C4_CODE_TOKENS // spec.tokens_per_step
+    assert steps == 331_420 and abs(spec.checkpoint_every - steps / 5) <= 1  # the authors: 66,285
+
+
+def test_corpus_expected_tokens_is_validated(demo):
+    demo["corpora"]["synthetic"]["expected_tokens"] = 0
+    assert "corpora.synthetic.expected_tokens" in _error(demo)
+
+
 def test_architecture_asking_for_more_tokens_than_its_corpus_holds_fails(demo):
     corpus = demo["architecture_defaults"]["corpus"]
     demo["corpora"][corpus]["n_tokens"] = 1000

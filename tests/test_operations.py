@@ -313,10 +313,12 @@ def test_slurm_plan_derives_train_runtime_and_memory_from_the_architecture(paper
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     compute = config["compute"]
     train = {wildcards.split(",")[0].removeprefix("arch="): resources for rule, resources, wildcards in _job_blocks(paper_plan_on_slurm) if rule == "train"}
+    tokens = config["corpora"]["c4_code_2b"]["expected_tokens"]  # one epoch of the whole corpus (n_tokens null)
+    assert tokens == 1_657_102 * 1_024
     for arch, layers in (("l2_h8", "l2"), ("l4_h8", "l4"), ("l8_h8", "l8")):
         rate = compute["train_tokens_per_second"][layers]  # prefix entries of the throughput table
-        tokens = config["corpora"]["c4_code_2b"]["n_tokens"]
         assert int(train[arch]["runtime"]) == math.ceil(compute["runtime_margin"] * tokens / rate / 60) + 10, arch
+    assert [int(train[arch]["runtime"]) for arch in ("l2_h8", "l4_h8", "l8_h8", "gpt2")] == [718, 997, 1582, 9010]  # docs/operations.md
     assert int(train["l2_h8"]["runtime"]) < int(train["l4_h8"]["runtime"]) < int(train["l8_h8"]["runtime"]) < int(train["gpt2"]["runtime"])
     assert int(train["l2_h8"]["mem_mb"]) <= int(train["l8_h16"]["mem_mb"]) < int(train["gpt2"]["mem_mb"])
 

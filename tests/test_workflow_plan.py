@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 import shlex
@@ -134,4 +136,18 @@ def test_results_dir_below_a_file_fails_at_parse_time_naming_key_path_and_file()
     assert result.returncode != 0
     assert "Invalid configuration: config key 'results_dir': README.md/out is below README.md, which is a file" in output
     assert "NotADirectoryError" not in output and "Traceback" not in output
+
+
+def test_train_runtime_is_planned_from_the_config_alone(tmp_path):
+    """One epoch of C4's expected_tokens at the l2 throughput; a corpus meta.json in results_dir is not read."""
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    results = tmp_path / "results"
+    (results / "data/c4_code_2b").mkdir(parents=True)
+    (results / "data/c4_code_2b/meta.json").write_text(json.dumps({"n_tokens": 10}))
+    result = _plan("--config", f"results_dir={results}", "run={architectures: [l2_h8], seeds: [1, 2]}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    runtimes = {re.search(r"runtime=(\d+)", resources).group(1) for rule, _, resources in _jobs(result.stdout) if rule == "train"}
+    compute = config["compute"]
+    tokens = config["corpora"]["c4_code_2b"]["expected_tokens"]
+    assert runtimes == {str(math.ceil(compute["runtime_margin"] * tokens / compute["train_tokens_per_second"]["l2"] / 60) + 10)}
 

@@ -1,7 +1,6 @@
 # Shared configuration lookups and input functions. Rules stay declarative; logic lives here
 # and in the headstab library.
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -174,22 +173,19 @@ def model_gpus(wildcards):
     return 0 if config["compute"]["device"] == "cpu" else 1
 
 
-# Token budget assumed when neither the architecture nor the corpus says (a corpus with n_tokens null,
-# e.g. OpenWebText, before its meta.json exists): OpenWebText is about 9B gpt2 tokens.
+# Corpus size assumed when the config gives neither n_tokens nor expected_tokens (OpenWebText is
+# about 9e9 gpt2 tokens). Planning reads the config only, never a result file.
 UNKNOWN_CORPUS_TOKENS = 9_000_000_000
 
 
 def train_tokens(arch):
-    """Tokens one refit of `arch` trains on: n_tokens, else epochs x the corpus size (meta.json, config, or a guess)."""
+    """Tokens one refit of `arch` trains on, for its runtime request: n_tokens, else epochs x the corpus
+    size (corpora.<name>.n_tokens, else expected_tokens, else UNKNOWN_CORPUS_TOKENS)."""
     spec = SPECS[arch]
     if spec.n_tokens is not None:
         return spec.n_tokens
-    meta = Path(corpus_meta(spec.corpus))
-    if meta.is_file():
-        corpus_tokens = json.loads(meta.read_text())["n_tokens"]
-    else:
-        corpus_tokens = config["corpora"][spec.corpus].get("n_tokens") or UNKNOWN_CORPUS_TOKENS
-    return spec.epochs * corpus_tokens
+    corpus = config["corpora"][spec.corpus]
+    return spec.epochs * (corpus["n_tokens"] or corpus["expected_tokens"] or UNKNOWN_CORPUS_TOKENS)
 
 
 def train_tokens_per_second(arch):
@@ -283,8 +279,9 @@ def corpus_source_inputs(name):
 
 
 def corpus_source(name):
-    """The corpus's config entry, with `path` pointing at the synthetic text for source synthetic."""
-    entry = dict(config["corpora"][name])
+    """The corpus's config entry, with `path` pointing at the synthetic text for source synthetic, without
+    expected_tokens (a runtime estimate: changing it must not re-tokenize)."""
+    entry = {key: value for key, value in config["corpora"][name].items() if key != "expected_tokens"}
     if entry["source"] == "synthetic":
         entry["path"] = synthetic_text(name)
     return entry
