@@ -93,7 +93,7 @@ def test_architecture_targets_plan_only_their_architecture(target: str, tmp_path
     assert result.returncode == 0, result.stderr[-3000:]
     outputs = planned_outputs(result.stdout)
     mine = [p for p in outputs if p.startswith(f"{results}/{RERUN}/")]
-    # everything else is the shared data stage: tokenizer, corpora, held-out text
+    # everything else is the shared data stage: tokenizer (and its prompt check), corpora, held-out text
     assert all(p.startswith((f"{results}/{RERUN}/", f"{results}/data/", f"{results}/tokenizers/")) for p in outputs), outputs
     for kind in ("checkpoints", "caches", "similarity", "tables", "figures"):
         assert any(f"/{RERUN}/{kind}/" in p for p in mine), f"{target} builds no {kind}"
@@ -130,6 +130,56 @@ def test_rerunning_one_architectures_analyses_touches_no_weights_caches_or_other
     assert plan.returncode == 0, plan.stderr[-2000:]
     stale = planned_outputs(plan.stdout)
     assert all(p.startswith((f"{tiny_run}/compare/", f"{tiny_run}/summary/")) for p in stale), stale
+
+
+# ---------------------------------------------------------------- mistakes caught before training
+def test_prompt_longer_than_the_context_fails_before_any_training(tmp_path: Path) -> None:
+    """check_prompts tokenizes every prompt set (BOS prepended) before the first train job: an over-long
+    prompt fails the run in its data stage, naming the set, file, prompt, length and n_ctx."""
+    prompts = json.loads((REPO / "tests/config/prompts_primary.json").read_text())
+    prompts.insert(2, " ".join(["the lighthouse keeper climbed the stairs"] * 60))  # hundreds of tokens
+    prompt_file = tmp_path / "long_prompts.json"
+    prompt_file.write_text(json.dumps(prompts))
+    config = yaml.safe_load(TINY.read_text())
+    config["prompt_sets"]["primary"] = str(prompt_file)
+    config["results_dir"] = str(tmp_path / "results")
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    results = tmp_path / "results"
+
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", str(configfile)],
+        cwd=REPO, capture_output=True, text=True, env=_env(), timeout=900,
+    )  # fmt: skip
+    console = result.stdout + result.stderr
+    assert result.returncode != 0
+    found = re.search(
+        rf"prompt set 'primary' \(file {re.escape(str(prompt_file))}\): prompt 2 has (\d+) tokens \(BOS included "
+        r"when prepended\), longer than the model's context n_ctx=128", console,
+    )  # fmt: skip
+    assert found and int(found.group(1)) > 128, console[-3000:]
+    assert "Error in rule check_prompts (tokenizer tiny_bpe, n_ctx 128: architectures l2_h4, l2_h4_wd)" in console
+    assert not list(results.rglob("final.pt")) and not list(results.rglob("train_log.csv"))
+    assert not (results / "logs/train").exists() and "rule train:" not in console
+
+
+def test_the_prompt_check_never_makes_existing_weights_look_out_of_date(tiny_run: Path, tmp_path: Path) -> None:
+    """The check is an ancient() input of train: rerunning it (forced here; a changed prompt file or
+    prepend_bos does the same) retrains nothing, and a finished run without the record needs none."""
+    record = tiny_run / "tokenizers/tiny_bpe/prompt_check/n_ctx128.json"
+    assert json.loads(record.read_text())["prompt_sets"]["primary"]["n_prompts"] == 6
+    plain, forced = snakemake(tiny_run, "-n"), snakemake(tiny_run, "-n", "--forcerun", "check_prompts")
+    assert plain.returncode == forced.returncode == 0, forced.stderr[-3000:]
+    assert planned_rules(plain.stdout) == set(), plain.stdout[-3000:]
+    assert planned_rules(forced.stdout) == {"check_prompts"}, forced.stdout[-3000:]
+    # A copy has no Snakemake metadata (dates only): whatever it plans, the record's absence adds nothing.
+    results = copy_run(tiny_run, tmp_path)
+    with_record = snakemake(results, "-n")
+    shutil.rmtree(results / "tokenizers/tiny_bpe/prompt_check")
+    without_record = snakemake(results, "-n")
+    assert with_record.returncode == without_record.returncode == 0, without_record.stderr[-3000:]
+    assert planned_outputs(without_record.stdout) == planned_outputs(with_record.stdout)
+    assert not planned_rules(without_record.stdout) & {"check_prompts", "train", "cache_activations"}
 
 
 # ---------------------------------------------------------------- provenance

@@ -97,12 +97,27 @@ def train_outputs(arch):
     ]
 
 
+def prompt_check_record(tokenizer, n_ctx):
+    """What check_prompts writes once every prompt set fits n_ctx in the tokens of `tokenizer`. It lives
+    beside the tokenizer, so it is lost only with it (a missing record would retrain, see train_inputs)."""
+    return f"{RESULTS}/tokenizers/{tokenizer}/prompt_check/n_ctx{n_ctx}.json"
+
+
+def prompt_check_architectures(wildcards):
+    """The architectures of this run whose prompts one check_prompts job checks."""
+    return [arch for arch, spec in SPECS.items() if (spec.tokenizer, str(spec.n_ctx)) == (wildcards.tokenizer, wildcards.n_ctx)]
+
+
 def train_inputs(wildcards):
+    """Shards, corpus meta and tokenizer, and the prompt check, which must pass before training starts.
+    ancient: rerunning the check never makes existing weights look out of date, as long as its record
+    exists when snakemake plans (Snakemake reruns every consumer of a record that has to be made anew)."""
     spec = SPECS[wildcards.arch]
     return {
         "shards": corpus_shards(spec.corpus),
         "corpus_meta": corpus_meta(spec.corpus),
         "tokenizer": tokenizer_target(spec.tokenizer),
+        "prompt_check": ancient(prompt_check_record(spec.tokenizer, spec.n_ctx)),
     }
 
 

@@ -1,6 +1,7 @@
 # Training stage (paper §3.1, Listings 1-7): one job per (architecture, seed).
 #
-#   train -> {RESULTS}/{arch}/checkpoints/seed{seed}/final.pt, train_log.csv, meta.json
+#   check_prompts -> {RESULTS}/tokenizers/{tokenizer}/prompt_check/n_ctx{n_ctx}.json (before any training)
+#   train         -> {RESULTS}/{arch}/checkpoints/seed{seed}/final.pt, train_log.csv, meta.json
 #
 # The same directory holds full-state checkpoints state_{step:08d}.pt (+ .sha256) every
 # `checkpoint_every` steps. They are not declared outputs: a rerun of a killed or requeued job
@@ -10,10 +11,40 @@
 # Resources (model_gpus, train_runtime, train_mem_mb) and train_spec: common.smk, section "resources".
 
 
-# ---------------------------------------------------------------- rule
+# ---------------------------------------------------------------- rules
+rule check_prompts:
+    """Every prompt set, tokenized as cache_activations will (BOS prepended when cache.prepend_bos), fits
+    the context n_ctx of the architectures with this tokenizer: checked before their first train job,
+    not after all training. Seconds of work, so it runs where snakemake runs (also with a profile)."""
+    input:
+        tokenizer=lambda wildcards: tokenizer_target(wildcards.tokenizer),
+        prompts=list(config["prompt_sets"].values()),
+    output:
+        record=prompt_check_record("{tokenizer}", "{n_ctx}"),
+    params:
+        prompt_sets=config["prompt_sets"],
+        prepend_bos=config["cache"]["prepend_bos"],
+        tokenizer_dir=lambda wildcards: tokenizer_dir(wildcards.tokenizer),
+        architectures=prompt_check_architectures,
+    log:
+        f"{RESULTS}/logs/check_prompts/{{tokenizer}}/n_ctx{{n_ctx}}.log",
+    wildcard_constraints:
+        n_ctx=r"\d+",
+    localrule: True
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    conda:
+        CONDA_ENV
+    script:
+        "../scripts/check_prompts.py"
+
+
 rule train:
     """Train one refit of one architecture (paper §3.1, Listings 1-7): seeded init, seeded data order,
-    constant-lr Adam/AdamW, one epoch or n_tokens; resumes from its newest full-state checkpoint."""
+    constant-lr Adam/AdamW, one epoch or n_tokens; resumes from its newest full-state checkpoint.
+    Starts only after check_prompts passed for its tokenizer and n_ctx."""
     input:
         unpack(train_inputs),
     output:
