@@ -151,3 +151,18 @@ def test_train_runtime_is_planned_from_the_config_alone(tmp_path):
     tokens = config["corpora"]["c4_code_2b"]["expected_tokens"]
     assert runtimes == {str(math.ceil(compute["runtime_margin"] * tokens / compute["train_tokens_per_second"]["l2"] / 60) + 10)}
 
+
+def test_network_inputs_plans_exactly_the_jobs_that_download():
+    """README "Offline clusters": `snakemake network_inputs` on the paper builds the hub tokenizers, the hub
+    corpora's shards and wikitext-2, and nothing else; the full plan has no other job of those rules."""
+    result = _dry_run("--", "network_inputs")
+    network = _job_counts(result.stdout + result.stderr)
+    assert network == {"fetch_tokenizer": 2, "tokenize_shard": 20, "corpus_meta": 2, "heldout_wikitext": 2,
+                       "network_inputs": 1, "total": 27}
+    result = _dry_run()
+    everything = _job_counts(result.stdout + result.stderr)
+    assert all(everything[rule] == count for rule, count in network.items() if rule not in ("network_inputs", "total"))
+    for doc in ("README.md", "docs/slurm.md"):
+        assert "snakemake network_inputs --cores 4" in (REPO / doc).read_text(), doc
+        assert "--until corpus_meta" not in (REPO / doc).read_text(), doc
+

@@ -531,6 +531,28 @@ def architecture_analysis_targets(arch):
     return [table_path(arch, name) for name in tables] + [figure_path(arch, name) for name in figures]
 
 
+def run_corpora():
+    """Corpora this run tokenizes: its architectures' and the held-out one."""
+    held_out = config["analysis"]["heldout_corpus"]
+    return {spec.corpus for spec in SPECS.values()} | ({held_out} if held_out and ARCHITECTURES else set())
+
+
+def network_targets():
+    """Outputs of every job of this run that downloads from the Hugging Face hub: hub tokenizers (and
+    tokenizers trained on a hub corpus), hub corpora's shards, and wikitext-2 when
+    analysis.heldout_corpus is null. `snakemake network_inputs` builds them on a node with internet."""
+    tokenizers = {spec.tokenizer for spec in SPECS.values()} | {config["corpora"][c]["tokenizer"] for c in run_corpora()}
+    targets = []
+    for name in sorted(tokenizers):
+        entry = config["tokenizers"][name]
+        if entry["source"] == "hub" or (entry["source"] == "train" and config["corpora"][entry["corpus"]]["source"] == "hub"):
+            targets.append(tokenizer_target(name))
+    targets += [corpus_meta(name) for name in sorted(run_corpora()) if config["corpora"][name]["source"] == "hub"]
+    if config["analysis"]["heldout_corpus"] is None:
+        targets += [heldout_hub_shard(tokenizer) for tokenizer in sorted({spec.tokenizer for spec in SPECS.values()})]
+    return targets
+
+
 def paper_analysis_targets():
     """Adam/AdamW comparisons (§4.5), the cross-architecture summaries (§4.6, §4.9, Table B.5) and the
     configuration shown in the report."""

@@ -8,6 +8,17 @@
 #
 # Cross-architecture outputs (compare/, summary/) belong to no single architecture: `snakemake`
 # (rule all) refreshes them afterwards.
+#
+#   snakemake network_inputs --cores 4   everything that needs the internet (hub tokenizers, hub
+#                                        corpora's shards, wikitext-2), on a node that has it
+
+
+rule network_inputs:
+    """Every output whose job downloads from the Hugging Face hub (network_targets in common.smk): run on
+    a node with internet before the rest of the run goes to compute nodes without it."""
+    input:
+        network_targets(),
+    localrule: True
 
 
 for _arch in ARCHITECTURES:
