@@ -182,6 +182,27 @@ def test_the_prompt_check_never_makes_existing_weights_look_out_of_date(tiny_run
     assert not planned_rules(without_record.stdout) & {"check_prompts", "train", "cache_activations"}
 
 
+# ---------------------------------------------------------------- inspecting a run
+def test_documented_params_check_plans_nothing_after_a_run_and_only_the_jobs_whose_params_changed(tiny_run: Path) -> None:
+    """README and docs/operations.md: `snakemake -n --rerun-triggers params` (not --list-changes params,
+    which lists unchanged outputs in Snakemake 9.27)."""
+    for doc in ("README.md", "docs/operations.md"):
+        text = (REPO / doc).read_text()
+        assert "snakemake -n --rerun-triggers params" in text and "snakemake --list-changes" not in text, doc
+    clean = snakemake(tiny_run, "-n", "--rerun-triggers", "params")
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    assert planned_rules(clean.stdout) == set() and "Nothing to be done" in clean.stdout + clean.stderr
+    changed = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--rerun-triggers", "params", "--configfile", str(TINY),
+         "--config", f"results_dir={tiny_run}", "analysis={meta_sne_perplexity: 4}"],
+        cwd=REPO, capture_output=True, text=True, env=_env(), timeout=300,
+    )  # fmt: skip
+    assert changed.returncode == 0, changed.stderr[-3000:]
+    # meta_sne reads the perplexity; report_configuration records the whole configuration; `all` collects them
+    assert planned_rules(changed.stdout) == {"meta_sne", "report_configuration", "all"}, changed.stdout[-3000:]
+    assert "Params have changed since last execution" in changed.stdout
+
+
 # ---------------------------------------------------------------- provenance
 @pytest.mark.parametrize(
     "output",
