@@ -166,3 +166,30 @@ def test_network_inputs_plans_exactly_the_jobs_that_download():
         assert "snakemake network_inputs --cores 4" in (REPO / doc).read_text(), doc
         assert "--until corpus_meta" not in (REPO / doc).read_text(), doc
 
+
+ACTIVATE = "source .venv/bin/activate"
+
+
+def test_readme_enters_the_environment_before_any_snakemake_or_headstab_command():
+    readme = (REPO / "README.md").read_text()
+    activation = readme.find(ACTIVATE)
+    assert activation >= 0, "the README never says how to enter the environment"
+    first_section = readme.index("## The two commands")
+    assert first_section < activation < readme.index("## Running the full paper")
+    blocks = [(match.start(), match.group(1)) for match in re.finditer(r"```\w*\n(.*?)```", readme, re.S)]
+    commands = [(start, block) for start, block in blocks if re.search(r"^(snakemake|python -m headstab)", block, re.M)]
+    assert commands
+    assert all(start > activation for start, _ in commands), [block for start, block in commands if start < activation]
+    full_paper = readme[readme.index("## Running the full paper"):]
+    assert full_paper.index(ACTIVATE) < full_paper.index("```bash\nsnakemake")
+
+
+@pytest.mark.skipif(not (REPO / ".venv/bin/activate").is_file(), reason="no .venv here (make venv creates it)")
+def test_the_documented_activation_puts_snakemake_and_headstab_on_the_path():
+    env = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["PATH"] = "/usr/bin:/bin"
+    script = f"{ACTIVATE} && snakemake --version && python -m headstab.provenance --help"
+    result = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.match(r"\d+\.\d+", result.stdout)
+
