@@ -193,3 +193,19 @@ def test_the_documented_activation_puts_snakemake_and_headstab_on_the_path():
     assert result.returncode == 0, result.stdout + result.stderr
     assert re.match(r"\d+\.\d+", result.stdout)
 
+
+def test_a_second_worktree_plans_in_its_own_directory(tmp_path):
+    """docs/operations.md: a second run goes in its own worktree (own .snakemake/, relative paths there)."""
+    text = (REPO / "docs/operations.md").read_text()
+    assert "git worktree add ../headstab-run2" in text and "may run side by side" not in text
+    if subprocess.run(["git", "rev-parse", "--git-dir"], cwd=REPO, capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    worktree = tmp_path / "headstab-run2"
+    subprocess.run(["git", "worktree", "add", "--detach", str(worktree)], cwd=REPO, check=True, capture_output=True)
+    try:
+        result = _dry_run(cwd=worktree)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert _job_counts(result.stdout + result.stderr).get("train") == 1210
+        assert (worktree / ".snakemake").is_dir()
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, capture_output=True)
