@@ -101,8 +101,10 @@ def stream_worker(cache_paths: list[str], promptset: str, prompt_chunk: int, sco
     """Child-process body: the timed computation over the given caches (GEMM rate before and after when asked)."""
     import torch  # noqa: F401  (the engine's GEMM backend: a one-off import, kept out of the clock)
 
-    from headstab.caches import open_cache
+    from headstab.caches import CacheReader, open_cache
     from headstab.similarity import pair_similarity_from_caches
+
+    read_seconds = _time_pattern_reads(CacheReader)
 
     with open_cache(cache_paths[0]) as cache:
         n_layers, n_heads = cache.n_layers, cache.n_heads
@@ -119,12 +121,28 @@ def stream_worker(cache_paths: list[str], promptset: str, prompt_chunk: int, sco
     diagonal = np.einsum("aalhh->", similarity) if scope == "same_layer" else np.einsum("aalhlh->", similarity)
     return {
         "seconds": seconds,
+        "read_seconds": read_seconds[0],
         "gemm_gflops_before_after": [before["best_gflops"], after["best_gflops"]],
         "gemm_gflops": max(before["best_gflops"], after["best_gflops"]),
         "useful_flops": useful_flops(n_layers, len(cache_paths), n_heads, lengths),
         "shape": list(similarity.shape),
         "self_similarity_mean": float(diagonal / (len(cache_paths) * n_layers * n_heads)),
     }
+
+
+def _time_pattern_reads(reader_class: Any) -> list[float]:
+    """Adds up, in the returned one-element list, the time the engine spends in reading attn_pattern (checksums included)."""
+    total, read = [0.0], reader_class.attn_pattern_lower
+
+    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return read(self, *args, **kwargs)
+        finally:
+            total[0] += time.perf_counter() - start
+
+    reader_class.attn_pattern_lower = timed  # this child process only
+    return total
 
 
 def _run_child(args: list[str], timeout: float) -> tuple[dict[str, Any], float]:
@@ -222,16 +240,17 @@ def bench_checksum_overhead(
     n_pos: int = 96,
     n_distinct: int = 4,
     prompt_chunk: int = 10,
-    repeats: int = 3,
+    repeats: int = 4,
     scopes: tuple[str, ...] = ("cross_layer", "same_layer"),
     timeout: float = 900.0,
 ) -> dict[str, Any]:
     """`pair_similarity_from_caches` over caches with and without fletcher32, alternating, medians.
 
     `similarity_checksum_overhead` is the workflow's scope (cross_layer: its Gram grows with refits
-    squared, its reads with refits); the same_layer figure is the read-heaviest case. The caches hold
-    `n_prompts` prompts: reads and products both grow linearly with prompts, so the ratio does not
-    depend on it.
+    squared, its reads with refits); the same_layer figure is the read-heaviest case. `n_prompts`
+    keeps a cache (47.6 MB of patterns at 20) larger than the CPU caches, as real ones are: the
+    checksum costs more per byte read from memory. Each child also reports the seconds it spent
+    reading patterns, the low-noise part of the difference (the Gram's time drifts with the machine).
     """
     import os
 
@@ -244,26 +263,38 @@ def bench_checksum_overhead(
         for checksum in (True, False)
     }  # fmt: skip
     os.sync()
-    runs: dict[str, dict[bool, list[float]]] = {scope: {True: [], False: []} for scope in scopes}
-    for _ in range(repeats):  # alternate, so drifting machine load hits both alike
+    runs: dict[str, dict[bool, list[dict[str, Any]]]] = {scope: {True: [], False: []} for scope in scopes}
+    log.info("similarity of %d refits with and without checksums, %d rounds", n_refits, repeats)
+    for round_ in range(repeats):  # alternate, first with then without, then the other way: drift hits both alike
         for scope in scopes:
-            for checksum in (True, False):
+            for checksum in (True, False) if round_ % 2 == 0 else (False, True):
                 args = ["--stream-worker", "--no-gemm-rate", "--scope", scope, "--prompt-chunk", str(prompt_chunk),
                         *map(str, paths[checksum])]  # fmt: skip
-                result, _ = _run_child(args, timeout)
-                runs[scope][checksum].append(result["seconds"])
-    medians = {scope: {checksum: float(np.median(times)) for checksum, times in by.items()} for scope, by in runs.items()}
-    overhead = {scope: medians[scope][True] / medians[scope][False] - 1 for scope in scopes}
-    log.info("checksum overhead of the similarity: %s", {scope: round(value, 3) for scope, value in overhead.items()})
+                runs[scope][checksum].append(_run_child(args, timeout)[0])
+
+    def median(scope: str, checksum: bool, key: str) -> float:
+        return float(np.median([run[key] for run in runs[scope][checksum]]))
+
+    overhead = {scope: median(scope, True, "seconds") / median(scope, False, "seconds") - 1 for scope in scopes}
+    reads = {scope: (median(scope, True, "read_seconds") - median(scope, False, "read_seconds")) / median(scope, False, "seconds")
+             for scope in scopes}  # fmt: skip
+    log.info("checksum overhead of the similarity: %s (from the reads alone: %s)",
+             {scope: round(value, 3) for scope, value in overhead.items()}, {s: round(v, 3) for s, v in reads.items()})
     return {
         "similarity_checksum_overhead": overhead[scopes[0]],
         **{f"similarity_checksum_overhead_{scope}": overhead[scope] for scope in scopes},
-        "similarity_checksum_seconds": {scope: {"with": by[True], "without": by[False]} for scope, by in runs.items()},
+        **{f"similarity_checksum_overhead_from_reads_{scope}": reads[scope] for scope in scopes},
+        "similarity_checksum_seconds": {
+            scope: {("with" if checksum else "without"): {key: [run[key] for run in results] for key in ("seconds", "read_seconds")}
+                    for checksum, results in by.items()}
+            for scope, by in runs.items()
+        },  # fmt: skip
         "similarity_checksum_setup": (
             f"pair_similarity_from_caches(scope=..., prompt_chunk={prompt_chunk}) over {n_refits} refits of l8_h16, "
             f"{n_prompts} prompts x {n_pos} tokens, caches written by write_activation_cache with and without "
             f"fletcher32 ({n_distinct} distinct caches each, the other refits symlinks), one child process per run, "
-            f"runs alternating, medians of {repeats}"
+            f"runs alternating (ABBA), medians of {repeats}; _from_reads_: (median read seconds with - without) / median "
+            f"seconds without"
         ),
     }
 
