@@ -126,7 +126,7 @@ def train_threads(wildcards):
 
 
 def cache_threads(wildcards):
-    """Threads of a cache job: torch's forward pass, then as many gzip compressors."""
+    """Threads of a cache job: torch's forward pass (the HDF5 writes are single-threaded)."""
     return config["compute"]["cache_threads"]
 
 
