@@ -258,16 +258,21 @@ def test_raised_budget_resumes_and_equals_a_straight_run(tiny_spec, cyclic_shard
     assert states_equal(final_state(tmp_path / "straight"), final_state(tmp_path / "out"))
 
 
-def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny_spec, cyclic_shards, tmp_path, monkeypatch):
+def patch_loss(monkeypatch, steps, change):
+    """Make training's loss `change(model, loss)` at the given 1-based steps, the real loss elsewhere."""
     real_loss = training.next_token_loss
     calls = []
 
-    def loss_that_explodes_at_step_6(model, tokens):
+    def patched(model, tokens):
         calls.append(1)
         loss = real_loss(model, tokens)
-        return loss * float("nan") if len(calls) >= 6 else loss
+        return change(model, loss) if len(calls) in steps else loss
 
-    monkeypatch.setattr(training, "next_token_loss", loss_that_explodes_at_step_6)
+    monkeypatch.setattr(training, "next_token_loss", patched)
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny_spec, cyclic_shards, tmp_path, monkeypatch):
+    patch_loss(monkeypatch, range(6, 100), lambda model, loss: loss * float("nan"))
     spec = tiny_spec(n_tokens=10 * 4 * 16, checkpoint_every=4, log_every=8)
     with pytest.raises(NonFiniteLossError) as err:
         train_refit(spec, 1, cyclic_shards, tmp_path, progress=False)
@@ -284,18 +289,11 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny_spec, cyclic_sha
 
 
 def test_non_finite_weights_are_never_checkpointed(tiny_spec, cyclic_shards, tmp_path, monkeypatch):
-    real_loss = training.next_token_loss
-    calls = []
-
-    def finite_loss_with_nan_gradient_at_step_4(model, tokens):
-        calls.append(1)
-        loss = real_loss(model, tokens)
-        if len(calls) != 4:
-            return loss
+    def finite_loss_with_nan_gradient(model, loss):
         poison = torch.sqrt(-next(model.parameters()).abs().sum() - 1)  # NaN, and so is its gradient
         return torch.where(torch.tensor(True), loss, poison)  # the value stays finite
 
-    monkeypatch.setattr(training, "next_token_loss", finite_loss_with_nan_gradient_at_step_4)
+    patch_loss(monkeypatch, [4], finite_loss_with_nan_gradient)
     with pytest.raises(NonFiniteLossError, match=r"tiny seed 1: the weights are not finite after step 4"):
         train_refit(tiny_spec(n_tokens=8 * 64, checkpoint_every=4), 1, cyclic_shards, tmp_path, progress=False)
     assert not list(tmp_path.glob("state_*")) and not (tmp_path / "final.pt").exists()
