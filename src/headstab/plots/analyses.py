@@ -16,6 +16,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from headstab.analyses import pearson_or_nan
 from headstab.cka import layer_cka_summary
 from headstab.plots import new_figure, save_figure
 from matplotlib.lines import Line2D
@@ -213,10 +214,10 @@ def plot_residual_stream(
         scatter_ax.errorbar(row["stability_mean"], row["cka_mean"], xerr=row["stability_std"], yerr=row["cka_std"],
                             fmt="o", color=palette[i], ecolor=palette[i], elinewidth=0.8, capsize=2,
                             label=f"layer {int(row['layer']) + 1}")
-    if n_layers >= 3:
-        r = np.corrcoef(data["stability_mean"], data["cka_mean"])[0, 1]
+    r, _ = pearson_or_nan(data["stability_mean"].to_numpy(), data["cka_mean"].to_numpy())
+    if n_layers >= 3 and np.isfinite(r):
         scatter_ax.set_title(f"CKA vs head stability (Pearson r over layers = {r:.2f})", fontsize=9)
-    else:
+    else:  # undefined for 2 layers or a constant variable
         scatter_ax.set_title("CKA vs head stability", fontsize=9)
     scatter_ax.set_xlabel(STABILITY_LABEL)
     scatter_ax.set_ylabel(f"residual-stream CKA ({hook}, {kernel})")
