@@ -17,7 +17,7 @@ sys.path.insert(0, str(BENCHMARKS))
 import bench_similarity  # noqa: E402
 import common  # noqa: E402
 import run_all  # noqa: E402
-from tolerances import reduction_atol  # noqa: E402
+from tolerances import reduction_atol, reduction_rtol  # noqa: E402
 
 
 def test_loop_reference_agrees_with_engine_with_padding():
@@ -26,9 +26,10 @@ def test_loop_reference_agrees_with_engine_with_padding():
     loop = common.loop_pair_similarity(patterns, lengths, anchor=1)
     engine = common.engine_pair_similarity(patterns, lengths, anchor=1)
     assert loop.shape == engine.shape == (2, 2, 4, 4)
-    np.testing.assert_allclose(engine, loop, atol=1e-6)
+    atol = reduction_atol(np.float32, 3 * 6 * 6)  # dot products over prompt x padded square
+    np.testing.assert_allclose(engine, loop, atol=atol)
     np.testing.assert_allclose(
-        common.head_stability_from_pairs(engine), common.head_stability_from_pairs(loop), atol=1e-6
+        common.head_stability_from_pairs(engine), common.head_stability_from_pairs(loop), atol=atol
     )
 
 
@@ -36,8 +37,9 @@ def test_loop_reference_gives_one_for_a_refit_compared_with_its_copy():
     lengths = np.array([5, 5])
     pattern = common.synthetic_patterns(7, 1, 2, 3, 5, lengths)
     loop = common.loop_pair_similarity([pattern, pattern.copy()], lengths)
-    np.testing.assert_allclose(np.diagonal(loop[0, 0]), 1.0, atol=1e-6)
-    np.testing.assert_allclose(common.head_stability_from_pairs(loop), 1.0, atol=1e-6)
+    atol = reduction_atol(np.float32, 2 * 5 * 5)
+    np.testing.assert_allclose(np.diagonal(loop[0, 0]), 1.0, atol=atol)
+    np.testing.assert_allclose(common.head_stability_from_pairs(loop), 1.0, atol=atol)
 
 
 def test_synthetic_patterns_are_causal_rows_summing_to_one_inside_lengths():
@@ -45,8 +47,8 @@ def test_synthetic_patterns_are_causal_rows_summing_to_one_inside_lengths():
     pattern = common.synthetic_patterns(0, 2, 2, 3, 4, lengths)
     assert pattern.shape == (2, 2, 3, 4, 4) and pattern.dtype == np.float32
     assert np.all(np.triu(pattern, k=1) == 0)
-    np.testing.assert_allclose(pattern[:, 0].sum(-1), 1.0, rtol=1e-6)
-    np.testing.assert_allclose(pattern[:, 1, :, :2].sum(-1), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(pattern[:, 0].sum(-1), 1.0, rtol=reduction_rtol(np.float32, 4))
+    np.testing.assert_allclose(pattern[:, 1, :, :2].sum(-1), 1.0, rtol=reduction_rtol(np.float32, 2))
     assert np.all(pattern[:, 1, :, 2:] == 0) and np.all(pattern[:, 1, :, :, 2:] == 0)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,7 @@ def test_registry_values_follow_the_listings(paper_config):
     assert spec.attn_only and spec.optimizer == "adamw" and spec.weight_decay == 0.1
     assert (spec.n_ctx, spec.d_vocab, spec.act_fn, spec.batch_size, spec.lr) == (1024, 48262, "gelu", 5, 1e-4)
     assert spec.checkpoint_every == 66_285 and spec.seeds == tuple(range(1, 51))
-    assert spec.initializer_range == pytest.approx(0.0353553, abs=1e-7)
+    assert spec.initializer_range == 0.8 / math.sqrt(512)
     adam = architecture_spec(paper_config, "l2_h8")
     assert adam.optimizer == "adam" and adam.weight_decay == 0.0 and not adam.attn_only
     gpt2 = architecture_spec(paper_config, "gpt2")
