@@ -131,6 +131,9 @@ def cache_threads(wildcards):
 
 
 # ---------------------------------------------------------------- caches and similarity
+# Positions assumed per prompt when sizing memory: the shipped prompt sets reach 221 tokens with BOS
+# in the demo's 1,024-token BPE (rule check_prompts records the maxima), far fewer in the paper's tokenizers.
+CACHE_ASSUMED_POSITIONS = 256
 def cache_path(arch, seed):
     return f"{RESULTS}/{arch}/caches/seed{seed}.h5"
 
@@ -141,10 +144,10 @@ def arch_caches(wildcards):
 
 def similarity_mem_mb(wildcards):
     """Two streamed chunks of all refits' features (one read while the other's Gram runs) plus the
-    Gram matrix, with headroom. Prompts are assumed at most 128 tokens (the shipped sets stay under 112)."""
+    Gram matrix, with headroom. Prompts are assumed at most CACHE_ASSUMED_POSITIONS tokens."""
     spec = SPECS[wildcards.arch]
     rows = len(spec.seeds) * spec.n_layers * spec.n_heads
-    n_pos = min(spec.n_ctx, 128)
+    n_pos = min(spec.n_ctx, CACHE_ASSUMED_POSITIONS)
     chunk = 2 * rows * config["similarity"]["prompt_chunk"] * n_pos * (n_pos + 1) // 2 * 4
     gram = rows * rows * 8 * 3
     return max(2000, int((chunk + gram) / 1e6 * 1.5) + 1000)
@@ -239,20 +242,18 @@ def train_spec(wildcards):
     return spec
 
 
-# Positions assumed per prompt when sizing memory: the shipped sets stay at or under 111 tokens with
-# BOS (demo tokenizer).
-CACHE_ASSUMED_POSITIONS = 128
+
 
 
 def cache_mem_mb(wildcards):
-    """Host memory: ~3 GB for Python and torch, the weights, two batches of float32 activations
-    in flight (one being compressed while the next runs), at CACHE_ASSUMED_POSITIONS positions, and
-    the packed lower-triangle patterns of the largest prompt set (written once per set)."""
+    """Host memory: ~3 GB for Python and torch, the weights, one batch of float32 activations and its
+    padded copy at CACHE_ASSUMED_POSITIONS positions, and the packed lower-triangle patterns of the
+    largest prompt set (written once per set)."""
     spec = SPECS[wildcards.arch]
     n_pos = min(spec.n_ctx, CACHE_ASSUMED_POSITIONS)
     n_resid = 1 + len(cache_extra_resid_hooks())  # resid_mid and the extra residual hooks
     per_prompt = spec.n_layers * (spec.n_heads * n_pos * n_pos + n_resid * n_pos * spec.d_model + n_pos * spec.n_heads * spec.d_head)
-    activations = 2 * 2 * 4 * config["cache"]["batch_size"] * per_prompt  # x2: padded copy before compression
+    activations = 2 * 4 * config["cache"]["batch_size"] * per_prompt  # x2: the padded copy written to HDF5
     packed_patterns = 4 * spec.n_layers * spec.n_heads * LARGEST_PROMPT_SET * n_pos * (n_pos + 1) // 2
     weights = 4 * (spec.n_params + 2 * spec.d_vocab * spec.d_model)
     return 500 * math.ceil((3000 + (activations + packed_patterns + 2 * weights) / 1e6) / 500)
