@@ -142,7 +142,7 @@ def bench_checksum_overhead(work_dir: Path, repeats: int = 6, n_prompts: int | N
     from headstab.caches import pad_token_id_of, tokenize_prompts, write_activation_cache
     from headstab.models import load_verified_state_dict, save_weights
     from headstab.prompts import load_prompt_file
-    from headstab.provenance import sha256_file, write_json_atomic
+    from headstab.fileio import sha256_file, write_json_atomic
 
     prompt_sets = {**load_prompt_file("primary", common.REPO / "resources" / "prompts" / "primary.json"),
                    **load_prompt_file("len", common.REPO / "resources" / "prompts" / "length_sweep.json")}

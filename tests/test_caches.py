@@ -24,6 +24,7 @@ from headstab.caches import (
     tokenize_prompts,
     write_activation_cache,
 )
+from headstab.fileio import temporary_path
 from headstab.formats import CACHE_FORMAT_VERSION
 from headstab.similarity import pair_similarity_from_caches
 from tolerances import reduction_atol
@@ -347,7 +348,7 @@ def test_interrupted_write_leaves_no_file(tmp_path, model, token_sets, monkeypat
     path = tmp_path / "seed2.h5"
     with pytest.raises(RuntimeError, match="simulated crash"):
         write_activation_cache(path, model, token_sets, pad_token_id=0, show_progress=False)
-    assert not path.exists() and not path.with_name("seed2.h5.tmp").exists()
+    assert not path.exists() and not temporary_path(path).exists()
 
 
 def test_missing_file_names_file_and_build_command(tmp_path):

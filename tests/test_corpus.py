@@ -23,7 +23,7 @@ from headstab.corpus import (
     write_jsonl,
     write_shard,
 )
-from headstab.provenance import sha256_file, write_json_atomic
+from headstab.fileio import sha256_file, write_json_atomic
 
 
 # ---------------------------------------------------------------- synthetic text

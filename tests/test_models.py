@@ -18,7 +18,7 @@ from headstab.models import (
     rebuild_command,
     save_weights,
 )
-from headstab.provenance import sha256_file, write_json_atomic
+from headstab.fileio import sha256_file, write_json_atomic
 
 
 @pytest.fixture(autouse=True)

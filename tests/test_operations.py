@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from headstab.fileio import temporary_path
 from headstab.layout import GPU_RULES  # the rules that run a model (train, caches, refit_measurements)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -262,7 +263,7 @@ def test_interrupted_cache_write_gives_the_rebuild_command_then_rebuilds_the_sam
     with open_cache(cache) as reader:
         patterns = {name: reader.attn_pattern(name) for name in reader.prompt_sets()}
     os.truncate(cache, cache.stat().st_size // 2)  # a cache cut short (e.g. copied off a full disk) ...
-    leftover = cache.with_name(cache.name + ".tmp")
+    leftover = temporary_path(cache)
     leftover.write_bytes(b"half an HDF5 file")  # ... and the temporary file of a killed writer
 
     similarity = results / OTHER / "similarity/primary.h5"

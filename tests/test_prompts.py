@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from headstab.prompts import load_prompt_file, load_prompt_sets, main, prompt_file_sha256
+from headstab.prompts import load_prompt_file, load_prompt_sets, main
 
 PROMPTS_DIR = Path(__file__).resolve().parents[1] / "resources" / "prompts"
 PRIMARY = PROMPTS_DIR / "primary.json"
@@ -182,15 +182,6 @@ def test_duplicate_set_names_fail_naming_both_files(tmp_path):
     with pytest.raises(ValueError, match="len5") as error:
         load_prompt_sets({"len5": single, "len": LENGTH_SWEEP})
     assert "five.json" in str(error.value) and "length_sweep.json" in str(error.value)
-
-
-def test_sha256_is_of_the_file_bytes_and_tracks_edits(tmp_path):
-    path = tmp_path / "p.txt"
-    path.write_text("one\n")
-    assert prompt_file_sha256(path) == hashlib.sha256(b"one\n").hexdigest()
-    before = prompt_file_sha256(path)
-    path.write_text("one!\n")
-    assert prompt_file_sha256(path) != before
 
 
 # --- import-pickle: the authors' published prompt pickles -------------------------------------

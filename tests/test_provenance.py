@@ -1,4 +1,4 @@
-"""Provenance records: atomic JSON, sha256, and the chain from a checkpoint back to the corpus shards."""
+"""Provenance records: the environment, and the chain from a checkpoint back to the corpus shards."""
 
 from __future__ import annotations
 
@@ -9,42 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from headstab.provenance import (
-    environment_record,
-    format_chain,
-    main,
-    read_json,
-    sha256_file,
-    trace,
-    write_json_atomic,
-)
-
-
-def test_sha256_of_a_known_file(tmp_path):
-    path = tmp_path / "abc.txt"
-    path.write_bytes(b"abc")
-    # sha256("abc") from FIPS 180-2, appendix B.1
-    assert sha256_file(path) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-    assert sha256_file(path, chunk_bytes=1) == sha256_file(path)
-
-
-def test_write_json_atomic_round_trip_leaves_no_temporary_and_normal_permissions(tmp_path):
-    path = tmp_path / "sub" / "meta.json"
-    write_json_atomic(path, {"b": 1, "a": [1, 2]})
-    assert read_json(path) == {"a": [1, 2], "b": 1}
-    assert [p.name for p in path.parent.iterdir()] == ["meta.json"]
-    umask = os.umask(0)
-    os.umask(umask)
-    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
-
-
-def test_read_json_names_the_file_when_broken(tmp_path):
-    path = tmp_path / "meta.json"
-    path.write_text("{not json")
-    with pytest.raises(ValueError, match=str(path)):
-        read_json(path)
-    with pytest.raises(FileNotFoundError, match="nope.json"):
-        read_json(tmp_path / "nope.json")
+from headstab.fileio import read_json, sha256_file, write_json_atomic
+from headstab.provenance import environment_record, format_chain, main, trace
 
 
 def test_environment_record_names_packages_and_code_version():

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from headstab.corpus import generate_synthetic_documents
-from headstab.provenance import sha256_file
+from headstab.fileio import sha256_file
 from headstab.tokenizer import (
     ENDOFTEXT,
     TokenizerError,

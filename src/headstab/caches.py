@@ -43,6 +43,7 @@ import h5py
 import numpy as np
 from tqdm.auto import tqdm
 
+from headstab.fileio import atomic_path
 from headstab.formats import CACHE_FORMAT, CACHE_FORMAT_VERSION
 
 __all__ = [
@@ -386,14 +387,11 @@ def write_activation_cache(
     padded = {name: pad_token_lists(lists, pad_token_id) for name, lists in token_sets.items()}
     n_batches = sum(-(-len(lengths) // batch_size) for _, lengths in padded.values())
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
     model.eval()
     progress = tqdm(total=n_batches, desc=f"cache {path.name}", unit="batch", disable=not show_progress)
     writer = _SetWriter(model, dtype, compression_level, checksum, extra_resid_hooks, batch_size)
     try:
-        with h5py.File(tmp, "w") as handle:
+        with atomic_path(path) as tmp, h5py.File(tmp, "w") as handle:
             handle.attrs["format"] = CACHE_FORMAT
             handle.attrs["format_version"] = CACHE_FORMAT_VERSION
             handle.attrs["complete"] = False
@@ -416,10 +414,6 @@ def write_activation_cache(
                     group.attrs[key] = _json_attr(value) if isinstance(value, (dict, list, tuple)) else value
                 writer.write_set(group, tokens, lengths, texts, progress)
             handle.attrs["complete"] = True  # last: a file without it was interrupted
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     finally:
         progress.close()
     log.info("wrote activation cache %s (%s prompt sets, %s)", path, len(token_sets), dtype)

@@ -41,19 +41,11 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from headstab.provenance import read_json, sha256_file, write_json_atomic
+from headstab.fileio import atomic_path, read_json, save_npy_atomic, sha256_file, write_json_atomic
 
 log = logging.getLogger(__name__)
 
 LOCAL_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".txt": "text"}
-
-
-def _replace_with_default_mode(tmp_name: str, path: Path) -> None:
-    """Rename a finished temporary file into place with the mode a plain open() would give (tempfile uses 0600)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp_name, 0o666 & ~umask)
-    os.replace(tmp_name, path)
 
 
 class CorpusError(ValueError):
@@ -230,17 +222,12 @@ def generate_synthetic_documents(seed: int, n_documents: int) -> Iterator[str]:
 
 def write_jsonl(texts: Iterable[str], path: str | Path) -> int:
     """Write one `{"text": ...}` object per line (atomically); returns the number of documents."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp",
-                                     delete=False, encoding="utf-8") as tmp:
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
         for text in texts:
-            tmp.write(json.dumps({"text": text}, ensure_ascii=False))
-            tmp.write("\n")
+            handle.write(json.dumps({"text": text}, ensure_ascii=False))
+            handle.write("\n")
             count += 1
-        tmp_name = tmp.name
-    _replace_with_default_mode(tmp_name, path)
     return count
 
 
@@ -431,14 +418,6 @@ def tokenize_documents(documents: Iterable[str | Sequence[int]], tokenizer: Any 
     return np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
 
 
-def _save_npy_atomic(tokens: np.ndarray, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False) as tmp:
-        np.save(tmp, tokens, allow_pickle=False)
-        tmp_name = tmp.name
-    _replace_with_default_mode(tmp_name, path)
-
-
 def write_token_stream(
     chunks: Iterable[tuple[np.ndarray, int]],
     path: str | Path,
@@ -476,7 +455,7 @@ def write_token_stream(
                 if max_tokens is not None and n_tokens >= max_tokens:
                     break
         raw_tokens = np.memmap(raw_name, dtype=dtype, mode="r", shape=(n_tokens,)) if n_tokens else np.zeros(0, dtype)
-        _save_npy_atomic(np.asarray(raw_tokens), path)
+        save_npy_atomic(np.asarray(raw_tokens), path)
         del raw_tokens
     finally:
         if os.path.exists(raw_name):

@@ -13,10 +13,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import re
 import shlex
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from headstab.config import ArchitectureSpec
-from headstab.provenance import sha256_file
+from headstab.fileio import save_torch_atomic, sha256_file
 from headstab.weight_processing import process_weights
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -146,22 +144,7 @@ def save_weights(model: "TransformerBridge", path: str | Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
-    save_atomic(state, path)
-
-
-def save_atomic(obj: Any, path: str | Path) -> None:
-    """torch.save through a temporary file in the same directory and os.replace, fsynced first."""
-    path = Path(path)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(obj, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    save_torch_atomic(state, path)
 
 
 def load_trained_model(

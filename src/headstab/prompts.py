@@ -28,10 +28,8 @@ itself reads JSON only.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import io
-import os
 import pickle
 import pickletools
 import re
@@ -39,6 +37,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
+
+from headstab.fileio import atomic_path
 
 __all__ = [
     "import_prompt_pickles",
@@ -162,15 +162,6 @@ def load_prompt_sets(sets: Mapping[str, str | Path]) -> dict[str, list[str]]:
     return loaded
 
 
-def prompt_file_sha256(path: str | Path) -> str:
-    """Hex sha256 of a prompt file's bytes (recorded in cache attributes)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 # --- importer for the authors' prompt pickles ---------------------------------------------------
 
 
@@ -269,17 +260,6 @@ def import_prompt_pickles(paths: Sequence[str | Path]) -> list[str] | dict[str, 
     return {str(n): read_prompt_pickle(lengths[n]) for n in sorted(lengths)}
 
 
-def _write_temporary_json(data: object, out: Path) -> Path:
-    """Write `data` as UTF-8 JSON to a temporary file beside `out`; returns the temporary path."""
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    with open(tmp, "x", encoding="utf-8") as handle:
-        json.dump(data, handle, ensure_ascii=False, indent=1)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    return tmp
-
-
 def write_prompt_json(
     data: list[str] | dict[str, list[str]], out: str | Path, force: bool = False
 ) -> dict[str, list[str]]:
@@ -294,13 +274,10 @@ def write_prompt_json(
         raise FileExistsError(f"--out {out} already exists; pass --force to overwrite it or choose another name")
     if not out.parent.is_dir():
         raise FileNotFoundError(f"--out {out}: directory {out.parent} does not exist; create it first")
-    tmp = _write_temporary_json(data, out)
-    try:
+    with atomic_path(out) as tmp:
+        tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         # Load the written bytes back through the workflow's own reader before they replace `out`.
         sets = load_prompt_file(out.stem, tmp)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
     return sets
 
 

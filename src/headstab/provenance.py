@@ -6,7 +6,6 @@ it or HDF5 attributes), so a number in a paper can be traced back to the corpus 
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -14,11 +13,12 @@ import platform
 import socket
 import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
+
+from headstab.fileio import read_json, sha256_file
 
 TRACKED_PACKAGES = (
     "headstab",
@@ -31,19 +31,6 @@ TRACKED_PACKAGES = (
     "h5py",
     "snakemake",
 )
-
-
-def sha256_file(path: str | Path, chunk_bytes: int = 1 << 20) -> str:
-    """Hex sha256 of a file's bytes, read in chunks (checkpoints run to gigabytes)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk_bytes):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def sha256_files(paths: Iterable[str | Path]) -> dict[str, str]:
-    return {str(path): sha256_file(path) for path in paths}
 
 
 def package_versions(packages: Iterable[str] = TRACKED_PACKAGES) -> dict[str, str]:
@@ -86,31 +73,6 @@ def environment_record(device: str | None = None) -> dict[str, Any]:
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-
-
-def write_json_atomic(path: str | Path, data: Any) -> None:
-    """Write JSON through a temporary file and a rename, so a killed job never leaves half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False) as tmp:
-        json.dump(data, tmp, indent=2, sort_keys=True, default=str)
-        tmp.write("\n")
-        tmp_name = tmp.name
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp_name, 0o666 & ~umask)  # NamedTemporaryFile creates 0600; give the usual permissions
-    os.replace(tmp_name, path)
-
-
-def read_json(path: str | Path, what: str = "metadata") -> dict[str, Any]:
-    """Read a JSON record, naming the file in the error."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{what} file {path} does not exist")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{what} file {path} is not valid JSON ({err}); delete it and rerun the rule that writes it") from err
 
 
 # ---------------------------------------------------------------- the chain behind an output

@@ -512,16 +512,15 @@ def write_pair_similarity(
     (attribute `seeds`, a fletcher32 checksum per chunk), through a temporary file and a rename so no
     half-written file survives."""
     import json
-    import os
 
     import h5py
+
+    from headstab.fileio import atomic_path
 
     path = Path(path)
     if similarity.ndim != 6 or similarity.shape[:2] != (len(seeds), len(seeds)):
         raise ValueError(f"similarity must be [seed, seed, layer, head, layer, head] for {len(seeds)} seeds; got {similarity.shape}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with h5py.File(tmp, "w") as handle:
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as handle:
         n_seeds, _, n_layers, n_heads = similarity.shape[:4]
         handle.create_dataset(
             "pair_similarity",
@@ -536,7 +535,6 @@ def write_pair_similarity(
         for key, value in (attrs or {}).items():
             handle.attrs[key] = value if isinstance(value, (int, float, str)) else json.dumps(value, default=str)
         handle.attrs["complete"] = True
-    os.replace(tmp, path)
 
 
 def read_pair_similarity(path: str | Path) -> tuple[np.ndarray, list[int]]:

@@ -14,7 +14,8 @@ import shlex
 from pathlib import Path
 from typing import Any, Iterable
 
-from headstab.provenance import environment_record, read_json, sha256_file, write_json_atomic
+from headstab.fileio import read_json, sha256_file, write_json_atomic
+from headstab.provenance import environment_record
 
 log = logging.getLogger(__name__)
 

@@ -39,8 +39,9 @@ import torch
 
 from headstab.config import ArchitectureSpec
 from headstab.corpus import load_shards
-from headstab.models import build_model, count_weight_matrix_params, save_atomic, save_weights
-from headstab.provenance import environment_record, sha256_file, write_json_atomic
+from headstab.models import build_model, count_weight_matrix_params, save_weights
+from headstab.fileio import atomic_path, save_torch_atomic, sha256_file, write_json_atomic, write_text_atomic
+from headstab.provenance import environment_record
 
 log = logging.getLogger(__name__)
 
@@ -200,12 +201,9 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 def save_state(out_dir: Path, state: dict[str, Any], keep: int) -> Path:
     """Write a full-state checkpoint (tmp + rename, then its sha256 sidecar) and prune all but the newest `keep`."""
     path = state_path(out_dir, state["step"])
-    save_atomic(state, path)
+    save_torch_atomic(state, path)
     # The sidecar is written after the rename: a checkpoint without one is treated as unverified and skipped.
-    sidecar = _sidecar(path)
-    tmp = sidecar.with_name(f".{sidecar.name}.tmp")
-    tmp.write_text(f"{sha256_file(path)}  {path.name}\n")
-    tmp.replace(sidecar)
+    write_text_atomic(_sidecar(path), f"{sha256_file(path)}  {path.name}\n")
     prune_states(out_dir, keep)
     return path
 
@@ -294,12 +292,10 @@ def _compiled_loss(model: Any) -> Callable[[Any, torch.Tensor], torch.Tensor]:
 
 
 def _write_log(path: Path, rows: list[list[Any]]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as handle:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(LOG_COLUMNS)
         writer.writerows(rows)
-    tmp.replace(path)
 
 
 def train_refit(

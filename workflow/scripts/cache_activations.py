@@ -5,8 +5,9 @@ import torch
 from headstab.caches import GZIP_LEVEL, cache_activations
 from headstab.joblog import run_job
 from headstab.models import load_trained_model
-from headstab.prompts import load_prompt_file, prompt_file_sha256
-from headstab.provenance import environment_record, package_versions, sha256_file
+from headstab.prompts import load_prompt_file
+from headstab.fileio import sha256_file
+from headstab.provenance import environment_record, package_versions
 from headstab.tokenizer import load_tokenizer, tokenizer_identity
 from headstab.training import resolve_device, spec_from_dict
 
@@ -20,7 +21,7 @@ def main():
 
     prompt_sets, prompt_files = {}, {}
     for key, path in snakemake.params.prompt_sets.items():
-        digest = prompt_file_sha256(path)
+        digest = sha256_file(path)
         for name, prompts in load_prompt_file(key, path).items():
             prompt_sets[name] = prompts
             prompt_files[name] = {"prompt_file": str(path), "prompt_file_sha256": digest}
@@ -46,7 +47,7 @@ def main():
             "checkpoint": str(snakemake.input.weights),
             "checkpoint_sha256": sha256_file(snakemake.input.weights),
             "weight_processing": list(snakemake.params.weight_processing),
-            "prompt_file_sha256": {key: prompt_file_sha256(path) for key, path in snakemake.params.prompt_sets.items()},
+            "prompt_file_sha256": {key: sha256_file(path) for key, path in snakemake.params.prompt_sets.items()},
             "tokenizer": snakemake.params.tokenizer,
             "tokenizer_identity": tokenizer_identity(snakemake.params.tokenizer_dir),
             "environment": environment_record(str(device)),

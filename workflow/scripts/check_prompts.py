@@ -9,8 +9,8 @@ import logging
 
 from headstab.caches import check_prompt_lengths, tokenize_prompts
 from headstab.joblog import run_job
-from headstab.prompts import load_prompt_file, prompt_file_sha256
-from headstab.provenance import write_json_atomic
+from headstab.prompts import load_prompt_file
+from headstab.fileio import sha256_file, write_json_atomic
 from headstab.tokenizer import load_tokenizer
 
 TOKENIZER, N_CTX = snakemake.wildcards.tokenizer, int(snakemake.wildcards.n_ctx)
@@ -26,7 +26,7 @@ def main():
             check_prompt_lengths(token_lists, N_CTX, name, path)
             checked[name] = {
                 "prompt_file": str(path),
-                "prompt_file_sha256": prompt_file_sha256(path),
+                "prompt_file_sha256": sha256_file(path),
                 "n_prompts": len(token_lists),
                 "max_tokens": max(len(ids) for ids in token_lists),
             }

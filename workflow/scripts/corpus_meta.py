@@ -4,7 +4,8 @@ import logging
 
 from headstab.joblog import run_job
 from headstab.corpus import aggregate_shard_records
-from headstab.provenance import environment_record, read_json, write_json_atomic
+from headstab.fileio import read_json, write_json_atomic
+from headstab.provenance import environment_record
 
 
 def main():

@@ -8,7 +8,7 @@ from tqdm import tqdm
 
 from headstab.joblog import run_job
 from headstab.corpus import iter_documents
-from headstab.provenance import sha256_file
+from headstab.fileio import sha256_file
 from headstab.tokenizer import train_bpe_tokenizer, write_tokenizer_meta
 
 

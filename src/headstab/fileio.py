@@ -1,0 +1,88 @@
+"""Files written whole or not at all, and their checksums.
+
+Every file the workflow writes goes through `atomic_path`: it is written under a temporary name in
+the same directory, flushed to disk and renamed onto its real name, so a job killed half-way never
+leaves a file that looks finished. The temporary name is fixed (`.<name>.tmp`), so a rerun removes
+what a killed job left.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def temporary_path(path: str | Path) -> Path:
+    """Where `atomic_path` writes `path` before renaming it."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.tmp")
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path to write `path` to; on success it is fsynced and renamed onto `path`
+    (with the permissions a plain open() gives), on an error it is removed and `path` is untouched."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_path(path)
+    tmp.unlink(missing_ok=True)  # left by a killed job
+    try:
+        yield tmp
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    """JSON with sorted keys and a trailing newline; values JSON does not know are written as str()."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def save_npy_atomic(array: np.ndarray, path: str | Path) -> None:
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        np.save(handle, array, allow_pickle=False)
+
+
+def save_torch_atomic(obj: Any, path: str | Path) -> None:
+    import torch
+
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        torch.save(obj, handle)
+
+
+def read_json(path: str | Path, what: str = "metadata") -> dict[str, Any]:
+    """A JSON record, naming the file and what it is in the error."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} file {path} does not exist")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{what} file {path} is not valid JSON ({err}); rerun the rule that writes it") from err
+
+
+def sha256_file(path: str | Path, chunk_bytes: int = 1 << 20) -> str:
+    """Hex sha256 of a file's bytes, read in chunks (checkpoints run to gigabytes)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk_bytes):
+            digest.update(block)
+    return digest.hexdigest()

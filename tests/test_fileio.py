@@ -1,0 +1,76 @@
+"""Files written whole or not at all (headstab.fileio), and their checksums."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from headstab.fileio import (
+    atomic_path,
+    read_json,
+    save_npy_atomic,
+    save_torch_atomic,
+    sha256_file,
+    temporary_path,
+    write_json_atomic,
+    write_text_atomic,
+)
+
+
+def test_sha256_of_a_known_file(tmp_path):
+    path = tmp_path / "abc.txt"
+    path.write_bytes(b"abc")
+    # sha256("abc") from FIPS 180-2, appendix B.1
+    assert sha256_file(path) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    assert sha256_file(path, chunk_bytes=1) == sha256_file(path)
+
+
+def test_write_json_atomic_round_trip_leaves_no_temporary_and_normal_permissions(tmp_path):
+    path = tmp_path / "sub" / "meta.json"
+    write_json_atomic(path, {"b": 1, "a": [1, 2]})
+    assert read_json(path) == {"a": [1, 2], "b": 1}
+    assert [p.name for p in path.parent.iterdir()] == ["meta.json"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_read_json_names_the_file_when_broken(tmp_path):
+    path = tmp_path / "meta.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match=str(path)):
+        read_json(path)
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        read_json(tmp_path / "nope.json")
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "record.txt"
+    write_text_atomic(path, "old")
+    with pytest.raises(RuntimeError, match="killed"):
+        with atomic_path(path) as tmp:
+            tmp.write_text("half of the new")
+            raise RuntimeError("killed")
+    assert path.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["record.txt"]
+
+
+def test_a_temporary_left_by_a_killed_job_is_replaced(tmp_path):
+    path = tmp_path / "record.txt"
+    temporary_path(path).write_text("left by a killed job")
+    write_text_atomic(path, "new")
+    assert path.read_text() == "new" and not temporary_path(path).exists()
+
+
+def test_numpy_and_torch_round_trips(tmp_path):
+    tokens = np.arange(10, dtype=np.uint16)
+    save_npy_atomic(tokens, tmp_path / "shard.npy")
+    loaded = np.load(tmp_path / "shard.npy", allow_pickle=False)
+    assert loaded.dtype == np.uint16 and np.array_equal(loaded, tokens)
+    state = {"w": torch.arange(6.0).reshape(2, 3)}
+    save_torch_atomic(state, tmp_path / "final.pt")
+    assert torch.equal(torch.load(tmp_path / "final.pt", weights_only=True)["w"], state["w"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final.pt", "shard.npy"]
