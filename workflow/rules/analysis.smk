@@ -69,7 +69,7 @@ rule stability_figures:
     log:
         f"{RESULTS}/logs/stability_figures/{{arch}}.log",
     params:
-        promptset="primary",
+        promptset=PRIMARY,
     threads: 1
     resources:
         mem_mb=4000,

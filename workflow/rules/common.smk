@@ -32,6 +32,9 @@ SPECS = {name: architecture_spec(config, name) for name in ARCHITECTURES}
 try:
     _prompt_sets = load_prompt_sets(config["prompt_sets"])
     PROMPT_SETS = list(_prompt_sets)  # primary, len5 ... len50, the user's sets
+    PRIMARY = config["analysis"]["promptset"]  # the set of the single-set analyses
+    if PRIMARY not in _prompt_sets:
+        raise ValueError(f"config key 'analysis.promptset': {PRIMARY!r} is not a prompt set; choose from {PROMPT_SETS}")
     LARGEST_PROMPT_SET = max((len(prompts) for prompts in _prompt_sets.values()), default=0)
 except (OSError, ValueError) as error:
     raise WorkflowError(f"Invalid prompt sets: {error}") from None

@@ -36,7 +36,7 @@ rule refit_measurements:
         spec=lambda wildcards: SPECS[wildcards.arch].to_dict(),
         seeds=lambda wildcards: seeds(wildcards.arch),
         anchor_seed=lambda wildcards: anchor_seed(wildcards.arch),
-        promptset="primary",
+        promptset=PRIMARY,
         heldout_tokens=config["analysis"]["heldout_tokens"],
         batch_size=config["analysis"]["ablation_batch_size"],
         attention_norm=config["analysis"]["attention_norm"],
@@ -72,7 +72,7 @@ rule qnorm_correlation:
         f"{RESULTS}/logs/qnorm_correlation/{{arch}}.log",
     params:
         configuration=lambda wildcards: architecture_summary(wildcards.arch),
-        promptset="primary",
+        promptset=PRIMARY,
         attention_norm=config["analysis"]["attention_norm"],
     threads: 1
     resources:
@@ -134,8 +134,8 @@ rule residual_cka:
     params:
         configuration=lambda wildcards: architecture_summary(wildcards.arch),
         seeds=lambda wildcards: seeds(wildcards.arch),
-        promptsets=["primary"],  # the paper's §4.7; add len{N} or the user's sets here, ~1 s each on the demo
-        figure_promptset="primary",
+        promptsets=[PRIMARY],  # the paper's §4.7; add len{N} or the user's sets here, ~1 s each on the demo
+        figure_promptset=PRIMARY,
         hook=config["analysis"]["cka_hook"],
         kernel=config["analysis"]["cka_kernel"],
         threshold=config["analysis"]["cka_threshold"],
@@ -172,7 +172,7 @@ rule ablation:
         f"{RESULTS}/logs/ablation/{{arch}}.log",
     params:
         configuration=lambda wildcards: architecture_summary(wildcards.arch),
-        promptset="primary",
+        promptset=PRIMARY,
     threads: 1
     resources:
         mem_mb=1000,
@@ -239,7 +239,7 @@ rule optimizer_comparison:
     params:
         configuration=lambda wildcards: " | ".join(architecture_summary(a) for a in (wildcards.arch, f"{wildcards.arch}_wd")),
         adamw=lambda wildcards: f"{wildcards.arch}_wd",
-        promptset="primary",
+        promptset=PRIMARY,
         heldout_label=config["analysis"]["heldout_corpus"] or "wikitext-2-raw-v1 test",
     threads: 1
     resources:
@@ -276,7 +276,7 @@ rule stability_gap:
     params:
         configuration=f"{len(ARCHITECTURES)} architectures ({', '.join(ARCHITECTURES)}), results_dir {RESULTS}",
         architectures=architecture_facts(ARCHITECTURES),
-        promptset="primary",
+        promptset=PRIMARY,
     threads: 1
     resources:
         mem_mb=1000,
@@ -329,7 +329,7 @@ rule meta_sne:
         configuration=f"{len(ARCHITECTURES)} architectures ({', '.join(ARCHITECTURES)}), results_dir {RESULTS}",
         refits=[[arch, seed] for arch in ARCHITECTURES for seed in seeds(arch)],
         optimizers={arch: optimizer_label(arch) for arch in ARCHITECTURES},
-        promptset="primary",
+        promptset=PRIMARY,
         perplexity=config["analysis"]["meta_sne_perplexity"],
         seed=config["analysis"]["meta_sne_seed"],
         embedding=config["analysis"]["meta_sne_embedding"],
