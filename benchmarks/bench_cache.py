@@ -51,7 +51,7 @@ def demo_tokenizer(work_dir: Path) -> tuple[Any, str]:
             return load_tokenizer(DEMO_TOKENIZER), str(DEMO_TOKENIZER)
         except Exception as err:  # a half-built demo directory: fall back to training one
             log.warning("could not load %s (%s); training a tokenizer instead", DEMO_TOKENIZER, err)
-    from headstab.corpus import generate_synthetic_documents
+    from headstab.data.synthetic import generate_synthetic_documents
 
     directory = work_dir / "demo_bpe"
     tokenizer = train_bpe_tokenizer(generate_synthetic_documents(seed=0, n_documents=500), 1024, directory)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from headstab.corpus import generate_synthetic_documents
+from headstab.data.synthetic import generate_synthetic_documents
 from headstab.fileio import sha256_file
 from headstab.tokenizer import (
     ENDOFTEXT,

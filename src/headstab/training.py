@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from headstab.config import ArchitectureSpec
-from headstab.corpus import load_shards
+from headstab.data.shards import load_shards
 from headstab.models import build_model, count_weight_matrix_params, save_weights
 from headstab.fileio import atomic_path, save_torch_atomic, sha256_file, write_json_atomic, write_text_atomic
 from headstab.provenance import environment_record

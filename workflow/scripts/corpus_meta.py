@@ -2,9 +2,9 @@
 
 import logging
 
-from headstab.joblog import run_job
-from headstab.corpus import aggregate_shard_records
+from headstab.data.shards import aggregate_shard_records
 from headstab.fileio import read_json, write_json_atomic
+from headstab.joblog import run_job
 from headstab.provenance import environment_record
 
 

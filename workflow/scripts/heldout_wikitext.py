@@ -7,7 +7,7 @@ wikitext perplexity; a .json record with counts and checksums is written beside 
 
 import logging
 
-from headstab.corpus import write_shard
+from headstab.data.shards import write_shard
 from headstab.joblog import run_job
 from headstab.tokenizer import load_tokenizer, tokenizer_identity
 

@@ -5,8 +5,8 @@ import time
 
 from tqdm import tqdm
 
+from headstab.data.synthetic import generate_synthetic_documents, write_jsonl
 from headstab.joblog import run_job
-from headstab.corpus import generate_synthetic_documents, write_jsonl
 
 
 def main():

@@ -5,8 +5,8 @@ import time
 
 from tqdm import tqdm
 
+from headstab.data.shards import build_shard, shard_token_quota
 from headstab.joblog import run_job
-from headstab.corpus import build_shard, shard_token_quota
 from headstab.tokenizer import load_tokenizer, tokenizer_identity
 
 

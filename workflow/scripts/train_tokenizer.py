@@ -6,9 +6,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from headstab.joblog import run_job
-from headstab.corpus import iter_documents
+from headstab.data.sources import iter_documents
 from headstab.fileio import sha256_file
+from headstab.joblog import run_job
 from headstab.tokenizer import train_bpe_tokenizer, write_tokenizer_meta
 
 
