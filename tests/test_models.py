@@ -8,7 +8,7 @@ import shlex
 import pytest
 import torch
 
-from headstab.config import REPO_ROOT, architecture_spec, load_yaml
+from headstab.config import REPO_ROOT, ConfigError, architecture_spec, load_yaml, spec_from_dict
 from headstab.models import (
     CheckpointError,
     build_model,
@@ -16,6 +16,7 @@ from headstab.models import (
     load_trained_model,
     load_verified_state_dict,
     rebuild_command,
+    resolve_device,
     save_weights,
 )
 from headstab.fileio import sha256_file, write_json_atomic
@@ -191,3 +192,15 @@ def test_rebuild_command_quotes_a_path_with_spaces(tiny_spec, tmp_path):
         load_trained_model(tiny_spec(), path)
     words = shlex.split(str(error.value).split("`")[1])
     assert words == ["rm", "-f", str(path), "&&", "snakemake", "--cores", "all", str(path)]
+
+
+def test_device_auto_falls_back_to_cpu_and_an_absent_cuda_names_the_key(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu") and resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(ConfigError, match=r"'compute\.device' is 'cuda:0' but no CUDA device is visible"):
+        resolve_device("cuda:0")
+
+
+def test_spec_from_dict_inverts_to_dict(tiny_spec):
+    spec = tiny_spec()
+    assert spec_from_dict(spec.to_dict()) == spec

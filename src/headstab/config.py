@@ -101,6 +101,11 @@ class ArchitectureSpec:
         return out
 
 
+def spec_from_dict(values: dict[str, Any]) -> ArchitectureSpec:
+    """ArchitectureSpec from `ArchitectureSpec.to_dict()` output (e.g. Snakemake params)."""
+    return ArchitectureSpec(**{**values, "seeds": tuple(values["seeds"])})
+
+
 ARCHITECTURE_FIELDS = tuple(f.name for f in fields(ArchitectureSpec) if f.name != "name")
 # Filled here, not by a schema `default:` (that would be written into every entry and override architecture_defaults).
 BUILT_IN_ARCHITECTURE_DEFAULTS: dict[str, Any] = {"divergence_factor": 3.0}

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from headstab.config import ArchitectureSpec
+from headstab.config import ArchitectureSpec, ConfigError
 from headstab.fileio import save_torch_atomic, sha256_file
 from headstab.weight_processing import process_weights
 
@@ -93,6 +93,15 @@ def load_verified_state_dict(weights_path: str | Path) -> dict[str, torch.Tensor
             f"weights file {weights_path} holds a {type(state).__name__}, not a state dict; {_rebuild_hint(weights_path)}"
         )
     return state
+
+
+def resolve_device(device: str) -> torch.device:
+    """The torch device of config key `compute.device`: `auto` -> cuda when available, else cpu."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"config key 'compute.device' is '{device}' but no CUDA device is visible; use auto or cpu")
+    return torch.device(device)
 
 
 def build_model(

@@ -3,13 +3,13 @@
 import torch
 
 from headstab.caches import GZIP_LEVEL, cache_activations
+from headstab.config import spec_from_dict
 from headstab.joblog import run_job
-from headstab.models import load_trained_model
+from headstab.models import load_trained_model, resolve_device
 from headstab.prompts import load_prompt_file
 from headstab.fileio import sha256_file
 from headstab.provenance import environment_record, package_versions
 from headstab.tokenizer import load_tokenizer, tokenizer_identity
-from headstab.training import resolve_device, spec_from_dict
 
 
 def main():

@@ -18,10 +18,10 @@ import torch
 from headstab.ablation import head_ablation_perplexities, perplexity, perplexity_from_loss, summed_token_loss
 from headstab.analyses import activation_norms, attention_output_from_z, layer_weight_norms, output_weights
 from headstab.caches import open_cache
+from headstab.config import spec_from_dict
 from headstab.data.shards import load_shards
 from headstab.joblog import run_job
-from headstab.models import load_trained_model
-from headstab.training import resolve_device, spec_from_dict
+from headstab.models import load_trained_model, resolve_device
 
 
 def heldout_windows(shards, n_tokens, seq_len):

@@ -5,8 +5,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(snakemake.scriptdir).parents[1] / "src"))  # the library, also without pip install -e
 
+from headstab.config import spec_from_dict  # noqa: E402
 from headstab.joblog import run_job  # noqa: E402
-from headstab.training import spec_from_dict, train_refit  # noqa: E402
+from headstab.training import train_refit  # noqa: E402
 
 
 def main():
