@@ -1,4 +1,4 @@
-"""Training-throughput benchmark (issue 6): our `train_refit` against TransformerLens's own loop.
+"""Training-throughput benchmark: our `train_refit` against TransformerLens's own loop.
 
 Same model (the demo's l4_h8 at the same seed), same data (synthetic token windows of seq_len 128
 in a uint16 shard), same batch (8), same optimiser (Adam, lr 1e-3), same number of steps, same

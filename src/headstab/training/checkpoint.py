@@ -1,0 +1,122 @@
+"""Full-state checkpoints: save, verify, prune, and decide whether one continues this refit.
+
+`state_{step:08d}.pt` holds model, optimiser, RNG, step, data position and log rows; its `.sha256`
+sidecar is written after it, so a state without one is an interrupted write and is skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from headstab.config import ArchitectureSpec
+from headstab.fileio import save_torch_atomic, sha256_file, write_text_atomic
+
+log = logging.getLogger("headstab.training")  # the package's one logger name, as docs/operations.md quotes it
+
+# Bump whenever the loop's numerics change (loss, optimiser step, data order, init): older full states then restart.
+TRAINING_CODE_VERSION = 1
+# Spec fields that determine the weights at a given step; a full state written under other values is not resumed.
+# The lr is constant (no schedule) and Adam's betas/eps are torch's defaults, so lr alone sets each step's update.
+# n_tokens, epochs, divergence_factor and the logging/checkpoint cadence only change where the run stops or
+# what it writes (window_order of a longer run extends a shorter one's).
+TRAJECTORY_FIELDS = (
+    "n_layers", "n_heads", "d_model", "d_head", "d_mlp", "n_ctx", "d_vocab", "act_fn",
+    "normalization_type", "positional_embedding_type", "init_mode", "attn_only",
+    "tokenizer", "corpus", "optimizer", "lr", "weight_decay", "batch_size", "seq_len",
+)  # fmt: skip
+# Identity fields of earlier versions, always False there: full states written with them still resume.
+RETIRED_FIELDS = {"autocast_bf16": False, "compile_model": False}
+
+
+def state_path(out_dir: Path, step: int) -> Path:
+    return out_dir / f"state_{step:08d}.pt"
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def rng_state() -> dict[str, Any]:
+    # Plain tensors, strings and numbers only, so torch.load(weights_only=True) reads it back.
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, py_state, py_gauss = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos, "has_gauss": has_gauss, "gauss": gauss},
+        "python": {"version": version, "state": list(py_state), "gauss": py_gauss},
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    np_state = state["numpy"]
+    np.random.set_state((np_state["kind"], np_state["keys"].numpy().astype(np.uint32), np_state["pos"], np_state["has_gauss"], np_state["gauss"]))
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["state"]), py["gauss"]))
+
+
+def save_state(out_dir: Path, state: dict[str, Any], keep: int) -> Path:
+    """Write a full-state checkpoint (tmp + rename, then its sha256 sidecar) and prune all but the newest `keep`."""
+    path = state_path(out_dir, state["step"])
+    save_torch_atomic(state, path)
+    # The sidecar is written after the rename: a checkpoint without one is treated as unverified and skipped.
+    write_text_atomic(_sidecar(path), f"{sha256_file(path)}  {path.name}\n")
+    prune_states(out_dir, keep)
+    return path
+
+
+def prune_states(out_dir: Path, keep: int) -> None:
+    """Delete all but the newest `keep` full-state checkpoints (and their sidecars); keep 0 deletes them all."""
+    paths = sorted(out_dir.glob("state_*.pt"))
+    for old in paths[: len(paths) - keep]:
+        old.unlink(missing_ok=True)
+        _sidecar(old).unlink(missing_ok=True)
+
+
+def load_latest_state(out_dir: Path) -> tuple[dict[str, Any] | None, Path | None]:
+    """The newest full-state checkpoint whose sha256 verifies; corrupt or unverifiable ones are logged and skipped."""
+    for path in sorted(out_dir.glob("state_*.pt"), reverse=True):
+        sidecar = _sidecar(path)
+        if not sidecar.is_file():
+            log.warning("checkpoint %s has no sha256 sidecar %s (interrupted write?); skipping it", path, sidecar.name)
+            continue
+        recorded = sidecar.read_text().split()
+        expected = recorded[0] if recorded else ""
+        found = sha256_file(path)
+        if found != expected:
+            log.warning("checkpoint %s fails its sha256 check (expected %s, found %s); skipping it", path, expected, found)
+            continue
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True), path
+        except Exception as err:  # verified bytes that still do not load: report and fall back
+            log.warning("checkpoint %s cannot be loaded (%s: %s); skipping it", path, type(err).__name__, err)
+    return None, None
+
+
+def resume_identity(spec: ArchitectureSpec, seed: int, corpus_sha256: str | None) -> dict[str, Any]:
+    """Everything that determines a refit's weights at a given step; a full state resumes only if it matches."""
+    return {**{k: getattr(spec, k) for k in TRAJECTORY_FIELDS}, "seed": seed, "corpus_meta_sha256": corpus_sha256,
+            "training_code_version": TRAINING_CODE_VERSION}  # fmt: skip
+
+
+def why_not_resumable(state: dict[str, Any], identity: dict[str, Any], steps: int) -> str | None:
+    """None when `state` continues this refit, else why not, e.g.
+    'written with another configuration: lr (checkpoint 0.01, now 0.003)'."""
+    saved = {k: v for k, v in state["identity"].items() if not (k in RETIRED_FIELDS and v == RETIRED_FIELDS[k])}
+    differing = [f"{k} (checkpoint {saved.get(k)!r}, now {identity.get(k)!r})"
+                 for k in {**identity, **saved} if saved.get(k) != identity.get(k)]  # fmt: skip
+    if differing:
+        return f"written with another configuration: {', '.join(differing)}"
+    if state["step"] > steps:
+        return f"at step {state['step']}, beyond the {steps} steps now requested"
+    return None
+

@@ -1,0 +1,62 @@
+"""Shared by the training tests: one torch thread, cyclic token shards, log and weight readers, a simulated kill."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+PERIOD = np.array([5, 17, 3, 29, 11, 2, 23, 8, 14, 30, 1, 19, 26, 7, 12, 21])  # a fixed cycle: learnable
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread: on the shared 2-core test machine a second, spinning OpenMP thread slows the small steps."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def write_shards(directory: Path, arrays, dtype=np.uint16) -> list[Path]:
+    paths = []
+    for i, array in enumerate(arrays):
+        path = directory / f"shard_{i:03d}.npy"
+        np.save(path, np.asarray(array, dtype=dtype))
+        paths.append(path)
+    return paths
+
+
+@pytest.fixture
+def cyclic_shards(tmp_path):
+    """Two shards of a repeating 16-token cycle: 40 + 24 windows of 16 tokens."""
+    return write_shards(tmp_path, [np.tile(PERIOD, 40), np.tile(PERIOD, 24)])
+
+
+def read_log(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def final_state(out_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(out_dir / "final.pt", weights_only=True)
+
+
+def states_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+class SimulatedKill(Exception):
+    pass
+
+
+def kill_after(step_to_kill: int):
+    def callback(step: int) -> None:
+        if step == step_to_kill:
+            raise SimulatedKill(step)
+
+    return callback
+
