@@ -109,13 +109,3 @@ def test_checkpoint_beyond_a_lowered_budget_restarts_from_step_0(tiny_spec, cycl
     assert not (tmp_path / "out" / "state_00000008.pt").exists()
     train_refit(tiny_spec(n_tokens=6 * 64), 1, cyclic_shards, tmp_path / "fresh", progress=False)
     assert states_equal(final_state(tmp_path / "fresh"), final_state(tmp_path / "out"))
-
-
-
-def test_states_with_the_retired_always_false_gpu_fields_still_resume(tiny_spec):
-    identity = resume_identity(tiny_spec(), 1, None)
-    older = {**identity, "autocast_bf16": False, "compile_model": False}
-    assert why_not_resumable({"identity": older, "step": 4}, identity, steps=8) is None
-    turned_on = {**older, "autocast_bf16": True}
-    assert why_not_resumable({"identity": turned_on, "step": 4}, identity, steps=8) == (
-        "written with another configuration: autocast_bf16 (checkpoint True, now None)")

@@ -30,8 +30,6 @@ TRAJECTORY_FIELDS = (
     "normalization_type", "positional_embedding_type", "init_mode", "attn_only",
     "tokenizer", "corpus", "optimizer", "lr", "weight_decay", "batch_size", "seq_len",
 )  # fmt: skip
-# Identity fields of earlier versions, always False there: full states written with them still resume.
-RETIRED_FIELDS = {"autocast_bf16": False, "compile_model": False}
 
 
 def state_path(out_dir: Path, step: int) -> Path:
@@ -111,7 +109,7 @@ def resume_identity(spec: ArchitectureSpec, seed: int, corpus_sha256: str | None
 def why_not_resumable(state: dict[str, Any], identity: dict[str, Any], steps: int) -> str | None:
     """None when `state` continues this refit, else why not, e.g.
     'written with another configuration: lr (checkpoint 0.01, now 0.003)'."""
-    saved = {k: v for k, v in state["identity"].items() if not (k in RETIRED_FIELDS and v == RETIRED_FIELDS[k])}
+    saved = state["identity"]
     differing = [f"{k} (checkpoint {saved.get(k)!r}, now {identity.get(k)!r})"
                  for k in {**identity, **saved} if saved.get(k) != identity.get(k)]  # fmt: skip
     if differing:
