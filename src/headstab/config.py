@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import difflib
 import math
-import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable
 
 import jsonschema
 import yaml
+
+from headstab.command_line import coerce_scalar_strings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -174,84 +175,13 @@ def validate_config(config: dict[str, Any], schema_path: str | Path = SCHEMA_PAT
     Returns the same dict. Raises ConfigError naming the first bad key and the fix.
     """
     schema = yaml.safe_load(Path(schema_path).read_text())
-    _coerce_scalar_strings(config, schema, schema)
+    coerce_scalar_strings(config, schema, schema)
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
     if errors:
         raise ConfigError(_describe(errors[0], schema))
     _check_references(config)
     return config
-
-
-NULL_WORDS = ("null", "Null", "NULL", "~")  # YAML's spellings of null
-
-
-def _alternatives(schema: Any, root: dict[str, Any]) -> list[dict[str, Any]]:
-    """`schema` with its local `$ref`s followed and its `oneOf`/`anyOf` branches flattened."""
-    if not isinstance(schema, dict):
-        return []
-    if "$ref" in schema:
-        target: Any = root
-        for part in schema["$ref"].removeprefix("#/").split("/"):
-            target = target[part]
-        return _alternatives(target, root)
-    branches = schema.get("oneOf", []) + schema.get("anyOf", [])
-    if branches:
-        return [alt for branch in branches for alt in _alternatives(branch, root)]
-    return [schema]
-
-
-def _types(schema: dict[str, Any]) -> set[str]:
-    kind = schema.get("type")
-    return {kind} if isinstance(kind, str) else set(kind or ())
-
-
-def _scalar_from_string(text: str, allowed: set[str]) -> Any:
-    """`text` as the int, float, bool or null that `allowed` (JSON schema types, no string) asks for, else unchanged."""
-    stripped = text.strip()
-    if allowed & {"integer", "number"} and re.fullmatch(r"[-+]?\d+", stripped):
-        return int(stripped)
-    if "number" in allowed:
-        try:
-            return float(stripped)
-        except ValueError:
-            pass
-    if "boolean" in allowed and stripped.lower() in ("true", "false"):
-        return stripped.lower() == "true"
-    if "null" in allowed and stripped in NULL_WORDS:
-        return None
-    return text
-
-
-def _coerce_scalar_strings(value: Any, schema: Any, root: dict[str, Any]) -> Any:
-    """Turn strings into the numbers, booleans or nulls the schema asks for, in place; returns `value`.
-
-    Snakemake parses a nested `--config` value with YAML's BaseLoader, so in
-    `--config 'run={architectures: [l4_h8], seeds: [1, 2, 3]}'` every scalar arrives as a string
-    ('1', '2', '3'). A string is converted only where the schema does not allow a string; anything
-    that does not convert is left for the schema to reject with its usual message.
-    """
-    alternatives = _alternatives(schema, root)
-    if isinstance(value, dict):
-        for alt in alternatives:
-            if "properties" in alt or "additionalProperties" in alt:
-                for key, item in value.items():
-                    sub = alt.get("properties", {}).get(key, alt.get("additionalProperties"))
-                    value[key] = _coerce_scalar_strings(item, sub, root)
-                break
-    elif isinstance(value, list):
-        for alt in alternatives:
-            if "items" in alt:
-                value[:] = [_coerce_scalar_strings(item, alt["items"], root) for item in value]
-                break
-    elif isinstance(value, str) and alternatives:
-        if all(_types(alt) for alt in alternatives):  # an untyped branch (enum, const) may want the string
-            allowed = set().union(*(_types(alt) for alt in alternatives))
-            if "string" not in allowed:
-                return _scalar_from_string(value, allowed)
-            if "null" in allowed and value.strip() in NULL_WORDS:  # `heldout_corpus: null` on the command line
-                return None
-    return value
 
 
 def _closest(name: str, valid: Iterable[str]) -> str:
