@@ -6,7 +6,7 @@
 #   tokenize_shard  -> {RESULTS}/data/{corpus}/shard_{shard}.npy/.json (one job per shard)
 #   corpus_meta     -> {RESULTS}/data/{corpus}/meta.json
 #
-# Local tokenizers (source local) are used in place: no rule. File formats: src/headstab/corpus.py.
+# Local tokenizers (source local) are used in place: no rule. File formats: src/headstab/data/shards.py.
 
 
 rule synthetic_text:

@@ -5,8 +5,9 @@
 #
 # The same directory holds full-state checkpoints state_{step:08d}.pt (+ .sha256) every
 # `checkpoint_every` steps. They are not declared outputs: a rerun of a killed or requeued job
-# resumes from the newest one that verifies, and ends bit-identical to an uninterrupted run (CPU).
-# Library: src/headstab/training.py, src/headstab/models.py.
+# resumes from the newest one written under the same configuration, and ends bit-identical to an
+# uninterrupted run (CPU); one written under another configuration is deleted and training restarts.
+# Library: src/headstab/training/ (loop, checkpoint, data), src/headstab/models.py.
 
 # Resources (model_gpus, train_runtime, train_mem_mb) and train_spec: common.smk, section "resources".
 
