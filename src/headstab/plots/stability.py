@@ -18,6 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.collections import QuadMesh
 
 from headstab.plots import new_figure, save_figure
+from headstab.tables import select_rows
 
 __all__ = [
     "plot_alignment_map",
@@ -30,20 +31,6 @@ __all__ = [
 
 SIMILARITY_LABEL = "cosine similarity"
 STABILITY_CMAP = "viridis"
-
-
-def _select(table: pd.DataFrame, name: str, **filters: object) -> pd.DataFrame:
-    """Rows of `table` matching every column=value filter; a clear error if none match."""
-    selected = table
-    for column, value in filters.items():
-        if column not in table.columns:
-            raise ValueError(f"{name} has no column {column!r}; columns are {list(table.columns)}")
-        rows = selected[selected[column] == value]
-        if rows.empty:
-            available = sorted(map(str, selected[column].unique()))
-            raise ValueError(f"{name} has no rows with {column} = {value!r}; available: {available}")
-        selected = rows
-    return selected
 
 
 def _first(table: pd.DataFrame, column: str) -> int:
@@ -77,7 +64,7 @@ def _heatmap(
     """Draw `matrix` as a heatmap, first row on top; returns the QuadMesh (for a colorbar).
 
     A plain pcolormesh in seaborn's heatmap style: `sns.heatmap` redraws the whole figure to check
-    tick overlap, which made a 12-panel figure take a minute.
+    tick overlap, slow for many panels.
     """
     values = matrix.to_numpy(dtype=float)
     n_rows, n_cols = values.shape
@@ -121,7 +108,7 @@ def plot_head_stability(
     head_table: HEAD_COLUMNS of `headstab.stability`.
     Returns the drawn [head, layer] matrix (0-based index and columns).
     """
-    rows = _select(head_table, "head_stability table", promptset=promptset, scope=scope)
+    rows = select_rows(head_table, "head_stability table", promptset=promptset, scope=scope)
     anchor = _first(rows, "anchor_seed")
     matrix = _heads_by_layers(rows[rows["anchor_seed"] == anchor], "stability")
     figure = new_figure(_heatmap_size(*matrix.shape[::-1]))
@@ -150,7 +137,7 @@ def plot_layer_stability(
     the layer mean. layer_table: LAYER_COLUMNS of `headstab.stability`.
     Returns the drawn data: layer (0-based), mean, std (first anchor), anchors_mean, anchors_std.
     """
-    rows = _select(layer_table, "layer_stability table", promptset=promptset, scope=scope)
+    rows = select_rows(layer_table, "layer_stability table", promptset=promptset, scope=scope)
     anchor = _first(rows, "anchor_seed")
     first = rows[rows["anchor_seed"] == anchor].set_index("layer").sort_index()
     across = rows.groupby("layer")["mean"].agg(anchors_mean="mean", anchors_std=lambda x: x.std(ddof=0))
@@ -194,7 +181,7 @@ def plot_pair_stability(
     pair_table: PAIR_COLUMNS of `headstab.stability`; the anchor is the first seed.
     Returns the drawn data: index (layer, head) 0-based, one column per pair seed.
     """
-    rows = _select(pair_table, "pair_stability table", promptset=promptset, scope=scope)
+    rows = select_rows(pair_table, "pair_stability table", promptset=promptset, scope=scope)
     anchor = _first(rows, "anchor_seed")
     rows = rows[rows["anchor_seed"] == anchor]
     pair_order = list(dict.fromkeys(rows["pair_seed"]))
@@ -240,10 +227,10 @@ def plot_cross_layer_stability(
     head_table, layer_table: HEAD_COLUMNS and LAYER_COLUMNS with both scopes; anchor = first seed.
     Returns the drawn [head, layer] matrix of cross-layer head stability.
     """
-    heads = _select(head_table, "head_stability table", promptset=promptset, scope="cross_layer")
+    heads = select_rows(head_table, "head_stability table", promptset=promptset, scope="cross_layer")
     anchor = _first(heads, "anchor_seed")
     matrix = _heads_by_layers(heads[heads["anchor_seed"] == anchor], "stability")
-    layers = _select(layer_table, "layer_stability table", promptset=promptset, anchor_seed=anchor)
+    layers = select_rows(layer_table, "layer_stability table", promptset=promptset, anchor_seed=anchor)
 
     width, height = _heatmap_size(*matrix.shape[::-1])
     figure = new_figure((width + 4.2, max(height, 3.4)))
@@ -284,7 +271,7 @@ def plot_alignment_map(
     diagonal_share and normalized_entropy are drawn as a two-column panel beside each row.
     Returns the drawn [layer, match_layer] matrix (0-based).
     """
-    rows = _select(alignment_map, "alignment_map table", promptset=promptset)
+    rows = select_rows(alignment_map, "alignment_map table", promptset=promptset)
     anchor = _first(rows, "anchor_seed")
     matrix = (
         rows[rows["anchor_seed"] == anchor]
@@ -306,7 +293,7 @@ def plot_alignment_map(
     map_ax.set_xlabel("layer of best match in pair refit")
     map_ax.set_ylabel("anchor layer")
     if dispersion_table is not None:
-        measures = _select(dispersion_table, "alignment_dispersion table", promptset=promptset, anchor_seed=anchor)
+        measures = select_rows(dispersion_table, "alignment_dispersion table", promptset=promptset, anchor_seed=anchor)
         measures = measures.set_index("layer")[["diagonal_share", "normalized_entropy"]].reindex(matrix.index)
         side = _heatmap(side_ax, measures, "crest", ["diagonal\nshare", "norm.\nentropy"],
                         _one_based(measures.index), vmin=0.0, vmax=1.0, annotate=annotate)
@@ -334,7 +321,7 @@ def plot_commonness(
     commonness: COMMONNESS_COLUMNS; column: "commonness" (self included, the paper's Eq. 10) or
     "commonness_excl_self". Returns the drawn [head, layer] matrix of the first seed.
     """
-    rows = _select(commonness, "commonness table", promptset=promptset)
+    rows = select_rows(commonness, "commonness table", promptset=promptset)
     seed = _first(rows, "seed")
     matrix = _heads_by_layers(rows[rows["seed"] == seed], column)
     per_seed = rows.groupby(["seed", "layer"])[column].mean().unstack("layer")

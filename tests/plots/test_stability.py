@@ -1,4 +1,4 @@
-"""Tests for headstab.plots.stability: each figure is written and draws what the table holds."""
+"""headstab.plots.stability: each §4.1-4.3 figure is written and draws what the table holds."""
 
 from __future__ import annotations
 
