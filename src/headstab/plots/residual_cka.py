@@ -1,0 +1,77 @@
+"""Residual-stream CKA between refits against head stability (paper §4.7, Fig. 9 / B.8)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from headstab.cka import layer_cka_summary
+from headstab.plots import STABILITY_LABEL, layer_palette, layer_ticks, new_figure, save_figure
+from headstab.tables import pearson_or_nan, select_rows
+
+__all__ = ["plot_residual_stream"]
+
+
+def plot_residual_stream(
+    cka: pd.DataFrame,
+    layer_stability: pd.DataFrame,
+    path: str | Path,
+    arch: str,
+    promptset: str = "primary",
+    scope: str = "same_layer",
+    kernel: str = "RBF",
+    hook: str = "hook_resid_mid",
+    pairs: str = "distinct",
+) -> pd.DataFrame:
+    """Residual-stream CKA between refits against head stability, per layer (§4.7, Fig. 9 / B.8).
+
+    cka: (promptset,) seed_a, seed_b, layer, cka; layer_stability: anchor_seed, layer, mean, std.
+    hook: the residual hook the CKA was computed on (config key analysis.cka_hook), named in the labels.
+    pairs: how CKA is averaged over refit pairs (`headstab.cka.layer_cka_summary`, config key analysis.cka_pairs).
+    Returns per layer: cka_mean, cka_std, n_pairs (over pairs), stability_mean, stability_std (over anchors).
+    """
+    cka = select_rows(cka, "residual CKA table", promptset=promptset)
+    stab = select_rows(layer_stability, "layer stability", promptset=promptset, scope=scope)
+    data = layer_cka_summary(cka, pairs).merge(
+        stab.groupby("layer")["mean"].agg(stability_mean="mean", stability_std=lambda x: x.std(ddof=0)).reset_index(),
+        on="layer",
+    )
+    n_layers = len(data)
+    n_pairs = int(data["n_pairs"].iloc[0])
+    pairing = "distinct refit pairs" if pairs == "distinct" else "ordered refit pairs incl. self-pairs"
+    x = data["layer"].to_numpy() + 1
+
+    figure = new_figure((10, 3.9))
+    line_ax, scatter_ax = figure.subplots(1, 2)
+    for column, colour, label in (
+        ("cka", "tab:purple", f"residual-stream CKA ({hook}, {kernel}), {n_pairs} {pairing}"),
+        ("stability", "tab:green", "head stability (layer mean), all anchors"),
+    ):
+        mean, std = data[f"{column}_mean"], data[f"{column}_std"]
+        line_ax.fill_between(x, mean - std, mean + std, color=colour, alpha=0.2, linewidth=0)
+        line_ax.plot(x, mean, marker="o", color=colour, label=label + " ±1 s.d.")
+    layer_ticks(line_ax, n_layers)
+    line_ax.set_ylabel("similarity (CKA or cosine, unitless)")
+    line_ax.set_ylim(bottom=min(0.0, line_ax.get_ylim()[0]), top=1.05)
+    line_ax.legend(fontsize=7, loc="lower left")
+    line_ax.set_title("per layer", fontsize=9)
+
+    palette = layer_palette(n_layers)
+    for i, row in data.iterrows():
+        scatter_ax.errorbar(row["stability_mean"], row["cka_mean"], xerr=row["stability_std"], yerr=row["cka_std"],
+                            fmt="o", color=palette[i], ecolor=palette[i], elinewidth=0.8, capsize=2,
+                            label=f"layer {int(row['layer']) + 1}")
+    r, _ = pearson_or_nan(data["stability_mean"].to_numpy(), data["cka_mean"].to_numpy())
+    if n_layers >= 3 and np.isfinite(r):
+        scatter_ax.set_title(f"CKA vs head stability (Pearson r over layers = {r:.2f})", fontsize=9)
+    else:  # undefined for 2 layers or a constant variable
+        scatter_ax.set_title("CKA vs head stability", fontsize=9)
+    scatter_ax.set_xlabel(STABILITY_LABEL)
+    scatter_ax.set_ylabel(f"residual-stream CKA ({hook}, {kernel})")
+    scatter_ax.legend(fontsize=7, ncol=2 if n_layers > 6 else 1)
+    figure.suptitle(f"{arch}: residual stream similarity vs head stability (§4.7, Fig. 9 / B.8; prompts: {promptset})",
+                    fontsize=10)
+    save_figure(figure, path)
+    return data

@@ -1,0 +1,218 @@
+"""Adam vs AdamW (paper §4.5): activation norms (Fig. 35) and performance parity (Table B.7).
+
+An architecture and its `_wd` twin differ only in the optimizer (AdamW, weight decay 0.1). Their
+layer stability is compared in the figures (`headstab.plots.optimizers`); here are the two checks
+behind the paper's explanation: the mean per-token norms of the attention output (rebuilt from the
+cached `hook_z` and W_O) and of resid_mid, and the validation perplexity of every refit on held-out
+text with Welch's test of the difference.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from headstab.config import ArchitectureSpec
+from headstab.evaluation import perplexity_from_loss, summed_token_loss
+from headstab.sections.weight_norms import bridge_state, to_numpy, trained_state
+
+log = logging.getLogger(__name__)
+
+ACTIVATION_NORM_COLUMNS = ["seed", "layer", "activation", "mean_norm"]
+VALIDATION_COLUMNS = ["seed", "perplexity", "n_tokens"]
+PERPLEXITY_COLUMNS = ["scope", "architecture", "optimizer", "seed", "statistic", "value"]
+
+
+def output_weights(
+    weights: Mapping[str, Any] | Any, n_layers: int, n_heads: int, d_head: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """W_O [layer, head, d_head, d_model] and b_O [layer, d_model] from a state dict (as `final.pt`).
+
+    weights: state dict with `blocks.{l}.attn.o.weight` [d_model, n_heads*d_head] and `.bias`, or an
+    object with `.state_dict()`. Same layout as TransformerLens' `model.W_O` / `model.b_O`.
+    """
+    state = bridge_state(weights)
+    w_list, b_list = [], []
+    for layer in range(n_layers):
+        key = f"blocks.{layer}.attn.o"
+        if f"{key}.weight" not in state:
+            raise KeyError(f"state dict lacks {key}.weight; keys look like {sorted(state)[:4]}")
+        w = to_numpy(state[f"{key}.weight"])
+        if w.shape[1] != n_heads * d_head:
+            raise ValueError(f"{key}.weight has shape {w.shape}; expected [d_model, {n_heads * d_head}]")
+        w_list.append(w.T.reshape(n_heads, d_head, w.shape[0]))
+        bias = state.get(f"{key}.bias")
+        b_list.append(np.zeros(w.shape[0]) if bias is None else to_numpy(bias))
+    return np.stack(w_list).astype(np.float32), np.stack(b_list).astype(np.float32)
+
+
+def _real_mask(lengths: np.ndarray, n_pos: int) -> np.ndarray:
+    """[prompt, pos] True at real tokens."""
+    lengths = np.asarray(lengths)
+    if lengths.ndim != 1 or lengths.max(initial=0) > n_pos or lengths.min(initial=0) < 0:
+        raise ValueError(f"lengths must be [prompt] with values in [0, {n_pos}], got {lengths}")
+    return np.arange(n_pos)[None, :] < lengths[:, None]
+
+
+def attention_output_from_z(
+    head_out: np.ndarray, W_O: np.ndarray, b_O: np.ndarray, lengths: np.ndarray | None = None
+) -> np.ndarray:
+    """Attention sub-layer output from the cached `hook_z`.
+
+    head_out: [layer, prompt, pos, head, d_head] (`attn.hook_z`, zero-padded);
+    W_O: [layer, head, d_head, d_model]; b_O: [layer, d_model]; lengths: [prompt], to keep padding
+    positions at zero (the bias would otherwise fill them).
+    Returns [layer, prompt, pos, d_model] = sum_h z_h W_O[h] + b_O (`hook_attn_out`).
+    """
+    head_out = np.asarray(head_out)
+    W_O, b_O = np.asarray(W_O), np.asarray(b_O)
+    if head_out.ndim != 5 or W_O.shape[:3] != (head_out.shape[0], head_out.shape[3], head_out.shape[4]):
+        raise ValueError(
+            f"head_out {head_out.shape} [layer, prompt, pos, head, d_head] and W_O {W_O.shape} "
+            "[layer, head, d_head, d_model] disagree"
+        )
+    if b_O.shape != (W_O.shape[0], W_O.shape[3]):
+        raise ValueError(f"b_O must be [layer, d_model] = {(W_O.shape[0], W_O.shape[3])}, got {b_O.shape}")
+    out = np.einsum("lpshd,lhdm->lpsm", head_out, W_O, dtype=np.float32) + b_O[:, None, None, :]
+    if lengths is not None:
+        out[:, ~_real_mask(lengths, head_out.shape[2])] = 0.0
+    return out.astype(np.float32, copy=False)
+
+
+def mean_token_norm(acts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Mean per-token L2 norm over real tokens of all prompts.
+
+    acts: [layer, prompt, pos, d_model] zero-padded; lengths: [prompt]. Returns [layer].
+    """
+    acts = np.asarray(acts)
+    if acts.ndim != 4 or acts.shape[1] != len(lengths):
+        raise ValueError(f"acts must be [layer, prompt, pos, d_model] with {len(lengths)} prompts, got {acts.shape}")
+    real = _real_mask(lengths, acts.shape[2])
+    norms = np.linalg.norm(acts.astype(np.float64), axis=-1)  # [layer, prompt, pos]
+    return norms[:, real].mean(axis=1)
+
+
+def activation_norms(attn_out: np.ndarray, resid_mid: np.ndarray, lengths: np.ndarray) -> pd.DataFrame:
+    """Mechanistic check of §4.5: mean per-token L2 norm per layer, padding excluded.
+
+    attn_out: [layer, prompt, pos, d_model] attention output (see `attention_output_from_z`; the
+    cache stores only `hook_z`); resid_mid: [layer, prompt, pos, d_model]; lengths: [prompt].
+    Returns columns layer (0-based), activation ('attn_out' | 'resid_mid'), mean_norm.
+    """
+    frames = []
+    for name, acts in (("attn_out", attn_out), ("resid_mid", resid_mid)):
+        norms = mean_token_norm(acts, lengths)
+        frames.append(pd.DataFrame({"layer": np.arange(len(norms)), "activation": name, "mean_norm": norms}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def refit_activation_norms(cache: Any, state: Mapping[str, Any], promptset: str, spec: ArchitectureSpec) -> pd.DataFrame:
+    """Mean per-token norms of one refit from its open cache (a `headstab.activations.reader` reader)
+    and its weights, one layer at a time (attention output rebuilt from hook_z and W_O)."""
+    W_O, b_O = output_weights(state, spec.n_layers, spec.n_heads, spec.d_head)
+    lengths = cache.lengths(promptset)
+    frames = []
+    for layer in range(cache.n_layers):
+        head_out = cache.hook_z(promptset, layer=layer)[None]  # [1, prompt, pos, head, d_head]
+        attn_out = attention_output_from_z(head_out, W_O[layer : layer + 1], b_O[layer : layer + 1], lengths)
+        resid_mid = cache.resid(promptset, "hook_resid_mid", layer=layer)[None]
+        frames.append(activation_norms(attn_out, resid_mid, lengths).assign(layer=layer))
+    return pd.concat(frames, ignore_index=True)
+
+
+def activation_norm_table(
+    spec: ArchitectureSpec,
+    refits: Mapping[int, tuple[str | Path, str | Path]],
+    promptset: str,
+    weight_processing: Sequence[str],
+) -> pd.DataFrame:
+    """ACTIVATION_NORM_COLUMNS of every refit: refits maps seed -> (final.pt, cache), in report order."""
+    from headstab.activations.reader import open_cache
+
+    frames = []
+    for seed, (weights, cache_path) in refits.items():
+        state = trained_state(spec, weights, weight_processing)
+        with open_cache(cache_path) as cache:
+            frames.append(refit_activation_norms(cache, state, promptset, spec).assign(seed=seed))
+    return pd.concat(frames, ignore_index=True)[ACTIVATION_NORM_COLUMNS]
+
+
+def validation_perplexity_table(
+    spec: ArchitectureSpec,
+    weights: Mapping[int, str | Path],
+    windows: np.ndarray,
+    device: str,
+    batch_size: int,
+    weight_processing: Sequence[str],
+) -> pd.DataFrame:
+    """VALIDATION_COLUMNS: every refit's perplexity over the held-out windows ([window, seq_len], from
+    `headstab.evaluation.heldout_windows`); n_tokens counts the predicted tokens."""
+    from headstab.models import load_trained_model
+
+    lengths = np.full(len(windows), windows.shape[1])
+    rows = []
+    for seed, path in weights.items():
+        # Checked against its meta.json's sha256; processed as the caches were (analysis.weight_processing).
+        model = load_trained_model(spec, path, device, weight_processing=weight_processing)
+        total, count = summed_token_loss(model, windows, lengths, batch_size=batch_size)
+        rows.append((seed, perplexity_from_loss(total, count), count))
+        log.info("seed %d: validation perplexity %.3f over %d predicted tokens", seed, rows[-1][1], count)
+    return pd.DataFrame(rows, columns=VALIDATION_COLUMNS)
+
+
+def perplexity_comparison(ppl_adam: np.ndarray, ppl_adamw: np.ndarray) -> dict[str, float]:
+    """Performance parity of Adam and AdamW refits (§4.5).
+
+    ppl_adam: [seed], ppl_adamw: [seed] validation perplexities.
+    Returns mean/std (ddof 1) of each, their difference (AdamW - Adam), Welch's two-sided t and p,
+    and the two-sided Mann-Whitney U p-value.
+    """
+    a, b = np.asarray(ppl_adam, dtype=float), np.asarray(ppl_adamw, dtype=float)
+    if a.ndim != 1 or b.ndim != 1 or len(a) < 2 or len(b) < 2:
+        raise ValueError(f"need at least two refits per optimizer, got {a.shape} (Adam) and {b.shape} (AdamW)")
+    welch = stats.ttest_ind(a, b, equal_var=False)
+    mwu = stats.mannwhitneyu(a, b, alternative="two-sided")
+    return {
+        "mean_adam": float(a.mean()),
+        "std_adam": float(a.std(ddof=1)),
+        "n_adam": len(a),
+        "mean_adamw": float(b.mean()),
+        "std_adamw": float(b.std(ddof=1)),
+        "n_adamw": len(b),
+        "difference": float(b.mean() - a.mean()),
+        "welch_t": float(welch.statistic),
+        "welch_p": float(welch.pvalue),
+        "mannwhitney_u": float(mwu.statistic),
+        "mannwhitney_p": float(mwu.pvalue),
+    }
+
+
+def pair_frame(adam: pd.DataFrame, adamw: pd.DataFrame) -> pd.DataFrame:
+    """The two members' tables stacked, with an optimizer column ('Adam' | 'AdamW')."""
+    return pd.concat([adam.assign(optimizer="Adam"), adamw.assign(optimizer="AdamW")], ignore_index=True)
+
+
+def perplexity_table(ppl: pd.DataFrame, comparison: Mapping[str, float], arch_of: Mapping[str, str]) -> pd.DataFrame:
+    """Table B.7 long and tidy: one value per row, PERPLEXITY_COLUMNS.
+
+    ppl: optimizer, seed, perplexity of every refit (`pair_frame` of the validation perplexities);
+    comparison: `perplexity_comparison`; arch_of: 'Adam' | 'AdamW' -> architecture. scope is
+    `refit` (statistic perplexity, seed set), `optimizer` (mean, std ddof 1, n over one member's
+    refits; seed empty) or `comparison` (architecture "{adam} vs {adamw}", optimizer "AdamW - Adam":
+    difference of means, welch_t, welch_p, mannwhitney_u, mannwhitney_p, all two-sided).
+    """
+    rows = [("refit", arch_of[r.optimizer], r.optimizer, r.seed, "perplexity", r.perplexity)
+            for r in ppl.itertuples(index=False)]
+    for optimizer, suffix in (("Adam", "adam"), ("AdamW", "adamw")):
+        rows += [("optimizer", arch_of[optimizer], optimizer, None, stat, comparison[f"{stat}_{suffix}"])
+                 for stat in ("mean", "std", "n")]
+    pair = f"{arch_of['Adam']} vs {arch_of['AdamW']}"
+    rows += [("comparison", pair, "AdamW - Adam", None, stat, comparison[stat])
+             for stat in ("difference", "welch_t", "welch_p", "mannwhitney_u", "mannwhitney_p")]
+    return pd.DataFrame(rows, columns=PERPLEXITY_COLUMNS).astype({"seed": "Int64"})

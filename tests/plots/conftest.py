@@ -1,0 +1,38 @@
+"""Shared by the §4.4-4.9 figure tests: noisy layer-stability tables and a check that a PNG was written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+SEEDS = (1, 2, 3, 4)
+N_LAYERS, N_HEADS = 4, 8
+
+
+@pytest.fixture
+def layer_stability():
+    """Factory: LAYER_COLUMNS of every anchor in SEEDS, stability falling with depth, plus noise."""
+
+    def make(n_layers=N_LAYERS, promptset="primary", offset=0.0, seed=0):
+        rng = np.random.default_rng(seed)
+        rows = []
+        for anchor in SEEDS:
+            for layer in range(n_layers):
+                mean = 0.9 - 0.12 * layer + offset + rng.normal(0, 0.03)
+                rows.append((promptset, "same_layer", anchor, layer, mean, 0.08))
+        return pd.DataFrame(rows, columns=["promptset", "scope", "anchor_seed", "layer", "mean", "std"])
+
+    return make
+
+
+@pytest.fixture
+def assert_written():
+    """Checks that `path` is a PNG of some substance."""
+
+    def check(path):
+        assert path.exists() and path.stat().st_size > 10_000
+        with open(path, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+    return check

@@ -1,0 +1,38 @@
+"""headstab.plots.residual_cka: §4.7 figure: residual-stream CKA vs head stability."""
+
+import numpy as np
+import pandas as pd
+
+from headstab.plots.residual_cka import plot_residual_stream
+from plots.conftest import N_LAYERS, SEEDS
+from tolerances import reduction_rtol
+
+
+def test_residual_stream(tmp_path, layer_stability, assert_written):
+    rows = [(a, b, l, 0.95 - 0.1 * l) for a in SEEDS for b in SEEDS if a < b for l in range(N_LAYERS)]
+    cka = pd.DataFrame(rows, columns=["seed_a", "seed_b", "layer", "cka"]).assign(promptset="primary")
+    data = plot_residual_stream(cka, layer_stability(), tmp_path / "residual_stream.png", "l4_h8")
+    assert_written(tmp_path / "residual_stream.png")
+    np.testing.assert_allclose(data["cka_mean"], 0.95 - 0.1 * np.arange(N_LAYERS), rtol=reduction_rtol(np.float64, 16))
+
+
+def test_residual_stream_with_self_pairs_averages_all_ordered_pairs(tmp_path, layer_stability):
+    rows = [(a, b, l, 0.7) for a in SEEDS for b in SEEDS if a < b for l in range(N_LAYERS)]
+    cka = pd.DataFrame(rows, columns=["seed_a", "seed_b", "layer", "cka"]).assign(promptset="primary")
+    data = plot_residual_stream(cka, layer_stability(), tmp_path / "r.png", "l4_h8", pairs="ordered_with_self")
+    n = len(SEEDS)
+    np.testing.assert_allclose(data["cka_mean"], (n * (n - 1) * 0.7 + n) / n**2, rtol=reduction_rtol(np.float64, n**2))
+    assert (data["n_pairs"] == n**2).all()
+
+
+def test_residual_stream_labels_name_the_hook(tmp_path, monkeypatch, layer_stability):
+    import headstab.plots.residual_cka as residual_cka
+
+    saved = []
+    monkeypatch.setattr(residual_cka, "save_figure", lambda figure, path: saved.append(figure))
+    rows = [(a, b, l, 0.9 - 0.1 * l) for a in SEEDS for b in SEEDS if a < b for l in range(N_LAYERS)]
+    cka = pd.DataFrame(rows, columns=["seed_a", "seed_b", "layer", "cka"]).assign(promptset="primary")
+    plot_residual_stream(cka, layer_stability(), tmp_path / "r.png", "l4_h8", hook="hook_resid_pre")
+    line_ax, scatter_ax = saved[0].axes
+    assert "hook_resid_pre" in scatter_ax.get_ylabel()
+    assert any("hook_resid_pre" in text.get_text() for text in line_ax.get_legend().get_texts())

@@ -1,0 +1,110 @@
+"""headstab.sections.ablation: §4.8 tables (anchor perplexities, ΔPPL beside stability, correlations)."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from headstab.evaluation import head_ablation_perplexities, perplexity
+from headstab.sections.ablation import (
+    PERPLEXITY_COLUMNS,
+    ablated_grid,
+    ablation_correlation,
+    ablation_perplexity_table,
+    ablation_table,
+    correlation_table,
+)
+from tolerances import reduction_rtol
+
+PPL_RTOL = reduction_rtol(np.float32, 2 * (32 + 64) + 50) * math.log(50)
+
+
+def _tiny_model():
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    cfg = TransformerBridgeConfig(
+        n_layers=2, n_heads=4, d_model=32, d_head=8, d_mlp=64, n_ctx=32, d_vocab=50,
+        act_fn="gelu", normalization_type="LN", positional_embedding_type="standard",
+        init_mode="gpt2", seed=1, attn_only=False,
+    )
+    model = TransformerBridge.boot_native(cfg)
+    model.eval()
+    return model
+
+
+def _stability(values):
+    layers, heads = np.indices(np.shape(values))
+    return pd.DataFrame(
+        {
+            "promptset": "primary",
+            "scope": "same_layer",
+            "anchor_seed": 7,
+            "layer": layers.ravel(),
+            "head": heads.ravel(),
+            "stability": np.ravel(values),
+            "n_pairs": 3,
+        }
+    )
+
+
+def test_ablation_table_columns_and_delta():
+    stab = pd.concat(
+        [_stability([[0.1, 0.2], [0.3, 0.4]]), _stability(np.zeros((2, 2))).assign(anchor_seed=8)]
+    )
+    ppl = np.array([[11.0, 12.0], [10.0, 15.0]])
+    table = ablation_table(ppl, 10.0, stab, seed=7, promptset="primary")
+    assert list(table.columns) == ["seed", "layer", "head", "ppl_ablated", "delta_ppl", "stability"]
+    assert table["delta_ppl"].tolist() == [1.0, 2.0, 0.0, 5.0]
+    assert table["stability"].tolist() == [0.1, 0.2, 0.3, 0.4]
+    with pytest.raises(ValueError, match="anchor_seed = 9"):
+        ablation_table(ppl, 10.0, stab, seed=9)
+
+
+def test_ablation_correlation_by_hand():
+    stability = np.array([[0.1, 0.5, 0.9], [0.2, 0.4, 0.8], [0.3, 0.3, 0.3]])
+    delta = np.array([2 * stability[0] + 1, -stability[1], [1.0, 2.0, 3.0]])
+    table = ablation_table(delta + 10.0, 10.0, _stability(stability), seed=7)
+    per_layer, trend = ablation_correlation(table)
+    assert per_layer["pearson_r"].iloc[0] == pytest.approx(1.0)
+    assert per_layer["pearson_r"].iloc[1] == pytest.approx(-1.0)
+    assert math.isnan(per_layer["pearson_r"].iloc[2])  # constant stability: r undefined
+    assert per_layer["n_heads"].tolist() == [3, 3, 3]
+    # trend over the finite layers 0 and 1: r = 1 - 2 * layer
+    assert trend["slope"] == pytest.approx(-2.0)
+    assert trend["intercept"] == pytest.approx(1.0)
+
+
+def test_anchor_perplexities_one_row_per_head_from_the_cached_prompts():
+    model = _tiny_model()
+    gen = torch.Generator().manual_seed(0)
+    lengths = np.array([12, 3, 7])
+    tokens = torch.randint(0, 50, (3, 12), generator=gen).numpy()
+    table = ablation_perplexity_table(model, tokens, lengths, batch_size=2, seed=5)
+    assert list(table.columns) == PERPLEXITY_COLUMNS and len(table) == 2 * 4
+    assert (table["seed"] == 5).all() and table["ppl_baseline"].nunique() == 1
+    # sorted by length into batches: same sums as the prompts in their own order
+    assert table["ppl_baseline"].iloc[0] == pytest.approx(perplexity(model, tokens, lengths), rel=PPL_RTOL)
+    grid = head_ablation_perplexities(model, tokens, lengths, progress=False)
+    np.testing.assert_allclose(table["ppl_ablated"], grid.ravel(), rtol=PPL_RTOL)  # row-major: layer, then head
+    seed, back, baseline = ablated_grid(table)
+    assert seed == 5 and baseline == table["ppl_baseline"].iloc[0]
+    np.testing.assert_array_equal(back, table["ppl_ablated"].to_numpy().reshape(2, 4))
+
+
+def test_ablation_table_refuses_a_mix_of_prompt_sets():
+    stab = pd.concat([_stability(np.zeros((1, 2))), _stability(np.ones((1, 2))).assign(promptset="len5")])
+    with pytest.raises(ValueError, match=r"holds several promptsets \['len5', 'primary'\]"):
+        ablation_table(np.ones((1, 2)), 1.0, stab, seed=7)
+    assert ablation_table(np.ones((1, 2)), 1.0, stab, seed=7, promptset="len5")["stability"].tolist() == [1.0, 1.0]
+
+
+def test_correlation_table_puts_the_trend_beside_every_layer():
+    per_layer = pd.DataFrame({"layer": [0, 1], "pearson_r": [0.5, -0.5], "p_value": [0.1, 0.2], "n_heads": [4, 4]})
+    trend = {"slope": -1.0, "intercept": 0.5, "r_value": -1.0, "p_value": math.nan}
+    table = correlation_table(per_layer, trend, seed=3)
+    assert list(table.columns) == ["layer", "pearson_r", "p_value", "n_heads", "seed", "trend_slope", "trend_intercept",
+                                   "trend_r_value", "trend_p_value"]
+    assert table["trend_slope"].tolist() == [-1.0, -1.0] and (table["seed"] == 3).all()

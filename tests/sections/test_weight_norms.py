@@ -1,0 +1,155 @@
+"""headstab.sections.weight_norms: §4.4.1 weight norms, their correlation with stability, Table B.5."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headstab.sections.weight_norms import (
+    NORM_COLUMNS,
+    layer_weight_norms,
+    norm_stability_correlation,
+    refit_weight_norms,
+    trained_state,
+    weight_norm_summary,
+)
+from tolerances import reduction_rtol
+
+
+def test_weight_norms_by_hand():
+    n_heads, d_head, d_model = 2, 3, 4
+    q = np.zeros((n_heads * d_head, d_model))
+    q[:d_head] = 1.0  # head 0: all ones, norm sqrt(12); head 1: zeros
+    o = np.zeros((d_model, n_heads * d_head))
+    o[:, d_head:] = 2.0  # head 1 only: norm 2 * sqrt(12)
+    state = {
+        "blocks.0.attn.q.weight": q,
+        "blocks.0.attn.k.weight": q,
+        "blocks.0.attn.v.weight": 3 * q,
+        "blocks.0.attn.o.weight": o,
+        "blocks.0.ln1.weight": np.array([3.0, 4.0, 0.0, 0.0]),
+    }
+    norms = layer_weight_norms(state, n_layers=1, n_heads=n_heads, d_head=d_head)
+    got = norms.set_index("matrix")["frobenius_norm"]
+    assert list(norms.columns) == ["layer", "matrix", "frobenius_norm"]
+    assert set(got.index) == {"W_Q", "W_K", "W_V", "W_O", "ln1_w"}  # no MLP, no ln2 given
+    assert got["W_Q"] == pytest.approx(math.sqrt(12) / 2)
+    assert got["W_V"] == pytest.approx(3 * math.sqrt(12) / 2)
+    assert got["W_O"] == pytest.approx(2 * math.sqrt(12) / 2)
+    assert got["ln1_w"] == pytest.approx(5.0)
+    # The authors' code: one Frobenius norm over the whole layer's matrix (all heads together).
+    whole = layer_weight_norms(state, n_layers=1, n_heads=n_heads, d_head=d_head, attention_norm="layer")
+    whole = whole.set_index("matrix")["frobenius_norm"]
+    assert whole["W_Q"] == pytest.approx(math.sqrt(12), rel=reduction_rtol(np.float64, 24))  # sqrt(12 + 0)
+    assert whole["W_O"] == pytest.approx(2 * math.sqrt(12), rel=reduction_rtol(np.float64, 24))
+    assert whole["ln1_w"] == pytest.approx(5.0, rel=reduction_rtol(np.float64, 4))  # not per head: unchanged
+    with pytest.raises(ValueError, match="analysis.attention_norm"):
+        layer_weight_norms(state, 1, n_heads, d_head, attention_norm="sum")
+
+
+def test_weight_norms_match_bridge_per_head_matrices(bridge):
+    norms = layer_weight_norms(bridge, n_layers=2, n_heads=4, d_head=8)
+    got = norms.set_index(["layer", "matrix"])["frobenius_norm"]
+    for name in ("W_Q", "W_K", "W_V", "W_O"):
+        per_head = getattr(bridge, name).detach().numpy()  # [layer, head, ., .]
+        expected = np.linalg.norm(per_head, axis=(2, 3)).mean(axis=1)
+        # numpy's norm sums a head's 32 x 8 squares in float32
+        np.testing.assert_allclose([got[(l, name)] for l in range(2)], expected, rtol=reduction_rtol(np.float32, 32 * 8))
+    np.testing.assert_allclose(
+        got[(1, "W_in")], np.linalg.norm(bridge.W_in[1].detach().numpy()), rtol=reduction_rtol(np.float32, 32 * 64)
+    )
+    assert set(norms["matrix"]) == {"W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "ln1_w", "ln2_w"}
+    # the plain NativeModel's state dict (nested names) gives the same table
+    native = layer_weight_norms(bridge.original_model.state_dict(), 2, 4, 8)
+    pd.testing.assert_frame_equal(native, norms)
+
+
+def test_weight_norms_attention_only_skip_mlp(attention_only_bridge):
+    norms = layer_weight_norms(attention_only_bridge, 2, 4, 8)
+    assert set(norms["matrix"]) == {"W_Q", "W_K", "W_V", "W_O", "ln1_w"}
+    assert len(norms) == 2 * 5
+
+
+def test_weight_norms_wrong_head_shape_names_key():
+    with pytest.raises(ValueError, match="blocks.0.attn.q.weight"):
+        layer_weight_norms({f"blocks.0.attn.{m}.weight": np.zeros((6, 4)) for m in "qkvo"}, 1, 4, 2)
+
+
+def test_norm_stability_correlation_by_hand(layer_stability):
+    norms = pd.DataFrame(
+        [(s, l, m, v) for s in (1, 2) for l in range(3) for m, v in
+         (("W_Q", 1.0 + l), ("W_K", 5.0 - 2 * l), ("ln1_w", 1.0))],
+        columns=["seed", "layer", "matrix", "frobenius_norm"],
+    )
+    stab = layer_stability({1: [0.9, 0.6, 0.3], 2: [0.1, 0.2, 0.3], 3: [0.5, 0.5, 0.4]})
+    stab = pd.concat([stab, stab.assign(promptset="len5", mean=0.0)])
+    corr = norm_stability_correlation(norms, stab)
+    got = corr.set_index(["anchor_seed", "matrix"])
+    assert sorted(corr["anchor_seed"].unique()) == [1, 2]  # anchor 3 has no weights
+    assert got.loc[(1, "W_Q"), "pearson_r"] == pytest.approx(-1.0)
+    assert got.loc[(2, "W_Q"), "pearson_r"] == pytest.approx(1.0)
+    assert got.loc[(2, "W_K"), "pearson_r"] == pytest.approx(-1.0)
+    assert math.isnan(got.loc[(1, "ln1_w"), "pearson_r"])  # constant norm
+    assert corr["n_layers"].eq(3).all()
+
+
+def test_norm_stability_correlation_refuses_ambiguous_promptsets(layer_stability):
+    norms = pd.DataFrame({"seed": [1], "layer": [0], "matrix": ["W_Q"], "frobenius_norm": [1.0]})
+    stab = pd.concat([layer_stability({1: [0.5]}), layer_stability({1: [0.5]}, promptset="x")])
+    with pytest.raises(ValueError, match="promptset"):
+        norm_stability_correlation(norms, stab, promptset=None)
+
+
+def _saved_refits(tiny_spec, tmp_path, seeds=(1, 2)):
+    from headstab.models import build_model, save_weights
+
+    spec = tiny_spec(seeds=seeds)
+    paths = {}
+    for seed in seeds:
+        paths[seed] = tmp_path / f"seed{seed}" / "final.pt"
+        save_weights(build_model(spec, seed), paths[seed])
+    return spec, paths
+
+
+def test_refit_weight_norms_read_every_final_pt(tiny_spec, tmp_path):
+    from headstab.models import build_model
+
+    spec, paths = _saved_refits(tiny_spec, tmp_path)
+    table = refit_weight_norms(spec, paths, "per_head_mean", ())
+    assert list(table.columns) == NORM_COLUMNS and table["seed"].tolist()[:1] == [1]
+    for seed in (1, 2):
+        expected = layer_weight_norms(build_model(spec, seed), spec.n_layers, spec.n_heads, spec.d_head)
+        got = table[table["seed"] == seed].drop(columns="seed").reset_index(drop=True)
+        pd.testing.assert_frame_equal(got, expected)  # the same tensors: exact
+
+
+def test_trained_state_is_processed_as_the_caches_are(tiny_spec, tmp_path):
+    import torch
+
+    from headstab.weight_processing import process_weights
+
+    spec, paths = _saved_refits(tiny_spec, tmp_path, seeds=(1,))
+    steps = ["center_writing_weights", "fold_value_biases"]
+    state = trained_state(spec, paths[1], steps)
+    expected = process_weights(torch.load(paths[1], weights_only=True), spec, steps)
+    for key in ("blocks.0.attn.o.weight", "blocks.0.attn.o.bias", "blocks.1.attn.v.bias", "embed.weight"):
+        assert torch.equal(state[key], expected[key]), key
+    assert not torch.equal(state["blocks.0.attn.o.weight"], torch.load(paths[1], weights_only=True)["blocks.0.attn.o.weight"])
+
+
+def test_weight_norm_summary_by_hand():
+    correlation = pd.DataFrame({
+        "anchor_seed": [1, 1, 2, 2], "matrix": ["W_K", "W_Q", "W_Q", "W_K"],
+        "pearson_r": [0.5, -1.0, 0.0, math.nan], "p_value": [0.2, 0.01, 0.9, math.nan], "n_layers": 3,
+    })
+    facts = {"l3": {"n_layers": 3, "n_heads": 2, "optimizer": "Adam", "attention_only": False}}
+    summary = weight_norm_summary({"l3": correlation}, facts, {"l3": 2})
+    assert summary["matrix"].tolist() == ["W_Q", "W_K"]  # MATRIX_ORDER, not the table's order
+    q = summary.iloc[0]
+    assert (q["architecture"], q["n_layers"], q["optimizer"], q["attention_only"]) == ("l3", 3, "Adam", False)
+    assert (q["mean_pearson_r"], q["std_pearson_r"], q["n_anchors"]) == (-0.5, 0.5, 2)
+    assert (q["first_anchor_r"], q["first_anchor_p"]) == (0.0, 0.9)
+    assert summary.iloc[1]["n_anchors"] == 1  # a NaN r is not an anchor
+    missing = weight_norm_summary({"l3": correlation}, facts, {"l3": 9})
+    assert missing["first_anchor_r"].isna().all()
