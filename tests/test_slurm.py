@@ -58,7 +58,7 @@ SMOKE = WorkflowCase(
 # The real workflow on the tiny configuration (tests/config/tiny.yaml), one architecture's every
 # output through its per-architecture target (workflow/rules/targets.smk): data, 2 refits, their
 # caches, similarity, tables, figures and the model-running analyses. The tiny config pins the CPU
-# (gpu=0 everywhere); here `device: auto` makes train, cache_activations and refit_measurements ask
+# (gpu=0 everywhere); here `device: auto` makes the GPU_RULES (train, cache_activations and the two perplexity rules) ask
 # for gpu=1 as on a real cluster (no CUDA on the test node, so they still run on its CPU). The test
 # node has one GPU, so those jobs queue one after another: the whole DAG of both architectures took
 # ~8 min on a loaded 2-core machine, this target ~4. --cores 2 caps a group job at the node's 2 CPUs.
@@ -73,7 +73,7 @@ TINY = WorkflowCase(
         + [f"results/tiny/{TINY_ARCH}/caches/seed{seed}.h5" for seed in (1, 2)]
         + [f"results/tiny/{TINY_ARCH}/similarity/{name}.h5" for name in ("primary", "len5", "len10")]
         + [f"results/tiny/{TINY_ARCH}/tables/{name}.csv" for name in ("head_stability", "layer_stability", "ablation")]
-        + [f"results/tiny/{TINY_ARCH}/figures/{name}.png" for name in ("head_stability", "qnorm_vs_stability")]
+        + [f"results/tiny/{TINY_ARCH}/figures/{name}.png" for name in ("head_stability", "weight_norm_correlation")]
     ),
     gpu_rules=frozenset(GPU_RULES),
     extra_args=(
@@ -227,7 +227,7 @@ def test_tiny_on_slurm_matches_a_local_run(slurm_run: CaseRun, tmp_path: Path) -
     import pandas as pd
     import torch
 
-    from headstab.caches import open_cache
+    from headstab.activations.reader import open_cache
 
     results = f"results/tiny/{TINY_ARCH}"
     targets = [f"{results}/tables/head_stability.csv"]  # train -> caches -> similarity -> tables
@@ -245,7 +245,7 @@ def test_tiny_on_slurm_matches_a_local_run(slurm_run: CaseRun, tmp_path: Path) -
         assert expected.keys() == found.keys()
         assert all(torch.equal(expected[key], found[key]) for key in expected), f"seed {seed}: weights differ"
         with open_cache(local / f"caches/seed{seed}.h5") as a, open_cache(on_slurm / f"caches/seed{seed}.h5") as b:
-            np.testing.assert_array_equal(a.attn_pattern("primary"), b.attn_pattern("primary"))
+            np.testing.assert_array_equal(a.hook_pattern("primary"), b.hook_pattern("primary"))
     for name in ("pair_stability", "head_stability", "layer_stability", "alignment_map", "alignment_dispersion", "commonness"):
         pd.testing.assert_frame_equal(
             pd.read_csv(on_slurm / f"tables/{name}.csv"), pd.read_csv(local / f"tables/{name}.csv"), check_exact=True

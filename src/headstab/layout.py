@@ -7,9 +7,9 @@ they are exactly the rules whose `resources:` declare `gpu` (workflow/rules/*.sm
 runs a model declares `gpu=model_gpus` and is added here.
 """
 
-# The rules that run a model: training, the activation caches, and the per-refit measurements
-# (weight norms, perplexity, ablations) of paper_analyses.smk.
-GPU_RULES = ("train", "cache_activations", "refit_measurements")
+# The rules that run a model: training, the activation caches, the validation perplexity of every
+# refit (optimizers.smk, §4.5) and the anchor's head ablations (ablation.smk, §4.8).
+GPU_RULES = ("train", "cache_activations", "validation_perplexity", "ablation_perplexity")
 
 
 class Layout:

@@ -189,7 +189,7 @@ def figure_path(arch, name):
 # Per-rule Slurm/workstation requests of the GPU rules, derived from the architecture and the
 # config's compute table (docs/slurm.md). CPU rules declare fixed small requests in their rules.
 def model_gpus(wildcards):
-    """One GPU for a job that runs a model (train, cache_activations, refit_measurements), unless the
+    """One GPU for a job that runs a model (headstab.layout.GPU_RULES), unless the
     run is pinned to the CPU (compute.device: cpu)."""
     return 0 if config["compute"]["device"] == "cpu" else 1
 
@@ -360,67 +360,35 @@ def cache_options():
     return {**config["cache"], "extra_resid_hooks": extra} if extra else config["cache"]
 
 
-# ---------------------------------------------------------------- paper_analyses stage (paper_analyses.smk)
-def optimizer_label(arch):
-    """'Adam' or 'AdamW', from the architecture's optimizer setting."""
-    return "AdamW" if SPECS[arch].optimizer == "adamw" else "Adam"
+# ---------------------------------------------------------------- analyses (stability.smk, one rule file per §4.4-4.9)
+# What several paper sections look up; each section's own lookups are at the top of its rule file.
+from headstab.sections import architecture_facts, architecture_summary
+
+ARCHITECTURE_FACTS = {arch: architecture_facts(SPECS[arch]) for arch in ARCHITECTURES}
+RUN_SUMMARY = f"{len(ARCHITECTURES)} architectures ({', '.join(ARCHITECTURES)}), results_dir {RESULTS}"
 
 
-def architecture_facts(archs):
-    """What the cross-architecture figures encode: depth, heads, optimizer, MLP or attention-only."""
-    return {
-        arch: {
-            "n_layers": SPECS[arch].n_layers,
-            "n_heads": SPECS[arch].n_heads,
-            "optimizer": optimizer_label(arch),
-            "attention_only": SPECS[arch].attn_only,
-        }
-        for arch in archs
-    }
+def anchor_seed(arch):
+    """The paper's single-anchor view: the first seed."""
+    return seeds(arch)[0]
 
 
-def architecture_summary(arch):
-    """One line naming the configuration an architecture's figures come from (for report captions)."""
-    spec = SPECS[arch]
-    kind = "attention-only" if spec.attn_only else f"MLP d_mlp={spec.d_mlp}"
-    seed_list = list(spec.seeds)
-    seed_text = f"{seed_list[0]}-{seed_list[-1]}" if seed_list == list(range(seed_list[0], seed_list[-1] + 1)) else seed_list
-    return (
-        f"{arch}: {spec.n_layers} layers x {spec.n_heads} heads, d_model={spec.d_model}, d_head={spec.d_head}, "
-        f"{kind}, {optimizer_label(arch)} (lr={spec.lr}, weight_decay={spec.weight_decay}), "
-        f"{len(seed_list)} refits (seeds {seed_text}), tokenizer {spec.tokenizer}, corpus {spec.corpus}, "
-        f"results_dir {RESULTS}"
-    )
+def arch_anchor_seed(wildcards):
+    return anchor_seed(wildcards.arch)
 
 
 def arch_weights(wildcards):
     return [final_weights(wildcards.arch, seed) for seed in seeds(wildcards.arch)]
 
 
-def residual_cka_mem_mb(wildcards):
-    """One layer's kept token activations and centred Gram matrices of every refit, with headroom."""
-    n_tokens = config["analysis"]["cka_max_tokens"] or 5000
-    n_seeds = len(seeds(wildcards.arch))
-    return 2000 + int(n_seeds * n_tokens * (n_tokens * 8 * 2 + SPECS[wildcards.arch].d_model * 8) / 1e6)
+def refit_spec(wildcards):
+    """The architecture spec as plain data, seeds included (the analyses read every refit)."""
+    return SPECS[wildcards.arch].to_dict()
 
 
-def meta_sne_mem_mb(wildcards):
-    """All heads' descriptions (prompt pairs of the primary set, assumed <= 200 prompts) plus t-SNE."""
-    n_heads = sum(len(seeds(a)) * SPECS[a].n_layers * SPECS[a].n_heads for a in ARCHITECTURES)
-    return 2000 + int(n_heads * (200 * 199 // 2) * 8 * 3 / 1e6)
-
-
-def twin_inputs(wildcards):
-    twin = f"{wildcards.arch}_wd"
-    if twin not in ARCHITECTURES:
-        raise WorkflowError(
-            f"compare/{wildcards.arch} needs architecture '{twin}' (its AdamW twin) in run.architectures"
-        )
-    return {
-        f"{role}_{name}": table_path(member, name)
-        for role, member in (("adam", wildcards.arch), ("adamw", twin))
-        for name in ("layer_stability", "activation_norms", "validation_perplexity")
-    }
+def configuration(wildcards):
+    """One line naming the configuration of an architecture's figures (report captions)."""
+    return architecture_summary(SPECS[wildcards.arch], RESULTS)
 
 
 # ---------------------------------------------------------------- targets stage (targets.smk)
@@ -435,9 +403,9 @@ def architecture_post_training_targets(arch):
     return [target for target in architecture_targets(arch) if target not in upstream]
 
 
-# Rules whose jobs start an architecture's analyses (everything else in analyses_<arch> is
-# downstream of one of them); tests/test_operations.py checks this list against the DAG.
-ANALYSIS_ROOT_RULES = ("pair_similarity", "refit_measurements")
+# Rules whose jobs start an architecture's analyses from its weights and caches (everything else in
+# analyses_<arch> is downstream of one of them); tests/test_operations.py checks this list against the DAG.
+ANALYSIS_ROOT_RULES = ("pair_similarity", "weight_norms", "validation_perplexity", "activation_norms", "ablation_perplexity")
 
 
 # ---------------------------------------------------------------- targets
@@ -449,43 +417,30 @@ def architecture_targets(arch):
         + [similarity_path(arch, promptset) for promptset in PROMPT_SETS]
         + [table_path(arch, name) for name in STABILITY_TABLES]
         + [figure_path(arch, name) for name in STABILITY_FIGURES]
-        + architecture_analysis_targets(arch)
+        + WEIGHT_NORMS_TARGETS[arch]
+        + PROMPT_LENGTH_TARGETS[arch]
+        + OPTIMIZERS_TARGETS[arch]
+        + RESIDUAL_CKA_TARGETS[arch]
+        + ABLATION_TARGETS[arch]
     )
 
 
 def all_targets():
-    return [target for arch in ARCHITECTURES for target in architecture_targets(arch)] + paper_analysis_targets()
+    """Every architecture's outputs, then the Adam/AdamW comparisons and the cross-architecture summaries
+    (each section's target lists are at the top of its rule file) and the report's configuration."""
+    return (
+        [target for arch in ARCHITECTURES for target in architecture_targets(arch)]
+        + WEIGHT_NORMS_SUMMARY_TARGETS
+        + OPTIMIZERS_COMPARISON_TARGETS
+        + STABILITY_GAP_TARGETS
+        + META_SNE_TARGETS
+        + [report_configuration_path()]
+    )
 
 
-# ---- issue 4 targets (paper §4.4-4.9, Appendix B): paths used by workflow/rules/paper_analyses.smk
-import re as _re
-
-# Per-architecture tables and figures of §4.4.1, §4.4.2, §4.5 (activation norms, perplexity), §4.7, §4.8.
-PAPER_TABLES = (
-    "qnorm", "qnorm_correlation", "prompt_length", "residual_cka", "activation_norms",
-    "validation_perplexity", "ablation_perplexity", "ablation", "ablation_correlation",
-)
-PAPER_FIGURES = ("qnorm_vs_stability", "prompt_length", "residual_stream", "ablation_correlation")
-COMPARE_FIGURES = ("optimizer_stability", "activation_norms", "perplexity")
-SUMMARY_FIGURES = ("stability_gap", "extreme_layer_depth", "meta_sne")
-SUMMARY_TABLES = ("stability_gap", "qnorm_correlation", "meta_sne")
+# ---- paths of the comparisons, the summaries and the held-out text (paper §4.4-4.9)
 # The paper's held-out text for validation perplexity (§4.5) when analysis.heldout_corpus is null.
 HELDOUT_HUB = {"name": "wikitext", "config_name": "wikitext-2-raw-v1", "split": "test"}
-
-
-def length_sweep_sets():
-    """Prompt sets named len{N} (§4.4.2); empty when the config has no length sweep."""
-    return [name for name in PROMPT_SETS if _re.fullmatch(r"len\d+", name)]
-
-
-def optimizer_pairs():
-    """{Adam member: AdamW twin} for every architecture of this run whose `_wd` twin also runs."""
-    return {arch: f"{arch}_wd" for arch in ARCHITECTURES if f"{arch}_wd" in ARCHITECTURES}
-
-
-def anchor_seed(arch):
-    """The paper's single-anchor view: the first seed."""
-    return seeds(arch)[0]
 
 
 def compare_table_path(arch, name):
@@ -509,30 +464,8 @@ def heldout_hub_shard(tokenizer):
     return f"{RESULTS}/data/heldout/{HELDOUT_HUB['config_name']}_{HELDOUT_HUB['split']}/{tokenizer}.npy"
 
 
-def heldout_shards(wildcards):
-    """Held-out token shards for the validation perplexity of `arch` (§4.5)."""
-    spec = SPECS[wildcards.arch]
-    corpus = config["analysis"]["heldout_corpus"]
-    if corpus is None:
-        return [heldout_hub_shard(spec.tokenizer)]
-    if config["corpora"][corpus]["tokenizer"] != spec.tokenizer:
-        raise WorkflowError(
-            f"config key 'analysis.heldout_corpus': corpus '{corpus}' is tokenized with "
-            f"'{config['corpora'][corpus]['tokenizer']}' but architecture '{wildcards.arch}' uses "
-            f"'{spec.tokenizer}'; pick a held-out corpus with the same tokenizer, or null for wikitext-2"
-        )
-    return corpus_shards(corpus)
-
-
 def report_configuration_path():
     return f"{RESULTS}/summary/configuration.yaml"
-
-
-def architecture_analysis_targets(arch):
-    """§4.4-4.8 outputs of one architecture (prompt length only when the config has len{N} sets)."""
-    figures = [name for name in PAPER_FIGURES if name != "prompt_length" or length_sweep_sets()]
-    tables = [name for name in PAPER_TABLES if name != "prompt_length" or length_sweep_sets()]
-    return [table_path(arch, name) for name in tables] + [figure_path(arch, name) for name in figures]
 
 
 def run_corpora():
@@ -555,16 +488,3 @@ def network_targets():
     if config["analysis"]["heldout_corpus"] is None:
         targets += [heldout_hub_shard(tokenizer) for tokenizer in sorted({spec.tokenizer for spec in SPECS.values()})]
     return targets
-
-
-def paper_analysis_targets():
-    """Adam/AdamW comparisons (§4.5), the cross-architecture summaries (§4.6, §4.9, Table B.5) and the
-    configuration shown in the report."""
-    targets = []
-    for arch in optimizer_pairs():
-        targets.append(compare_table_path(arch, "perplexity"))
-        targets += [compare_figure_path(arch, name) for name in COMPARE_FIGURES]
-    if ARCHITECTURES:
-        targets += [summary_table_path(name) for name in SUMMARY_TABLES]
-        targets += [summary_figure_path(name) for name in SUMMARY_FIGURES]
-    return targets + [report_configuration_path()]

@@ -3,8 +3,8 @@
 #
 #   snakemake arch_<arch>        every output of <arch>: weights, caches, similarity, tables, figures
 #   snakemake analyses_<arch>    only its post-training outputs (similarity, tables, figures, analyses)
-#   snakemake analyses_<arch> --forcerun pair_similarity refit_measurements
-#                                rerun those analyses without retraining or re-caching
+#   snakemake analyses_<arch> --forcerun pair_similarity weight_norms validation_perplexity activation_norms ablation_perplexity
+#                                rerun those analyses without retraining or re-caching (ANALYSIS_ROOT_RULES)
 #
 # Cross-architecture outputs (compare/, summary/) belong to no single architecture: `snakemake`
 # (rule all) refreshes them afterwards.

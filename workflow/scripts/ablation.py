@@ -6,24 +6,21 @@ import logging
 
 import pandas as pd
 
-from headstab.ablation import ablation_correlation, ablation_table
 from headstab.joblog import run_job
-from headstab.plots.analyses import plot_ablation_correlation
+from headstab.plots.ablation import plot_ablation_correlation
+from headstab.sections.ablation import ablated_grid, ablation_correlation, ablation_table, correlation_table
 
 
 def main():
-    raw = pd.read_csv(snakemake.input.ablation_perplexity)
-    seed = int(raw["seed"].iloc[0])
-    ppl_ablated = raw.pivot(index="layer", columns="head", values="ppl_ablated").sort_index().to_numpy()
-    table = ablation_table(ppl_ablated, float(raw["ppl_baseline"].iloc[0]), pd.read_csv(snakemake.input.head_stability),
-                           seed, promptset=snakemake.params.promptset)
-    table.to_csv(snakemake.output.table, index=False)
+    inp, out = snakemake.input, snakemake.output
+    seed, ppl_ablated, baseline = ablated_grid(pd.read_csv(inp.ablation_perplexity))
+    table = ablation_table(ppl_ablated, baseline, pd.read_csv(inp.head_stability), seed,
+                           promptset=snakemake.params.promptset)
+    table.to_csv(out.table, index=False)
     per_layer, trend = ablation_correlation(table)
-    # The trend over depth sits beside every layer's r, so one tidy table holds Fig. 10's data.
-    per_layer.assign(seed=seed, **{f"trend_{key}": value for key, value in trend.items()}).to_csv(
-        snakemake.output.correlation, index=False)
+    correlation_table(per_layer, trend, seed).to_csv(out.correlation, index=False)
     logging.info("per-layer r %s; trend slope %.3f", per_layer["pearson_r"].round(3).tolist(), trend["slope"])
-    plot_ablation_correlation(table, per_layer, trend, snakemake.output.figure, snakemake.wildcards.arch)
+    plot_ablation_correlation(table, per_layer, trend, out.figure, snakemake.wildcards.arch)
 
 
 run_job(main, "ablation", snakemake.log[0])

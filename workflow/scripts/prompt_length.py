@@ -5,15 +5,16 @@ import logging
 
 import pandas as pd
 
-from headstab.analyses import prompt_length_table
 from headstab.joblog import run_job
-from headstab.plots.analyses import plot_prompt_length
+from headstab.plots.prompt_length import plot_prompt_length
+from headstab.sections.prompt_length import prompt_length_table
 
 
 def main():
-    table = prompt_length_table(pd.read_csv(snakemake.input.layer_stability), anchor_seed=snakemake.params.anchor_seed)
+    anchor = snakemake.params.anchor_seed
+    table = prompt_length_table(pd.read_csv(snakemake.input.layer_stability), anchor_seed=anchor)
     table.to_csv(snakemake.output.table, index=False)
-    logging.info("prompt lengths %s, anchor seed %d", sorted(table["prompt_length"].unique()), snakemake.params.anchor_seed)
+    logging.info("prompt lengths %s, anchor seed %d", sorted(table["prompt_length"].unique()), anchor)
     plot_prompt_length(table, snakemake.output.figure, snakemake.wildcards.arch)
 
 

@@ -1,5 +1,6 @@
-"""Plans of the §4.4-4.9 rules (workflow/rules/paper_analyses.smk): which jobs a configuration gets,
-that bad settings fail in the first seconds, and that every report caption exists and parses."""
+"""Plans of the paper-section rule files (workflow/rules/stability.smk and one file per §4.4-4.9): which
+jobs a configuration gets, that bad settings fail in the first seconds, that every report caption exists
+and parses, and that the rules stay declarative."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import jinja2
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-RULES = REPO / "workflow/rules/paper_analyses.smk"
+SECTIONS = ("stability", "weight_norms", "prompt_length", "optimizers", "stability_gap", "residual_cka", "ablation", "meta_sne")
+RULE_FILES = [REPO / f"workflow/rules/{section}.smk" for section in SECTIONS] + [REPO / "workflow/rules/report.smk"]
 
 
 def _dry_run(tmp_path: Path, mutate=None, *targets: str) -> subprocess.CompletedProcess:
@@ -41,13 +43,16 @@ def _job_counts(result: subprocess.CompletedProcess) -> dict[str, int]:
     return counts
 
 
-def test_demo_plans_one_model_job_per_architecture_and_one_comparison_per_adam_adamw_pair(tmp_path):
+def test_demo_plans_one_job_per_section_rule_and_architecture_and_one_comparison_per_adam_adamw_pair(tmp_path):
     counts = _job_counts(_dry_run(tmp_path))
-    per_architecture = ("refit_measurements", "qnorm_correlation", "prompt_length", "residual_cka", "ablation")
+    per_architecture = (
+        "stability_tables", "stability_figures", "weight_norms", "weight_norm_correlation", "prompt_length",
+        "validation_perplexity", "activation_norms", "residual_cka", "ablation_perplexity", "ablation",
+    )
     assert {rule: counts.get(rule) for rule in per_architecture} == dict.fromkeys(per_architecture, 8)
     # l2_h8, l2_h8_attn, l4_h8, l4_h8_attn each have a _wd twin in the demo
     assert counts.get("optimizer_comparison") == 4
-    assert [counts.get(rule) for rule in ("stability_gap", "qnorm_summary", "meta_sne", "report_configuration")] == [1] * 4
+    assert [counts.get(rule) for rule in ("stability_gap", "weight_norm_summary", "meta_sne", "report_configuration")] == [1] * 4
     # the demo's held-out text is its synthetic_heldout corpus, not wikitext
     assert "heldout_wikitext" not in counts
 
@@ -63,7 +68,7 @@ def test_without_length_sweep_or_adamw_twins_those_analyses_are_left_out(tmp_pat
         config["prompt_sets"] = {"primary": "resources/prompts/primary.json"}
 
     counts = _job_counts(_dry_run(tmp_path, mutate))
-    assert counts.get("refit_measurements") == 2
+    assert counts.get("validation_perplexity") == counts.get("ablation_perplexity") == 2
     assert "prompt_length" not in counts and "optimizer_comparison" not in counts
 
 
@@ -82,9 +87,9 @@ def test_every_cka_hook_plans_the_caches_and_residual_cka(tmp_path):
 
 
 def test_every_report_caption_exists_and_is_valid_jinja():
-    text = RULES.read_text() + (REPO / "workflow/rules/report.smk").read_text()
+    text = "".join(path.read_text() for path in RULE_FILES)
     captions = sorted(set(re.findall(r'caption="\.\./report/([\w.]+)"', text)))
-    assert len(captions) >= 11
+    assert len(captions) >= 17
     environment = jinja2.Environment()
     for name in captions + ["workflow.rst"]:
         path = REPO / "workflow/report" / name
@@ -96,9 +101,47 @@ def test_every_report_caption_exists_and_is_valid_jinja():
 
 def test_captions_only_use_params_their_rules_define():
     """A caption naming snakemake.params.X renders only if its rule has params X (else the report fails)."""
-    text = RULES.read_text()
+    text = "".join(path.read_text() for path in RULE_FILES)
     for block in re.split(r"\n(?=rule )", text)[1:]:
         for caption in re.findall(r'caption="\.\./report/([\w.]+)"', block):
             used = set(re.findall(r"snakemake\.params\.(\w+)", (REPO / "workflow/report" / caption).read_text()))
             declared = set(re.findall(r"^        (\w+)=", block.split("    params:\n", 1)[-1].split("\n    threads")[0], re.M))
             assert used <= declared, f"{caption} uses params {sorted(used - declared)} that its rule lacks"
+
+
+def test_every_figure_has_its_own_caption_named_after_it():
+    """One caption per figure: workflow/report/<figure>.rst, used by exactly one output."""
+    text = "".join(path.read_text() for path in RULE_FILES)
+    used = re.findall(r'caption="\.\./report/(\w+)\.rst"', text)
+    assert len(used) == len(set(used)), sorted(name for name in used if used.count(name) > 1)
+    for figure, caption in re.findall(r'_path\((?:"[^"]*", )?"(\w+)"\),\s*caption="\.\./report/(\w+)\.rst"', text):
+        assert caption == figure, f"figure {figure}.png has caption {caption}.rst"
+    assert sorted(path.stem for path in (REPO / "workflow/report").glob("*.rst")) == sorted(used + ["workflow"])
+
+
+def test_rules_are_declarative_and_each_section_has_its_script():
+    """No lambda in any rule file; every section rule runs workflow/scripts/<rule>.py; the Snakefile includes them all."""
+    snakefile = (REPO / "Snakefile").read_text()
+    for path in sorted((REPO / "workflow/rules").glob("*.smk")):
+        assert f'include: "workflow/rules/{path.name}"' in snakefile, path.name
+    for path in RULE_FILES:
+        text = path.read_text()
+        assert "lambda" not in text, path.name
+        assert "include:" not in text, f"{path.name} includes a rule file; the Snakefile includes them all"
+        for rule, body in re.findall(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", text, re.M | re.S):
+            assert f'"../scripts/{rule}.py"' in body, f"rule {rule} does not run its own script"
+            assert (REPO / "workflow/scripts" / f"{rule}.py").is_file(), rule
+    assert '"primary"' not in "".join(path.read_text() for path in RULE_FILES)
+
+
+def test_held_out_corpus_in_another_tokenizer_fails_the_plan_naming_the_key(tmp_path):
+    def mutate(config):
+        config["tokenizers"]["other_bpe"] = {**config["tokenizers"]["demo_bpe"]}
+        config["corpora"]["other_heldout"] = {**config["corpora"]["synthetic_heldout"], "tokenizer": "other_bpe"}
+        config["analysis"]["heldout_corpus"] = "other_heldout"
+
+    result = _dry_run(tmp_path, mutate)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "config key 'analysis.heldout_corpus': corpus 'other_heldout' is tokenized with 'other_bpe'" in output
+    assert "pick a held-out corpus with the same tokenizer, or null for wikitext-2" in output

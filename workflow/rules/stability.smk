@@ -1,6 +1,11 @@
-# Analyses: stability tables and figures (paper §3.2-3.3, §4.1-4.3, §A.5-A.6), then the rest of
-# the paper (§4.4-4.9). Every analysis reads the caches and similarity tensors; none reruns a model
-# where a cache serves.
+# Stability (paper §3.2-3.3, §4.1-4.3, §A.5-A.6): head-, layer- and cross-layer-wise stability,
+# alignment maps and commonness from the pair-similarity tensors.
+#
+#   stability_tables   {RESULTS}/{arch}/tables/{pair,head,layer}_stability.csv, alignment_map.csv,
+#                      alignment_dispersion.csv, commonness.csv   (every prompt set, every anchor)
+#   stability_figures  {RESULTS}/{arch}/figures/*.png             (Fig. 2-4, 12/A.5, 20; primary prompts)
+#
+# Library: headstab.stability, headstab.plots.stability. Paper §4.4-4.9: one rule file per section.
 
 
 rule stability_tables:

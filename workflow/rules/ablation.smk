@@ -1,0 +1,80 @@
+# Paper §4.8, Fig. 10 / B.9: head ablation importance vs head stability.
+#
+#   ablation_perplexity  {RESULTS}/{arch}/tables/ablation_perplexity.csv  the anchor, each head zeroed (GPU)
+#   ablation             {RESULTS}/{arch}/tables/ablation.csv, ablation_correlation.csv,
+#                        figures/ablation_correlation.png
+#
+# Library: headstab.sections.ablation, headstab.evaluation, headstab.plots.ablation.
+
+
+ABLATION_TARGETS = {
+    arch: [table_path(arch, name) for name in ("ablation_perplexity", "ablation", "ablation_correlation")]
+    + [figure_path(arch, "ablation_correlation")]
+    for arch in ARCHITECTURES
+}
+# The anchor's weights and its cache (the prompts' tokens come from it: nothing is re-tokenized).
+ANCHOR_REFITS = {
+    arch: {"weights": final_weights(arch, anchor_seed(arch)), "cache": cache_path(arch, anchor_seed(arch))}
+    for arch in ARCHITECTURES
+}
+
+
+rule ablation_perplexity:
+    """The anchor refit's perplexity on the primary prompts, unablated and with each head's hook_z zeroed
+    in turn (paper §4.8), weights processed as the caches were (analysis.weight_processing). Runs the
+    model: a GPU where the run has one."""
+    input:
+        unpack(lookup(dpath="{arch}", within=ANCHOR_REFITS)),
+    output:
+        table=table_path("{arch}", "ablation_perplexity"),
+    log:
+        f"{RESULTS}/logs/ablation_perplexity/{{arch}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/ablation_perplexity/{{arch}}.tsv"
+    params:
+        spec=refit_spec,
+        anchor_seed=arch_anchor_seed,
+        promptset=PRIMARY,
+        batch_size=config["analysis"]["ablation_batch_size"],
+        weight_processing=config["analysis"]["weight_processing"],
+        device=config["compute"]["device"],
+    threads: 1
+    resources:
+        gpu=model_gpus,
+        mem_mb=4000,
+        runtime=30,
+    conda:
+        CONDA_ENV
+    script:
+        "../scripts/ablation_perplexity.py"
+
+
+rule ablation:
+    """Ablation importance vs head stability (paper §4.8, Fig. 10 / B.9): ΔPPL = ablated - baseline per
+    head of the anchor refit, the per-layer Pearson correlation with head stability and its linear
+    trend across layers."""
+    input:
+        ablation_perplexity=table_path("{arch}", "ablation_perplexity"),
+        head_stability=table_path("{arch}", "head_stability"),
+    output:
+        table=table_path("{arch}", "ablation"),
+        correlation=table_path("{arch}", "ablation_correlation"),
+        figure=report(
+            figure_path("{arch}", "ablation_correlation"),
+            caption="../report/ablation_correlation.rst",
+            category="{arch}",
+            subcategory="Ablation (§4.8)",
+        ),
+    log:
+        f"{RESULTS}/logs/ablation/{{arch}}.log",
+    params:
+        configuration=configuration,
+        promptset=PRIMARY,
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        CONDA_ENV
+    script:
+        "../scripts/ablation.py"

@@ -1,0 +1,48 @@
+# Paper §4.9, Fig. 11: meta-SNE of every head of every refit of every architecture.
+#
+#   meta_sne  {RESULTS}/summary/tables/meta_sne.csv, summary/figures/meta_sne.png
+#
+# Library: headstab.sections.meta_sne, headstab.plots.meta_sne.
+
+from headstab.resources import meta_sne_mem_mb
+
+META_SNE_REFITS = [[arch, seed] for arch in ARCHITECTURES for seed in seeds(arch)]
+META_SNE_CACHES = [cache_path(arch, seed) for arch, seed in META_SNE_REFITS]
+META_SNE_TARGETS = [summary_table_path("meta_sne"), summary_figure_path("meta_sne")] if ARCHITECTURES else []
+# Every head's description, the primary set assumed to hold at most 200 prompts.
+META_SNE_MEM_MB = meta_sne_mem_mb(sum(len(seeds(a)) * SPECS[a].n_layers * SPECS[a].n_heads for a in ARCHITECTURES), 200)
+
+
+rule meta_sne:
+    """meta-SNE (paper §4.9, Fig. 11): every head of every refit of every architecture described by the
+    Euclidean distances between primary prompts of its token-averaged output (hook_z); one t-SNE of
+    all heads, coloured by relative depth, Adam and AdamW in separate panels. Optimizer and
+    attention-only come from each architecture's spec."""
+    input:
+        caches=META_SNE_CACHES,
+    output:
+        table=summary_table_path("meta_sne"),
+        figure=report(
+            summary_figure_path("meta_sne"),
+            caption="../report/meta_sne.rst",
+            category="Across architectures",
+            subcategory="meta-SNE (§4.9)",
+        ),
+    log:
+        f"{RESULTS}/logs/meta_sne/summary.log",
+    params:
+        configuration=RUN_SUMMARY,
+        refits=META_SNE_REFITS,
+        architectures=ARCHITECTURE_FACTS,
+        promptset=PRIMARY,
+        perplexity=config["analysis"]["meta_sne_perplexity"],
+        seed=config["analysis"]["meta_sne_seed"],
+        embedding=config["analysis"]["meta_sne_embedding"],
+    threads: 1
+    resources:
+        mem_mb=META_SNE_MEM_MB,
+        runtime=30,
+    conda:
+        CONDA_ENV
+    script:
+        "../scripts/meta_sne.py"

@@ -1,0 +1,175 @@
+# Paper §4.5, Fig. 6 / B.6, Fig. 35, Table B.7: Adam vs AdamW.
+#
+#   heldout_wikitext       {RESULTS}/data/heldout/wikitext-2-raw-v1_test/{tokenizer}.npy  (heldout_corpus null)
+#   validation_perplexity  {RESULTS}/{arch}/tables/validation_perplexity.csv  every refit on held-out text (GPU)
+#   activation_norms       {RESULTS}/{arch}/tables/activation_norms.csv       from the caches and W_O
+#   optimizer_comparison   {RESULTS}/compare/{arch}/...  ({arch} = the Adam member, its twin {arch}_wd)
+#
+# Library: headstab.sections.optimizers, headstab.evaluation, headstab.plots.optimizers.
+
+# {arch} is compared with its twin {arch}_wd when both run; the pair's outputs are named by the Adam member.
+TWINS = {arch: f"{arch}_wd" for arch in ARCHITECTURES}
+OPTIMIZER_PAIRS = {arch: twin for arch, twin in TWINS.items() if twin in ARCHITECTURES}
+OPTIMIZERS_TARGETS = {arch: [table_path(arch, "validation_perplexity"), table_path(arch, "activation_norms")] for arch in ARCHITECTURES}
+OPTIMIZERS_COMPARISON_TARGETS = [
+    path
+    for arch in OPTIMIZER_PAIRS
+    for path in [compare_table_path(arch, "perplexity")]
+    + [compare_figure_path(arch, name) for name in ("optimizer_stability", "activation_norms", "perplexity")]
+]
+# A comparison asked of an architecture without its twin stops at the twin's missing tables.
+TWIN_INPUTS = {
+    arch: {
+        f"{role}_{name}": table_path(member, name)
+        for role, member in (("adam", arch), ("adamw", twin))
+        for name in ("layer_stability", "activation_norms", "validation_perplexity")
+    }
+    for arch, twin in TWINS.items()
+}
+PAIR_CONFIGURATIONS = {
+    arch: " | ".join(architecture_summary(SPECS[member], RESULTS) for member in (arch, twin))
+    for arch, twin in OPTIMIZER_PAIRS.items()
+}
+
+# Held-out text: a corpus of this config in the architecture's tokenizer, else wikitext-2 (rule heldout_wikitext).
+HELDOUT_CORPUS = config["analysis"]["heldout_corpus"]
+HELDOUT_LABEL = HELDOUT_CORPUS or f"{HELDOUT_HUB['config_name']} {HELDOUT_HUB['split']}"
+HELDOUT_MISMATCH = [
+    arch for arch, spec in SPECS.items() if HELDOUT_CORPUS and config["corpora"][HELDOUT_CORPUS]["tokenizer"] != spec.tokenizer
+]
+if HELDOUT_MISMATCH:
+    raise WorkflowError(
+        f"config key 'analysis.heldout_corpus': corpus '{HELDOUT_CORPUS}' is tokenized with "
+        f"'{config['corpora'][HELDOUT_CORPUS]['tokenizer']}' but architectures {HELDOUT_MISMATCH} use another "
+        "tokenizer; pick a held-out corpus with the same tokenizer, or null for wikitext-2"
+    )
+HELDOUT_SHARDS = {
+    arch: corpus_shards(HELDOUT_CORPUS) if HELDOUT_CORPUS else [heldout_hub_shard(spec.tokenizer)]
+    for arch, spec in SPECS.items()
+}
+HELDOUT_TOKENIZERS = {
+    name: {"target": tokenizer_target(name), "dir": tokenizer_dir(name)} for name in config["tokenizers"]
+}
+HELDOUT_HUB_RECORD = heldout_hub_shard("{tokenizer}").replace(".npy", ".json")
+
+
+rule heldout_wikitext:
+    """The paper's held-out text for validation perplexity (§4.5): wikitext-2-raw-v1 test through
+    `datasets`, joined with blank lines and tokenized with `tokenizer` into one token shard. Used when
+    analysis.heldout_corpus is null (the full paper); needs internet on the node that runs it."""
+    input:
+        tokenizer=lookup(dpath="{tokenizer}/target", within=HELDOUT_TOKENIZERS),
+    output:
+        tokens=heldout_hub_shard("{tokenizer}"),
+        record=HELDOUT_HUB_RECORD,
+    log:
+        f"{RESULTS}/logs/heldout_wikitext/{{tokenizer}}.log",
+    params:
+        dataset=HELDOUT_HUB,
+        tokenizer_dir=lookup(dpath="{tokenizer}/dir", within=HELDOUT_TOKENIZERS),
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=20,
+    conda:
+        CONDA_ENV
+    script:
+        "../scripts/heldout_wikitext.py"
+
+
+rule validation_perplexity:
+    """Validation perplexity of every refit (paper §4.5, Table B.7) on the first analysis.heldout_tokens
+    tokens of held-out text in seq_len windows, weights processed as the caches were
+    (analysis.weight_processing). Runs the models: a GPU where the run has one."""
+    input:
+        weights=arch_weights,
+        heldout=lookup(dpath="{arch}", within=HELDOUT_SHARDS),
+    output:
+        table=table_path("{arch}", "validation_perplexity"),
+    log:
+        f"{RESULTS}/logs/validation_perplexity/{{arch}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/validation_perplexity/{{arch}}.tsv"
+    params:
+        spec=refit_spec,
+        heldout_tokens=config["analysis"]["heldout_tokens"],
+        batch_size=config["analysis"]["ablation_batch_size"],
+        weight_processing=config["analysis"]["weight_processing"],
+        device=config["compute"]["device"],
+    threads: 1
+    resources:
+        gpu=model_gpus,
+        mem_mb=4000,
+        runtime=60,
+    conda:
+        CONDA_ENV
+    script:
+        "../scripts/validation_perplexity.py"
+
+
+rule activation_norms:
+    """Mean per-token norms of the attention output (cached hook_z x W_O + b_O, weights processed as the
+    caches were) and of resid_mid, per layer of every refit, padding excluded (paper §4.5, Fig. 35).
+    CPU only."""
+    input:
+        weights=arch_weights,
+        caches=arch_caches,
+    output:
+        table=table_path("{arch}", "activation_norms"),
+    log:
+        f"{RESULTS}/logs/activation_norms/{{arch}}.log",
+    params:
+        spec=refit_spec,
+        promptset=PRIMARY,
+        weight_processing=config["analysis"]["weight_processing"],
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    conda:
+        CONDA_ENV
+    script:
+        "../scripts/activation_norms.py"
+
+
+rule optimizer_comparison:
+    """Adam vs AdamW (paper §4.5): layer-wise stability side by side (Fig. 6 / B.6), attention-output
+    and resid_mid norms (Fig. 35), and performance parity of the refits' validation perplexities with
+    mean, spread and Welch's two-sided test (Table B.7)."""
+    input:
+        unpack(lookup(dpath="{arch}", within=TWIN_INPUTS)),
+    output:
+        perplexity=compare_table_path("{arch}", "perplexity"),
+        optimizer_stability=report(
+            compare_figure_path("{arch}", "optimizer_stability"),
+            caption="../report/optimizer_stability.rst",
+            category="Adam vs AdamW (§4.5)",
+            subcategory="{arch}",
+        ),
+        activation_norms=report(
+            compare_figure_path("{arch}", "activation_norms"),
+            caption="../report/activation_norms.rst",
+            category="Adam vs AdamW (§4.5)",
+            subcategory="{arch}",
+        ),
+        perplexity_figure=report(
+            compare_figure_path("{arch}", "perplexity"),
+            caption="../report/perplexity.rst",
+            category="Adam vs AdamW (§4.5)",
+            subcategory="{arch}",
+        ),
+    log:
+        f"{RESULTS}/logs/optimizer_comparison/{{arch}}.log",
+    params:
+        configuration=lookup(dpath="{arch}", within=PAIR_CONFIGURATIONS),
+        adamw=lookup(dpath="{arch}", within=TWINS),
+        promptset=PRIMARY,
+        heldout_label=HELDOUT_LABEL,
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        CONDA_ENV
+    script:
+        "../scripts/optimizer_comparison.py"

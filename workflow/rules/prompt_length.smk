@@ -1,0 +1,43 @@
+# Paper §4.4.2, Fig. 5 / B.4: layer stability by prompt length.
+#
+#   prompt_length  {RESULTS}/{arch}/tables/prompt_length.csv, figures/prompt_length.png
+#
+# Only when the config has a length sweep (prompt sets len5 ... len50). Library:
+# headstab.sections.prompt_length, headstab.plots.prompt_length.
+
+import re
+
+LENGTH_SWEEP_SETS = [name for name in PROMPT_SETS if re.fullmatch(r"len\d+", name)]
+# Outputs of one architecture; none without a length sweep.
+PROMPT_LENGTH_TARGETS = {
+    arch: [table_path(arch, "prompt_length"), figure_path(arch, "prompt_length")] if LENGTH_SWEEP_SETS else []
+    for arch in ARCHITECTURES
+}
+
+
+rule prompt_length:
+    """Layer-wise stability for every prompt length len5 ... len50 (paper §4.4.2, Fig. 5 / B.4),
+    first seed as anchor."""
+    input:
+        layer_stability=table_path("{arch}", "layer_stability"),
+    output:
+        table=table_path("{arch}", "prompt_length"),
+        figure=report(
+            figure_path("{arch}", "prompt_length"),
+            caption="../report/prompt_length.rst",
+            category="{arch}",
+            subcategory="Prompt length (§4.4.2)",
+        ),
+    log:
+        f"{RESULTS}/logs/prompt_length/{{arch}}.log",
+    params:
+        configuration=configuration,
+        anchor_seed=arch_anchor_seed,
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        CONDA_ENV
+    script:
+        "../scripts/prompt_length.py"

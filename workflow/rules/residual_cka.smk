@@ -1,0 +1,54 @@
+# Paper §4.7, Fig. 9 / B.8: residual-stream CKA between refits.
+#
+#   residual_cka  {RESULTS}/{arch}/tables/residual_cka.csv, figures/residual_stream.png
+#
+# Library: headstab.sections.residual_cka (CKA itself: headstab.cka), headstab.plots.residual_cka.
+
+from headstab.resources import residual_cka_mem_mb
+
+
+RESIDUAL_CKA_TARGETS = {arch: [table_path(arch, "residual_cka"), figure_path(arch, "residual_stream")] for arch in ARCHITECTURES}
+ARCHITECTURE_SEEDS = {arch: seeds(arch) for arch in ARCHITECTURES}
+RESIDUAL_CKA_MEM_MB = {
+    arch: residual_cka_mem_mb(SPECS[arch], len(seeds(arch)), config["analysis"]["cka_max_tokens"]) for arch in ARCHITECTURES
+}
+
+
+rule residual_cka:
+    """Residual-stream CKA between every pair of refits, per layer and prompt set (paper §4.7,
+    Fig. 9 / B.8): real-token activations of the residual hook analysis.cka_hook names (default
+    hook_resid_mid, the paper's text; the authors' code used hook_resid_pre; the caches store it, see
+    cache_activations) of all prompts stacked; RBF kernel with bandwidth cka_threshold x median distance
+    (Kornblith et al. 2019) or linear; optionally debiased."""
+    input:
+        caches=arch_caches,
+        layer_stability=table_path("{arch}", "layer_stability"),
+    output:
+        table=table_path("{arch}", "residual_cka"),
+        figure=report(
+            figure_path("{arch}", "residual_stream"),
+            caption="../report/residual_stream.rst",
+            category="{arch}",
+            subcategory="Residual stream (§4.7)",
+        ),
+    log:
+        f"{RESULTS}/logs/residual_cka/{{arch}}.log",
+    params:
+        configuration=configuration,
+        seeds=lookup(dpath="{arch}", within=ARCHITECTURE_SEEDS),
+        promptsets=[PRIMARY],  # the paper's §4.7; add len{N} or the user's sets here
+        figure_promptset=PRIMARY,
+        hook=config["analysis"]["cka_hook"],
+        kernel=config["analysis"]["cka_kernel"],
+        threshold=config["analysis"]["cka_threshold"],
+        debiased=config["analysis"]["cka_debiased"],
+        max_tokens=config["analysis"]["cka_max_tokens"],
+        pairs=config["analysis"]["cka_pairs"],
+    threads: 1
+    resources:
+        mem_mb=lookup(dpath="{arch}", within=RESIDUAL_CKA_MEM_MB),
+        runtime=30,
+    conda:
+        CONDA_ENV
+    script:
+        "../scripts/residual_cka.py"

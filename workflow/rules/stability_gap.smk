@@ -1,0 +1,49 @@
+# Paper §4.6, Fig. 7-8: stability gap and depth of the extreme layers, across architectures.
+#
+#   stability_gap  {RESULTS}/summary/tables/stability_gap.csv, summary/figures/stability_gap.png,
+#                  summary/figures/extreme_layer_depth.png
+#
+# Library: headstab.sections.stability_gap, headstab.plots.stability_gap.
+
+LAYER_STABILITY_TABLES = [table_path(arch, "layer_stability") for arch in ARCHITECTURES]
+# Outputs, none for an empty run.
+STABILITY_GAP_TARGETS = (
+    [summary_table_path("stability_gap")] + [summary_figure_path(name) for name in ("stability_gap", "extreme_layer_depth")]
+    if ARCHITECTURES
+    else []
+)
+
+
+rule stability_gap:
+    """Stability gap ΔS = S_lmax - S_lmin and relative depth r = l/L of the most and least stable layer,
+    for every architecture and anchor (paper §4.6, Fig. 7-8)."""
+    input:
+        layer_stability=LAYER_STABILITY_TABLES,
+    output:
+        table=summary_table_path("stability_gap"),
+        stability_gap=report(
+            summary_figure_path("stability_gap"),
+            caption="../report/stability_gap.rst",
+            category="Across architectures",
+            subcategory="Stability gap (§4.6)",
+        ),
+        extreme_layer_depth=report(
+            summary_figure_path("extreme_layer_depth"),
+            caption="../report/extreme_layer_depth.rst",
+            category="Across architectures",
+            subcategory="Stability gap (§4.6)",
+        ),
+    log:
+        f"{RESULTS}/logs/stability_gap/summary.log",
+    params:
+        configuration=RUN_SUMMARY,
+        architectures=ARCHITECTURE_FACTS,
+        promptset=PRIMARY,
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        CONDA_ENV
+    script:
+        "../scripts/stability_gap.py"

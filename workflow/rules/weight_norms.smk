@@ -1,0 +1,93 @@
+# Paper §4.4.1, Table B.5: weight norms vs layer stability.
+#
+#   weight_norms             {RESULTS}/{arch}/tables/weight_norms.csv             every refit's per-layer norms
+#   weight_norm_correlation  {RESULTS}/{arch}/tables/weight_norm_correlation.csv  r over layers, every anchor
+#                            {RESULTS}/{arch}/figures/weight_norm_correlation.png
+#   weight_norm_summary      {RESULTS}/summary/tables/weight_norm_correlation.csv  Table B.5 across architectures
+#
+# Library: headstab.sections.weight_norms, headstab.plots.weight_norms.
+
+# Outputs of one architecture, and the cross-architecture table (none for an empty run).
+WEIGHT_NORMS_TARGETS = {
+    arch: [table_path(arch, "weight_norms"), table_path(arch, "weight_norm_correlation"), figure_path(arch, "weight_norm_correlation")]
+    for arch in ARCHITECTURES
+}
+WEIGHT_NORMS_SUMMARY_TARGETS = [summary_table_path("weight_norm_correlation")] if ARCHITECTURES else []
+WEIGHT_NORM_CORRELATIONS = [table_path(arch, "weight_norm_correlation") for arch in ARCHITECTURES]
+ANCHOR_SEEDS = {arch: anchor_seed(arch) for arch in ARCHITECTURES}
+
+
+rule weight_norms:
+    """Per-layer weight norms of every refit (paper §4.4.1): W_Q, W_K, W_V, W_O per head (averaged over
+    heads, or of the whole layer: analysis.attention_norm), MLP W_in/W_out and LayerNorm gains, from
+    final.pt processed as the caches were (analysis.weight_processing). CPU only."""
+    input:
+        weights=arch_weights,
+    output:
+        table=table_path("{arch}", "weight_norms"),
+    log:
+        f"{RESULTS}/logs/weight_norms/{{arch}}.log",
+    params:
+        spec=refit_spec,
+        attention_norm=config["analysis"]["attention_norm"],
+        weight_processing=config["analysis"]["weight_processing"],
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    conda:
+        CONDA_ENV
+    script:
+        "../scripts/weight_norms.py"
+
+
+rule weight_norm_correlation:
+    """Weight norms vs layer stability (paper §4.4.1, Table B.5): Pearson correlation over layers between
+    each refit's per-layer norm of every matrix and that refit's layer-wise stability as anchor."""
+    input:
+        weight_norms=table_path("{arch}", "weight_norms"),
+        layer_stability=table_path("{arch}", "layer_stability"),
+    output:
+        correlation=table_path("{arch}", "weight_norm_correlation"),
+        figure=report(
+            figure_path("{arch}", "weight_norm_correlation"),
+            caption="../report/weight_norm_correlation.rst",
+            category="{arch}",
+            subcategory="Weight norms (§4.4.1)",
+        ),
+    log:
+        f"{RESULTS}/logs/weight_norm_correlation/{{arch}}.log",
+    params:
+        configuration=configuration,
+        promptset=PRIMARY,
+        attention_norm=config["analysis"]["attention_norm"],
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        CONDA_ENV
+    script:
+        "../scripts/weight_norm_correlation.py"
+
+
+rule weight_norm_summary:
+    """Table B.5 across architectures (paper §4.4.1): per architecture and weight matrix, the Pearson
+    correlation of its norm with layer stability, mean and spread over anchors and the first seed's."""
+    input:
+        correlations=WEIGHT_NORM_CORRELATIONS,
+    output:
+        table=summary_table_path("weight_norm_correlation"),
+    log:
+        f"{RESULTS}/logs/weight_norm_summary/summary.log",
+    params:
+        architectures=ARCHITECTURE_FACTS,
+        anchor_seeds=ANCHOR_SEEDS,
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        CONDA_ENV
+    script:
+        "../scripts/weight_norm_summary.py"
