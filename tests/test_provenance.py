@@ -95,7 +95,7 @@ def _flip_middle_byte(path: Path, start: int = 0, size: int | None = None) -> No
 @pytest.fixture
 def built_run(tmp_path, tiny_spec):
     """A checkpoint with its meta.json, a cache built from it, a similarity file and a table, laid out as the workflow does."""
-    from headstab.caches import write_activation_cache
+    from headstab.activations.writer import write_activation_cache
     from headstab.models import build_model, save_weights
     from headstab.similarity import pair_similarity_from_caches, write_pair_similarity
 
@@ -130,14 +130,14 @@ def test_verify_catches_a_flipped_byte_in_a_cache_dataset(built_run, capsys):
 
     cache = built_run["cache"]
     with h5py.File(cache) as handle:
-        info = handle["primary/attn_pattern"].id.get_chunk_info_by_coord((1, 0, 0))
+        info = handle["primary/hook_pattern"].id.get_chunk_info_by_coord((1, 0, 0))
     _flip_middle_byte(cache, info.byte_offset, info.size - 4)  # inside the data, before the checksum
     assert main([str(cache)]) == 0  # opening reads no pattern data: only --verify reads everything
     capsys.readouterr()
     for path in (cache, built_run["similarity"], built_run["table"]):
         assert main([str(path), "--verify"]) == 1, path
         out = capsys.readouterr().out
-        assert f"activation cache: {cache}  [checksum mismatch]" in out and "/primary/attn_pattern is corrupt" in out
+        assert f"activation cache: {cache}  [checksum mismatch]" in out and "/primary/hook_pattern is corrupt" in out
 
 
 def test_verify_catches_a_flipped_byte_in_a_similarity_file(built_run, capsys):

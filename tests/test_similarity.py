@@ -171,7 +171,7 @@ def test_one_anchor_route_matches_the_gram_route_and_rejects_bad_input():
 
 
 def test_normalized_packed_features_equal_causal_pattern_features():
-    from headstab.caches import lower_triangle_offsets, pack_lower_triangle
+    from headstab.activations.packing import lower_triangle_offsets, pack_lower_triangle
 
     rng = np.random.default_rng(14)
     lengths = np.array([4, 1, 3])

@@ -6,6 +6,6 @@ reader rejects them with the rebuild command.
 """
 
 CACHE_FORMAT = "headstab-activation-cache"
-# Version 3 puts a fletcher32 checksum on every dataset and chunks attn_pattern; version 2 packed
-# attn_pattern as lower triangles; version 1 stored padded, gzip-compressed squares.
-CACHE_FORMAT_VERSION = 3
+# 4: datasets named after their TransformerLens hooks (hook_pattern, hook_z, hook_resid_mid, ...);
+# 3: fletcher32 on every dataset; 2: patterns packed as lower triangles; 1: padded, compressed squares.
+CACHE_FORMAT_VERSION = 4

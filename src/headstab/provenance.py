@@ -145,7 +145,7 @@ def _checkpoint_node(weights: Path, expected_sha256: str | None, verify: bool) -
 
 
 def _cache_node(path: Path, verify: bool) -> ProvenanceNode:
-    from headstab.caches import CacheChecksumError, open_cache
+    from headstab.activations.reader import CacheChecksumError, open_cache
 
     node = ProvenanceNode(str(path), "activation cache")
     if not path.exists():

@@ -35,7 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from headstab.caches import is_filter_failure, lower_triangle_index
+from headstab.activations.packing import lower_triangle_index
+from headstab.activations.reader import is_filter_failure
 
 __all__ = [
     "GramAccumulator",
@@ -404,7 +405,7 @@ def normalize_lower_features(features: np.ndarray, offsets: np.ndarray, n_prompt
     """Scale packed lower triangles in place so dot products give the mean-over-prompts cosine (Eq. 1-2).
 
     features: C-contiguous float32 [row, entry], each row one head's packed lower triangles of
-        consecutive prompts (the cache's `attn_pattern` layout); offsets: [k + 1] where each of the k
+        consecutive prompts (the cache's `hook_pattern` layout); offsets: [k + 1] where each of the k
         prompts starts, relative to column 0 (offsets[-1] == entries).
     Each (row, prompt) segment gets unit norm times 1/sqrt(n_prompts_total); an all-zero segment
     stays zero. Returns `features`.
@@ -449,7 +450,7 @@ def pair_similarity_from_caches(
     """
     from tqdm.auto import tqdm
 
-    from headstab.caches import check_consistent_shapes, open_cache
+    from headstab.activations.reader import check_consistent_shapes, open_cache
 
     if prompt_chunk < 1:
         raise ValueError(f"prompt_chunk must be >= 1, got {prompt_chunk}")
@@ -458,7 +459,7 @@ def pair_similarity_from_caches(
     shapes = check_consistent_shapes(cache_paths)
     if promptset not in shapes:
         raise KeyError(f"prompt set '{promptset}' is not in the caches ({', '.join(shapes)})")
-    n_layers, n_heads = shapes[promptset]["attn_pattern"][:2]
+    n_layers, n_heads = shapes[promptset]["hook_pattern"][:2]
     n_seeds = len(cache_paths)
     readers = [open_cache(path) for path in cache_paths]
     try:
@@ -484,7 +485,7 @@ def pair_similarity_from_caches(
             block = buffer[: n_seeds * rows_per_refit * width].reshape(n_seeds * rows_per_refit, width)
             for refit, reader in enumerate(readers):
                 rows = block[refit * rows_per_refit : (refit + 1) * rows_per_refit]
-                reader.attn_pattern_lower(promptset, layer=layer, prompts=prompts, out=rows.reshape(*refit_shape, width))
+                reader.hook_pattern_lower(promptset, layer=layer, prompts=prompts, out=rows.reshape(*refit_shape, width))
                 normalize_lower_features(rows, offsets[prompts.start : prompts.stop + 1] - offsets[prompts.start], n_prompts)
             if accumulator is None:
                 accumulator = GramAccumulator(block.shape[0])

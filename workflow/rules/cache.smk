@@ -1,13 +1,13 @@
 # Activation caches (paper §3.2, A.4-A.5): one job per (architecture, seed) runs every prompt set
 # through the trained refit and writes {RESULTS}/{arch}/caches/seed{seed}.h5 (contract: docs/caches.md).
-# Library: src/headstab/caches.py (writer and the validated reader every analysis uses).
+# Library: src/headstab/activations/ (capture, packing, the writer, and the validated reader every analysis uses).
 
 # Resources (model_gpus, cache_mem_mb, cache_runtime): common.smk, section "resources".
 
 
 rule cache_activations:
-    """Attention patterns, resid_mid and per-head outputs of one refit on every prompt set (HDF5), plus
-    the residual hook analysis.cka_hook names when it is not hook_resid_mid (cache.extra_resid_hooks)."""
+    """hook_pattern, hook_z and hook_resid_mid (hook_resid_post without an MLP) of one refit on every prompt
+    set (HDF5), plus the residual hook analysis.cka_hook names when it is another (cache.extra_resid_hooks)."""
     input:
         unpack(cache_inputs),
     output:

@@ -2,7 +2,7 @@
 
 import torch
 
-from headstab.caches import GZIP_LEVEL, cache_activations
+from headstab.activations.writer import GZIP_LEVEL, cache_activations
 from headstab.config import spec_from_dict
 from headstab.joblog import run_job
 from headstab.models import load_trained_model, resolve_device
@@ -37,7 +37,7 @@ def main():
         prepend_bos=options["prepend_bos"],
         batch_size=options["batch_size"],
         dtype=options["dtype"],
-        compression_level=options.get("compression_level", GZIP_LEVEL),  # resid/head_out; patterns are packed, uncompressed
+        compression_level=options.get("compression_level", GZIP_LEVEL),  # hook_z, residual hooks; never hook_pattern
         prompt_files=prompt_files,
         extra_resid_hooks=options.get("extra_resid_hooks", ()),  # from analysis.cka_hook (cache_options)
         attrs={

@@ -7,7 +7,7 @@ cache_activations after all training. Writes a small record of what was checked.
 
 import logging
 
-from headstab.caches import check_prompt_lengths, tokenize_prompts
+from headstab.activations.capture import check_prompt_lengths, tokenize_prompts
 from headstab.joblog import run_job
 from headstab.prompts import load_prompt_file
 from headstab.fileio import sha256_file, write_json_atomic
