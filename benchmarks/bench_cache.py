@@ -1,22 +1,24 @@
-"""Activation-cache benchmark (issue 6): `cache_activations` against one `run_with_cache` per prompt.
+"""Activation-cache benchmarks: what the cache stage costs beyond the model's own forward passes.
 
 The model is the demo's l4_h8 architecture (config/demo.yaml: 4 layers, d_model 64, 8 heads of 8,
-d_mlp 256, n_ctx 256, vocab 1024) at its seeded random initialisation; the prompts are the 100
-primary prompts (resources/prompts/primary.json) with BOS prepended; the tokenizer is the demo's
-byte-level BPE when `results/demo/tokenizers/demo_bpe` exists, else one trained here on the
-synthetic corpus (same recipe, temporary directory).
+d_mlp 256, n_ctx 256, vocab 1024) at its seeded random initialisation; the prompts are every demo
+prompt set (resources/prompts/primary.json and length_sweep.json, 220 prompts, BOS prepended); the
+tokenizer is the demo's byte-level BPE when `results/demo/tokenizers/demo_bpe` exists, else one trained
+here on the synthetic corpus (same recipe, temporary directory). Torch runs the demo's
+`compute.cache_threads` threads.
 
-- ours: `headstab.caches.cache_activations` (batched, right-padded, written to an HDF5 file with the
-  writer's defaults: packed patterns, gzip-1 resid_mid/head_out; the time includes tokenizing,
-  packing, compressing and writing).
-- loop: what the paper's notebooks do, one `model.run_with_cache(tokens)` per prompt, keeping the
-  same three activations (patterns, hook_resid_mid, hook_z) as numpy arrays in memory (no file).
-Both run under the same torch thread count; medians of `repeats` alternating runs.
-`cache_max_abs_diff` compares every prompt's real-token patterns read back from our file with the loop's.
-
-`bench_checksum_overhead`: the cache stage of one demo refit (every demo prompt set: primary and the
-length sweep) with its integrity checks (final.pt checked against its meta.json's sha256, fletcher32
-on every dataset) against the same without them (plain torch.load, no fletcher32), alternating.
+- `bench_cache`: `cache_overhead` = wall time of `headstab.activations.writer.cache_activations` for one
+  demo refit with the demo config's cache options (tokenizing, the forward passes with their hooks,
+  packing, compressing, checksums, writing, fsync and rename included) / wall time of the bare forward
+  passes `model(tokens)` of the same length-sorted, right-padded batches alone; alternating (ABBA),
+  medians. The same with `compression_level: null` is reported beside it. `cache_max_abs_diff`: every
+  stored attention probability (hook_pattern, what stability is computed from) of every prompt's real
+  tokens read back from the file against one `run_with_cache` per prompt (the notebooks' way);
+  `cache_max_abs_diff_by_hook` the same for every stored hook, beside its largest magnitude (batched and
+  single-prompt forward passes round differently, by a few float32 ulps of the values).
+- `bench_checksum_overhead`: the cache stage (load final.pt checked against its meta.json's sha256,
+  tokenize, write with fletcher32 on every dataset) against the same without them (plain torch.load, no
+  fletcher32), alternating.
 
 Run alone: `python benchmarks/bench_cache.py [--quick]`.
 """
@@ -66,71 +68,116 @@ def demo_model(tokenizer: Any, architecture: str = "l4_h8", seed: int = 1) -> An
     return build_model(spec, seed, tokenizer=tokenizer)
 
 
-def loop_activations(model: Any, token_lists: list[list[int]]) -> list[dict[str, np.ndarray]]:
-    """One run_with_cache per prompt (the notebooks' way); per prompt the three cached activations."""
+def demo_prompt_sets(n_prompts: int | None = None) -> dict[str, list[str]]:
+    """Every demo prompt set ({name: prompts}), the first `n_prompts` of each when given."""
+    from headstab.prompts import load_prompt_file
+
+    prompt_sets = {**load_prompt_file("primary", common.REPO / "resources" / "prompts" / "primary.json"),
+                   **load_prompt_file("len", common.REPO / "resources" / "prompts" / "length_sweep.json")}
+    return {name: prompts[:n_prompts] if n_prompts else prompts for name, prompts in prompt_sets.items()}
+
+
+def forward_batches(tokenizer: Any, prompt_sets: dict[str, list[str]], batch_size: int) -> list[Any]:
+    """The batches the cache writer runs: per prompt set, prompts sorted by length, right-padded."""
     import torch
 
-    from headstab.caches import resid_hook_name
+    from headstab.activations.capture import pad_token_id_of, pad_token_lists, tokenize_prompts
 
-    n_layers = int(model.cfg.n_layers)
-    resid = resid_hook_name(model)
+    batches = []
+    for prompts in prompt_sets.values():
+        tokens, lengths = pad_token_lists(tokenize_prompts(tokenizer, prompts, prepend_bos=True), pad_token_id_of(tokenizer))
+        order = np.argsort(lengths, kind="stable")
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            batches.append(torch.as_tensor(tokens[rows, : int(lengths[rows].max())], dtype=torch.long))
+    return batches
+
+
+def loop_activations(model: Any, token_lists: list[list[int]]) -> list[dict[str, np.ndarray]]:
+    """One run_with_cache per prompt (the notebooks' way); per prompt the stored hooks, [layer, ...]."""
+    import torch
+
+    from headstab.activations.capture import hook_template, resid_hook_name, stored_hooks
+
     out = []
     with torch.inference_mode():
         for ids in token_lists:
             _, cache = model.run_with_cache(torch.tensor([ids]))
-            out.append({
-                "attn_pattern": np.stack([cache[f"blocks.{l}.attn.hook_pattern"][0].numpy() for l in range(n_layers)]),
-                "resid_mid": np.stack([cache[f"blocks.{l}.{resid}"][0].numpy() for l in range(n_layers)]),
-                "head_out": np.stack([cache[f"blocks.{l}.attn.hook_z"][0].numpy() for l in range(n_layers)]),
-            })  # fmt: skip
+            out.append({hook: np.stack([cache[hook_template(hook).format(layer=layer)][0].numpy()
+                                        for layer in range(int(model.cfg.n_layers))])
+                        for hook in stored_hooks(resid_hook_name(model))})  # fmt: skip
     return out
 
 
-def bench_cache(work_dir: Path, repeats: int = 3, n_prompts: int | None = None, batch_size: int = 20) -> dict[str, Any]:
-    from headstab.caches import cache_activations, open_cache, tokenize_prompts
-    from headstab.prompts import load_prompt_file
+def max_abs_diff_by_hook(path: Path, model: Any, tokenizer: Any, prompt_sets: dict[str, list[str]]) -> dict[str, dict[str, float]]:
+    """Per stored hook: the largest difference between what the cache stores for real tokens and one
+    forward pass per prompt, and the largest magnitude of the hook's values (the scale of that difference)."""
+    from headstab.activations.capture import tokenize_prompts
+    from headstab.activations.reader import open_cache
 
-    prompts = load_prompt_file("primary", common.REPO / "resources" / "prompts" / "primary.json")["primary"]
-    prompts = prompts[:n_prompts] if n_prompts else prompts
+    out: dict[str, dict[str, float]] = {}
+    with open_cache(path) as cache:
+        for name, prompts in prompt_sets.items():
+            stored = {"hook_pattern": cache.hook_pattern(name), "hook_z": cache.hook_z(name),
+                      "hook_resid_mid": cache.resid(name, "hook_resid_mid")}
+            for index, alone in enumerate(loop_activations(model, tokenize_prompts(tokenizer, prompts, prepend_bos=True))):
+                n = alone["hook_pattern"].shape[-1]
+                for hook, values in alone.items():
+                    ours = stored[hook][:, index, :, :n, :n] if hook == "hook_pattern" else stored[hook][:, index, :n]
+                    entry = out.setdefault(hook, {"max_abs_diff": 0.0, "max_abs_value": 0.0})
+                    entry["max_abs_diff"] = max(entry["max_abs_diff"], float(np.abs(ours - values).max()))
+                    entry["max_abs_value"] = max(entry["max_abs_value"], float(np.abs(values).max()))
+    return out
+
+
+def bench_cache(work_dir: Path, repeats: int = 6, n_prompts: int | None = None) -> dict[str, Any]:
+    """`cache_overhead` (medians of `repeats` ABBA runs), its uncompressed variant, and `cache_max_abs_diff`."""
+    import torch
+
+    from headstab.activations.writer import cache_activations
+    from headstab.config import load_config
+
+    config = load_config(common.REPO / "config" / "demo.yaml")
+    options = {key: config["cache"][key] for key in ("batch_size", "dtype", "compression_level")}
+    torch.set_num_threads(int(config["compute"]["cache_threads"]))
+    prompt_sets = demo_prompt_sets(n_prompts)
     tokenizer, tokenizer_source = demo_tokenizer(work_dir)
     model = demo_model(tokenizer)
     model.eval()
+    batches = forward_batches(tokenizer, prompt_sets, options["batch_size"])
     path = work_dir / "bench_cache.h5"
 
-    def ours() -> None:
-        path.unlink(missing_ok=True)
-        cache_activations(path, model, tokenizer, {"primary": prompts}, batch_size=batch_size, show_progress=False)
+    def forward() -> None:
+        with torch.inference_mode():
+            for batch in batches:
+                model(batch)
 
-    def loop() -> list[dict[str, np.ndarray]]:
-        # Tokenizing is inside both timings (cache_activations tokenizes too).
-        return loop_activations(model, tokenize_prompts(tokenizer, prompts, prepend_bos=True))
+    def cache(compression_level: int | None) -> None:
+        cache_activations(path, model, tokenizer, prompt_sets, show_progress=False,
+                          **{**options, "compression_level": compression_level})  # fmt: skip
 
-    ours(), loop()  # warm-up
-    ours_runs, loop_runs, reference = [], [], None
-    for _ in range(repeats):  # alternate, so drifting machine load hits both alike
-        ours_runs.append(common.timed(ours)[0])
-        seconds, reference = common.timed(loop)
-        loop_runs.append(seconds)
-    ours_s, loop_s = float(np.median(ours_runs)), float(np.median(loop_runs))
-
-    diff = 0.0
-    with open_cache(path) as cache:
-        lengths = cache.lengths("primary")
-        patterns = cache.attn_pattern("primary")  # [layer, prompt, head, q, k]
-        for index, activations in enumerate(reference):
-            n = int(lengths[index])
-            diff = max(diff, float(np.abs(patterns[:, index, :, :n, :n] - activations["attn_pattern"]).max()))
+    variants = {"forward": forward, "cache": lambda: cache(options["compression_level"]), "uncompressed": lambda: cache(None)}
+    runs: dict[str, list[float]] = {name: [] for name in variants}
+    for fn in variants.values():
+        fn()  # warm-up
+    for round_ in range(repeats):  # alternate, so drifting machine load hits every variant alike
+        for name in variants if round_ % 2 == 0 else reversed(variants):
+            path.unlink(missing_ok=True)  # a rename onto an old file would time its deletion
+            runs[name].append(common.timed(variants[name])[0])
+    medians = {name: float(np.median(times)) for name, times in runs.items()}
+    cache(options["compression_level"])
+    by_hook = max_abs_diff_by_hook(path, model, tokenizer, prompt_sets)
     return {
-        "cache_batched_vs_loop": loop_s / ours_s,
-        "cache_max_abs_diff": diff,
-        "cache_batched_seconds": ours_s,
-        "cache_loop_seconds": loop_s,
-        "cache_batched_runs": ours_runs,
-        "cache_loop_runs": loop_runs,
+        "cache_overhead": medians["cache"] / medians["forward"],
+        "cache_overhead_uncompressed": medians["uncompressed"] / medians["forward"],
+        "cache_max_abs_diff": by_hook["hook_pattern"]["max_abs_diff"],
+        "cache_max_abs_diff_by_hook": by_hook,
+        "cache_seconds": runs,
         "cache_setup": (
-            f"demo l4_h8 (random init, seed 1), {len(prompts)} primary prompts (BOS prepended, "
-            f"{int(lengths.min())}-{int(lengths.max())} tokens), batch_size {batch_size}; tokenizer: {tokenizer_source}; "
-            "ours writes the HDF5 cache (packed patterns, gzip-1 resid_mid/head_out), the loop keeps arrays in memory"
+            f"demo l4_h8 (random init, seed 1), prompt sets {', '.join(prompt_sets)} ({sum(map(len, prompt_sets.values()))} "
+            f"prompts, BOS prepended), config/demo.yaml cache options {options}, {torch.get_num_threads()} torch "
+            f"thread(s); tokenizer: {tokenizer_source}; cache_activations (the file written, fsynced and renamed) vs "
+            f"model(tokens) of the same {len(batches)} batches; alternating (ABBA), medians of {repeats}"
         ),
     }
 
@@ -139,14 +186,12 @@ def bench_checksum_overhead(work_dir: Path, repeats: int = 6, n_prompts: int | N
     """`cache_checksum_overhead`: (cache stage with its integrity checks) / (without) - 1, medians of `repeats`."""
     import torch
 
-    from headstab.caches import pad_token_id_of, tokenize_prompts, write_activation_cache
-    from headstab.models import load_verified_state_dict, save_weights
-    from headstab.prompts import load_prompt_file
+    from headstab.activations.capture import pad_token_id_of, tokenize_prompts
+    from headstab.activations.writer import write_activation_cache
     from headstab.fileio import sha256_file, write_json_atomic
+    from headstab.models import load_verified_state_dict, save_weights
 
-    prompt_sets = {**load_prompt_file("primary", common.REPO / "resources" / "prompts" / "primary.json"),
-                   **load_prompt_file("len", common.REPO / "resources" / "prompts" / "length_sweep.json")}
-    prompt_sets = {name: prompts[:n_prompts] if n_prompts else prompts for name, prompts in prompt_sets.items()}
+    prompt_sets = demo_prompt_sets(n_prompts)
     tokenizer, _ = demo_tokenizer(work_dir)
     model = demo_model(tokenizer)
     weights = work_dir / "checkpoint" / "final.pt"
@@ -180,13 +225,13 @@ def bench_checksum_overhead(work_dir: Path, repeats: int = 6, n_prompts: int | N
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="10 prompts, 1 repeat (smoke test)")
+    parser.add_argument("--quick", action="store_true", help="10 prompts per set, few repeats (smoke test)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     work_dir = Path(tempfile.mkdtemp(prefix="headstab-bench-"))
     try:
         if args.quick:
-            results = bench_cache(work_dir, repeats=1, n_prompts=10) | bench_checksum_overhead(work_dir, 1, n_prompts=10)
+            results = bench_cache(work_dir, repeats=2, n_prompts=10) | bench_checksum_overhead(work_dir, 1, n_prompts=10)
         else:
             results = bench_cache(work_dir) | bench_checksum_overhead(work_dir)
     finally:

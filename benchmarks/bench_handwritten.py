@@ -8,7 +8,8 @@ by side in one run:
 
 - "handwritten": `src/headstab` of `--baseline` (default BASELINE, a commit before format 3),
   extracted with `git archive` into a temporary directory;
-- "h5py": `src/headstab` of this working tree (format 3, fletcher32 on every dataset);
+- "h5py": `src/headstab` of this working tree (format 3 when this was measured, now 4; fletcher32 on
+  every dataset);
 - "h5py_no_checksum": the same, files written without fletcher32: h5py's machinery alone, to tell
   what the checksums cost from what the hand-written code saved.
 
@@ -86,8 +87,7 @@ def time_cache(token_file: Path, out_path: Path, threads: int, checksum: bool, i
     from transformer_lens.config import TransformerBridgeConfig
     from transformer_lens.model_bridge import TransformerBridge
 
-    from headstab.caches import write_activation_cache
-
+    write_activation_cache = common.cache_writer()
     torch.set_num_threads(threads)
     sets = json.loads(token_file.read_text())
     config = TransformerBridgeConfig(**DEMO_L4_H8, act_fn="gelu", normalization_type="LN",
@@ -131,7 +131,7 @@ def demo_token_sets(work_dir: Path, n_prompts: int | None) -> Path:
     """Every demo prompt set tokenized once (with this tree's code), shared by both versions."""
     import bench_cache
 
-    from headstab.caches import tokenize_prompts
+    from headstab.activations.capture import tokenize_prompts
     from headstab.prompts import load_prompt_file
 
     prompts = {**load_prompt_file("primary", common.REPO / "resources" / "prompts" / "primary.json"),

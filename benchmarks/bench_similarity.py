@@ -1,14 +1,15 @@
-"""Similarity engine benchmarks (issue 6): against the paper's plain loop, and against the GEMM limit.
+"""Similarity engine benchmarks: against the paper's plain loop, and against the GEMM limit.
 
-1. `bench_loop`: single anchor, same layer, synthetic l8_h16 patterns of 10 refits x 20 prompts of
-   64 tokens, held in memory. The engine (`headstab.similarity.anchor_pair_similarity`)
-   against `common.loop_pair_similarity`, the paper's method as a plain Python loop.
+1. `bench_agreement`: `pair_similarity_from_caches` (the engine the workflow runs, both scopes) on
+   caches of synthetic l8_h16 refits written by headstab's writer, against tests/reference.py's
+   `loop_pair_similarity` (the paper's method as a plain Python loop) on the patterns read back, one
+   anchor: `similarity_max_abs_diff`.
 2. `bench_streaming`: all anchors, all pairs, same layer, streamed from HDF5 caches on disk (written
    by headstab's own cache writer) with `pair_similarity_from_caches(..., scope="same_layer")`, for
    5, 10, 20 and 50 refits of l8_h16 with 100 prompts of 96 tokens. Each count runs in a fresh child
    process, which gives its wall time and its own peak RSS (os.wait4).
 3. `bench_checksum_overhead`: the pair_similarity stage's computation (`pair_similarity_from_caches`,
-   the workflow's cross_layer scope, and same_layer) for 50 refits of l8_h16 on caches with and
+   the workflow's cross_layer scope; same_layer on request) for 50 refits of l8_h16 on caches with and
    without fletcher32 checksums, side by side: what verifying every read costs.
 
 Useful flops of the same-layer computation (stated in the summary): the symmetric Gram of each
@@ -41,57 +42,42 @@ import common  # noqa: E402
 
 log = logging.getLogger("benchmarks.similarity")
 
-LOOP_TIME_LIMIT_S = 120.0  # run the full loop when its estimate is below this, else a prompt subset
-
-
 def useful_flops(n_layers: int, n_refits: int, n_heads: int, lengths: np.ndarray) -> float:
     """rows^2 * features per layer of the symmetric same-layer Gram (see the module docstring)."""
     lengths = np.asarray(lengths, dtype=np.float64)
     return float(n_layers * (n_refits * n_heads) ** 2 * np.sum(lengths * (lengths + 1) / 2))
 
 
-# ---------------------------------------------------------------- 1. engine vs plain loop
-def bench_loop(
-    n_refits: int = 10, n_prompts: int = 20, n_pos: int = 64, engine_repeats: int = 5,
-    loop_time_limit: float = LOOP_TIME_LIMIT_S,
-) -> dict[str, Any]:  # fmt: skip
-    """Engine vs loop on one anchor; the loop runs in full when its estimate fits `loop_time_limit`."""
+# ---------------------------------------------------------------- 1. engine vs the plain loop
+def bench_agreement(work_dir: Path, n_refits: int = 4, n_prompts: int = 6, n_pos: int = 48, anchor: int = 0) -> dict[str, Any]:
+    """Largest difference between the engine (both scopes) and the plain loop, one anchor against every
+    refit, every layer and head; the loop's time is reported, not compared (it is the oracle)."""
+    from reference import loop_pair_similarity
+
+    from headstab.activations.reader import open_cache
+    from headstab.similarity import pair_similarity_from_caches
+
     shape = common.L8_H16
-    patterns = [
-        common.synthetic_patterns(seed, shape["n_layers"], n_prompts, shape["n_heads"], n_pos)
-        for seed in range(1, n_refits + 1)
-    ]
-    lengths = np.full(n_prompts, n_pos)
-    common.engine_pair_similarity(patterns, lengths)  # warm-up: imports, thread pools
-    engine_s, engine_runs, engine = common.median_seconds(
-        lambda: common.engine_pair_similarity(patterns, lengths), engine_repeats
-    )
-
-    # Estimate the loop from one prompt, then run all prompts if that fits the limit.
-    one_prompt_s, _ = common.timed(lambda: common.loop_pair_similarity([p[:, :1] for p in patterns], lengths[:1]))
-    n_loop_prompts = n_prompts if one_prompt_s * n_prompts <= loop_time_limit else max(1, int(loop_time_limit // one_prompt_s))
-    subset = [p[:, :n_loop_prompts] for p in patterns]
-    loop_s, loop = common.timed(lambda: common.loop_pair_similarity(subset, lengths[:n_loop_prompts]))
-    loop_full_s = loop_s * n_prompts / n_loop_prompts
-
-    # Agreement on the prompts the loop ran (the engine rerun on that subset when it is partial).
-    engine_on_subset = engine if n_loop_prompts == n_prompts else common.engine_pair_similarity(
-        subset, lengths[:n_loop_prompts]
-    )
-    diff = float(np.abs(engine_on_subset.astype(np.float64) - loop).max())
-    stability_diff = float(np.abs(
-        common.head_stability_from_pairs(engine_on_subset.astype(np.float64)) - common.head_stability_from_pairs(loop)
-    ).max())  # fmt: skip
+    paths = common.write_synthetic_caches(work_dir / "agreement", n_refits, shape["n_layers"], shape["n_heads"], n_prompts, n_pos)
+    patterns = []
+    for path in paths:
+        with open_cache(path) as cache:
+            patterns.append(cache.hook_pattern("primary"))
+            lengths = cache.lengths("primary")
+    loop_s, loop = common.timed(lambda: loop_pair_similarity(patterns, lengths, anchors=[anchor]))
+    cross = pair_similarity_from_caches(paths, "primary", progress=False, scope="cross_layer")[anchor]
+    same = pair_similarity_from_caches(paths, "primary", progress=False, scope="same_layer")[anchor]
+    loop_same = np.stack([loop[0][:, layer, :, layer, :] for layer in range(shape["n_layers"])], axis=1)
+    diffs = {"cross_layer": float(np.abs(cross - loop[0]).max()), "same_layer": float(np.abs(same - loop_same).max())}
     return {
-        "similarity_vs_loop": loop_full_s / engine_s,
-        "similarity_max_abs_diff": diff,
-        "similarity_head_stability_max_abs_diff": stability_diff,
-        "similarity_loop_seconds": loop_full_s,
-        "similarity_loop_extrapolated": n_loop_prompts != n_prompts,
-        "similarity_loop_prompts_timed": n_loop_prompts,
-        "similarity_engine_seconds": engine_s,
-        "similarity_engine_runs": engine_runs,
-        "similarity_loop_setup": f"l8_h16, {n_refits} refits, {n_prompts} prompts x {n_pos} tokens, anchor refit 1, same layer",
+        "similarity_max_abs_diff": max(diffs.values()),
+        "similarity_max_abs_diff_by_scope": diffs,
+        "similarity_loop_seconds": loop_s,
+        "similarity_agreement_setup": (
+            f"pair_similarity_from_caches (both scopes) vs tests/reference.py loop_pair_similarity (float64), anchor "
+            f"refit {anchor + 1} against all {n_refits} refits of synthetic l8_h16, {n_prompts} prompts x {n_pos} tokens, "
+            "caches written by headstab's writer"
+        ),
     }
 
 
@@ -101,7 +87,7 @@ def stream_worker(cache_paths: list[str], promptset: str, prompt_chunk: int, sco
     """Child-process body: the timed computation over the given caches (GEMM rate before and after when asked)."""
     import torch  # noqa: F401  (the engine's GEMM backend: a one-off import, kept out of the clock)
 
-    from headstab.caches import CacheReader, open_cache
+    from headstab.activations.reader import CacheReader, open_cache
     from headstab.similarity import pair_similarity_from_caches
 
     read_seconds = _time_pattern_reads(CacheReader)
@@ -131,8 +117,8 @@ def stream_worker(cache_paths: list[str], promptset: str, prompt_chunk: int, sco
 
 
 def _time_pattern_reads(reader_class: Any) -> list[float]:
-    """Adds up, in the returned one-element list, the time the engine spends in reading attn_pattern (checksums included)."""
-    total, read = [0.0], reader_class.attn_pattern_lower
+    """Adds up, in the returned one-element list, the time the engine spends reading hook_pattern (checksums included)."""
+    total, read = [0.0], reader_class.hook_pattern_lower
 
     def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
@@ -141,7 +127,7 @@ def _time_pattern_reads(reader_class: Any) -> list[float]:
         finally:
             total[0] += time.perf_counter() - start
 
-    reader_class.attn_pattern_lower = timed  # this child process only
+    reader_class.hook_pattern_lower = timed  # this child process only
     return total
 
 
@@ -164,8 +150,8 @@ def bench_streaming(
     timeout: float = 900.0,
 ) -> dict[str, Any]:
     """Same-layer all-pairs similarity streamed from HDF5 caches written as the workflow writes them
-    (format 3: packed lower-triangle patterns, uncompressed, fletcher32 on every chunk; the writer's
-    default gzip applies only to resid_mid/head_out, which the engine does not read).
+    (packed lower-triangle patterns, uncompressed, fletcher32 on every chunk; the writer's default gzip
+    applies only to the per-token datasets, which the engine does not read).
 
     Headline: the largest refit count with `n_prompts` prompts. Scaling series (every count): caches
     of the first `series_prompts` prompts (the exponent is about refits; fewer prompts keep
@@ -219,7 +205,7 @@ def bench_streaming(
         "similarity_streaming_setup": (
             f"l8_h16, {n_prompts} prompts x {n_pos} tokens, all anchors x all pairs, same layer, "
             f"pair_similarity_from_caches(scope='same_layer', prompt_chunk={prompt_chunk}) on HDF5 caches written "
-            f"by headstab.caches.write_activation_cache (float32, defaults: packed patterns, fletcher32); scaling "
+            f"by headstab.activations.writer.write_activation_cache (float32, defaults: packed patterns, fletcher32); scaling "
             f"series on caches of {series_prompts} prompts; {n_distinct} distinct caches per kind, the other "
             f"refits symlinks to them (every file is still opened and its patterns read in full)"
         ),
@@ -241,13 +227,13 @@ def bench_checksum_overhead(
     n_distinct: int = 4,
     prompt_chunk: int = 10,
     repeats: int = 4,
-    scopes: tuple[str, ...] = ("cross_layer", "same_layer"),
+    scopes: tuple[str, ...] = ("cross_layer",),
     timeout: float = 900.0,
 ) -> dict[str, Any]:
     """`pair_similarity_from_caches` over caches with and without fletcher32, alternating, medians.
 
     `similarity_checksum_overhead` is the workflow's scope (cross_layer: its Gram grows with refits
-    squared, its reads with refits); the same_layer figure is the read-heaviest case. `n_prompts`
+    squared, its reads with refits); `scopes` may add same_layer, the read-heaviest case. `n_prompts`
     keeps a cache (47.6 MB of patterns at 20) larger than the CPU caches, as real ones are: the
     checksum costs more per byte read from memory. Each child also reports the seconds it spent
     reading patterns, the low-noise part of the difference (the Gram's time drifts with the machine).
@@ -314,9 +300,9 @@ def main(argv: list[str] | None = None) -> None:
                                        gemm_rate=not args.no_gemm_rate)))
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    results = bench_loop(n_refits=3, n_prompts=2, n_pos=16) if args.quick else bench_loop()
     work_dir = Path(tempfile.mkdtemp(prefix="headstab-bench-"))
     try:
+        results = bench_agreement(work_dir, n_refits=3, n_prompts=2, n_pos=8) if args.quick else bench_agreement(work_dir)
         if args.quick:
             results |= bench_streaming(work_dir, refit_counts=(2, 3), n_prompts=4, n_pos=12, series_prompts=2,
                                        n_distinct=2)

@@ -1,9 +1,9 @@
-"""Shared pieces of the benchmarks: synthetic patterns and caches, the plain-loop reference, timing.
+"""Shared pieces of the benchmarks: synthetic caches, timing, child processes, the machine.
 
 Nothing here is timed by itself; the bench_* modules time the calls and run_all.py puts the numbers
 side by side. Synthetic attention patterns are the softmax of N(0, 2^2) scores under the causal mask
-(peaked like trained heads, so they compress like real caches), zero outside each prompt's
-length x length block, exactly as the cache contract (docs/caches.md) stores them.
+(peaked like trained heads), zero outside each prompt's length x length block, written by headstab's
+own cache writer (docs/caches.md). The oracles the engine is checked against are tests/reference.py's.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import numpy as np
 log = logging.getLogger("benchmarks")
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # tests/reference.py: the plain loop the engine is compared with
 # The paper's l8_h16 architecture: 8 layers of 16 heads (only the pattern shape matters here).
 L8_H16 = {"n_layers": 8, "n_heads": 16}
 
@@ -109,36 +110,13 @@ def last_json_line(stdout: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- synthetic patterns
-def synthetic_patterns(
-    seed: int, n_layers: int, n_prompts: int, n_heads: int, n_pos: int, lengths: np.ndarray | None = None
-) -> np.ndarray:
-    """Causal softmax patterns, float32 [layer, prompt, head, query_pos, key_pos].
-
-    Softmax over keys 0..q of N(0, 2^2) scores; zero above the diagonal and outside each prompt's
-    lengths x lengths block (lengths default to n_pos).
-    """
-    import torch
-
-    generator = torch.Generator().manual_seed(int(seed))
-    causal = torch.ones(n_pos, n_pos, dtype=torch.bool).tril()
-    out = np.empty((n_layers, n_prompts, n_heads, n_pos, n_pos), dtype=np.float32)
-    lengths = np.full(n_prompts, n_pos) if lengths is None else np.asarray(lengths)
-    inside = torch.from_numpy(np.arange(n_pos)[None, :] < lengths[:, None])  # [prompt, pos]
-    block = inside[:, None, :, None] & inside[:, None, None, :]  # [prompt, 1, query, key]
-    for layer in range(n_layers):  # a layer at a time bounds the float temporaries
-        scores = torch.randn(n_prompts, n_heads, n_pos, n_pos, generator=generator) * 2.0
-        pattern = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
-        out[layer] = pattern.masked_fill(~block, 0.0).numpy()
-    return out
-
-
 class SyntheticPatternModel:
-    """Stand-in for a TransformerBridge that `headstab.caches.write_activation_cache` can cache.
+    """Stand-in for a TransformerBridge that headstab's cache writer can cache.
 
     It has the attributes the writer uses (cfg, hook_dict, parameters, eval, run_with_cache) and
-    returns synthetic causal patterns (and small random resid_mid / hook_z), seeded by `seed` and the
-    batch's tokens, so the benchmark's caches go through the real writer and are in the contract
-    format (layout, chunking, compression) whatever caches.py decides.
+    returns synthetic causal patterns (and small random hook_resid_mid / hook_z), seeded by `seed` and
+    the batch's tokens, so the benchmark's caches go through the real writer and are in the contract
+    format (layout, chunking, compression) whatever the writer decides.
     """
 
     def __init__(self, seed: int, n_layers: int, n_heads: int, n_ctx: int, d_model: int = 8, d_head: int = 2):
@@ -156,7 +134,7 @@ class SyntheticPatternModel:
     def eval(self) -> "SyntheticPatternModel":
         return self
 
-    def run_with_cache(self, tokens, names_filter=None):
+    def run_with_cache(self, tokens, names_filter=None, **_):  # stop_at_layer: nothing runs after the blocks
         import torch
 
         cfg = self.cfg
@@ -197,7 +175,7 @@ def write_synthetic_caches(
     level, or None (uncompressed chunks). checksum False: no fletcher32 (to measure its cost; the
     argument is left out when True, so writers older than cache format 3 take the same call).
     """
-    from headstab.caches import write_activation_cache
+    write_activation_cache = cache_writer()
 
     directory.mkdir(parents=True, exist_ok=True)
     n_distinct = n_refits if n_distinct is None else max(1, min(n_distinct, n_refits))
@@ -223,48 +201,14 @@ def write_synthetic_caches(
     return paths
 
 
-# ---------------------------------------------------------------- the paper's method as a plain loop
-def loop_pair_similarity(patterns: Sequence[np.ndarray], lengths: np.ndarray, anchor: int = 0) -> np.ndarray:
-    """Same-layer similarity of one anchor refit to every other, written as the paper describes it.
-
-    patterns: one [layer, prompt, head, query_pos, key_pos] array per refit.
-    For each prompt, layer, anchor head, pair refit and candidate head: take both heads' lower
-    triangles (of the prompt's length x length block) and their cosine; then the mean over prompts.
-    Returns float64 [pair refit (anchor left out, refit order kept), layer, anchor head, candidate head].
-    """
-    n_layers, n_prompts, n_heads = patterns[0].shape[:3]
-    pairs = [index for index in range(len(patterns)) if index != anchor]
-    sums = np.zeros((len(pairs), n_layers, n_heads, n_heads))
-    for prompt in range(n_prompts):
-        n = int(lengths[prompt])
-        rows, cols = np.tril_indices(n)
-        for layer in range(n_layers):
-            for head in range(n_heads):
-                for slot, pair in enumerate(pairs):
-                    for candidate in range(n_heads):
-                        a = patterns[anchor][layer, prompt, head, :n, :n][rows, cols]
-                        b = patterns[pair][layer, prompt, candidate, :n, :n][rows, cols]
-                        sums[slot, layer, head, candidate] += np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b))
-    return sums / n_prompts
-
-
-def head_stability_from_pairs(pair_similarity: np.ndarray) -> np.ndarray:
-    """[pair refit, layer, anchor head, candidate head] -> [layer, head]: max over candidates (Eq. 3),
-    mean over pair refits (Eq. 4)."""
-    return pair_similarity.max(axis=-1).mean(axis=0)
-
-
-def engine_pair_similarity(patterns: Sequence[np.ndarray], lengths: np.ndarray, anchor: int = 0) -> np.ndarray:
-    """The same quantity as `loop_pair_similarity`, through headstab's one-anchor route
-    (`headstab.similarity.anchor_pair_similarity`).
-
-    Returns float32 [pair refit, layer, anchor head, candidate head].
-    """
-    from headstab.similarity import anchor_pair_similarity
-
-    similarity = anchor_pair_similarity(patterns, lengths, anchor=anchor)  # [refit, layer, head_a, head_b]
-    keep = [index for index in range(len(patterns)) if index != anchor]
-    return similarity[keep]
+def cache_writer() -> Callable[..., Any]:
+    """`write_activation_cache` of the headstab on sys.path: headstab.activations (cache format 4), or
+    headstab.caches for the older trees bench_handwritten.py measures."""
+    try:
+        from headstab.activations.writer import write_activation_cache
+    except ImportError:
+        from headstab.caches import write_activation_cache
+    return write_activation_cache
 
 
 def machine_note() -> dict[str, Any]:

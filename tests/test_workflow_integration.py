@@ -41,12 +41,12 @@ def test_different_seeds_give_different_weights(tiny_run):
 
 
 def test_caches_follow_the_contract(tiny_run):
-    from headstab.caches import open_cache
+    from headstab.activations.reader import open_cache
 
     with open_cache(tiny_run / "l2_h4/caches/seed1.h5") as cache:
         assert cache.prompt_sets() == list(PROMPT_SETS)
         lengths = cache.lengths("primary")
-        patterns = cache.attn_pattern("primary")
+        patterns = cache.hook_pattern("primary")
         assert patterns.shape[:3] == (2, 6, 4)
         for prompt, length in enumerate(lengths):
             block = patterns[:, prompt, :, :length, :length]
@@ -56,7 +56,7 @@ def test_caches_follow_the_contract(tiny_run):
 
 
 def test_similarity_files_and_stability_tables(tiny_run):
-    from headstab.caches import open_cache
+    from headstab.activations.reader import open_cache
     from headstab.similarity import read_pair_similarity
 
     for arch in ARCHITECTURES:
@@ -91,9 +91,9 @@ def test_nothing_left_to_do_after_the_run(tiny_run):
     assert "Nothing to be done" in result.stdout + result.stderr or "job" not in (result.stdout + result.stderr).lower()
 
 
-def test_paper_analyses_outputs(tiny_run):
+def test_section_outputs(tiny_run):
     for arch in ARCHITECTURES:
-        for name in ("qnorm_vs_stability", "prompt_length", "residual_stream", "ablation_correlation"):
+        for name in ("weight_norm_correlation", "prompt_length", "residual_stream", "ablation_correlation"):
             assert (tiny_run / arch / "figures" / f"{name}.png").stat().st_size > 0
         cka = pd.read_csv(tiny_run / arch / "tables/residual_cka.csv")
         assert list(cka.columns) == ["promptset", "seed_a", "seed_b", "layer", "cka"]
