@@ -1,4 +1,4 @@
-"""Operations (issue 5): per-architecture targets, partial reruns, faults a user meets, provenance
+"""Operations: per-architecture targets, partial reruns, faults a user meets, provenance
 chains, and the Slurm profile's plan of the full paper.
 
 One tiny run (tests/config/tiny.yaml, the session fixture `tiny_run` of conftest.py) serves every test; tests that damage files
@@ -23,14 +23,15 @@ import pytest
 import yaml
 
 from headstab.fileio import temporary_path
-from headstab.layout import GPU_RULES  # the rules that run a model (train, caches, refit_measurements)
+from headstab.layout import ANALYSIS_ROOT_RULES, GPU_RULES
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests/config/tiny.yaml"
 RERUN = "l2_h4"  # the architecture whose analyses are rerun
 OTHER = "l2_h4_wd"  # the architecture that must not be touched
-# The documented one-liner (docs/operations.md): rerun one architecture's analyses only.
-ANALYSES_RERUN = ("--forcerun", "pair_similarity", "refit_measurements")
+# The documented one-liner (docs/operations.md): rerun one architecture's analyses only, by forcing the
+# rules that start them from its weights and caches.
+ANALYSES_RERUN = ("--forcerun", *ANALYSIS_ROOT_RULES)
 
 pytestmark = pytest.mark.integration
 
@@ -98,6 +99,26 @@ def test_architecture_targets_plan_only_their_architecture(target: str, tmp_path
     assert all(p.startswith((f"{results}/{RERUN}/", f"{results}/data/", f"{results}/tokenizers/")) for p in outputs), outputs
     for kind in ("checkpoints", "caches", "similarity", "tables", "figures"):
         assert any(f"/{RERUN}/{kind}/" in p for p in mine), f"{target} builds no {kind}"
+
+
+def test_analysis_root_rules_are_the_rules_that_start_an_architectures_analyses(tmp_path: Path) -> None:
+    """headstab.layout.ANALYSIS_ROOT_RULES are exactly the rules of analyses_<arch> whose jobs read nothing
+    but weights, caches and shared data: forcing them reruns every analysis of the architecture."""
+    results = tmp_path / "results"
+    result = snakemake(results, f"analyses_{RERUN}", "-n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    upstream = tuple(f"{results}/{RERUN}/{kind}/" for kind in ("checkpoints", "caches")) + (f"{results}/data/", f"{results}/tokenizers/")
+    roots = set()
+    for block in re.split(r"\n(?=\s*(?:local)?rule \w+:\n)", result.stdout):
+        rule = re.match(r"\s*(?:local)?rule (\w+):\n", block)
+        outputs = re.search(r"^\s*output: (.*)$", block, re.M)
+        if not rule or not outputs or any(p.startswith(upstream) for p in outputs.group(1).split(", ")):
+            continue
+        inputs = re.search(r"^\s*input: (.*)$", block, re.M)
+        if all(p.startswith(upstream) for p in (inputs.group(1).split(", ") if inputs else [])):
+            roots.add(rule.group(1))
+    roots.discard(f"analyses_{RERUN}")
+    assert roots == set(ANALYSIS_ROOT_RULES)
 
 
 def test_the_tested_one_liners_are_the_documented_ones() -> None:
@@ -256,12 +277,12 @@ def test_corrupted_checkpoint_is_reported_and_not_used(tiny_run: Path, tmp_path:
 
 
 def test_interrupted_cache_write_gives_the_rebuild_command_then_rebuilds_the_same_cache(tiny_run: Path, tmp_path: Path) -> None:
-    from headstab.caches import open_cache
+    from headstab.activations.reader import open_cache
 
     results = copy_run(tiny_run, tmp_path)
     cache = results / OTHER / "caches/seed1.h5"
     with open_cache(cache) as reader:
-        patterns = {name: reader.attn_pattern(name) for name in reader.prompt_sets()}
+        patterns = {name: reader.hook_pattern(name) for name in reader.prompt_sets()}
     os.truncate(cache, cache.stat().st_size // 2)  # a cache cut short (e.g. copied off a full disk) ...
     leftover = temporary_path(cache)
     leftover.write_bytes(b"half an HDF5 file")  # ... and the temporary file of a killed writer
@@ -279,7 +300,7 @@ def test_interrupted_cache_write_gives_the_rebuild_command_then_rebuilds_the_sam
     assert not leftover.exists()
     with open_cache(cache) as reader:
         for name, pattern in patterns.items():
-            np.testing.assert_array_equal(reader.attn_pattern(name), pattern)
+            np.testing.assert_array_equal(reader.hook_pattern(name), pattern)
     again = snakemake(results, str(similarity), "--cores", "1")
     assert again.returncode == 0, _failure(again, results)
 

@@ -4,12 +4,16 @@
 a file one way. slurm/config.yaml imports GPU_RULES (YTE `__definitions__`) to send exactly these rules to
 HEADSTAB_GPU_PARTITION with the GPU constraint and model; tests/test_workflow_plan.py checks that
 they are exactly the rules whose `resources:` declare `gpu` (workflow/rules/*.smk). A new rule that
-runs a model declares `gpu=model_gpus` and is added here.
+runs a model declares `gpu=MODEL_GPUS` (common.smk) and is added here.
 """
 
 # The rules that run a model: training, the activation caches, the validation perplexity of every
 # refit (optimizers.smk, §4.5) and the anchor's head ablations (ablation.smk, §4.8).
 GPU_RULES = ("train", "cache_activations", "validation_perplexity", "ablation_perplexity")
+# The rules that start an architecture's analyses from its weights and caches: forcing them reruns every
+# analysis of analyses_<arch> and nothing upstream (docs/operations.md; tests/test_operations.py checks
+# them against the DAG).
+ANALYSIS_ROOT_RULES = ("pair_similarity", "weight_norms", "validation_perplexity", "activation_norms", "ablation_perplexity")
 
 
 class Layout:

@@ -70,8 +70,9 @@ def train_mem_mb(spec: ArchitectureSpec, device: str) -> int:
 
 
 def cache_mem_mb(spec: ArchitectureSpec, batch_size: int, n_resid_hooks: int, largest_prompt_set: int) -> int:
-    """The weights, one batch of float32 activations and its padded copy, and the packed lower-triangle
-    patterns of the largest prompt set (held until written), at ASSUMED_POSITIONS positions."""
+    """The weights, one batch of float32 activations twice (torch's and the numpy copy being written),
+    and the packed lower-triangle patterns of the largest prompt set (held until written), at
+    ASSUMED_POSITIONS positions."""
     n_pos = min(spec.n_ctx, ASSUMED_POSITIONS)
     per_prompt = spec.n_layers * (
         spec.n_heads * n_pos * n_pos + n_resid_hooks * n_pos * spec.d_model + n_pos * spec.n_heads * spec.d_head

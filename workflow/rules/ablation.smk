@@ -32,15 +32,15 @@ rule ablation_perplexity:
     benchmark:
         f"{RESULTS}/benchmarks/ablation_perplexity/{{arch}}.tsv"
     params:
-        spec=refit_spec,
-        anchor_seed=arch_anchor_seed,
+        spec=lookup(dpath="{arch}/refit_spec", within=ARCH),
+        anchor_seed=lookup(dpath="{arch}/anchor_seed", within=ARCH),
         promptset=PRIMARY,
         batch_size=config["analysis"]["ablation_batch_size"],
         weight_processing=config["analysis"]["weight_processing"],
-        device=config["compute"]["device"],
+        device=COMPUTE["device"],
     threads: 1
     resources:
-        gpu=model_gpus,
+        gpu=MODEL_GPUS,
         mem_mb=4000,
         runtime=30,
     conda:
@@ -68,7 +68,7 @@ rule ablation:
     log:
         f"{RESULTS}/logs/ablation/{{arch}}.log",
     params:
-        configuration=configuration,
+        configuration=lookup(dpath="{arch}/configuration", within=ARCH),
         promptset=PRIMARY,
     threads: 1
     resources:

@@ -2,35 +2,37 @@
 # through the trained refit and writes {RESULTS}/{arch}/caches/seed{seed}.h5 (contract: docs/caches.md).
 # Library: src/headstab/activations/ (capture, packing, the writer, and the validated reader every analysis uses).
 
-# Resources (model_gpus, cache_mem_mb, cache_runtime): common.smk, section "resources".
+# Params and resources: ARCH in common.smk (headstab.planning, headstab.resources).
 
 
 rule cache_activations:
     """hook_pattern, hook_z and hook_resid_mid (hook_resid_post without an MLP) of one refit on every prompt
     set (HDF5), plus the residual hook analysis.cka_hook names when it is another (cache.extra_resid_hooks)."""
     input:
-        unpack(cache_inputs),
+        weights=final_weights("{arch}", "{seed}"),
+        tokenizer=lookup(dpath="{arch}/train_inputs/tokenizer", within=ARCH),
+        prompts=PROMPT_FILES,
     output:
         f"{RESULTS}/{{arch}}/caches/seed{{seed}}.h5",
     params:
         prompt_sets=config["prompt_sets"],
-        cache=cache_options(),  # config["cache"] (+ extra_resid_hooks from analysis.cka_hook)
+        cache=planning.cache_options(config),  # config["cache"] (+ extra_resid_hooks from analysis.cka_hook)
         # A new cache layout changes this param, so Snakemake rebuilds caches written by older code.
         format_version=CACHE_FORMAT_VERSION,
         weight_processing=config["analysis"]["weight_processing"],  # TL2 steps applied on load (docs/fidelity.md)
-        spec=cache_spec,
-        tokenizer=lambda wildcards: SPECS[wildcards.arch].tokenizer,
-        tokenizer_dir=lambda wildcards: tokenizer_dir(SPECS[wildcards.arch].tokenizer),
-        device=config["compute"]["device"],
+        spec=lookup(dpath="{arch}/job_spec", within=ARCH),
+        tokenizer=lookup(dpath="{arch}/tokenizer", within=ARCH),
+        tokenizer_dir=lookup(dpath="{arch}/tokenizer_dir", within=ARCH),
+        device=COMPUTE["device"],
     log:
         f"{RESULTS}/logs/cache/{{arch}}/seed{{seed}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/cache/{{arch}}/seed{{seed}}.tsv"
-    threads: cache_threads
+    threads: COMPUTE["cache_threads"]  # torch's forward pass (the HDF5 writes are single-threaded)
     resources:
-        gpu=model_gpus,
-        mem_mb=cache_mem_mb,
-        runtime=cache_runtime,
+        gpu=MODEL_GPUS,
+        mem_mb=lookup(dpath="{arch}/cache_mem_mb", within=ARCH),
+        runtime=lookup(dpath="{arch}/cache_runtime", within=ARCH),
     conda:
         CONDA_ENV
     script:

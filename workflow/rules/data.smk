@@ -8,6 +8,31 @@
 #
 # Local tokenizers (source local) are used in place: no rule. File formats: src/headstab/data/shards.py.
 
+TOKENIZERS, CORPORA = config["tokenizers"], config["corpora"]
+# Per tokenizer and per corpus: what their jobs look up (headstab.planning says what each job's params hold).
+TOKENIZER_JOBS = {
+    name: {
+        "dir": tokenizer_dir(name),
+        "target": tokenizer_target(name),
+        "training_inputs": planning.corpus_source_inputs(config, LAYOUT, entry["corpus"]) if entry["source"] == "train" else [],
+        "training_corpus": planning.tokenizer_training_entry(config, LAYOUT, name) if entry["source"] == "train" else {},
+    }
+    for name, entry in TOKENIZERS.items()
+}
+CORPUS_JOBS = {
+    name: {
+        "entry": planning.corpus_job_entry(config, LAYOUT, name),
+        "inputs": {
+            "tokenizer": tokenizer_target(entry["tokenizer"]),
+            "source": planning.corpus_source_inputs(config, LAYOUT, name),
+        },
+        "tokenizer_dir": tokenizer_dir(entry["tokenizer"]),
+        "shard_records": [path.replace(".npy", ".json") for path in corpus_shards(name)],
+        "shard_index": {f"{index:03d}": index for index in range(entry["n_shards"])},
+    }
+    for name, entry in CORPORA.items()
+}
+
 
 rule synthetic_text:
     """Seeded English-like documents with structure for attention to learn (the offline demo's corpus,
@@ -15,12 +40,12 @@ rule synthetic_text:
     output:
         text=f"{RESULTS}/data/{{corpus}}/text.jsonl",
     params:
-        seed=lambda wildcards: config["corpora"][wildcards.corpus]["seed"],
-        n_documents=lambda wildcards: config["corpora"][wildcards.corpus]["n_documents"],
+        seed=lookup(dpath="{corpus}/seed", within=CORPORA),
+        n_documents=lookup(dpath="{corpus}/n_documents", within=CORPORA),
     log:
         f"{RESULTS}/logs/data/synthetic_text/{{corpus}}.log",
     wildcard_constraints:
-        corpus=_names_regex(_corpora_with_source("synthetic")),
+        corpus=planning.names_regex(planning.names_with_source(CORPORA, "synthetic")),
     threads: 1
     resources:
         mem_mb=1000,
@@ -35,17 +60,17 @@ rule train_tokenizer:
     """Byte-level BPE tokenizer trained on a corpus of this configuration (the demo's stand-in for the
     paper's pretrained tokenizers, §3.1 / Listings 1-7)."""
     input:
-        train_tokenizer_inputs,
+        lookup(dpath="{tokenizer}/training_inputs", within=TOKENIZER_JOBS),
     output:
         meta=f"{RESULTS}/tokenizers/{{tokenizer}}/meta.json",
     params:
-        entry=lambda wildcards: config["tokenizers"][wildcards.tokenizer],
-        corpus=lambda wildcards: tokenizer_training_source(wildcards.tokenizer),
-        out_dir=lambda wildcards: tokenizer_dir(wildcards.tokenizer),
+        entry=lookup(dpath="{tokenizer}", within=TOKENIZERS),
+        corpus=lookup(dpath="{tokenizer}/training_corpus", within=TOKENIZER_JOBS),
+        out_dir=lookup(dpath="{tokenizer}/dir", within=TOKENIZER_JOBS),
     log:
         f"{RESULTS}/logs/data/train_tokenizer/{{tokenizer}}.log",
     wildcard_constraints:
-        tokenizer=_names_regex(_tokenizers_with_source("train")),
+        tokenizer=planning.names_regex(planning.names_with_source(TOKENIZERS, "train")),
     threads: 1
     resources:
         mem_mb=4000,
@@ -62,12 +87,12 @@ rule fetch_tokenizer:
     output:
         meta=f"{RESULTS}/tokenizers/{{tokenizer}}/meta.json",
     params:
-        hub_id=lambda wildcards: config["tokenizers"][wildcards.tokenizer]["name"],
-        out_dir=lambda wildcards: tokenizer_dir(wildcards.tokenizer),
+        hub_id=lookup(dpath="{tokenizer}/name", within=TOKENIZERS),
+        out_dir=lookup(dpath="{tokenizer}/dir", within=TOKENIZER_JOBS),
     log:
         f"{RESULTS}/logs/data/fetch_tokenizer/{{tokenizer}}.log",
     wildcard_constraints:
-        tokenizer=_names_regex(_tokenizers_with_source("hub")),
+        tokenizer=planning.names_regex(planning.names_with_source(TOKENIZERS, "hub")),
     threads: 1
     resources:
         mem_mb=2000,
@@ -82,14 +107,14 @@ rule tokenize_shard:
     """One shard of a corpus as a token stream (paper §3.1: C4 2B-token subset, OpenWebText in 10 shards);
     shard i of n takes a disjoint part of the documents, so shards build in parallel."""
     input:
-        unpack(tokenize_shard_inputs),
+        unpack(lookup(dpath="{corpus}/inputs", within=CORPUS_JOBS)),
     output:
         tokens=f"{RESULTS}/data/{{corpus}}/shard_{{shard}}.npy",
         record=f"{RESULTS}/data/{{corpus}}/shard_{{shard}}.json",
     params:
-        corpus=lambda wildcards: corpus_source(wildcards.corpus),
-        shard_index=lambda wildcards: int(wildcards.shard),
-        tokenizer_dir=lambda wildcards: tokenizer_dir(config["corpora"][wildcards.corpus]["tokenizer"]),
+        corpus=lookup(dpath="{corpus}/entry", within=CORPUS_JOBS),
+        shard_index=lookup(dpath="{corpus}/shard_index/{shard}", within=CORPUS_JOBS),
+        tokenizer_dir=lookup(dpath="{corpus}/tokenizer_dir", within=CORPUS_JOBS),
     log:
         f"{RESULTS}/logs/data/tokenize_shard/{{corpus}}/shard_{{shard}}.log",
     threads: 1
@@ -105,7 +130,7 @@ rule tokenize_shard:
 rule corpus_meta:
     """A corpus's shards summarised: tokenizer identity, token counts and sha256 per shard (§3.1)."""
     input:
-        records=corpus_shard_records,
+        records=lookup(dpath="{corpus}/shard_records", within=CORPUS_JOBS),
     output:
         meta=f"{RESULTS}/data/{{corpus}}/meta.json",
     log:

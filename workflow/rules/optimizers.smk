@@ -33,24 +33,12 @@ PAIR_CONFIGURATIONS = {
 
 # Held-out text: a corpus of this config in the architecture's tokenizer, else wikitext-2 (rule heldout_wikitext).
 HELDOUT_CORPUS = config["analysis"]["heldout_corpus"]
-HELDOUT_LABEL = HELDOUT_CORPUS or f"{HELDOUT_HUB['config_name']} {HELDOUT_HUB['split']}"
-HELDOUT_MISMATCH = [
-    arch for arch, spec in SPECS.items() if HELDOUT_CORPUS and config["corpora"][HELDOUT_CORPUS]["tokenizer"] != spec.tokenizer
-]
-if HELDOUT_MISMATCH:
-    raise WorkflowError(
-        f"config key 'analysis.heldout_corpus': corpus '{HELDOUT_CORPUS}' is tokenized with "
-        f"'{config['corpora'][HELDOUT_CORPUS]['tokenizer']}' but architectures {HELDOUT_MISMATCH} use another "
-        "tokenizer; pick a held-out corpus with the same tokenizer, or null for wikitext-2"
-    )
-HELDOUT_SHARDS = {
-    arch: corpus_shards(HELDOUT_CORPUS) if HELDOUT_CORPUS else [heldout_hub_shard(spec.tokenizer)]
-    for arch, spec in SPECS.items()
-}
-HELDOUT_TOKENIZERS = {
-    name: {"target": tokenizer_target(name), "dir": tokenizer_dir(name)} for name in config["tokenizers"]
-}
-HELDOUT_HUB_RECORD = heldout_hub_shard("{tokenizer}").replace(".npy", ".json")
+HELDOUT_LABEL = HELDOUT_CORPUS or f"{planning.HELDOUT_HUB['config_name']} {planning.HELDOUT_HUB['split']}"
+try:
+    HELDOUT_SHARDS = planning.heldout_shards(config, SPECS, LAYOUT)
+except ValueError as error:
+    raise WorkflowError(str(error)) from None
+HELDOUT_HUB_SHARD = LAYOUT.heldout_shard(planning.HELDOUT_HUB_DATASET, "{tokenizer}")
 
 
 rule heldout_wikitext:
@@ -58,15 +46,15 @@ rule heldout_wikitext:
     `datasets`, joined with blank lines and tokenized with `tokenizer` into one token shard. Used when
     analysis.heldout_corpus is null (the full paper); needs internet on the node that runs it."""
     input:
-        tokenizer=lookup(dpath="{tokenizer}/target", within=HELDOUT_TOKENIZERS),
+        tokenizer=lookup(dpath="{tokenizer}/target", within=TOKENIZER_JOBS),
     output:
-        tokens=heldout_hub_shard("{tokenizer}"),
-        record=HELDOUT_HUB_RECORD,
+        tokens=HELDOUT_HUB_SHARD,
+        record=HELDOUT_HUB_SHARD.replace(".npy", ".json"),
     log:
         f"{RESULTS}/logs/heldout_wikitext/{{tokenizer}}.log",
     params:
-        dataset=HELDOUT_HUB,
-        tokenizer_dir=lookup(dpath="{tokenizer}/dir", within=HELDOUT_TOKENIZERS),
+        dataset=planning.HELDOUT_HUB,
+        tokenizer_dir=lookup(dpath="{tokenizer}/dir", within=TOKENIZER_JOBS),
     threads: 1
     resources:
         mem_mb=2000,
@@ -82,7 +70,7 @@ rule validation_perplexity:
     tokens of held-out text in seq_len windows, weights processed as the caches were
     (analysis.weight_processing). Runs the models: a GPU where the run has one."""
     input:
-        weights=arch_weights,
+        weights=lookup(dpath="{arch}/weights", within=ARCH),
         heldout=lookup(dpath="{arch}", within=HELDOUT_SHARDS),
     output:
         table=table_path("{arch}", "validation_perplexity"),
@@ -91,14 +79,14 @@ rule validation_perplexity:
     benchmark:
         f"{RESULTS}/benchmarks/validation_perplexity/{{arch}}.tsv"
     params:
-        spec=refit_spec,
+        spec=lookup(dpath="{arch}/refit_spec", within=ARCH),
         heldout_tokens=config["analysis"]["heldout_tokens"],
         batch_size=config["analysis"]["ablation_batch_size"],
         weight_processing=config["analysis"]["weight_processing"],
-        device=config["compute"]["device"],
+        device=COMPUTE["device"],
     threads: 1
     resources:
-        gpu=model_gpus,
+        gpu=MODEL_GPUS,
         mem_mb=4000,
         runtime=60,
     conda:
@@ -112,14 +100,14 @@ rule activation_norms:
     caches were) and of resid_mid, per layer of every refit, padding excluded (paper §4.5, Fig. 35).
     CPU only."""
     input:
-        weights=arch_weights,
-        caches=arch_caches,
+        weights=lookup(dpath="{arch}/weights", within=ARCH),
+        caches=lookup(dpath="{arch}/caches", within=ARCH),
     output:
         table=table_path("{arch}", "activation_norms"),
     log:
         f"{RESULTS}/logs/activation_norms/{{arch}}.log",
     params:
-        spec=refit_spec,
+        spec=lookup(dpath="{arch}/refit_spec", within=ARCH),
         promptset=PRIMARY,
         weight_processing=config["analysis"]["weight_processing"],
     threads: 1

@@ -31,8 +31,8 @@ rule prompt_length:
     log:
         f"{RESULTS}/logs/prompt_length/{{arch}}.log",
     params:
-        configuration=configuration,
-        anchor_seed=arch_anchor_seed,
+        configuration=lookup(dpath="{arch}/configuration", within=ARCH),
+        anchor_seed=lookup(dpath="{arch}/anchor_seed", within=ARCH),
     threads: 1
     resources:
         mem_mb=1000,

@@ -8,7 +8,7 @@ rule report_configuration:
     """The resolved configuration of this run (schema defaults filled in), shown in the report."""
     output:
         report(
-            report_configuration_path(),
+            LAYOUT.report_configuration_path(),
             caption="../report/configuration.rst",
             category="Configuration",
         ),

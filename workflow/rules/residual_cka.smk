@@ -8,7 +8,6 @@ from headstab.resources import residual_cka_mem_mb
 
 
 RESIDUAL_CKA_TARGETS = {arch: [table_path(arch, "residual_cka"), figure_path(arch, "residual_stream")] for arch in ARCHITECTURES}
-ARCHITECTURE_SEEDS = {arch: seeds(arch) for arch in ARCHITECTURES}
 RESIDUAL_CKA_MEM_MB = {
     arch: residual_cka_mem_mb(SPECS[arch], len(seeds(arch)), config["analysis"]["cka_max_tokens"]) for arch in ARCHITECTURES
 }
@@ -21,7 +20,7 @@ rule residual_cka:
     cache_activations) of all prompts stacked; RBF kernel with bandwidth cka_threshold x median distance
     (Kornblith et al. 2019) or linear; optionally debiased."""
     input:
-        caches=arch_caches,
+        caches=lookup(dpath="{arch}/caches", within=ARCH),
         layer_stability=table_path("{arch}", "layer_stability"),
     output:
         table=table_path("{arch}", "residual_cka"),
@@ -34,8 +33,8 @@ rule residual_cka:
     log:
         f"{RESULTS}/logs/residual_cka/{{arch}}.log",
     params:
-        configuration=configuration,
-        seeds=lookup(dpath="{arch}", within=ARCHITECTURE_SEEDS),
+        configuration=lookup(dpath="{arch}/configuration", within=ARCH),
+        seeds=lookup(dpath="{arch}/seeds", within=ARCH),
         promptsets=[PRIMARY],  # the paper's §4.7; add len{N} or the user's sets here
         figure_promptset=PRIMARY,
         hook=config["analysis"]["cka_hook"],

@@ -9,19 +9,19 @@
 rule pair_similarity:
     """All-pairs head similarity of one architecture's refits on every prompt set (Eq. 1-2)."""
     input:
-        caches=arch_caches,
+        caches=lookup(dpath="{arch}/caches", within=ARCH),
     output:
         **{promptset: similarity_path("{arch}", promptset) for promptset in PROMPT_SETS},
     log:
         f"{RESULTS}/logs/similarity/{{arch}}.log",
     params:
-        seeds=lambda wildcards: seeds(wildcards.arch),
+        seeds=lookup(dpath="{arch}/seeds", within=ARCH),
         promptsets=PROMPT_SETS,
         prompt_chunk=config["similarity"]["prompt_chunk"],
     threads: 1
     resources:
-        mem_mb=similarity_mem_mb,
-        runtime=similarity_runtime,
+        mem_mb=lookup(dpath="{arch}/similarity_mem_mb", within=ARCH),
+        runtime=lookup(dpath="{arch}/similarity_runtime", within=ARCH),
     conda:
         CONDA_ENV
     script:

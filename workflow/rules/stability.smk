@@ -7,12 +7,19 @@
 #
 # Library: headstab.stability, headstab.plots.stability. Paper §4.4-4.9: one rule file per section.
 
+STABILITY_TABLES = ("pair_stability", "head_stability", "layer_stability", "alignment_map", "alignment_dispersion", "commonness")
+STABILITY_FIGURES = ("head_stability", "layer_stability", "pair_stability", "cross_layer_stability", "alignment_map", "commonness")
+STABILITY_TARGETS = {
+    arch: [table_path(arch, name) for name in STABILITY_TABLES] + [figure_path(arch, name) for name in STABILITY_FIGURES]
+    for arch in ARCHITECTURES
+}
+
 
 rule stability_tables:
     """Head-, layer-, cross-layer-wise stability, alignment maps and commonness, every refit as anchor
     (Eq. 3-5, §3.3, §4.2, Eq. 10)."""
     input:
-        similarity=arch_similarities,
+        similarity=lookup(dpath="{arch}/similarities", within=ARCH),
     output:
         **{name: table_path("{arch}", name) for name in STABILITY_TABLES},
     log:

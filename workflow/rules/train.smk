@@ -9,24 +9,25 @@
 # uninterrupted run (CPU); one written under another configuration is deleted and training restarts.
 # Library: src/headstab/training/ (loop, checkpoint, data), src/headstab/models.py.
 
-# Resources (model_gpus, train_runtime, train_mem_mb) and train_spec: common.smk, section "resources".
+# Params and resources: ARCH in common.smk (headstab.planning.job_spec, headstab.resources).
+
+PROMPT_CHECKS = planning.prompt_checks(SPECS)
 
 
-# ---------------------------------------------------------------- rules
 rule check_prompts:
     """Every prompt set, tokenized as cache_activations will (BOS prepended when cache.prepend_bos), fits
     the context n_ctx of the architectures with this tokenizer: checked before their first train job,
     not after all training. Seconds of work, so it runs where snakemake runs (also with a profile)."""
     input:
-        tokenizer=lambda wildcards: tokenizer_target(wildcards.tokenizer),
-        prompts=list(config["prompt_sets"].values()),
+        tokenizer=lookup(dpath="{tokenizer}/target", within=TOKENIZER_JOBS),
+        prompts=PROMPT_FILES,
     output:
-        record=prompt_check_record("{tokenizer}", "{n_ctx}"),
+        record=LAYOUT.prompt_check_record("{tokenizer}", "{n_ctx}"),
     params:
         prompt_sets=config["prompt_sets"],
         prepend_bos=config["cache"]["prepend_bos"],
-        tokenizer_dir=lambda wildcards: tokenizer_dir(wildcards.tokenizer),
-        architectures=prompt_check_architectures,
+        tokenizer_dir=lookup(dpath="{tokenizer}/dir", within=TOKENIZER_JOBS),
+        architectures=lookup(dpath="{tokenizer}/{n_ctx}", within=PROMPT_CHECKS),
     log:
         f"{RESULTS}/logs/check_prompts/{{tokenizer}}/n_ctx{{n_ctx}}.log",
     wildcard_constraints:
@@ -47,24 +48,24 @@ rule train:
     constant-lr Adam/AdamW, one epoch or n_tokens; resumes from its newest full-state checkpoint.
     Starts only after check_prompts passed for its tokenizer and n_ctx."""
     input:
-        unpack(train_inputs),
+        unpack(lookup(dpath="{arch}/train_inputs", within=ARCH)),
     output:
         weights=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/final.pt",
         train_log=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/train_log.csv",
         meta=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/meta.json",
     params:
-        spec=train_spec,
-        tokenizer_dir=lambda wildcards: tokenizer_dir(SPECS[wildcards.arch].tokenizer),
-        device=config["compute"]["device"],
+        spec=lookup(dpath="{arch}/job_spec", within=ARCH),
+        tokenizer_dir=lookup(dpath="{arch}/tokenizer_dir", within=ARCH),
+        device=COMPUTE["device"],
     log:
         f"{RESULTS}/logs/train/{{arch}}/seed{{seed}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/train/{{arch}}/seed{{seed}}.tsv"
-    threads: train_threads
+    threads: COMPUTE["train_threads"]
     resources:
-        gpu=model_gpus,
-        runtime=train_runtime,
-        mem_mb=train_mem_mb,
+        gpu=MODEL_GPUS,
+        runtime=lookup(dpath="{arch}/train_runtime", within=ARCH),
+        mem_mb=lookup(dpath="{arch}/train_mem_mb", within=ARCH),
     conda:
         CONDA_ENV
     script:

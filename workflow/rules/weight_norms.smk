@@ -22,13 +22,13 @@ rule weight_norms:
     heads, or of the whole layer: analysis.attention_norm), MLP W_in/W_out and LayerNorm gains, from
     final.pt processed as the caches were (analysis.weight_processing). CPU only."""
     input:
-        weights=arch_weights,
+        weights=lookup(dpath="{arch}/weights", within=ARCH),
     output:
         table=table_path("{arch}", "weight_norms"),
     log:
         f"{RESULTS}/logs/weight_norms/{{arch}}.log",
     params:
-        spec=refit_spec,
+        spec=lookup(dpath="{arch}/refit_spec", within=ARCH),
         attention_norm=config["analysis"]["attention_norm"],
         weight_processing=config["analysis"]["weight_processing"],
     threads: 1
@@ -58,7 +58,7 @@ rule weight_norm_correlation:
     log:
         f"{RESULTS}/logs/weight_norm_correlation/{{arch}}.log",
     params:
-        configuration=configuration,
+        configuration=lookup(dpath="{arch}/configuration", within=ARCH),
         promptset=PRIMARY,
         attention_norm=config["analysis"]["attention_norm"],
     threads: 1

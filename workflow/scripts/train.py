@@ -1,13 +1,10 @@
 """Rule train: one refit (architecture, seed) -> final.pt, train_log.csv, meta.json (paper §3.1)."""
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parents[1] / "src"))  # the library, also without pip install -e
-
-from headstab.config import spec_from_dict  # noqa: E402
-from headstab.joblog import run_job  # noqa: E402
-from headstab.training import train_refit  # noqa: E402
+from headstab.config import spec_from_dict
+from headstab.joblog import run_job
+from headstab.training import train_refit
 
 
 def main():

@@ -1,0 +1,124 @@
+"""What the workflow plans from a validated config beyond paths (those are headstab.layout's).
+
+The params a job gets hold only what changes its result, so Snakemake reruns a job exactly when its
+output would change; the prompt checks the architectures share; the jobs that need the internet.
+Pure functions of the config; importable at parse time (no numpy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from headstab.config import ArchitectureSpec
+from headstab.layout import Layout
+
+# The paper's held-out text for validation perplexity (§4.5) when analysis.heldout_corpus is null.
+HELDOUT_HUB = {"name": "wikitext", "config_name": "wikitext-2-raw-v1", "split": "test"}
+HELDOUT_HUB_DATASET = f"{HELDOUT_HUB['config_name']}_{HELDOUT_HUB['split']}"
+
+
+def names_regex(names: Iterable[str]) -> str:
+    """A wildcard constraint matching exactly `names`, longest first (one that never matches when empty)."""
+    ordered = sorted(names, key=len, reverse=True)
+    return "|".join(ordered) if ordered else "(?!x)x"
+
+
+def names_with_source(entries: Mapping[str, Mapping[str, Any]], source: str) -> list[str]:
+    """The names of the `tokenizers` or `corpora` entries whose `source` is `source`."""
+    return [name for name, entry in entries.items() if entry["source"] == source]
+
+
+def job_spec(spec: ArchitectureSpec) -> dict[str, Any]:
+    """The spec as plain data without its seed list: the params of a train or cache job, so that adding
+    seeds retrains and re-caches none of the old ones."""
+    values = spec.to_dict()
+    del values["seeds"]
+    return values
+
+
+def corpus_source_inputs(config: Mapping[str, Any], layout: Layout, name: str) -> list[str]:
+    """The files a corpus's documents come from: its synthetic text, its local path, or none (hub)."""
+    entry = config["corpora"][name]
+    if entry["source"] == "synthetic":
+        return [layout.synthetic_text(name)]
+    return [entry["path"]] if entry["source"] == "local" else []
+
+
+def corpus_job_entry(config: Mapping[str, Any], layout: Layout, name: str) -> dict[str, Any]:
+    """The corpus's config entry as a tokenize job sees it: `path` at the synthetic text for source
+    synthetic, without expected_tokens (a runtime estimate: changing it must not re-tokenize)."""
+    entry = {key: value for key, value in config["corpora"][name].items() if key != "expected_tokens"}
+    if entry["source"] == "synthetic":
+        entry["path"] = layout.synthetic_text(name)
+    return entry
+
+
+def tokenizer_training_entry(config: Mapping[str, Any], layout: Layout, name: str) -> dict[str, Any]:
+    """The corpus entry tokenizer `name` trains on, without the keys that only shape the shards (changing
+    n_tokens or n_shards must not retrain the tokenizer and re-tokenize everything)."""
+    corpus = corpus_job_entry(config, layout, config["tokenizers"][name]["corpus"])
+    return {key: value for key, value in corpus.items() if key not in ("n_tokens", "n_shards", "tokenizer")}
+
+
+def prompt_checks(specs: Mapping[str, ArchitectureSpec]) -> dict[str, dict[str, list[str]]]:
+    """{tokenizer: {n_ctx: architectures}}: one check_prompts job per tokenizer and context length."""
+    checks: dict[str, dict[str, list[str]]] = {}
+    for arch, spec in specs.items():
+        checks.setdefault(spec.tokenizer, {}).setdefault(str(spec.n_ctx), []).append(arch)
+    return checks
+
+
+def extra_resid_hooks(config: Mapping[str, Any]) -> list[str]:
+    """Residual hooks the caches store beside hook_resid_mid: the one analysis.cka_hook names, unless it
+    is hook_resid_mid (always stored)."""
+    hook = config["analysis"]["cka_hook"]
+    return [] if hook == "hook_resid_mid" else [hook]
+
+
+def cache_options(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The cache writer's options: config["cache"], with `extra_resid_hooks` only when there are any, so
+    the default cka_hook leaves the params (and so the caches) as they are and another hook rebuilds them."""
+    extra = extra_resid_hooks(config)
+    return {**config["cache"], "extra_resid_hooks": extra} if extra else dict(config["cache"])
+
+
+def heldout_shards(config: Mapping[str, Any], specs: Mapping[str, ArchitectureSpec], layout: Layout) -> dict[str, list[str]]:
+    """{architecture: its held-out token shards}: analysis.heldout_corpus's shards, else wikitext-2 in the
+    architecture's tokenizer. A held-out corpus in another tokenizer than an architecture's is refused."""
+    corpus = config["analysis"]["heldout_corpus"]
+    if corpus is None:
+        return {arch: [layout.heldout_shard(HELDOUT_HUB_DATASET, spec.tokenizer)] for arch, spec in specs.items()}
+    tokenizer = config["corpora"][corpus]["tokenizer"]
+    mismatched = [arch for arch, spec in specs.items() if spec.tokenizer != tokenizer]
+    if mismatched:
+        raise ValueError(
+            f"config key 'analysis.heldout_corpus': corpus '{corpus}' is tokenized with '{tokenizer}' but "
+            f"architectures {mismatched} use another tokenizer; pick a held-out corpus with the same tokenizer, "
+            "or null for wikitext-2"
+        )
+    return {arch: layout.corpus_shards(corpus) for arch in specs}
+
+
+def run_corpora(config: Mapping[str, Any], specs: Mapping[str, ArchitectureSpec]) -> set[str]:
+    """The corpora this run tokenizes: its architectures' and the held-out one."""
+    held_out = config["analysis"]["heldout_corpus"]
+    return {spec.corpus for spec in specs.values()} | ({held_out} if held_out and specs else set())
+
+
+def network_targets(config: Mapping[str, Any], specs: Mapping[str, ArchitectureSpec], layout: Layout) -> list[str]:
+    """Outputs of every job of this run that downloads from the Hugging Face hub: hub tokenizers (and
+    tokenizers trained on a hub corpus), hub corpora's metas, and wikitext-2 when
+    analysis.heldout_corpus is null."""
+    tokenizers, corpora = config["tokenizers"], config["corpora"]
+    used = {spec.tokenizer for spec in specs.values()} | {corpora[name]["tokenizer"] for name in run_corpora(config, specs)}
+    targets = [
+        layout.tokenizer_target(name)
+        for name in sorted(used)
+        if tokenizers[name]["source"] == "hub"
+        or (tokenizers[name]["source"] == "train" and corpora[tokenizers[name]["corpus"]]["source"] == "hub")
+    ]
+    targets += [layout.corpus_meta(name) for name in sorted(run_corpora(config, specs)) if corpora[name]["source"] == "hub"]
+    if config["analysis"]["heldout_corpus"] is None:
+        targets += [layout.heldout_shard(HELDOUT_HUB_DATASET, t) for t in sorted({s.tokenizer for s in specs.values()})]
+    return targets
