@@ -12,6 +12,7 @@ from snakemake.utils import min_version
 
 min_version("9.0")
 
+
 report: "workflow/report/workflow.rst"
 
 
@@ -37,8 +38,8 @@ include: "workflow/rules/report.smk"
 include: "workflow/rules/targets.smk"
 
 
+# Everything this configuration's run selects.
 rule all:
-    """Everything this configuration's run selects."""
-    input:
-        all_targets(),
     default_target: True
+    input:
+        ALL_TARGETS,

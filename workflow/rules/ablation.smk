@@ -14,7 +14,7 @@ ABLATION_TARGETS = {
 }
 # The anchor's weights and its cache (the prompts' tokens come from it: nothing is re-tokenized).
 ANCHOR_REFITS = {
-    arch: {"weights": final_weights(arch, anchor_seed(arch)), "cache": cache_path(arch, anchor_seed(arch))}
+    arch: {"weights": final_weights(arch, ANCHOR_SEEDS[arch]), "cache": cache_path(arch, ANCHOR_SEEDS[arch])}
     for arch in ARCHITECTURES
 }
 
@@ -31,6 +31,13 @@ rule ablation_perplexity:
         f"{RESULTS}/logs/ablation_perplexity/{{arch}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/ablation_perplexity/{{arch}}.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        gpu=MODEL_GPUS,
+        mem_mb=4000,
+        runtime=30,
     params:
         spec=lookup(dpath="{arch}/refit_spec", within=ARCH),
         anchor_seed=lookup(dpath="{arch}/anchor_seed", within=ARCH),
@@ -38,13 +45,6 @@ rule ablation_perplexity:
         batch_size=config["analysis"]["ablation_batch_size"],
         weight_processing=config["analysis"]["weight_processing"],
         device=COMPUTE["device"],
-    threads: 1
-    resources:
-        gpu=MODEL_GPUS,
-        mem_mb=4000,
-        runtime=30,
-    conda:
-        CONDA_ENV
     script:
         "../scripts/ablation_perplexity.py"
 
@@ -67,14 +67,14 @@ rule ablation:
         ),
     log:
         f"{RESULTS}/logs/ablation/{{arch}}.log",
-    params:
-        configuration=lookup(dpath="{arch}/configuration", within=ARCH),
-        promptset=PRIMARY,
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        CONDA_ENV
+    params:
+        configuration=lookup(dpath="{arch}/configuration", within=ARCH),
+        promptset=PRIMARY,
     script:
         "../scripts/ablation.py"

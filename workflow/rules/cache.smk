@@ -14,6 +14,17 @@ rule cache_activations:
         prompts=PROMPT_FILES,
     output:
         f"{RESULTS}/{{arch}}/caches/seed{{seed}}.h5",
+    log:
+        f"{RESULTS}/logs/cache/{{arch}}/seed{{seed}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/cache/{{arch}}/seed{{seed}}.tsv"
+    conda:
+        CONDA_ENV
+    threads: COMPUTE["cache_threads"]  # torch's forward pass (the HDF5 writes are single-threaded)
+    resources:
+        gpu=MODEL_GPUS,
+        mem_mb=lookup(dpath="{arch}/cache_mem_mb", within=ARCH),
+        runtime=lookup(dpath="{arch}/cache_runtime", within=ARCH),
     params:
         prompt_sets=config["prompt_sets"],
         cache=planning.cache_options(config),  # config["cache"] (+ extra_resid_hooks from analysis.cka_hook)
@@ -24,16 +35,5 @@ rule cache_activations:
         tokenizer=lookup(dpath="{arch}/tokenizer", within=ARCH),
         tokenizer_dir=lookup(dpath="{arch}/tokenizer_dir", within=ARCH),
         device=COMPUTE["device"],
-    log:
-        f"{RESULTS}/logs/cache/{{arch}}/seed{{seed}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/cache/{{arch}}/seed{{seed}}.tsv"
-    threads: COMPUTE["cache_threads"]  # torch's forward pass (the HDF5 writes are single-threaded)
-    resources:
-        gpu=MODEL_GPUS,
-        mem_mb=lookup(dpath="{arch}/cache_mem_mb", within=ARCH),
-        runtime=lookup(dpath="{arch}/cache_runtime", within=ARCH),
-    conda:
-        CONDA_ENV
     script:
         "../scripts/cache_activations.py"

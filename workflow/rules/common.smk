@@ -10,7 +10,7 @@ from pathlib import Path
 # every job's script (local, Slurm, or a `--sdm conda` environment, which does not install the package).
 LIBRARY = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, LIBRARY)
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [LIBRARY, os.environ.get("PYTHONPATH")]))
+os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [LIBRARY, os.environ.get("PYTHONPATH")])))
 
 from headstab import planning, resources
 from headstab.config import ConfigError, architecture_spec, selected_architectures, validate_config
@@ -30,7 +30,9 @@ try:
     _prompt_sets = load_prompt_sets(config["prompt_sets"])
     PRIMARY = config["analysis"]["promptset"]  # the prompt set of the single-set analyses
     if PRIMARY not in _prompt_sets:
-        raise ValueError(f"config key 'analysis.promptset': {PRIMARY!r} is not a prompt set; choose from {list(_prompt_sets)}")
+        raise ValueError(
+            f"config key 'analysis.promptset': {PRIMARY!r} is not a prompt set; choose from {list(_prompt_sets)}"
+        )
 except (OSError, ValueError) as error:
     raise WorkflowError(f"Invalid prompt sets: {error}") from None
 PROMPT_SETS = list(_prompt_sets)  # primary, len5 ... len50, the user's sets
@@ -61,24 +63,17 @@ summary_table_path = LAYOUT.summary_table_path
 summary_figure_path = LAYOUT.summary_figure_path
 
 
-def seeds(arch):
-    return list(SPECS[arch].seeds)
-
-
-def anchor_seed(arch):
-    """The paper's single-anchor view: the first seed."""
-    return seeds(arch)[0]
-
-
+SEEDS = {arch: list(spec.seeds) for arch, spec in SPECS.items()}
+ANCHOR_SEEDS = {arch: seeds[0] for arch, seeds in SEEDS.items()}  # the paper's single-anchor view: the first seed
 # Per architecture: what its rules look up with lookup(dpath="{arch}/<key>", within=ARCH).
 ARCH = {
     arch: {
         "job_spec": planning.job_spec(spec),  # train and cache params: without seeds
         "refit_spec": spec.to_dict(),  # analysis params: every refit
-        "seeds": seeds(arch),
-        "anchor_seed": anchor_seed(arch),
-        "weights": [final_weights(arch, seed) for seed in seeds(arch)],
-        "caches": [cache_path(arch, seed) for seed in seeds(arch)],
+        "seeds": SEEDS[arch],
+        "anchor_seed": ANCHOR_SEEDS[arch],
+        "weights": [final_weights(arch, seed) for seed in SEEDS[arch]],
+        "caches": [cache_path(arch, seed) for seed in SEEDS[arch]],
         "similarities": [similarity_path(arch, promptset) for promptset in PROMPT_SETS],
         "tokenizer": spec.tokenizer,
         "tokenizer_dir": tokenizer_dir(spec.tokenizer),

@@ -14,8 +14,12 @@ TOKENIZER_JOBS = {
     name: {
         "dir": tokenizer_dir(name),
         "target": tokenizer_target(name),
-        "training_inputs": planning.corpus_source_inputs(config, LAYOUT, entry["corpus"]) if entry["source"] == "train" else [],
-        "training_corpus": planning.tokenizer_training_entry(config, LAYOUT, name) if entry["source"] == "train" else {},
+        "training_inputs": (
+            planning.corpus_source_inputs(config, LAYOUT, entry["corpus"]) if entry["source"] == "train" else []
+        ),
+        "training_corpus": (
+            planning.tokenizer_training_entry(config, LAYOUT, name) if entry["source"] == "train" else {}
+        ),
     }
     for name, entry in TOKENIZERS.items()
 }
@@ -39,19 +43,19 @@ rule synthetic_text:
     standing in for the paper's C4 / OpenWebText of §3.1)."""
     output:
         text=f"{RESULTS}/data/{{corpus}}/text.jsonl",
-    params:
-        seed=lookup(dpath="{corpus}/seed", within=CORPORA),
-        n_documents=lookup(dpath="{corpus}/n_documents", within=CORPORA),
     log:
         f"{RESULTS}/logs/data/synthetic_text/{{corpus}}.log",
     wildcard_constraints:
         corpus=planning.names_regex(planning.names_with_source(CORPORA, "synthetic")),
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=1000,
         runtime=30,
-    conda:
-        CONDA_ENV
+    params:
+        seed=lookup(dpath="{corpus}/seed", within=CORPORA),
+        n_documents=lookup(dpath="{corpus}/n_documents", within=CORPORA),
     script:
         "../scripts/synthetic_text.py"
 
@@ -63,20 +67,20 @@ rule train_tokenizer:
         lookup(dpath="{tokenizer}/training_inputs", within=TOKENIZER_JOBS),
     output:
         meta=f"{RESULTS}/tokenizers/{{tokenizer}}/meta.json",
-    params:
-        entry=lookup(dpath="{tokenizer}", within=TOKENIZERS),
-        corpus=lookup(dpath="{tokenizer}/training_corpus", within=TOKENIZER_JOBS),
-        out_dir=lookup(dpath="{tokenizer}/dir", within=TOKENIZER_JOBS),
     log:
         f"{RESULTS}/logs/data/train_tokenizer/{{tokenizer}}.log",
     wildcard_constraints:
         tokenizer=planning.names_regex(planning.names_with_source(TOKENIZERS, "train")),
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=4000,
         runtime=60,
-    conda:
-        CONDA_ENV
+    params:
+        entry=lookup(dpath="{tokenizer}", within=TOKENIZERS),
+        corpus=lookup(dpath="{tokenizer}/training_corpus", within=TOKENIZER_JOBS),
+        out_dir=lookup(dpath="{tokenizer}/dir", within=TOKENIZER_JOBS),
     script:
         "../scripts/train_tokenizer.py"
 
@@ -86,19 +90,19 @@ rule fetch_tokenizer:
     2/4/8 layers, gpt2 for GPT-2-small). Needs internet on the node that runs it."""
     output:
         meta=f"{RESULTS}/tokenizers/{{tokenizer}}/meta.json",
-    params:
-        hub_id=lookup(dpath="{tokenizer}/name", within=TOKENIZERS),
-        out_dir=lookup(dpath="{tokenizer}/dir", within=TOKENIZER_JOBS),
     log:
         f"{RESULTS}/logs/data/fetch_tokenizer/{{tokenizer}}.log",
     wildcard_constraints:
         tokenizer=planning.names_regex(planning.names_with_source(TOKENIZERS, "hub")),
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=30,
-    conda:
-        CONDA_ENV
+    params:
+        hub_id=lookup(dpath="{tokenizer}/name", within=TOKENIZERS),
+        out_dir=lookup(dpath="{tokenizer}/dir", within=TOKENIZER_JOBS),
     script:
         "../scripts/fetch_tokenizer.py"
 
@@ -111,18 +115,18 @@ rule tokenize_shard:
     output:
         tokens=f"{RESULTS}/data/{{corpus}}/shard_{{shard}}.npy",
         record=f"{RESULTS}/data/{{corpus}}/shard_{{shard}}.json",
-    params:
-        corpus=lookup(dpath="{corpus}/entry", within=CORPUS_JOBS),
-        shard_index=lookup(dpath="{corpus}/shard_index/{shard}", within=CORPUS_JOBS),
-        tokenizer_dir=lookup(dpath="{corpus}/tokenizer_dir", within=CORPUS_JOBS),
     log:
         f"{RESULTS}/logs/data/tokenize_shard/{{corpus}}/shard_{{shard}}.log",
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=4000,
         runtime=240,
-    conda:
-        CONDA_ENV
+    params:
+        corpus=lookup(dpath="{corpus}/entry", within=CORPUS_JOBS),
+        shard_index=lookup(dpath="{corpus}/shard_index/{shard}", within=CORPUS_JOBS),
+        tokenizer_dir=lookup(dpath="{corpus}/tokenizer_dir", within=CORPUS_JOBS),
     script:
         "../scripts/tokenize_shard.py"
 
@@ -135,11 +139,11 @@ rule corpus_meta:
         meta=f"{RESULTS}/data/{{corpus}}/meta.json",
     log:
         f"{RESULTS}/logs/data/corpus_meta/{{corpus}}.log",
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=500,
         runtime=10,
-    conda:
-        CONDA_ENV
     script:
         "../scripts/corpus_meta.py"

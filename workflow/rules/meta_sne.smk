@@ -6,11 +6,11 @@
 
 from headstab.resources import meta_sne_mem_mb
 
-META_SNE_REFITS = [[arch, seed] for arch in ARCHITECTURES for seed in seeds(arch)]
+META_SNE_REFITS = [[arch, seed] for arch in ARCHITECTURES for seed in SEEDS[arch]]
 META_SNE_CACHES = [cache_path(arch, seed) for arch, seed in META_SNE_REFITS]
 META_SNE_TARGETS = [summary_table_path("meta_sne"), summary_figure_path("meta_sne")] if ARCHITECTURES else []
 # Every head's description, the primary set assumed to hold at most 200 prompts.
-META_SNE_MEM_MB = meta_sne_mem_mb(sum(len(seeds(a)) * SPECS[a].n_layers * SPECS[a].n_heads for a in ARCHITECTURES), 200)
+META_SNE_MEM_MB = meta_sne_mem_mb(sum(len(SEEDS[a]) * SPECS[a].n_layers * SPECS[a].n_heads for a in ARCHITECTURES), 200)
 
 
 rule meta_sne:
@@ -30,6 +30,12 @@ rule meta_sne:
         ),
     log:
         f"{RESULTS}/logs/meta_sne/summary.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=META_SNE_MEM_MB,
+        runtime=30,
     params:
         configuration=RUN_SUMMARY,
         refits=META_SNE_REFITS,
@@ -38,11 +44,5 @@ rule meta_sne:
         perplexity=config["analysis"]["meta_sne_perplexity"],
         seed=config["analysis"]["meta_sne_seed"],
         embedding=config["analysis"]["meta_sne_embedding"],
-    threads: 1
-    resources:
-        mem_mb=META_SNE_MEM_MB,
-        runtime=30,
-    conda:
-        CONDA_ENV
     script:
         "../scripts/meta_sne.py"

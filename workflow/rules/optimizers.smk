@@ -10,7 +10,9 @@
 # {arch} is compared with its twin {arch}_wd when both run; the pair's outputs are named by the Adam member.
 TWINS = {arch: f"{arch}_wd" for arch in ARCHITECTURES}
 OPTIMIZER_PAIRS = {arch: twin for arch, twin in TWINS.items() if twin in ARCHITECTURES}
-OPTIMIZERS_TARGETS = {arch: [table_path(arch, "validation_perplexity"), table_path(arch, "activation_norms")] for arch in ARCHITECTURES}
+OPTIMIZERS_TARGETS = {
+    arch: [table_path(arch, "validation_perplexity"), table_path(arch, "activation_norms")] for arch in ARCHITECTURES
+}
 OPTIMIZERS_COMPARISON_TARGETS = [
     path
     for arch in OPTIMIZER_PAIRS
@@ -52,15 +54,15 @@ rule heldout_wikitext:
         record=HELDOUT_HUB_SHARD.replace(".npy", ".json"),
     log:
         f"{RESULTS}/logs/heldout_wikitext/{{tokenizer}}.log",
-    params:
-        dataset=planning.HELDOUT_HUB,
-        tokenizer_dir=lookup(dpath="{tokenizer}/dir", within=TOKENIZER_JOBS),
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=20,
-    conda:
-        CONDA_ENV
+    params:
+        dataset=planning.HELDOUT_HUB,
+        tokenizer_dir=lookup(dpath="{tokenizer}/dir", within=TOKENIZER_JOBS),
     script:
         "../scripts/heldout_wikitext.py"
 
@@ -78,19 +80,19 @@ rule validation_perplexity:
         f"{RESULTS}/logs/validation_perplexity/{{arch}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/validation_perplexity/{{arch}}.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        gpu=MODEL_GPUS,
+        mem_mb=4000,
+        runtime=60,
     params:
         spec=lookup(dpath="{arch}/refit_spec", within=ARCH),
         heldout_tokens=config["analysis"]["heldout_tokens"],
         batch_size=config["analysis"]["ablation_batch_size"],
         weight_processing=config["analysis"]["weight_processing"],
         device=COMPUTE["device"],
-    threads: 1
-    resources:
-        gpu=MODEL_GPUS,
-        mem_mb=4000,
-        runtime=60,
-    conda:
-        CONDA_ENV
     script:
         "../scripts/validation_perplexity.py"
 
@@ -106,16 +108,16 @@ rule activation_norms:
         table=table_path("{arch}", "activation_norms"),
     log:
         f"{RESULTS}/logs/activation_norms/{{arch}}.log",
-    params:
-        spec=lookup(dpath="{arch}/refit_spec", within=ARCH),
-        promptset=PRIMARY,
-        weight_processing=config["analysis"]["weight_processing"],
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=4000,
         runtime=30,
-    conda:
-        CONDA_ENV
+    params:
+        spec=lookup(dpath="{arch}/refit_spec", within=ARCH),
+        promptset=PRIMARY,
+        weight_processing=config["analysis"]["weight_processing"],
     script:
         "../scripts/activation_norms.py"
 
@@ -148,16 +150,16 @@ rule optimizer_comparison:
         ),
     log:
         f"{RESULTS}/logs/optimizer_comparison/{{arch}}.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
     params:
         configuration=lookup(dpath="{arch}", within=PAIR_CONFIGURATIONS),
         adamw=lookup(dpath="{arch}", within=TWINS),
         promptset=PRIMARY,
         heldout_label=HELDOUT_LABEL,
-    threads: 1
-    resources:
-        mem_mb=1000,
-        runtime=10,
-    conda:
-        CONDA_ENV
     script:
         "../scripts/optimizer_comparison.py"

@@ -30,14 +30,14 @@ rule prompt_length:
         ),
     log:
         f"{RESULTS}/logs/prompt_length/{{arch}}.log",
-    params:
-        configuration=lookup(dpath="{arch}/configuration", within=ARCH),
-        anchor_seed=lookup(dpath="{arch}/anchor_seed", within=ARCH),
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        CONDA_ENV
+    params:
+        configuration=lookup(dpath="{arch}/configuration", within=ARCH),
+        anchor_seed=lookup(dpath="{arch}/anchor_seed", within=ARCH),
     script:
         "../scripts/prompt_length.py"

@@ -14,13 +14,13 @@ rule report_configuration:
         ),
     log:
         f"{RESULTS}/logs/report_configuration/summary.log",
-    params:
-        config=config,
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=500,
         runtime=5,
-    conda:
-        CONDA_ENV
+    params:
+        config=config,
     script:
         "../scripts/report_configuration.py"

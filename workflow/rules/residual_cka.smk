@@ -6,10 +6,12 @@
 
 from headstab.resources import residual_cka_mem_mb
 
-
-RESIDUAL_CKA_TARGETS = {arch: [table_path(arch, "residual_cka"), figure_path(arch, "residual_stream")] for arch in ARCHITECTURES}
+RESIDUAL_CKA_TARGETS = {
+    arch: [table_path(arch, "residual_cka"), figure_path(arch, "residual_stream")] for arch in ARCHITECTURES
+}
 RESIDUAL_CKA_MEM_MB = {
-    arch: residual_cka_mem_mb(SPECS[arch], len(seeds(arch)), config["analysis"]["cka_max_tokens"]) for arch in ARCHITECTURES
+    arch: residual_cka_mem_mb(SPECS[arch], len(SEEDS[arch]), config["analysis"]["cka_max_tokens"])
+    for arch in ARCHITECTURES
 }
 
 
@@ -32,6 +34,12 @@ rule residual_cka:
         ),
     log:
         f"{RESULTS}/logs/residual_cka/{{arch}}.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=lookup(dpath="{arch}", within=RESIDUAL_CKA_MEM_MB),
+        runtime=30,
     params:
         configuration=lookup(dpath="{arch}/configuration", within=ARCH),
         seeds=lookup(dpath="{arch}/seeds", within=ARCH),
@@ -43,11 +51,5 @@ rule residual_cka:
         debiased=config["analysis"]["cka_debiased"],
         max_tokens=config["analysis"]["cka_max_tokens"],
         pairs=config["analysis"]["cka_pairs"],
-    threads: 1
-    resources:
-        mem_mb=lookup(dpath="{arch}", within=RESIDUAL_CKA_MEM_MB),
-        runtime=30,
-    conda:
-        CONDA_ENV
     script:
         "../scripts/residual_cka.py"

@@ -14,15 +14,15 @@ rule pair_similarity:
         **{promptset: similarity_path("{arch}", promptset) for promptset in PROMPT_SETS},
     log:
         f"{RESULTS}/logs/similarity/{{arch}}.log",
-    params:
-        seeds=lookup(dpath="{arch}/seeds", within=ARCH),
-        promptsets=PROMPT_SETS,
-        prompt_chunk=config["similarity"]["prompt_chunk"],
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=lookup(dpath="{arch}/similarity_mem_mb", within=ARCH),
         runtime=lookup(dpath="{arch}/similarity_runtime", within=ARCH),
-    conda:
-        CONDA_ENV
+    params:
+        seeds=lookup(dpath="{arch}/seeds", within=ARCH),
+        promptsets=PROMPT_SETS,
+        prompt_chunk=config["similarity"]["prompt_chunk"],
     script:
         "../scripts/pair_similarity.py"

@@ -7,10 +7,25 @@
 #
 # Library: headstab.stability, headstab.plots.stability. Paper §4.4-4.9: one rule file per section.
 
-STABILITY_TABLES = ("pair_stability", "head_stability", "layer_stability", "alignment_map", "alignment_dispersion", "commonness")
-STABILITY_FIGURES = ("head_stability", "layer_stability", "pair_stability", "cross_layer_stability", "alignment_map", "commonness")
+STABILITY_TABLES = (
+    "pair_stability",
+    "head_stability",
+    "layer_stability",
+    "alignment_map",
+    "alignment_dispersion",
+    "commonness",
+)
+STABILITY_FIGURES = (
+    "head_stability",
+    "layer_stability",
+    "pair_stability",
+    "cross_layer_stability",
+    "alignment_map",
+    "commonness",
+)
 STABILITY_TARGETS = {
-    arch: [table_path(arch, name) for name in STABILITY_TABLES] + [figure_path(arch, name) for name in STABILITY_FIGURES]
+    arch: [table_path(arch, name) for name in STABILITY_TABLES]
+    + [figure_path(arch, name) for name in STABILITY_FIGURES]
     for arch in ARCHITECTURES
 }
 
@@ -24,15 +39,15 @@ rule stability_tables:
         **{name: table_path("{arch}", name) for name in STABILITY_TABLES},
     log:
         f"{RESULTS}/logs/stability_tables/{{arch}}.log",
-    params:
-        promptsets=PROMPT_SETS,
-        layer_std_ddof=config["analysis"]["layer_std_ddof"],
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=4000,
         runtime=30,
-    conda:
-        CONDA_ENV
+    params:
+        promptsets=PROMPT_SETS,
+        layer_std_ddof=config["analysis"]["layer_std_ddof"],
     script:
         "../scripts/stability_tables.py"
 
@@ -80,13 +95,13 @@ rule stability_figures:
         ),
     log:
         f"{RESULTS}/logs/stability_figures/{{arch}}.log",
-    params:
-        promptset=PRIMARY,
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=4000,
         runtime=20,
-    conda:
-        CONDA_ENV
+    params:
+        promptset=PRIMARY,
     script:
         "../scripts/stability_figures.py"

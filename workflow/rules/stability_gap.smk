@@ -8,7 +8,8 @@
 LAYER_STABILITY_TABLES = [table_path(arch, "layer_stability") for arch in ARCHITECTURES]
 # Outputs, none for an empty run.
 STABILITY_GAP_TARGETS = (
-    [summary_table_path("stability_gap")] + [summary_figure_path(name) for name in ("stability_gap", "extreme_layer_depth")]
+    [summary_table_path("stability_gap")]
+    + [summary_figure_path(name) for name in ("stability_gap", "extreme_layer_depth")]
     if ARCHITECTURES
     else []
 )
@@ -35,15 +36,15 @@ rule stability_gap:
         ),
     log:
         f"{RESULTS}/logs/stability_gap/summary.log",
-    params:
-        configuration=RUN_SUMMARY,
-        architectures=ARCHITECTURE_FACTS,
-        promptset=PRIMARY,
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        CONDA_ENV
+    params:
+        configuration=RUN_SUMMARY,
+        architectures=ARCHITECTURE_FACTS,
+        promptset=PRIMARY,
     script:
         "../scripts/stability_gap.py"

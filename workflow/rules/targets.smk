@@ -13,32 +13,30 @@
 #                                        corpora's shards, wikitext-2), on a node that has it
 
 
-def architecture_targets(arch):
-    """Every output of one architecture: weights, caches, similarity, then each section's."""
-    return (
-        LAYOUT.train_outputs(arch, seeds(arch))
-        + ARCH[arch]["caches"]
-        + ARCH[arch]["similarities"]
-        + STABILITY_TARGETS[arch]
-        + WEIGHT_NORMS_TARGETS[arch]
-        + PROMPT_LENGTH_TARGETS[arch]
-        + OPTIMIZERS_TARGETS[arch]
-        + RESIDUAL_CKA_TARGETS[arch]
-        + ABLATION_TARGETS[arch]
-    )
-
-
-def all_targets():
-    """Every architecture's outputs, the Adam/AdamW comparisons, the cross-architecture summaries and the
-    report's configuration."""
-    return (
-        [target for arch in ARCHITECTURES for target in architecture_targets(arch)]
-        + WEIGHT_NORMS_SUMMARY_TARGETS
-        + OPTIMIZERS_COMPARISON_TARGETS
-        + STABILITY_GAP_TARGETS
-        + META_SNE_TARGETS
-        + [LAYOUT.report_configuration_path()]
-    )
+# Every output of one architecture: weights, caches, similarity, then each section's.
+ARCHITECTURE_TARGETS = {
+    arch: LAYOUT.train_outputs(arch, SEEDS[arch])
+    + ARCH[arch]["caches"]
+    + ARCH[arch]["similarities"]
+    + STABILITY_TARGETS[arch]
+    + WEIGHT_NORMS_TARGETS[arch]
+    + PROMPT_LENGTH_TARGETS[arch]
+    + OPTIMIZERS_TARGETS[arch]
+    + RESIDUAL_CKA_TARGETS[arch]
+    + ABLATION_TARGETS[arch]
+    for arch in ARCHITECTURES
+}
+# Outputs an analysis rerun must never rebuild: the weights and caches.
+UPSTREAM_TARGETS = {arch: set(LAYOUT.train_outputs(arch, SEEDS[arch]) + ARCH[arch]["caches"]) for arch in ARCHITECTURES}
+# Every architecture's outputs, the Adam/AdamW comparisons, the cross-architecture summaries, the report's configuration.
+ALL_TARGETS = (
+    [target for arch in ARCHITECTURES for target in ARCHITECTURE_TARGETS[arch]]
+    + WEIGHT_NORMS_SUMMARY_TARGETS
+    + OPTIMIZERS_COMPARISON_TARGETS
+    + STABILITY_GAP_TARGETS
+    + META_SNE_TARGETS
+    + [LAYOUT.report_configuration_path()]
+)
 
 
 rule network_inputs:
@@ -50,19 +48,17 @@ rule network_inputs:
 
 
 for _arch in ARCHITECTURES:
-    # Outputs an analysis rerun must never rebuild: the weights and caches.
-    _upstream = set(LAYOUT.train_outputs(_arch, seeds(_arch)) + ARCH[_arch]["caches"])
 
     rule:
         name:
             f"arch_{_arch}"
         input:
-            architecture_targets(_arch),
+            ARCHITECTURE_TARGETS[_arch],
         localrule: True
 
     rule:
         name:
             f"analyses_{_arch}"
         input:
-            [target for target in architecture_targets(_arch) if target not in _upstream],
+            [target for target in ARCHITECTURE_TARGETS[_arch] if target not in UPSTREAM_TARGETS[_arch]],
         localrule: True

@@ -23,22 +23,22 @@ rule check_prompts:
         prompts=PROMPT_FILES,
     output:
         record=LAYOUT.prompt_check_record("{tokenizer}", "{n_ctx}"),
-    params:
-        prompt_sets=config["prompt_sets"],
-        prepend_bos=config["cache"]["prepend_bos"],
-        tokenizer_dir=lookup(dpath="{tokenizer}/dir", within=TOKENIZER_JOBS),
-        architectures=lookup(dpath="{tokenizer}/{n_ctx}", within=PROMPT_CHECKS),
     log:
         f"{RESULTS}/logs/check_prompts/{{tokenizer}}/n_ctx{{n_ctx}}.log",
     wildcard_constraints:
         n_ctx=r"\d+",
     localrule: True
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
-    conda:
-        CONDA_ENV
+    params:
+        prompt_sets=config["prompt_sets"],
+        prepend_bos=config["cache"]["prepend_bos"],
+        tokenizer_dir=lookup(dpath="{tokenizer}/dir", within=TOKENIZER_JOBS),
+        architectures=lookup(dpath="{tokenizer}/{n_ctx}", within=PROMPT_CHECKS),
     script:
         "../scripts/check_prompts.py"
 
@@ -53,20 +53,20 @@ rule train:
         weights=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/final.pt",
         train_log=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/train_log.csv",
         meta=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/meta.json",
-    params:
-        spec=lookup(dpath="{arch}/job_spec", within=ARCH),
-        tokenizer_dir=lookup(dpath="{arch}/tokenizer_dir", within=ARCH),
-        device=COMPUTE["device"],
     log:
         f"{RESULTS}/logs/train/{{arch}}/seed{{seed}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/train/{{arch}}/seed{{seed}}.tsv"
+    conda:
+        CONDA_ENV
     threads: COMPUTE["train_threads"]
     resources:
         gpu=MODEL_GPUS,
         runtime=lookup(dpath="{arch}/train_runtime", within=ARCH),
         mem_mb=lookup(dpath="{arch}/train_mem_mb", within=ARCH),
-    conda:
-        CONDA_ENV
+    params:
+        spec=lookup(dpath="{arch}/job_spec", within=ARCH),
+        tokenizer_dir=lookup(dpath="{arch}/tokenizer_dir", within=ARCH),
+        device=COMPUTE["device"],
     script:
         "../scripts/train.py"

@@ -9,12 +9,15 @@
 
 # Outputs of one architecture, and the cross-architecture table (none for an empty run).
 WEIGHT_NORMS_TARGETS = {
-    arch: [table_path(arch, "weight_norms"), table_path(arch, "weight_norm_correlation"), figure_path(arch, "weight_norm_correlation")]
+    arch: [
+        table_path(arch, "weight_norms"),
+        table_path(arch, "weight_norm_correlation"),
+        figure_path(arch, "weight_norm_correlation"),
+    ]
     for arch in ARCHITECTURES
 }
 WEIGHT_NORMS_SUMMARY_TARGETS = [summary_table_path("weight_norm_correlation")] if ARCHITECTURES else []
 WEIGHT_NORM_CORRELATIONS = [table_path(arch, "weight_norm_correlation") for arch in ARCHITECTURES]
-ANCHOR_SEEDS = {arch: anchor_seed(arch) for arch in ARCHITECTURES}
 
 
 rule weight_norms:
@@ -27,16 +30,16 @@ rule weight_norms:
         table=table_path("{arch}", "weight_norms"),
     log:
         f"{RESULTS}/logs/weight_norms/{{arch}}.log",
-    params:
-        spec=lookup(dpath="{arch}/refit_spec", within=ARCH),
-        attention_norm=config["analysis"]["attention_norm"],
-        weight_processing=config["analysis"]["weight_processing"],
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=4000,
         runtime=30,
-    conda:
-        CONDA_ENV
+    params:
+        spec=lookup(dpath="{arch}/refit_spec", within=ARCH),
+        attention_norm=config["analysis"]["attention_norm"],
+        weight_processing=config["analysis"]["weight_processing"],
     script:
         "../scripts/weight_norms.py"
 
@@ -57,16 +60,16 @@ rule weight_norm_correlation:
         ),
     log:
         f"{RESULTS}/logs/weight_norm_correlation/{{arch}}.log",
-    params:
-        configuration=lookup(dpath="{arch}/configuration", within=ARCH),
-        promptset=PRIMARY,
-        attention_norm=config["analysis"]["attention_norm"],
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        CONDA_ENV
+    params:
+        configuration=lookup(dpath="{arch}/configuration", within=ARCH),
+        promptset=PRIMARY,
+        attention_norm=config["analysis"]["attention_norm"],
     script:
         "../scripts/weight_norm_correlation.py"
 
@@ -80,14 +83,14 @@ rule weight_norm_summary:
         table=summary_table_path("weight_norm_correlation"),
     log:
         f"{RESULTS}/logs/weight_norm_summary/summary.log",
-    params:
-        architectures=ARCHITECTURE_FACTS,
-        anchor_seeds=ANCHOR_SEEDS,
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        CONDA_ENV
+    params:
+        architectures=ARCHITECTURE_FACTS,
+        anchor_seeds=ANCHOR_SEEDS,
     script:
         "../scripts/weight_norm_summary.py"

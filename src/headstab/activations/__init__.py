@@ -1,8 +1,8 @@
 """Activation caches: one HDF5 file per trained refit, written once and read by every analysis.
 
 capture (prompts to token ids, one forward pass to the stored hooks), packing (lower-triangle
-layout of the patterns), writer (the HDF5 file), reader (the validated reader). Contract:
-docs/caches.md.
+layout of the patterns), writer (the HDF5 file), reader (the validated reader), errors (what can
+go wrong with a file and the command that rebuilds it). Contract: docs/caches.md.
 """
 
 from headstab.activations.capture import RESID_HOOKS, check_prompt_lengths, tokenize_prompts

@@ -90,7 +90,9 @@ def resid_hook_name(model: Any) -> str:
 
 def check_resid_hook(hook: str) -> None:
     if hook not in RESID_HOOKS:
-        raise ValueError(f"residual hook {hook!r} is not one of {', '.join(RESID_HOOKS)} (config key analysis.cka_hook)")
+        raise ValueError(
+            f"residual hook {hook!r} is not one of {', '.join(RESID_HOOKS)} (config key analysis.cka_hook)"
+        )
 
 
 def extra_resid_hooks_for(requested: Sequence[str], resid_hook: str) -> list[str]:
@@ -116,7 +118,9 @@ def hook_template(hook: str) -> str:
     return ("blocks.{layer}.attn." if hook in ATTENTION_HOOKS else "blocks.{layer}.") + hook
 
 
-def collect_activations(model: Any, tokens: np.ndarray, extra_resid_hooks: Sequence[str] = ()) -> dict[str, list[np.ndarray]]:
+def collect_activations(
+    model: Any, tokens: np.ndarray, extra_resid_hooks: Sequence[str] = ()
+) -> dict[str, list[np.ndarray]]:
     """One forward pass over a right-padded batch (int [batch, pos]): {dataset name: one float32 array
     [batch, ...] per layer}, the hooks of `stored_hooks`, as TransformerLens hands them out.
 
@@ -126,8 +130,10 @@ def collect_activations(model: Any, tokens: np.ndarray, extra_resid_hooks: Seque
     import torch
 
     n_layers = int(model.cfg.n_layers)
-    names = {hook: [hook_template(hook).format(layer=layer) for layer in range(n_layers)]
-             for hook in stored_hooks(resid_hook_name(model), extra_resid_hooks)}
+    names = {
+        hook: [hook_template(hook).format(layer=layer) for layer in range(n_layers)]
+        for hook in stored_hooks(resid_hook_name(model), extra_resid_hooks)
+    }
     wanted = {name for layer_names in names.values() for name in layer_names}
     device = next(model.parameters()).device
     batch = torch.as_tensor(np.asarray(tokens), dtype=torch.long, device=device)

@@ -18,6 +18,14 @@ import h5py
 import numpy as np
 
 from headstab.activations.capture import ATTENTION_HOOKS, RESID_HOOKS, check_resid_hook
+from headstab.activations.errors import (
+    CacheChecksumError,
+    CacheError,
+    fix_hint,
+    forcerun_hint,
+    is_filter_failure,
+    rebuild_command,
+)
 from headstab.activations.packing import lower_triangle_offsets, unpack_lower_triangles
 from headstab.formats import CACHE_FORMAT, CACHE_FORMAT_VERSION
 
@@ -32,38 +40,6 @@ __all__ = [
 ]
 
 SMALL_DATASETS = ("tokens", "lengths", "prompts", "pattern_offsets")
-
-
-class CacheError(ValueError):
-    """A cache file is missing, unreadable, incomplete, foreign or inconsistent; the message says how to rebuild it."""
-
-
-class CacheChecksumError(CacheError):
-    """A dataset of a cache fails its fletcher32 checksum: the file is corrupt."""
-
-
-def rebuild_command(path: str | Path) -> str:
-    """The shell command that rebuilds the cache at `path` (run with the run's --configfile/--profile)."""
-    quoted = shlex.quote(str(path))
-    return f"rm -f {quoted} && snakemake {quoted}"
-
-
-def _fix_hint(path: str | Path) -> str:
-    return f"rebuild it with `{rebuild_command(path)}` (with the --configfile/--profile of the run that made it)"
-
-
-def _forcerun_hint(path: str | Path, hook: str) -> str:
-    return (
-        f"set analysis.cka_hook: {hook} in the config and rebuild the caches with "
-        f"`snakemake {shlex.quote(str(path))} --forcerun cache_activations` (with the --configfile/--profile of "
-        "the run that made it)"
-    )
-
-
-def is_filter_failure(error: OSError) -> bool:
-    """Whether an h5py read error is a failed filter: HDF5 reports a fletcher32 mismatch as "filter returned failure"."""
-    text = str(error).lower()
-    return "filter" in text or "checksum" in text
 
 
 def _decode_attr(value: Any) -> Any:
@@ -92,7 +68,7 @@ class CacheReader:
         except OSError as err:
             raise CacheError(
                 f"activation cache {self.path} is not a readable HDF5 file (truncated or corrupt: {err}); "
-                + _fix_hint(self.path)
+                + fix_hint(self.path)
             ) from err
         try:
             self.attrs: dict[str, Any] = {key: _decode_attr(value) for key, value in self._file.attrs.items()}
@@ -105,19 +81,26 @@ class CacheReader:
 
     # -- validation
     def _fail(self, what: str) -> CacheError:
-        return CacheError(f"activation cache {self.path} {what}; " + _fix_hint(self.path))
+        return CacheError(f"activation cache {self.path} {what}; " + fix_hint(self.path))
 
     def _validate(self) -> None:
         if self.attrs.get("format") != CACHE_FORMAT:
-            raise self._fail(f"is not a headstab activation cache (attribute format={self.attrs.get('format')!r}, "
-                             f"expected {CACHE_FORMAT!r})")
+            raise self._fail(
+                f"is not a headstab activation cache (attribute format={self.attrs.get('format')!r}, "
+                f"expected {CACHE_FORMAT!r})"
+            )
         if self.attrs.get("format_version") != CACHE_FORMAT_VERSION:
-            raise self._fail(f"has format_version {self.attrs.get('format_version')!r}; this code reads version "
-                             f"{CACHE_FORMAT_VERSION}")
+            raise self._fail(
+                f"has format_version {self.attrs.get('format_version')!r}; this code reads version "
+                f"{CACHE_FORMAT_VERSION}"
+            )
         if self.attrs.get("complete") is not True:
             raise self._fail("is incomplete (its writer was interrupted: attribute complete is not True)")
-        missing = [key for key in ("prompt_sets", "n_layers", "n_heads", "d_model", "d_head", "resid_hook", "cache_dtype")
-                   if key not in self.attrs]
+        missing = [
+            key
+            for key in ("prompt_sets", "n_layers", "n_heads", "d_model", "d_head", "resid_hook", "cache_dtype")
+            if key not in self.attrs
+        ]
         if missing:
             raise self._fail(f"lacks the attributes {', '.join(missing)}")
         sets, extra = self.attrs["prompt_sets"], self.attrs.get("extra_resid_hooks", [])
@@ -140,8 +123,12 @@ class CacheReader:
         n_prompts, n_pos = group["tokens"].shape
         offsets = self._offsets[name] = self._read(name, "pattern_offsets", ())
         offsets.setflags(write=False)
-        if group["lengths"].shape == (n_prompts,) and not np.array_equal(offsets, lower_triangle_offsets(self._read(name, "lengths", ()))):
-            raise self._fail(f"has /{name}/pattern_offsets that do not match its lengths (packed hook_pattern is unreadable)")
+        if group["lengths"].shape == (n_prompts,) and not np.array_equal(
+            offsets, lower_triangle_offsets(self._read(name, "lengths", ()))
+        ):
+            raise self._fail(
+                f"has /{name}/pattern_offsets that do not match its lengths (packed hook_pattern is unreadable)"
+            )
         self._patterns[name] = _with_chunk_cache(group, "hook_pattern", n_chunks=self.n_layers + 2)
         n_layers, n_heads, d_model = self.n_layers, self.n_heads, int(self.attrs["d_model"])
         expected = {
@@ -190,7 +177,9 @@ class CacheReader:
         """Residual hooks `resid` hands out (RESID_HOOKS order); an attention-only model's
         `hook_resid_post` also serves `hook_resid_mid`."""
         stored = {self.resid_hook, *self.attrs.get("extra_resid_hooks", [])}
-        served = stored | ({"hook_resid_mid"} if "hook_resid_post" in stored and self.resid_hook == "hook_resid_post" else set())
+        served = stored | (
+            {"hook_resid_mid"} if "hook_resid_post" in stored and self.resid_hook == "hook_resid_post" else set()
+        )
         return [hook for hook in RESID_HOOKS if hook in served]
 
     def group_attrs(self, promptset: str) -> dict[str, Any]:
@@ -199,7 +188,9 @@ class CacheReader:
     def shapes(self, promptset: str) -> dict[str, tuple[int, ...]]:
         """Shape of every dataset of one prompt set, in contract order (the small ones first)."""
         group = self._group(promptset)
-        return {key: tuple(group[key].shape) for key in (*SMALL_DATASETS, *ATTENTION_HOOKS, *RESID_HOOKS) if key in group}
+        return {
+            key: tuple(group[key].shape) for key in (*SMALL_DATASETS, *ATTENTION_HOOKS, *RESID_HOOKS) if key in group
+        }
 
     def _group(self, promptset: str) -> h5py.Group:
         if promptset not in self.attrs["prompt_sets"]:
@@ -221,7 +212,7 @@ class CacheReader:
             if is_filter_failure(err):
                 raise CacheChecksumError(
                     f"activation cache {self.path}: dataset /{promptset}/{key} is corrupt (checksum mismatch; HDF5: "
-                    f"{err}); " + _fix_hint(self.path)
+                    f"{err}); " + fix_hint(self.path)
                 ) from err
             raise self._fail(f"could not read /{promptset}/{key} ({err})") from err
 
@@ -243,8 +234,10 @@ class CacheReader:
         return self._read(promptset, "lengths", ())
 
     def prompts(self, promptset: str) -> list[str]:
-        return [text.decode("utf-8") if isinstance(text, bytes) else str(text)
-                for text in self._read(promptset, "prompts", ())]
+        return [
+            text.decode("utf-8") if isinstance(text, bytes) else str(text)
+            for text in self._read(promptset, "prompts", ())
+        ]
 
     def pattern_offsets(self, promptset: str) -> np.ndarray:
         """int64 [prompt + 1], read-only: prompt p's packed triangle is hook_pattern_lower(...)[..., o[p]:o[p + 1]]."""
@@ -260,7 +253,9 @@ class CacheReader:
         selection = (self._check_layer(layer), slice(None) if prompts is None else prompts)
         return self._read(promptset, key, selection).astype(np.float32, copy=False)
 
-    def hook_pattern(self, promptset: str, layer: int | None = None, prompts: slice | Sequence[int] | None = None) -> np.ndarray:
+    def hook_pattern(
+        self, promptset: str, layer: int | None = None, prompts: slice | Sequence[int] | None = None
+    ) -> np.ndarray:
         """`hook_pattern` unpacked to float32 [layer, prompt, head, query_pos, key_pos] ([prompt, head,
         query_pos, key_pos] with `layer`, which reads that layer alone); exactly zero above the
         diagonal and outside each prompt's length x length block."""
@@ -268,12 +263,16 @@ class CacheReader:
         n_pos = self._group(promptset)["tokens"].shape[1]
         wanted = np.arange(lengths.size)[slice(None) if prompts is None else prompts]
         first, last = (int(wanted.min()), int(wanted.max())) if wanted.size else (0, -1)
-        packed = self.hook_pattern_lower(promptset, layer=layer, prompts=slice(first, last + 1))  # [(layer,) head, entry]
+        packed = self.hook_pattern_lower(
+            promptset, layer=layer, prompts=slice(first, last + 1)
+        )  # [(layer,) head, entry]
         base = offsets[first]
         segments = [packed[..., offsets[p] - base : offsets[p + 1] - base] for p in wanted]
         segments = np.concatenate(segments, axis=-1) if segments else packed[..., :0]
         unpacked = unpack_lower_triangles(segments, lengths[wanted], lower_triangle_offsets(lengths[wanted]), n_pos)
-        return np.ascontiguousarray(np.swapaxes(unpacked, -4, -3))  # [(layer,) head, prompt, ...] -> [(layer,) prompt, head, ...]
+        return np.ascontiguousarray(
+            np.swapaxes(unpacked, -4, -3)
+        )  # [(layer,) head, prompt, ...] -> [(layer,) prompt, head, ...]
 
     def hook_pattern_lower(
         self, promptset: str, layer: int | None = None, prompts: slice | None = None, out: np.ndarray | None = None
@@ -291,7 +290,9 @@ class CacheReader:
             return self._read(promptset, "hook_pattern", selection).astype(np.float32, copy=False)
         expected = ((self.n_layers,) if layer is None else ()) + (self.n_heads, stop - start)
         if out.shape != expected or out.dtype != np.float32 or not out.flags.c_contiguous:
-            raise ValueError(f"out must be a C-contiguous float32 array of shape {expected}; got {out.dtype} {out.shape}")
+            raise ValueError(
+                f"out must be a C-contiguous float32 array of shape {expected}; got {out.dtype} {out.shape}"
+            )
         if self._patterns[promptset].dtype == np.float32:
             return self._read(promptset, "hook_pattern", selection, out=out)
         out[...] = self._read(promptset, "hook_pattern", selection)
@@ -317,7 +318,7 @@ class CacheReader:
         if key not in group:
             raise CacheError(
                 f"activation cache {self.path} has no dataset /{promptset}/{key} (it was written with residual hooks "
-                f"{', '.join(self.resid_hooks())} only); " + _forcerun_hint(self.path, hook)
+                f"{', '.join(self.resid_hooks())} only); " + forcerun_hint(self.path, hook)
             )
         return self._per_token(promptset, key, layer, prompts)
 
@@ -361,8 +362,10 @@ def check_consistent_shapes(paths: Sequence[str | Path]) -> dict[str, dict[str, 
         stale = f"rebuild the stale one with `{rebuild_command(path)}`"
         with open_cache(path) as cache:
             if cache.prompt_sets() != list(reference):
-                raise CacheError(f"activation caches {first} and {path} hold different prompt sets "
-                                 f"({list(reference)} vs {cache.prompt_sets()}); {stale}")
+                raise CacheError(
+                    f"activation caches {first} and {path} hold different prompt sets "
+                    f"({list(reference)} vs {cache.prompt_sets()}); {stale}"
+                )
             for name, shapes in reference.items():
                 found = cache.shapes(name)
                 for key, shape in shapes.items():
@@ -372,6 +375,8 @@ def check_consistent_shapes(paths: Sequence[str | Path]) -> dict[str, dict[str, 
                             f"caches of one architecture must share layers, heads, prompts and positions; {stale}"
                         )
                 if not np.array_equal(cache.lengths(name), reference_lengths[name]):
-                    raise CacheError(f"activation caches {first} and {path} disagree on /{name}/lengths (different "
-                                     f"tokenizer or prompts); {stale}")
+                    raise CacheError(
+                        f"activation caches {first} and {path} disagree on /{name}/lengths (different "
+                        f"tokenizer or prompts); {stale}"
+                    )
     return reference

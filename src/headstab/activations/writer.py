@@ -32,8 +32,15 @@ from headstab.activations.packing import lower_triangle_index, lower_triangle_of
 from headstab.fileio import atomic_path
 from headstab.formats import CACHE_FORMAT, CACHE_FORMAT_VERSION
 
-__all__ = ["DATASET_DIMS", "GZIP_LEVEL", "PATTERN_CHUNK_BYTES", "POSITION_CHUNK", "cache_activations",
-           "dataset_dims", "write_activation_cache"]
+__all__ = [
+    "DATASET_DIMS",
+    "GZIP_LEVEL",
+    "PATTERN_CHUNK_BYTES",
+    "POSITION_CHUNK",
+    "cache_activations",
+    "dataset_dims",
+    "write_activation_cache",
+]
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +80,14 @@ def _json_attr(value: Any) -> Any:
     return json.dumps(value, sort_keys=True, default=str) if isinstance(value, (dict, list, tuple)) else value
 
 
-def _check_arguments(token_sets: Mapping[str, Sequence[Sequence[int]]], n_ctx: int, dtype: str, batch_size: int,
-                     compression_level: int | None, set_attrs: Mapping[str, Mapping[str, Any]]) -> None:
+def _check_arguments(
+    token_sets: Mapping[str, Sequence[Sequence[int]]],
+    n_ctx: int,
+    dtype: str,
+    batch_size: int,
+    compression_level: int | None,
+    set_attrs: Mapping[str, Mapping[str, Any]],
+) -> None:
     if dtype not in ("float32", "float16"):
         raise ValueError(f"cache dtype {dtype!r} is not supported; use float32 or float16 (config key cache.dtype)")
     if batch_size < 1:
@@ -126,15 +139,20 @@ def write_activation_cache(
     padded = {name: pad_token_lists(lists, pad_token_id) for name, lists in token_sets.items()}
     n_batches = sum(-(-len(lengths) // batch_size) for _, lengths in padded.values())
     model.eval()
-    writer = _SetWriter(model, dtype, _filters(compression_level, checksum), _filters(None, checksum), extra, batch_size)
+    writer = _SetWriter(
+        model, dtype, _filters(compression_level, checksum), _filters(None, checksum), extra, batch_size
+    )
     file_attrs = {
         **(attrs or {}), "prompt_sets": list(token_sets), "resid_hook": resid_hook, "extra_resid_hooks": extra,
         "cache_dtype": dtype, "compression": "none" if compression_level is None else f"shuffle+gzip{compression_level}",
         "checksum": "fletcher32" if checksum else "none", "batch_size": batch_size, "pad_token_id": pad_token_id,
         **{key: int(getattr(model.cfg, key)) for key in ("n_layers", "n_heads", "d_model", "d_head", "n_ctx")},
     }  # fmt: skip
-    with tqdm(total=n_batches, desc=f"cache {path.name}", unit="batch", disable=not show_progress) as progress, \
-            atomic_path(path) as tmp, h5py.File(tmp, "w") as handle:
+    with (
+        tqdm(total=n_batches, desc=f"cache {path.name}", unit="batch", disable=not show_progress) as progress,
+        atomic_path(path) as tmp,
+        h5py.File(tmp, "w") as handle,
+    ):
         handle.attrs.update({"format": CACHE_FORMAT, "format_version": CACHE_FORMAT_VERSION, "complete": False})
         for key, value in file_attrs.items():
             handle.attrs[key] = _json_attr(value)
@@ -152,8 +170,15 @@ def write_activation_cache(
 class _SetWriter:
     """Writes one prompt set's group: its small datasets, then the activations batch by batch."""
 
-    def __init__(self, model: Any, dtype: str, filters: dict[str, Any], plain: dict[str, Any],
-                 extra_resid_hooks: list[str], batch_size: int):
+    def __init__(
+        self,
+        model: Any,
+        dtype: str,
+        filters: dict[str, Any],
+        plain: dict[str, Any],
+        extra_resid_hooks: list[str],
+        batch_size: int,
+    ):
         cfg = model.cfg
         self.model, self.batch_size, self.extra_resid_hooks = model, batch_size, extra_resid_hooks
         self.n_layers, self.n_heads = int(cfg.n_layers), int(cfg.n_heads)
@@ -161,11 +186,15 @@ class _SetWriter:
         self.filters, self.plain = filters, plain
         self.hooks = stored_hooks(resid_hook_name(model), extra_resid_hooks)
         self._buffer = np.empty(0, dtype=self.dtype)
-        self.shapes = {hook: (int(cfg.n_heads), int(cfg.d_head)) if hook == "hook_z" else (int(cfg.d_model),)
-                       for hook in self.hooks if hook != "hook_pattern"}
+        self.shapes = {
+            hook: (int(cfg.n_heads), int(cfg.d_head)) if hook == "hook_z" else (int(cfg.d_model),)
+            for hook in self.hooks
+            if hook != "hook_pattern"
+        }
 
-    def write_set(self, group: h5py.Group, tokens: np.ndarray, lengths: np.ndarray, texts: list[str],
-                  progress: Any) -> None:
+    def write_set(
+        self, group: h5py.Group, tokens: np.ndarray, lengths: np.ndarray, texts: list[str], progress: Any
+    ) -> None:
         n_prompts, n_pos = tokens.shape
         name = group.name.lstrip("/")
         if len(texts) != n_prompts:
@@ -173,13 +202,23 @@ class _SetWriter:
         # Fixed-width UTF-8 bytes, not variable-length strings: HDF5 filters (the checksum) skip vlen data.
         encoded = [text.encode("utf-8") for text in texts]
         offsets = lower_triangle_offsets(lengths)
-        small = {"tokens": tokens, "lengths": lengths, "pattern_offsets": offsets,
-                 "prompts": np.array(encoded, dtype=h5py.string_dtype("utf-8", max(1, max(map(len, encoded)))))}
+        small = {
+            "tokens": tokens,
+            "lengths": lengths,
+            "pattern_offsets": offsets,
+            "prompts": np.array(encoded, dtype=h5py.string_dtype("utf-8", max(1, max(map(len, encoded))))),
+        }
         for key in ("tokens", "lengths", "prompts", "pattern_offsets"):
             group.create_dataset(key, data=small[key], **self.plain)
         datasets = {
-            hook: group.create_dataset(hook, shape=(self.n_layers, n_prompts, n_pos, *rest), dtype=self.dtype,
-                                       chunks=(1, 1, min(n_pos, POSITION_CHUNK), *rest), fillvalue=0, **self.filters)
+            hook: group.create_dataset(
+                hook,
+                shape=(self.n_layers, n_prompts, n_pos, *rest),
+                dtype=self.dtype,
+                chunks=(1, 1, min(n_pos, POSITION_CHUNK), *rest),
+                fillvalue=0,
+                **self.filters,
+            )
             for hook, rest in self.shapes.items()
         }
         packed = self._packed_buffer(int(offsets[-1]))
@@ -191,9 +230,13 @@ class _SetWriter:
             for position, row in enumerate(rows):
                 self._write_prompt(acts, position, int(lengths[row]), packed[..., offsets[row] : offsets[row + 1]])
                 for hook, dataset in datasets.items():
-                    dataset[:, row, : lengths[row]] = self._stacked(acts[hook], position, int(lengths[row]), hook, name, row)
+                    dataset[:, row, : lengths[row]] = self._stacked(
+                        acts[hook], position, int(lengths[row]), hook, name, row
+                    )
             progress.update(1)
-        pattern = group.create_dataset("hook_pattern", data=packed, chunks=self._pattern_chunks(packed.shape[-1]), **self.plain)
+        pattern = group.create_dataset(
+            "hook_pattern", data=packed, chunks=self._pattern_chunks(packed.shape[-1]), **self.plain
+        )
         pattern.attrs["packing"] = (
             "row-major lower triangle (diagonal included) of each prompt's length x length block, "
             "prompts in file order, prompt p at pattern_offsets[p]:pattern_offsets[p+1]"
@@ -220,7 +263,9 @@ class _SetWriter:
             else:
                 segment[layer] = square[:, index]
 
-    def _stacked(self, per_layer: list[np.ndarray], position: int, length: int, hook: str, name: str, row: int) -> np.ndarray:
+    def _stacked(
+        self, per_layer: list[np.ndarray], position: int, length: int, hook: str, name: str, row: int
+    ) -> np.ndarray:
         """[layer, length, ...] of one prompt's real tokens, in the stored dtype."""
         block = np.stack([values[position, :length] for values in per_layer])
         if self.dtype == np.float16:

@@ -1,0 +1,40 @@
+"""What goes wrong with an activation cache, and the command that fixes it (contract: docs/caches.md)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+__all__ = ["CacheChecksumError", "CacheError", "forcerun_hint", "fix_hint", "is_filter_failure", "rebuild_command"]
+
+
+class CacheError(ValueError):
+    """A cache file is missing, unreadable, incomplete, foreign or inconsistent; the message says how to rebuild it."""
+
+
+class CacheChecksumError(CacheError):
+    """A dataset of a cache fails its fletcher32 checksum: the file is corrupt."""
+
+
+def rebuild_command(path: str | Path) -> str:
+    """The shell command that rebuilds the cache at `path` (run with the run's --configfile/--profile)."""
+    quoted = shlex.quote(str(path))
+    return f"rm -f {quoted} && snakemake {quoted}"
+
+
+def fix_hint(path: str | Path) -> str:
+    return f"rebuild it with `{rebuild_command(path)}` (with the --configfile/--profile of the run that made it)"
+
+
+def forcerun_hint(path: str | Path, hook: str) -> str:
+    return (
+        f"set analysis.cka_hook: {hook} in the config and rebuild the caches with "
+        f"`snakemake {shlex.quote(str(path))} --forcerun cache_activations` (with the --configfile/--profile of "
+        "the run that made it)"
+    )
+
+
+def is_filter_failure(error: OSError) -> bool:
+    """Whether an h5py read error is a failed filter: HDF5 reports a fletcher32 mismatch as "filter returned failure"."""
+    text = str(error).lower()
+    return "filter" in text or "checksum" in text
