@@ -1,6 +1,6 @@
 # headstab: the two commands of the README, and the benchmarks.
 #   make demo   offline toy-scale reproduction (config/demo.yaml), ~15 min on 2 cores
-#   make test   unit + integration tests (and the real-Slurm test when Slurm is installed)
+#   make test   style checks (make lint), unit + integration tests (and the real-Slurm test when Slurm is installed)
 #   make bench  side-by-side benchmarks -> results/bench/summary.json
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.headstab-installed
 CORES ?= all
 
-.PHONY: demo test bench venv clean-demo
+.PHONY: demo test lint bench venv clean-demo
 
 venv: $(STAMP)
 
@@ -30,7 +30,13 @@ demo: $(STAMP)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PATH="$(CURDIR)/$(BIN):$$PATH" \
 		$(BIN)/snakemake --cores $(CORES) --report results/demo/report.html --configfile config/demo.yaml
 
-test: $(STAMP)
+# Style first: ruff (lint and format) on the Python, snakefmt on the Snakefile and rule files.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/snakefmt --check .
+
+test: $(STAMP) lint
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest
 
 bench: $(STAMP)

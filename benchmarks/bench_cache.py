@@ -72,8 +72,10 @@ def demo_prompt_sets(n_prompts: int | None = None) -> dict[str, list[str]]:
     """Every demo prompt set ({name: prompts}), the first `n_prompts` of each when given."""
     from headstab.prompts import load_prompt_file
 
-    prompt_sets = {**load_prompt_file("primary", common.REPO / "resources" / "prompts" / "primary.json"),
-                   **load_prompt_file("len", common.REPO / "resources" / "prompts" / "length_sweep.json")}
+    prompt_sets = {
+        **load_prompt_file("primary", common.REPO / "resources" / "prompts" / "primary.json"),
+        **load_prompt_file("len", common.REPO / "resources" / "prompts" / "length_sweep.json"),
+    }
     return {name: prompts[:n_prompts] if n_prompts else prompts for name, prompts in prompt_sets.items()}
 
 
@@ -85,7 +87,9 @@ def forward_batches(tokenizer: Any, prompt_sets: dict[str, list[str]], batch_siz
 
     batches = []
     for prompts in prompt_sets.values():
-        tokens, lengths = pad_token_lists(tokenize_prompts(tokenizer, prompts, prepend_bos=True), pad_token_id_of(tokenizer))
+        tokens, lengths = pad_token_lists(
+            tokenize_prompts(tokenizer, prompts, prepend_bos=True), pad_token_id_of(tokenizer)
+        )
         order = np.argsort(lengths, kind="stable")
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
@@ -109,7 +113,9 @@ def loop_activations(model: Any, token_lists: list[list[int]]) -> list[dict[str,
     return out
 
 
-def max_abs_diff_by_hook(path: Path, model: Any, tokenizer: Any, prompt_sets: dict[str, list[str]]) -> dict[str, dict[str, float]]:
+def max_abs_diff_by_hook(
+    path: Path, model: Any, tokenizer: Any, prompt_sets: dict[str, list[str]]
+) -> dict[str, dict[str, float]]:
     """Per stored hook: the largest difference between what the cache stores for real tokens and one
     forward pass per prompt, and the largest magnitude of the hook's values (the scale of that difference)."""
     from headstab.activations.capture import tokenize_prompts
@@ -118,9 +124,14 @@ def max_abs_diff_by_hook(path: Path, model: Any, tokenizer: Any, prompt_sets: di
     out: dict[str, dict[str, float]] = {}
     with open_cache(path) as cache:
         for name, prompts in prompt_sets.items():
-            stored = {"hook_pattern": cache.hook_pattern(name), "hook_z": cache.hook_z(name),
-                      "hook_resid_mid": cache.resid(name, "hook_resid_mid")}
-            for index, alone in enumerate(loop_activations(model, tokenize_prompts(tokenizer, prompts, prepend_bos=True))):
+            stored = {
+                "hook_pattern": cache.hook_pattern(name),
+                "hook_z": cache.hook_z(name),
+                "hook_resid_mid": cache.resid(name, "hook_resid_mid"),
+            }
+            for index, alone in enumerate(
+                loop_activations(model, tokenize_prompts(tokenizer, prompts, prepend_bos=True))
+            ):
                 n = alone["hook_pattern"].shape[-1]
                 for hook, values in alone.items():
                     ours = stored[hook][:, index, :, :n, :n] if hook == "hook_pattern" else stored[hook][:, index, :n]
@@ -156,7 +167,11 @@ def bench_cache(work_dir: Path, repeats: int = 6, n_prompts: int | None = None) 
         cache_activations(path, model, tokenizer, prompt_sets, show_progress=False,
                           **{**options, "compression_level": compression_level})  # fmt: skip
 
-    variants = {"forward": forward, "cache": lambda: cache(options["compression_level"]), "uncompressed": lambda: cache(None)}
+    variants = {
+        "forward": forward,
+        "cache": lambda: cache(options["compression_level"]),
+        "uncompressed": lambda: cache(None),
+    }
     runs: dict[str, list[float]] = {name: [] for name in variants}
     for fn in variants.values():
         fn()  # warm-up
@@ -200,9 +215,15 @@ def bench_checksum_overhead(work_dir: Path, repeats: int = 6, n_prompts: int | N
     path = work_dir / "checksum_cache.h5"
 
     def stage(checksum: bool) -> None:
-        state = load_verified_state_dict(weights) if checksum else torch.load(weights, map_location="cpu", weights_only=True)
+        state = (
+            load_verified_state_dict(weights)
+            if checksum
+            else torch.load(weights, map_location="cpu", weights_only=True)
+        )
         model.load_state_dict(state)
-        token_sets = {name: tokenize_prompts(tokenizer, prompts, prepend_bos=True) for name, prompts in prompt_sets.items()}
+        token_sets = {
+            name: tokenize_prompts(tokenizer, prompts, prepend_bos=True) for name, prompts in prompt_sets.items()
+        }
         write_activation_cache(path, model, token_sets, pad_token_id=pad_token_id_of(tokenizer), prompt_texts=prompt_sets,
                                show_progress=False, checksum=checksum)  # fmt: skip
 
@@ -231,7 +252,9 @@ def main(argv: list[str] | None = None) -> None:
     work_dir = Path(tempfile.mkdtemp(prefix="headstab-bench-"))
     try:
         if args.quick:
-            results = bench_cache(work_dir, repeats=2, n_prompts=10) | bench_checksum_overhead(work_dir, 1, n_prompts=10)
+            results = bench_cache(work_dir, repeats=2, n_prompts=10) | bench_checksum_overhead(
+                work_dir, 1, n_prompts=10
+            )
         else:
             results = bench_cache(work_dir) | bench_checksum_overhead(work_dir)
     finally:

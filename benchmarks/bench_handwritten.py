@@ -94,11 +94,19 @@ def time_cache(token_file: Path, out_path: Path, threads: int, checksum: bool, i
                                      positional_embedding_type="standard", init_mode="gpt2", seed=1)  # fmt: skip
     model = TransformerBridge.boot_native(config)
     options = _accepted(write_activation_cache, compress_threads=threads) | ({} if checksum else {"checksum": False})
-    write = lambda: write_activation_cache(out_path, model, sets["tokens"], pad_token_id=0, prompt_texts=sets["texts"],  # noqa: E731
-                                           show_progress=False, **options)
+
+    def write():
+        return write_activation_cache(
+            out_path, model, sets["tokens"], pad_token_id=0, prompt_texts=sets["texts"], show_progress=False, **options
+        )
+
     write()  # warm-up: imports, thread pools
     timings = [_timed_with_cpu(write)[:2] for _ in range(inner)]
-    return {"seconds": [t[0] for t in timings], "cpu_seconds": [t[1] for t in timings], "bytes": out_path.stat().st_size}
+    return {
+        "seconds": [t[0] for t in timings],
+        "cpu_seconds": [t[1] for t in timings],
+        "bytes": out_path.stat().st_size,
+    }
 
 
 def write_similarity_caches(directory: Path, n_refits: int, n_prompts: int, n_pos: int, checksum: bool) -> None:
@@ -114,7 +122,8 @@ def time_similarity(paths: list[str], scope: str) -> dict[str, Any]:
 
     options = _accepted(pair_similarity_from_caches, workers=os.cpu_count() or 1)
     seconds, cpu, similarity = _timed_with_cpu(
-        lambda: pair_similarity_from_caches(paths, "primary", progress=False, scope=scope, **options))
+        lambda: pair_similarity_from_caches(paths, "primary", progress=False, scope=scope, **options)
+    )
     return {"seconds": [seconds], "cpu_seconds": [cpu], "sum_abs": float(np.abs(similarity).sum(dtype=np.float64))}
 
 
@@ -134,8 +143,10 @@ def demo_token_sets(work_dir: Path, n_prompts: int | None) -> Path:
     from headstab.activations.capture import tokenize_prompts
     from headstab.prompts import load_prompt_file
 
-    prompts = {**load_prompt_file("primary", common.REPO / "resources" / "prompts" / "primary.json"),
-               **load_prompt_file("len", common.REPO / "resources" / "prompts" / "length_sweep.json")}
+    prompts = {
+        **load_prompt_file("primary", common.REPO / "resources" / "prompts" / "primary.json"),
+        **load_prompt_file("len", common.REPO / "resources" / "prompts" / "length_sweep.json"),
+    }
     prompts = {name: texts[:n_prompts] if n_prompts else texts for name, texts in prompts.items()}
     tokenizer, _ = bench_cache.demo_tokenizer(work_dir)
     tokens = {name: tokenize_prompts(tokenizer, texts, prepend_bos=True) for name, texts in prompts.items()}
@@ -149,28 +160,50 @@ def _summary(by_variant: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     runs = {variant: [s for result in results for s in result["seconds"]] for variant, results in by_variant.items()}
     medians = {variant: float(np.median(times)) for variant, times in runs.items()}
     minima = {variant: min(times) for variant, times in runs.items()}
-    out = {"median_seconds": medians, "min_seconds": minima, "runs": runs,
-           "cpu_seconds": {variant: [s for r in results for s in r["cpu_seconds"]] for variant, results in by_variant.items()},
-           "peak_rss_gb": {variant: max(r["peak_rss_gb"] for r in results) for variant, results in by_variant.items()}}
+    out = {
+        "median_seconds": medians,
+        "min_seconds": minima,
+        "runs": runs,
+        "cpu_seconds": {
+            variant: [s for r in results for s in r["cpu_seconds"]] for variant, results in by_variant.items()
+        },
+        "peak_rss_gb": {variant: max(r["peak_rss_gb"] for r in results) for variant, results in by_variant.items()},
+    }
     for variant in ("h5py", "h5py_no_checksum"):
-        out[f"handwritten_speedup_vs_{variant}"] = {"medians": medians[variant] / medians["handwritten"],
-                                                    "minima": minima[variant] / minima["handwritten"]}
+        out[f"handwritten_speedup_vs_{variant}"] = {
+            "medians": medians[variant] / medians["handwritten"],
+            "minima": minima[variant] / minima["handwritten"],
+        }
     return out
 
 
-def compare(work_dir: Path, baseline: str, repeats: int, quick: bool, stages: tuple[str, ...] = STAGES,
-            threads: int = 1, inner: int = 3) -> dict[str, Any]:
+def compare(
+    work_dir: Path,
+    baseline: str,
+    repeats: int,
+    quick: bool,
+    stages: tuple[str, ...] = STAGES,
+    threads: int = 1,
+    inner: int = 3,
+) -> dict[str, Any]:
     """Alternate the three variants `repeats` times per stage; see the module docstring."""
-    variants = {"handwritten": (extract_baseline(baseline, work_dir / "baseline"), True),
-                "h5py": (common.REPO / "src", True), "h5py_no_checksum": (common.REPO / "src", False)}
+    variants = {
+        "handwritten": (extract_baseline(baseline, work_dir / "baseline"), True),
+        "h5py": (common.REPO / "src", True),
+        "h5py_no_checksum": (common.REPO / "src", False),
+    }
     token_file = demo_token_sets(work_dir, 5 if quick else None)
-    n_refits, sizes = (3, {"cross_layer": 4, "same_layer": 6}) if quick else (50, {"cross_layer": 20, "same_layer": 100})
+    n_refits, sizes = (
+        (3, {"cross_layer": 4, "same_layer": 6}) if quick else (50, {"cross_layer": 20, "same_layer": 100})
+    )
     sizes = {scope: n_prompts for scope, n_prompts in sizes.items() if scope in stages}
     n_pos = 12 if quick else 96
     caches = {}
     for (variant, (source, checksum)), (scope, n_prompts) in itertools.product(variants.items(), sizes.items()):
         directory = work_dir / f"caches_{variant}_{scope}"
-        _child(source, ["--write-caches", str(directory), str(n_refits), str(n_prompts), str(n_pos), str(int(checksum))])
+        _child(
+            source, ["--write-caches", str(directory), str(n_refits), str(n_prompts), str(n_pos), str(int(checksum))]
+        )
         caches[variant, scope] = sorted(map(str, directory.glob("seed*.h5")), key=lambda p: int(Path(p).stem[4:]))
     os.sync()
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {stage: {v: [] for v in variants} for stage in stages}
@@ -188,10 +221,16 @@ def compare(work_dir: Path, baseline: str, repeats: int, quick: bool, stages: tu
         if stage == "cache":
             out[stage]["file_bytes"] = {variant: results[-1]["bytes"] for variant, results in by_variant.items()}
         else:
-            out[stage]["sum_abs_similarity"] = {variant: results[-1]["sum_abs"] for variant, results in by_variant.items()}
-        log.info("%s: median s %s; handwritten faster by %s (vs h5py with checksums) and %s (without)", stage,
-                 {v: round(t, 2) for v, t in out[stage]["median_seconds"].items()},
-                 out[stage]["handwritten_speedup_vs_h5py"], out[stage]["handwritten_speedup_vs_h5py_no_checksum"])
+            out[stage]["sum_abs_similarity"] = {
+                variant: results[-1]["sum_abs"] for variant, results in by_variant.items()
+            }
+        log.info(
+            "%s: median s %s; handwritten faster by %s (vs h5py with checksums) and %s (without)",
+            stage,
+            {v: round(t, 2) for v, t in out[stage]["median_seconds"].items()},
+            out[stage]["handwritten_speedup_vs_h5py"],
+            out[stage]["handwritten_speedup_vs_h5py_no_checksum"],
+        )
     n_demo = sum(len(t) for t in json.loads(token_file.read_text())["tokens"].values())
     out["setup"] = (
         f"cache: write_activation_cache of {n_demo} demo prompts, demo l4_h8, {threads} torch thread(s) (and "
@@ -209,11 +248,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="toy sizes (smoke test)")
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
     parser.add_argument("--inner", type=int, default=3, help="cache stage: timed writes per child process")
-    parser.add_argument("--write-caches", nargs=5, metavar=("DIR", "REFITS", "PROMPTS", "POS", "CHECKSUM"), help="child")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="cache stage: torch threads, and the handwritten writer's compressor threads (the rule's "
-                             "threads, compute.cache_threads; 1 in config/demo.yaml)")
-    parser.add_argument("--time-cache", nargs=5, metavar=("TOKENS", "OUT", "THREADS", "CHECKSUM", "INNER"), help="child")
+    parser.add_argument(
+        "--write-caches", nargs=5, metavar=("DIR", "REFITS", "PROMPTS", "POS", "CHECKSUM"), help="child"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="cache stage: torch threads, and the handwritten writer's compressor threads (the rule's "
+        "threads, compute.cache_threads; 1 in config/demo.yaml)",
+    )
+    parser.add_argument(
+        "--time-cache", nargs=5, metavar=("TOKENS", "OUT", "THREADS", "CHECKSUM", "INNER"), help="child"
+    )
     parser.add_argument("--time-similarity", nargs="+", metavar=("SCOPE", "CACHE"), help="child")
     args = parser.parse_args(argv)
     if args.write_caches:
@@ -230,8 +277,15 @@ def main(argv: list[str] | None = None) -> None:
         work_dir = Path(tempfile.mkdtemp(prefix="headstab-bench-"))
         try:
             stages = tuple(stage for stage in STAGES if stage in args.stages.split(","))
-            results = compare(work_dir, args.baseline, 1 if args.quick else args.repeats, args.quick, stages,
-                              args.threads, 1 if args.quick else args.inner)
+            results = compare(
+                work_dir,
+                args.baseline,
+                1 if args.quick else args.repeats,
+                args.quick,
+                stages,
+                args.threads,
+                1 if args.quick else args.inner,
+            )
         finally:
             shutil.rmtree(work_dir, ignore_errors=True)
         print(json.dumps(results, indent=2, default=float))

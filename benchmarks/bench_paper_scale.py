@@ -54,8 +54,9 @@ def paper_lengths(n_primary: int | None = None, n_sweep: int = 20) -> dict[str, 
     return {"primary": primary, **{f"len{n}": [1 + n] * n_sweep for n in SWEEP_TOKENS}}
 
 
-def write_caches(directory: Path, n_refits: int, n_distinct: int, lengths: dict[str, list[int]],
-                 architecture: str = "l8_h16") -> list[Path]:
+def write_caches(
+    directory: Path, n_refits: int, n_distinct: int, lengths: dict[str, list[int]], architecture: str = "l8_h16"
+) -> list[Path]:
     """seed{k}.h5 for k = 1..n_refits: real random-init models for the first n_distinct, symlinks after."""
     import torch
 
@@ -66,17 +67,25 @@ def write_caches(directory: Path, n_refits: int, n_distinct: int, lengths: dict[
     config = load_config(common.REPO / "config" / "config.yaml")
     spec = architecture_spec(config, architecture)
     rng = np.random.default_rng(0)
-    token_sets = {name: [[0] + rng.integers(1, spec.d_vocab, size=n - 1).tolist() for n in counts]
-                  for name, counts in lengths.items()}
+    token_sets = {
+        name: [[0] + rng.integers(1, spec.d_vocab, size=n - 1).tolist() for n in counts]
+        for name, counts in lengths.items()
+    }
     directory.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(os.cpu_count() or 1)
     paths = []
     for refit in range(1, n_refits + 1):
         path = directory / f"seed{refit}.h5"
         if refit <= n_distinct:
-            write_activation_cache(path, build_model(spec, refit), token_sets, pad_token_id=0, show_progress=False,
-                                   attrs={"architecture": architecture, "seed": refit},
-                                   **{key: config["cache"][key] for key in ("batch_size", "dtype", "compression_level")})
+            write_activation_cache(
+                path,
+                build_model(spec, refit),
+                token_sets,
+                pad_token_id=0,
+                show_progress=False,
+                attrs={"architecture": architecture, "seed": refit},
+                **{key: config["cache"][key] for key in ("batch_size", "dtype", "compression_level")},
+            )
         else:
             path.symlink_to(f"seed{(refit - 1) % n_distinct + 1}.h5")
         paths.append(path)
@@ -93,8 +102,9 @@ def similarity_job(caches: list[str], out_dir: Path, promptsets: list[str], prom
     for promptset in promptsets:
         begin = time.perf_counter()
         similarity = pair_similarity_from_caches(caches, promptset, prompt_chunk=prompt_chunk, progress=False)
-        write_pair_similarity(out_dir / f"{promptset}.h5", similarity, list(range(1, len(caches) + 1)),
-                              attrs={"promptset": promptset})
+        write_pair_similarity(
+            out_dir / f"{promptset}.h5", similarity, list(range(1, len(caches) + 1)), attrs={"promptset": promptset}
+        )
         seconds[promptset] = time.perf_counter() - begin
     return {"seconds": time.perf_counter() - start, "by_promptset": seconds}
 
@@ -126,20 +136,37 @@ def _child(args: list[str], timeout: float) -> tuple[dict[str, Any], float]:
     return common.last_json_line(stdout), peak_gb
 
 
-def bench_paper_scale(work_dir: Path, n_refits: int = 50, n_distinct: int = 4, n_primary: int | None = None,
-                      n_sweep: int = 20, architecture: str = "l8_h16", timeout: float = 1800.0) -> dict[str, Any]:
+def bench_paper_scale(
+    work_dir: Path,
+    n_refits: int = 50,
+    n_distinct: int = 4,
+    n_primary: int | None = None,
+    n_sweep: int = 20,
+    architecture: str = "l8_h16",
+    timeout: float = 1800.0,
+) -> dict[str, Any]:
     from headstab.config import load_config
 
     config = load_config(common.REPO / "config" / "config.yaml")
     lengths = paper_lengths(n_primary, n_sweep)
-    write_s, paths = common.timed(lambda: write_caches(work_dir / "caches", n_refits, n_distinct, lengths, architecture))
+    write_s, paths = common.timed(
+        lambda: write_caches(work_dir / "caches", n_refits, n_distinct, lengths, architecture)
+    )
     log.info("wrote %d %s caches (%d distinct) in %.0f s", n_refits, architecture, n_distinct, write_s)
     os.sync()  # otherwise the kernel writes them back during the timed runs
     promptsets = list(lengths)
     (work_dir / "similarity").mkdir()
     (work_dir / "tables").mkdir()
-    similarity, similarity_rss = _child(["--similarity-job", str(work_dir / "similarity"), ",".join(promptsets),
-                                         str(config["similarity"]["prompt_chunk"]), *map(str, paths)], timeout)
+    similarity, similarity_rss = _child(
+        [
+            "--similarity-job",
+            str(work_dir / "similarity"),
+            ",".join(promptsets),
+            str(config["similarity"]["prompt_chunk"]),
+            *map(str, paths),
+        ],
+        timeout,
+    )
     tables, tables_rss = _child(["--tables-job", str(work_dir / "similarity"), str(work_dir / "tables"), ",".join(promptsets),
                                  str(config["analysis"]["layer_std_ddof"])], timeout)  # fmt: skip
     log.info("paper scale: similarity %.0f s, tables %.0f s", similarity["seconds"], tables["seconds"])

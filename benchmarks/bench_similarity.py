@@ -42,6 +42,7 @@ import common  # noqa: E402
 
 log = logging.getLogger("benchmarks.similarity")
 
+
 def useful_flops(n_layers: int, n_refits: int, n_heads: int, lengths: np.ndarray) -> float:
     """rows^2 * features per layer of the symmetric same-layer Gram (see the module docstring)."""
     lengths = np.asarray(lengths, dtype=np.float64)
@@ -49,7 +50,9 @@ def useful_flops(n_layers: int, n_refits: int, n_heads: int, lengths: np.ndarray
 
 
 # ---------------------------------------------------------------- 1. engine vs the plain loop
-def bench_agreement(work_dir: Path, n_refits: int = 4, n_prompts: int = 6, n_pos: int = 48, anchor: int = 0) -> dict[str, Any]:
+def bench_agreement(
+    work_dir: Path, n_refits: int = 4, n_prompts: int = 6, n_pos: int = 48, anchor: int = 0
+) -> dict[str, Any]:
     """Largest difference between the engine (both scopes) and the plain loop, one anchor against every
     refit, every layer and head; the loop's time is reported, not compared (it is the oracle)."""
     from reference import loop_pair_similarity
@@ -58,7 +61,9 @@ def bench_agreement(work_dir: Path, n_refits: int = 4, n_prompts: int = 6, n_pos
     from headstab.similarity import pair_similarity_from_caches
 
     shape = common.L8_H16
-    paths = common.write_synthetic_caches(work_dir / "agreement", n_refits, shape["n_layers"], shape["n_heads"], n_prompts, n_pos)
+    paths = common.write_synthetic_caches(
+        work_dir / "agreement", n_refits, shape["n_layers"], shape["n_heads"], n_prompts, n_pos
+    )
     patterns = []
     for path in paths:
         with open_cache(path) as cache:
@@ -82,8 +87,9 @@ def bench_agreement(work_dir: Path, n_refits: int = 4, n_prompts: int = 6, n_pos
 
 
 # ---------------------------------------------------------------- 2. streamed from HDF5, all pairs
-def stream_worker(cache_paths: list[str], promptset: str, prompt_chunk: int, scope: str = "same_layer",
-                  gemm_rate: bool = True) -> dict[str, Any]:
+def stream_worker(
+    cache_paths: list[str], promptset: str, prompt_chunk: int, scope: str = "same_layer", gemm_rate: bool = True
+) -> dict[str, Any]:
     """Child-process body: the timed computation over the given caches (GEMM rate before and after when asked)."""
     import torch  # noqa: F401  (the engine's GEMM backend: a one-off import, kept out of the clock)
 
@@ -264,15 +270,22 @@ def bench_checksum_overhead(
     overhead = {scope: median(scope, True, "seconds") / median(scope, False, "seconds") - 1 for scope in scopes}
     reads = {scope: (median(scope, True, "read_seconds") - median(scope, False, "read_seconds")) / median(scope, False, "seconds")
              for scope in scopes}  # fmt: skip
-    log.info("checksum overhead of the similarity: %s (from the reads alone: %s)",
-             {scope: round(value, 3) for scope, value in overhead.items()}, {s: round(v, 3) for s, v in reads.items()})
+    log.info(
+        "checksum overhead of the similarity: %s (from the reads alone: %s)",
+        {scope: round(value, 3) for scope, value in overhead.items()},
+        {s: round(v, 3) for s, v in reads.items()},
+    )
     return {
         "similarity_checksum_overhead": overhead[scopes[0]],
         **{f"similarity_checksum_overhead_{scope}": overhead[scope] for scope in scopes},
         **{f"similarity_checksum_overhead_from_reads_{scope}": reads[scope] for scope in scopes},
         "similarity_checksum_seconds": {
-            scope: {("with" if checksum else "without"): {key: [run[key] for run in results] for key in ("seconds", "read_seconds")}
-                    for checksum, results in by.items()}
+            scope: {
+                ("with" if checksum else "without"): {
+                    key: [run[key] for run in results] for key in ("seconds", "read_seconds")
+                }
+                for checksum, results in by.items()
+            }
             for scope, by in runs.items()
         },  # fmt: skip
         "similarity_checksum_setup": (
@@ -296,16 +309,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("caches", nargs="*")
     args = parser.parse_args(argv)
     if args.stream_worker:
-        print(json.dumps(stream_worker(args.caches, args.promptset, args.prompt_chunk, args.scope,
-                                       gemm_rate=not args.no_gemm_rate)))
+        print(
+            json.dumps(
+                stream_worker(
+                    args.caches, args.promptset, args.prompt_chunk, args.scope, gemm_rate=not args.no_gemm_rate
+                )
+            )
+        )
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     work_dir = Path(tempfile.mkdtemp(prefix="headstab-bench-"))
     try:
-        results = bench_agreement(work_dir, n_refits=3, n_prompts=2, n_pos=8) if args.quick else bench_agreement(work_dir)
+        results = (
+            bench_agreement(work_dir, n_refits=3, n_prompts=2, n_pos=8) if args.quick else bench_agreement(work_dir)
+        )
         if args.quick:
-            results |= bench_streaming(work_dir, refit_counts=(2, 3), n_prompts=4, n_pos=12, series_prompts=2,
-                                       n_distinct=2)
+            results |= bench_streaming(
+                work_dir, refit_counts=(2, 3), n_prompts=4, n_pos=12, series_prompts=2, n_distinct=2
+            )
             results |= bench_checksum_overhead(work_dir, n_refits=3, n_prompts=4, n_pos=12, n_distinct=2, repeats=1)
         else:
             results |= bench_streaming(work_dir)

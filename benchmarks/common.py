@@ -131,7 +131,7 @@ class SyntheticPatternModel:
     def parameters(self):
         yield self._parameter
 
-    def eval(self) -> "SyntheticPatternModel":
+    def eval(self) -> SyntheticPatternModel:
         return self
 
     def run_with_cache(self, tokens, names_filter=None, **_):  # stop_at_layer: nothing runs after the blocks
@@ -145,7 +145,9 @@ class SyntheticPatternModel:
         for layer in range(cfg.n_layers):
             scores = torch.randn(batch, cfg.n_heads, n_pos, n_pos, generator=generator) * 2.0
             cache[f"blocks.{layer}.attn.hook_pattern"] = torch.softmax(scores.masked_fill(~causal, float("-inf")), -1)
-            cache[f"blocks.{layer}.attn.hook_z"] = torch.randn(batch, n_pos, cfg.n_heads, cfg.d_head, generator=generator)
+            cache[f"blocks.{layer}.attn.hook_z"] = torch.randn(
+                batch, n_pos, cfg.n_heads, cfg.d_head, generator=generator
+            )
             cache[f"blocks.{layer}.hook_resid_mid"] = torch.randn(batch, n_pos, cfg.d_model, generator=generator)
         if names_filter is not None:
             cache = {name: value for name, value in cache.items() if names_filter(name)}
@@ -193,7 +195,7 @@ def write_synthetic_caches(
             options |= {} if checksum else {"checksum": False}
             write_activation_cache(
                 path, model, {promptset: token_lists}, pad_token_id=0, batch_size=20,
-                attrs={"architecture": "synthetic_l%d_h%d" % (n_layers, n_heads), "seed": refit},
+                attrs={"architecture": f"synthetic_l{n_layers}_h{n_heads}", "seed": refit},
                 show_progress=False, **options,
             )  # fmt: skip
         else:

@@ -88,7 +88,7 @@ def check_targets(summary: dict[str, Any]) -> dict[str, Any]:
 
 def format_table(summary: dict[str, Any]) -> str:
     rows = [("key", "value", "target", "met")]
-    for key, target in TARGETS.items():
+    for key in TARGETS:
         value = summary.get(key)
         shown = "null" if value is None else (f"{value:.3g}" if isinstance(value, float) else str(value))
         check = summary["targets"].get(key, {})
@@ -107,8 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
     parser.add_argument("--device", default="cpu", help="torch device of the training benchmark")
     parser.add_argument("--train-threads", type=int, default=1, help="torch CPU threads of both training loops")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="summary file (default results/bench/summary.json; summary_quick.json with --quick)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="summary file (default results/bench/summary.json; summary_quick.json with --quick)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if args.out is None:
@@ -167,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         if "paper_scale" in stages:
             log.info("paper scale: similarity and stability tables of 50 l8_h16 refits")
             paper = bench_paper_scale.bench_paper_scale(
-                work_dir / "paper_scale", **({"n_refits": 3, "n_distinct": 2, "n_primary": 4, "n_sweep": 2} if args.quick else {}))
+                work_dir / "paper_scale",
+                **({"n_refits": 3, "n_distinct": 2, "n_primary": 4, "n_sweep": 2} if args.quick else {}),
+            )
             shutil.rmtree(work_dir / "paper_scale", ignore_errors=True)
             summary["paper_scale_analysis_seconds"] = paper["paper_scale_analysis_seconds"]
             details["paper_scale"] = paper

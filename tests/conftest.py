@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -68,7 +69,16 @@ def tiny_snakemake(results: Path, *args: str, timeout: int = 900) -> subprocess.
         HF_DATASETS_OFFLINE="1",
         PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
     )
-    command = [sys.executable, "-m", "snakemake", *args, "--configfile", str(TINY_CONFIG), "--config", f"results_dir={results}"]
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        *args,
+        "--configfile",
+        str(TINY_CONFIG),
+        "--config",
+        f"results_dir={results}",
+    ]
     return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, env=env, timeout=timeout)
 
 
@@ -79,7 +89,11 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     results = tmp_path_factory.mktemp("tiny") / "results"
     result = tiny_snakemake(results, "--cores", "2")
     if result.returncode != 0:
-        logs = sorted((results / "logs").rglob("*.log"), key=lambda p: p.stat().st_mtime)[-3:] if (results / "logs").exists() else []
+        logs = (
+            sorted((results / "logs").rglob("*.log"), key=lambda p: p.stat().st_mtime)[-3:]
+            if (results / "logs").exists()
+            else []
+        )
         tails = "\n".join(f"--- {path}\n{path.read_text()[-1500:]}" for path in logs)
         pytest.fail(f"tiny workflow failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}\n{tails}")
     return results

@@ -66,7 +66,9 @@ def causal_pattern_features(
     """
     pattern, lengths = np.asarray(pattern), np.asarray(lengths)
     if pattern.ndim != 5:
-        raise ValueError(f"pattern must be [layer, prompt, head, query_pos, key_pos] (5 axes); got shape {pattern.shape}")
+        raise ValueError(
+            f"pattern must be [layer, prompt, head, query_pos, key_pos] (5 axes); got shape {pattern.shape}"
+        )
     n_layers, n_prompts, n_heads, n_query, n_key = pattern.shape
     if n_query != n_key:
         raise ValueError(f"pattern query_pos ({n_query}) and key_pos ({n_key}) must match")
@@ -98,7 +100,9 @@ def _rows(features: np.ndarray) -> tuple[np.ndarray, tuple[int, int, int]]:
     """[seed, layer, head, (prompt, n_lower | feature)] -> (float64 [seed * layer * head, feature], shape)."""
     features = np.asarray(features)
     if features.ndim not in (4, 5):
-        raise ValueError(f"features must be [seed, layer, head, prompt, n_lower] or [seed, layer, head, feature]; got shape {features.shape}")
+        raise ValueError(
+            f"features must be [seed, layer, head, prompt, n_lower] or [seed, layer, head, feature]; got shape {features.shape}"
+        )
     n_seeds, n_layers, n_heads = features.shape[:3]
     return features.reshape(n_seeds * n_layers * n_heads, -1).astype(np.float64), (n_seeds, n_layers, n_heads)
 
@@ -151,10 +155,14 @@ def anchor_pair_similarity(patterns: Sequence[np.ndarray], lengths: np.ndarray, 
         raise ValueError("patterns must hold at least one refit's [layer, prompt, head, query_pos, key_pos] array")
     shape = np.shape(patterns[0])
     if len(shape) != 5 or shape[3] != shape[4]:
-        raise ValueError(f"each pattern must be [layer, prompt, head, query_pos, key_pos] with query_pos == key_pos; got {shape}")
+        raise ValueError(
+            f"each pattern must be [layer, prompt, head, query_pos, key_pos] with query_pos == key_pos; got {shape}"
+        )
     for index, pattern in enumerate(patterns):
         if np.shape(pattern) != shape:
-            raise ValueError(f"pattern {index} has shape {np.shape(pattern)}, pattern 0 has {shape}; all refits need the same shape")
+            raise ValueError(
+                f"pattern {index} has shape {np.shape(pattern)}, pattern 0 has {shape}; all refits need the same shape"
+            )
     n_layers, n_prompts, n_heads, n_pos, _ = shape
     lengths = np.asarray(lengths)
     if lengths.shape != (n_prompts,) or (n_prompts and (lengths.min() < 1 or lengths.max() > n_pos)):

@@ -84,8 +84,9 @@ def test_paper_scale_benchmark_runs_both_jobs(tmp_path):
     bench_paper_scale = pytest.importorskip("bench_paper_scale")
     lengths = bench_paper_scale.paper_lengths()
     assert len(lengths["primary"]) == 100 and 21 < min(lengths["primary"]) and max(lengths["primary"]) < 90
-    result = bench_paper_scale.bench_paper_scale(tmp_path, n_refits=3, n_distinct=2, n_primary=2, n_sweep=1,
-                                                 architecture="l2_h8_attn")
+    result = bench_paper_scale.bench_paper_scale(
+        tmp_path, n_refits=3, n_distinct=2, n_primary=2, n_sweep=1, architecture="l2_h8_attn"
+    )
     assert result["paper_scale_analysis_seconds"] > 0
     assert result["paper_scale_tables_seconds"]["rows"]["layer_stability"] > 0
     assert set(result["paper_scale_similarity_seconds"]["by_promptset"]) == set(lengths)
@@ -120,8 +121,10 @@ def test_checksum_overhead_benchmarks_run_both_variants(tmp_path):
     assert 0 < timings["with"]["read_seconds"][0] < timings["with"]["seconds"][0]
     assert len(cache["cache_checksum_seconds"]["with"]) == 1 and min(cache["cache_checksum_seconds"]["without"]) > 0
     assert cache["cache_checksum_overhead"] > -1 and similarity["similarity_checksum_overhead"] > -1
-    with h5py.File(tmp_path / "similarity" / "caches_checksum_True" / "seed1.h5") as checked, \
-            h5py.File(tmp_path / "similarity" / "caches_checksum_False" / "seed1.h5") as unchecked:
+    with (
+        h5py.File(tmp_path / "similarity" / "caches_checksum_True" / "seed1.h5") as checked,
+        h5py.File(tmp_path / "similarity" / "caches_checksum_False" / "seed1.h5") as unchecked,
+    ):
         assert checked["primary/hook_pattern"].fletcher32 and not unchecked["primary/hook_pattern"].fletcher32
 
 

@@ -1,7 +1,7 @@
 import numpy as np
+import pandas as pd
 import pytest
 from scipy.stats import ortho_group
-
 from tolerances import reduction_atol, reduction_rtol
 
 from headstab.cka import (
@@ -29,11 +29,7 @@ def _hsic_unbiased(k: np.ndarray, l: np.ndarray) -> float:
     np.fill_diagonal(k, 0)
     np.fill_diagonal(l, 0)
     one = np.ones(n)
-    term = (
-        np.trace(k @ l)
-        + (one @ k @ one) * (one @ l @ one) / ((n - 1) * (n - 2))
-        - 2 / (n - 2) * (one @ k @ l @ one)
-    )
+    term = np.trace(k @ l) + (one @ k @ one) * (one @ l @ one) / ((n - 1) * (n - 2)) - 2 / (n - 2) * (one @ k @ l @ one)
     return term / (n * (n - 3))
 
 
@@ -80,9 +76,7 @@ def test_linear_matches_direct_hsic_formula():
 @pytest.mark.parametrize("threshold", [0.5, 1.0, 2.0])
 def test_rbf_matches_direct_hsic_formula(threshold):
     k, l = _rbf_by_loop(X, threshold), _rbf_by_loop(Y, threshold)
-    assert rbf_cka(X, Y, threshold=threshold) == pytest.approx(
-        _cka_direct(k, l, _hsic_biased), rel=CKA_RTOL
-    )
+    assert rbf_cka(X, Y, threshold=threshold) == pytest.approx(_cka_direct(k, l, _hsic_biased), rel=CKA_RTOL)
     assert rbf_cka(X, Y, threshold=threshold, debiased=True) == pytest.approx(
         _cka_direct(k, l, _hsic_unbiased), rel=CKA_RTOL
     )
@@ -139,7 +133,9 @@ def test_layerwise_and_pairwise_agree_with_single_pair():
     acts[3][1] = acts[1][1] @ ortho_group.rvs(4, random_state=2)  # layer 1: same up to rotation
     per_layer = layerwise_cka(acts[1], acts[3], kernel="linear")
     assert per_layer[1] == pytest.approx(1.0, rel=reduction_rtol(np.float64, 30 * 30 * 4))
-    assert per_layer[0] == pytest.approx(linear_cka(acts[1][0], acts[3][0]), rel=reduction_rtol(np.float64, 30 * 30 * 4))
+    assert per_layer[0] == pytest.approx(
+        linear_cka(acts[1][0], acts[3][0]), rel=reduction_rtol(np.float64, 30 * 30 * 4)
+    )
     table = pairwise_layer_cka(acts, kernel="linear")
     assert list(table.columns) == ["seed_a", "seed_b", "layer", "cka"]
     assert sorted(set(zip(table.seed_a, table.seed_b))) == [(1, 3), (1, 5), (3, 5)]
@@ -160,13 +156,14 @@ def test_subsample_tokens_even_and_bounded():
     assert subsample_tokens(5, None).tolist() == [0, 1, 2, 3, 4]
 
 
-def _pair_table(values_by_layer: dict[int, float], n_refits: int) -> "pd.DataFrame":
+def _pair_table(values_by_layer: dict[int, float], n_refits: int) -> pd.DataFrame:
     import itertools
 
-    import pandas as pd
-
-    rows = [(a, b, layer, value) for layer, value in values_by_layer.items()
-            for a, b in itertools.combinations(range(1, n_refits + 1), 2)]
+    rows = [
+        (a, b, layer, value)
+        for layer, value in values_by_layer.items()
+        for a, b in itertools.combinations(range(1, n_refits + 1), 2)
+    ]
     return pd.DataFrame(rows, columns=["seed_a", "seed_b", "layer", "cka"])
 
 

@@ -70,7 +70,9 @@ def test_registry_values_follow_the_listings(paper_config):
     assert adam.optimizer == "adam" and adam.weight_decay == 0.0 and not adam.attn_only
     gpt2 = architecture_spec(paper_config, "gpt2")
     assert (gpt2.n_layers, gpt2.n_heads, gpt2.d_model, gpt2.d_mlp, gpt2.d_vocab) == (12, 12, 768, 3072, 50257)
-    assert gpt2.tokenizer == "gpt2" and gpt2.corpus == "openwebtext" and gpt2.lr == 5e-5 and gpt2.seeds == (1, 2, 3, 4, 5)
+    assert (
+        gpt2.tokenizer == "gpt2" and gpt2.corpus == "openwebtext" and gpt2.lr == 5e-5 and gpt2.seeds == (1, 2, 3, 4, 5)
+    )
     assert paper_config["corpora"]["c4_code_2b"]["name"] == "NeelNanda/c4-code-tokenized-2b"
     assert paper_config["tokenizers"]["neox_digits"]["name"] == "NeelNanda/gpt-neox-tokenizer-digits"
 
@@ -78,7 +80,16 @@ def test_registry_values_follow_the_listings(paper_config):
 def test_demo_config_is_valid_and_selects_the_8_toy_architectures(demo):
     config = validate_config(demo)
     names = selected_architectures(config)
-    assert names == ["l2_h8", "l2_h8_attn", "l2_h8_wd", "l2_h8_attn_wd", "l4_h8", "l4_h8_attn", "l4_h8_wd", "l4_h8_attn_wd"]
+    assert names == [
+        "l2_h8",
+        "l2_h8_attn",
+        "l2_h8_wd",
+        "l2_h8_attn_wd",
+        "l4_h8",
+        "l4_h8_attn",
+        "l4_h8_wd",
+        "l4_h8_attn_wd",
+    ]
     assert sum(len(architecture_spec(config, n).seeds) for n in names) == 32
     # defaults from the schema are filled in
     assert config["cache"]["dtype"] == "float32" and config["cache"]["prepend_bos"] is True

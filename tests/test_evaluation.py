@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from tolerances import reduction_rtol
 
 from headstab.evaluation import (
     check_vocabulary,
@@ -14,7 +15,6 @@ from headstab.evaluation import (
     perplexity_from_loss,
     zero_head_hook,
 )
-from tolerances import reduction_rtol
 
 D_HEAD = 8
 # Perplexity = exp(mean loss): its relative error is the loss's absolute error, float32 sums along the
@@ -27,9 +27,19 @@ def _tiny_model(seed: int = 1):
     from transformer_lens.model_bridge import TransformerBridge
 
     cfg = TransformerBridgeConfig(
-        n_layers=2, n_heads=4, d_model=32, d_head=D_HEAD, d_mlp=64, n_ctx=32, d_vocab=50,
-        act_fn="gelu", normalization_type="LN", positional_embedding_type="standard",
-        init_mode="gpt2", seed=seed, attn_only=False,
+        n_layers=2,
+        n_heads=4,
+        d_model=32,
+        d_head=D_HEAD,
+        d_mlp=64,
+        n_ctx=32,
+        d_vocab=50,
+        act_fn="gelu",
+        normalization_type="LN",
+        positional_embedding_type="standard",
+        init_mode="gpt2",
+        seed=seed,
+        attn_only=False,
     )
     model = TransformerBridge.boot_native(cfg)
     model.eval()
@@ -70,9 +80,7 @@ def test_perplexity_is_exp_of_mean_token_loss_without_padding(model, prompts):
     tokens, lengths = prompts
     expected = _ppl_by_hand(model, tokens, lengths)
     for batch_size in (1, 2, 16):
-        assert perplexity(model, tokens, lengths, batch_size=batch_size) == pytest.approx(
-            expected, rel=PPL_RTOL
-        )
+        assert perplexity(model, tokens, lengths, batch_size=batch_size) == pytest.approx(expected, rel=PPL_RTOL)
 
 
 def test_perplexity_agrees_with_model_loss_on_unpadded_batch(model):
@@ -87,9 +95,7 @@ def test_padding_values_do_not_matter(model, prompts):
     garbage = tokens.copy()
     for p, n in enumerate(lengths):
         garbage[p, n:] = 49
-    assert perplexity(model, garbage, lengths) == pytest.approx(
-        perplexity(model, tokens, lengths), rel=PPL_RTOL
-    )
+    assert perplexity(model, garbage, lengths) == pytest.approx(perplexity(model, tokens, lengths), rel=PPL_RTOL)
 
 
 def test_too_short_prompt_is_rejected(model):
@@ -113,9 +119,7 @@ def test_ablation_acts_only_through_that_head(prompts):
     tokens, lengths = prompts
     for layer, head in [(0, 1), (1, 3)]:
         model = _tiny_model()
-        hooked = perplexity(
-            model, tokens, lengths, [(f"blocks.{layer}.attn.hook_z", zero_head_hook(head))]
-        )
+        hooked = perplexity(model, tokens, lengths, [(f"blocks.{layer}.attn.hook_z", zero_head_hook(head))])
         with torch.no_grad():
             _o_weight(model, layer)[:, head * D_HEAD : (head + 1) * D_HEAD] = 0.0
         by_weights = perplexity(model, tokens, lengths)
@@ -155,5 +159,7 @@ def test_heldout_windows_with_too_little_text(caplog):
 
 def test_heldout_tokens_outside_the_vocabulary_name_the_shards():
     check_vocabulary(np.array([[0, 49]]), 50, ["a.npy"])
-    with pytest.raises(ValueError, match=r"token id 50 is outside the model's vocabulary \(50\); the held-out shards \['a.npy'\]"):
+    with pytest.raises(
+        ValueError, match=r"token id 50 is outside the model's vocabulary \(50\); the held-out shards \['a.npy'\]"
+    ):
         check_vocabulary(np.array([[0, 50]]), 50, ["a.npy"])

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from headstab.config import REPO_ROOT, ConfigError, architecture_spec, load_yaml, spec_from_dict
+from headstab.fileio import sha256_file, write_json_atomic
 from headstab.models import (
     CheckpointError,
     build_model,
@@ -19,7 +20,6 @@ from headstab.models import (
     resolve_device,
     save_weights,
 )
-from headstab.fileio import sha256_file, write_json_atomic
 
 
 @pytest.fixture(autouse=True)
@@ -71,7 +71,12 @@ def test_paper_init_scale_on_every_weight_matrix(paper_config):
     assert round(model.cfg.initializer_range, 7) == 0.0353553  # the value the listings print
     state = model.state_dict()
     # The paper's HookedTransformer drew every matrix, output projections included, from N(0, 0.0353553).
-    for name in ("blocks.0.attn.q.weight", "blocks.1.attn.o.weight", "blocks.0.mlp.in.weight", "blocks.1.mlp.out.weight"):
+    for name in (
+        "blocks.0.attn.q.weight",
+        "blocks.1.attn.o.weight",
+        "blocks.0.mlp.in.weight",
+        "blocks.1.mlp.out.weight",
+    ):
         assert state[name].std().item() == pytest.approx(0.0353553, rel=0.01), name
         assert state[name].mean().abs().item() < 1e-3
     assert torch.count_nonzero(state["blocks.0.attn.q.bias"]) == 0

@@ -58,7 +58,11 @@ def _env() -> dict[str, str]:
 
 
 def _failure(result: subprocess.CompletedProcess, results: Path) -> str:
-    logs = sorted((results / "logs").rglob("*.log"), key=lambda p: p.stat().st_mtime)[-3:] if (results / "logs").exists() else []
+    logs = (
+        sorted((results / "logs").rglob("*.log"), key=lambda p: p.stat().st_mtime)[-3:]
+        if (results / "logs").exists()
+        else []
+    )
     tails = "\n".join(f"--- {path}\n{path.read_text()[-1500:]}" for path in logs)
     return f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}\n{tails}"
 
@@ -96,7 +100,9 @@ def test_architecture_targets_plan_only_their_architecture(target: str, tmp_path
     outputs = planned_outputs(result.stdout)
     mine = [p for p in outputs if p.startswith(f"{results}/{RERUN}/")]
     # everything else is the shared data stage: tokenizer (and its prompt check), corpora, held-out text
-    assert all(p.startswith((f"{results}/{RERUN}/", f"{results}/data/", f"{results}/tokenizers/")) for p in outputs), outputs
+    assert all(p.startswith((f"{results}/{RERUN}/", f"{results}/data/", f"{results}/tokenizers/")) for p in outputs), (
+        outputs
+    )
     for kind in ("checkpoints", "caches", "similarity", "tables", "figures"):
         assert any(f"/{RERUN}/{kind}/" in p for p in mine), f"{target} builds no {kind}"
 
@@ -107,7 +113,10 @@ def test_analysis_root_rules_are_the_rules_that_start_an_architectures_analyses(
     results = tmp_path / "results"
     result = snakemake(results, f"analyses_{RERUN}", "-n")
     assert result.returncode == 0, result.stderr[-3000:]
-    upstream = tuple(f"{results}/{RERUN}/{kind}/" for kind in ("checkpoints", "caches")) + (f"{results}/data/", f"{results}/tokenizers/")
+    upstream = tuple(f"{results}/{RERUN}/{kind}/" for kind in ("checkpoints", "caches")) + (
+        f"{results}/data/",
+        f"{results}/tokenizers/",
+    )
     roots = set()
     for block in re.split(r"\n(?=\s*(?:local)?rule \w+:\n)", result.stdout):
         rule = re.match(r"\s*(?:local)?rule (\w+):\n", block)
@@ -205,7 +214,9 @@ def test_the_prompt_check_never_makes_existing_weights_look_out_of_date(tiny_run
 
 
 # ---------------------------------------------------------------- inspecting a run
-def test_documented_params_check_plans_nothing_after_a_run_and_only_the_jobs_whose_params_changed(tiny_run: Path) -> None:
+def test_documented_params_check_plans_nothing_after_a_run_and_only_the_jobs_whose_params_changed(
+    tiny_run: Path,
+) -> None:
     """README and docs/operations.md: `snakemake -n --rerun-triggers params` (not --list-changes params,
     which lists unchanged outputs in Snakemake 9.27)."""
     for doc in ("README.md", "docs/operations.md"):
@@ -242,7 +253,9 @@ def test_provenance_chain_reaches_the_corpus_shards(tiny_run: Path, output: str)
         node = stack.pop()
         nodes.append(node)
         stack.extend(node["inputs"])
-    assert {node["status"] for node in nodes} == {"ok"}, [(n["path"], n["status"]) for n in nodes if n["status"] != "ok"]
+    assert {node["status"] for node in nodes} == {"ok"}, [
+        (n["path"], n["status"]) for n in nodes if n["status"] != "ok"
+    ]
     shards = {node["path"] for node in nodes if node["kind"] == "token shard"}
     assert shards == {str(tiny_run / f"data/tiny_text/shard_{i:03d}.npy") for i in range(2)}
     assert nodes[0]["path"] == str(tiny_run / output)
@@ -276,7 +289,9 @@ def test_corrupted_checkpoint_is_reported_and_not_used(tiny_run: Path, tmp_path:
     assert all(torch.equal(original[key], retrained[key]) for key in original)  # ... to the same weights (CPU)
 
 
-def test_interrupted_cache_write_gives_the_rebuild_command_then_rebuilds_the_same_cache(tiny_run: Path, tmp_path: Path) -> None:
+def test_interrupted_cache_write_gives_the_rebuild_command_then_rebuilds_the_same_cache(
+    tiny_run: Path, tmp_path: Path
+) -> None:
     from headstab.activations.reader import open_cache
 
     results = copy_run(tiny_run, tmp_path)
@@ -318,7 +333,9 @@ def test_half_written_similarity_file_names_the_file_and_rebuilds(tiny_run: Path
     failed = snakemake(results, str(table), "--forcerun", "stability_tables", "--cores", "1")
     assert failed.returncode != 0
     console = failed.stdout + failed.stderr
-    assert f"Error in rule stability_tables: pair-similarity file {similarity} is not a readable HDF5 file" in console, console[-3000:]
+    assert (
+        f"Error in rule stability_tables: pair-similarity file {similarity} is not a readable HDF5 file" in console
+    ), console[-3000:]
     assert f"rm -f {similarity} && snakemake {similarity}" in console
 
     similarity.unlink()
@@ -328,7 +345,9 @@ def test_half_written_similarity_file_names_the_file_and_rebuilds(tiny_run: Path
     pd.testing.assert_frame_equal(pd.read_csv(table), expected_table)
 
 
-def test_second_snakemake_on_the_same_directory_gets_the_lock_error_and_loses_nothing(tiny_run: Path, tmp_path: Path) -> None:
+def test_second_snakemake_on_the_same_directory_gets_the_lock_error_and_loses_nothing(
+    tiny_run: Path, tmp_path: Path
+) -> None:
     results = copy_run(tiny_run, tmp_path)
     before = file_mtimes(results)
     command = [
@@ -351,7 +370,11 @@ def test_second_snakemake_on_the_same_directory_gets_the_lock_error_and_loses_no
     # Which refusal the second process meets depends on timing: the lock, or (once the first has
     # started a job) Snakemake's incomplete-output check, which runs before the lock. Both stop it
     # before it runs anything; docs/operations.md says to wait for the first run in either case.
-    locked = "LockException" in second.stderr and "Directory cannot be locked" in second.stderr and "--unlock" in second.stderr
+    locked = (
+        "LockException" in second.stderr
+        and "Directory cannot be locked" in second.stderr
+        and "--unlock" in second.stderr
+    )
     incomplete = "IncompleteFilesException" in second.stderr and "incomplete" in second.stderr
     assert locked or incomplete, second.stderr[-3000:]
     assert first.returncode == 0, first_log.read_text()[-3000:]
@@ -405,14 +428,28 @@ def test_slurm_plan_of_the_paper_asks_a_gpu_for_every_gpu_rule_and_none_for_cpu_
 def test_slurm_plan_derives_train_runtime_and_memory_from_the_architecture(paper_plan_on_slurm: str) -> None:
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     compute = config["compute"]
-    train = {wildcards.split(",")[0].removeprefix("arch="): resources for rule, resources, wildcards in _job_blocks(paper_plan_on_slurm) if rule == "train"}
+    train = {
+        wildcards.split(",")[0].removeprefix("arch="): resources
+        for rule, resources, wildcards in _job_blocks(paper_plan_on_slurm)
+        if rule == "train"
+    }
     tokens = config["corpora"]["c4_code_2b"]["expected_tokens"]  # one epoch of the whole corpus (n_tokens null)
     assert tokens == 1_657_102 * 1_024
     for arch, layers in (("l2_h8", "l2"), ("l4_h8", "l4"), ("l8_h8", "l8")):
         rate = compute["train_tokens_per_second"][layers]  # prefix entries of the throughput table
         assert int(train[arch]["runtime"]) == math.ceil(compute["runtime_margin"] * tokens / rate / 60) + 10, arch
-    assert [int(train[arch]["runtime"]) for arch in ("l2_h8", "l4_h8", "l8_h8", "gpt2")] == [718, 997, 1582, 9010]  # docs/operations.md
-    assert int(train["l2_h8"]["runtime"]) < int(train["l4_h8"]["runtime"]) < int(train["l8_h8"]["runtime"]) < int(train["gpt2"]["runtime"])
+    assert [int(train[arch]["runtime"]) for arch in ("l2_h8", "l4_h8", "l8_h8", "gpt2")] == [
+        718,
+        997,
+        1582,
+        9010,
+    ]  # docs/operations.md
+    assert (
+        int(train["l2_h8"]["runtime"])
+        < int(train["l4_h8"]["runtime"])
+        < int(train["l8_h8"]["runtime"])
+        < int(train["gpt2"]["runtime"])
+    )
     assert int(train["l2_h8"]["mem_mb"]) <= int(train["l8_h16"]["mem_mb"]) < int(train["gpt2"]["mem_mb"])
 
 
@@ -435,6 +472,9 @@ def test_gpu_partition_constraint_and_model_reach_every_job_that_asks_for_a_gpu(
     for rule, resources, wildcards in jobs:
         gpu_settings = {key: resources.get(key) for key in ("slurm_partition", "constraint", "gpu_model")}
         if resources.get("gpu") == "1":
-            assert gpu_settings == {"slurm_partition": "gpuq", "constraint": "a100", "gpu_model": "h100"}, (rule, wildcards)
+            assert gpu_settings == {"slurm_partition": "gpuq", "constraint": "a100", "gpu_model": "h100"}, (
+                rule,
+                wildcards,
+            )
         else:
             assert gpu_settings == dict.fromkeys(gpu_settings), (rule, wildcards, resources)

@@ -45,7 +45,11 @@ def specs_of(config):
 def test_names_regex_matches_exactly_the_names_and_nothing_when_empty():
     pattern = names_regex(["l2_h8", "l2_h8_wd", "l2"])
     assert [bool(re.fullmatch(pattern, name)) for name in ("l2_h8", "l2_h8_wd", "l2", "l2_h", "l2_h8_w")] == [
-        True, True, True, False, False,
+        True,
+        True,
+        True,
+        False,
+        False,
     ]
     assert re.fullmatch(names_regex([]), "") is None and re.fullmatch(names_regex([]), "x") is None
 
@@ -59,7 +63,9 @@ def test_job_spec_drops_only_the_seeds(demo):
 def test_a_synthetic_corpus_is_read_from_its_generated_text_without_its_runtime_estimate(demo):
     layout = Layout(demo)
     name = names_with_source(demo["corpora"], "synthetic")[0]
-    entry = corpus_job_entry({**demo, "corpora": {name: {**demo["corpora"][name], "expected_tokens": 123}}}, layout, name)
+    entry = corpus_job_entry(
+        {**demo, "corpora": {name: {**demo["corpora"][name], "expected_tokens": 123}}}, layout, name
+    )
     assert entry["path"] == layout.synthetic_text(name) == corpus_source_inputs(demo, layout, name)[0]
     assert "expected_tokens" not in entry
 
@@ -89,8 +95,10 @@ def test_one_prompt_check_per_tokenizer_and_context(paper):
     assert sum(len(archs) for by_ctx in checks.values() for archs in by_ctx.values()) == 26
     for tokenizer, by_ctx in checks.items():
         for n_ctx, archs in by_ctx.items():
-            assert all((architecture_spec(paper, a).tokenizer, str(architecture_spec(paper, a).n_ctx)) == (tokenizer, n_ctx)
-                       for a in archs)
+            assert all(
+                (architecture_spec(paper, a).tokenizer, str(architecture_spec(paper, a).n_ctx)) == (tokenizer, n_ctx)
+                for a in archs
+            )
 
 
 def test_cache_options_change_only_when_another_residual_hook_is_stored(demo):
@@ -106,7 +114,9 @@ def test_heldout_shards_are_wikitext_per_tokenizer_or_the_configured_corpus(pape
     assert shards["gpt2"] == [layout.heldout_shard(HELDOUT_HUB_DATASET, paper_specs["gpt2"].tokenizer)]
     demo_specs = specs_of(demo)
     corpus = demo["analysis"]["heldout_corpus"]
-    assert set(map(tuple, heldout_shards(demo, demo_specs, Layout(demo)).values())) == {tuple(Layout(demo).corpus_shards(corpus))}
+    assert set(map(tuple, heldout_shards(demo, demo_specs, Layout(demo)).values())) == {
+        tuple(Layout(demo).corpus_shards(corpus))
+    }
 
 
 def test_a_heldout_corpus_in_another_tokenizer_is_refused_naming_the_key(demo):
@@ -122,8 +132,8 @@ def test_network_targets_are_the_hub_downloads_only(paper, demo):
     layout, specs = Layout(paper), specs_of(paper)
     targets = network_targets(paper, specs, layout)
     tokenizers = sorted({spec.tokenizer for spec in specs.values()})
-    assert [layout.tokenizer_target(name) for name in tokenizers if paper["tokenizers"][name]["source"] == "hub"] == targets[
-        : len([t for t in tokenizers if paper["tokenizers"][t]["source"] == "hub"])
-    ]
+    assert [
+        layout.tokenizer_target(name) for name in tokenizers if paper["tokenizers"][name]["source"] == "hub"
+    ] == targets[: len([t for t in tokenizers if paper["tokenizers"][t]["source"] == "hub"])]
     assert [layout.heldout_shard(HELDOUT_HUB_DATASET, name) for name in tokenizers] == targets[-len(tokenizers) :]
     assert len(targets) == len(set(targets))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copyreg
-import hashlib
 import io
 import itertools
 import json
@@ -117,12 +116,12 @@ def test_text_file_gives_one_prompt_per_non_empty_line(tmp_path):
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("[\"a\", ", "invalid JSON"),
-        ("\"just a string\"", "top-level JSON must be"),
-        ("[\"a\", 3]", r"\[1\] must be a string"),
-        ("[\"a\", \"  \"]", r"\[1\] is an empty prompt"),
+        ('["a", ', "invalid JSON"),
+        ('"just a string"', "top-level JSON must be"),
+        ('["a", 3]', r"\[1\] must be a string"),
+        ('["a", "  "]', r"\[1\] is an empty prompt"),
         ("[]", "empty list"),
-        ("{\"5\": \"not a list\"}", "member '5' must be a list"),
+        ('{"5": "not a list"}', "member '5' must be a list"),
         ("{}", "no members"),
     ],
 )
@@ -223,7 +222,7 @@ def _assert_one_line_error(status: int, err: str, *needles: str) -> None:
 
 
 def test_import_one_pickle_gives_a_json_list_that_loads(tmp_path, capsys):
-    prompts = ["The first prompt.", "A second, with ünïcode and \"quotes\".", "def f(x):\n    return x"]
+    prompts = ["The first prompt.", 'A second, with ünïcode and "quotes".', "def f(x):\n    return x"]
     out = tmp_path / "paper.json"
     status, stdout, err = _import(capsys, _pickle(tmp_path / "100_prompts.pkl", prompts), "--out", out)
     assert (status, err) == (0, "")
@@ -291,8 +290,14 @@ def test_import_refuses_extension_codes_even_when_cached(tmp_path, capsys):
         assert pickle.loads(b"\x80\x02\x84" + code.to_bytes(4, "little") + b".") is _make_marker
         marker = tmp_path / "pwned"
         argument = str(marker).encode()
-        hostile = (b"\x80\x02\x84" + code.to_bytes(4, "little")  # EXT4 code -> _make_marker
-                   + b"X" + len(argument).to_bytes(4, "little") + argument + b"\x85R.")  # (path,) REDUCE
+        hostile = (
+            b"\x80\x02\x84"
+            + code.to_bytes(4, "little")  # EXT4 code -> _make_marker
+            + b"X"
+            + len(argument).to_bytes(4, "little")
+            + argument
+            + b"\x85R."
+        )  # (path,) REDUCE
         bad = tmp_path / "100_prompts.pkl"
         bad.write_bytes(hostile)
         status, _, err = _import(capsys, bad, "--out", tmp_path / "out.json")
@@ -365,7 +370,9 @@ def test_import_refuses_to_overwrite_without_force(tmp_path, capsys):
     assert (status, err) == (0, "") and json.loads(out.read_text()) == ["new prompt"]
 
 
-@pytest.mark.parametrize(("out_name", "message"), [("out.txt", "must end in .json"), ("no/such/out.json", "does not exist")])
+@pytest.mark.parametrize(
+    ("out_name", "message"), [("out.txt", "must end in .json"), ("no/such/out.json", "does not exist")]
+)
 def test_import_refuses_an_unusable_out_path(tmp_path, capsys, out_name, message):
     source = _pickle(tmp_path / "100_prompts.pkl", ["a prompt"])
     status, _, err = _import(capsys, source, "--out", tmp_path / out_name)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -108,12 +107,26 @@ def built_run(tmp_path, tiny_spec):
     arch = weights.parents[2]
     cache = arch / "caches" / "seed1.h5"
     token_lists = [[1, 5, 7, 9], [1, 3], [1, 4, 4, 8, 2, 6]]
-    write_activation_cache(cache, model, {"primary": token_lists}, pad_token_id=0, show_progress=False,
-                           attrs={"architecture": "l2_h4", "seed": 1, "checkpoint": str(weights),
-                                  "checkpoint_sha256": sha256_file(weights)})
+    write_activation_cache(
+        cache,
+        model,
+        {"primary": token_lists},
+        pad_token_id=0,
+        show_progress=False,
+        attrs={
+            "architecture": "l2_h4",
+            "seed": 1,
+            "checkpoint": str(weights),
+            "checkpoint_sha256": sha256_file(weights),
+        },
+    )
     similarity = arch / "similarity" / "primary.h5"
-    write_pair_similarity(similarity, pair_similarity_from_caches([cache], "primary", progress=False), [1],
-                          attrs={"architecture": "l2_h4", "promptset": "primary", "inputs": {str(cache): {"seed": 1}}})
+    write_pair_similarity(
+        similarity,
+        pair_similarity_from_caches([cache], "primary", progress=False),
+        [1],
+        attrs={"architecture": "l2_h4", "promptset": "primary", "inputs": {str(cache): {"seed": 1}}},
+    )
     table = arch / "tables" / "head_stability.csv"
     table.parent.mkdir()
     table.write_text("layer,head,stability\n0,0,1.0\n")

@@ -8,6 +8,15 @@ import shlex
 import h5py
 import numpy as np
 import pytest
+from reference import (
+    anchor_pair_similarity,
+    causal_length_mask,
+    causal_pattern_features,
+    loop_pair_similarity,
+    pair_similarity,
+    same_layer_pair_similarity,
+)
+from tolerances import EXTRA_ULPS, eps, reduction_atol, reduction_rtol
 
 from headstab.activations.packing import lower_triangle_offsets, pack_lower_triangle
 from headstab.activations.reader import open_cache
@@ -23,15 +32,6 @@ from headstab.similarity import (
     read_pair_similarity,
     write_pair_similarity,
 )
-from reference import (
-    anchor_pair_similarity,
-    causal_length_mask,
-    causal_pattern_features,
-    loop_pair_similarity,
-    pair_similarity,
-    same_layer_pair_similarity,
-)
-from tolerances import EXTRA_ULPS, eps, reduction_atol, reduction_rtol
 
 
 def random_patterns(
@@ -77,7 +77,9 @@ def test_pair_similarity_equals_plain_loop_over_eq_1_and_2():
     similarity = pair_similarity(stacked_features(patterns, lengths))
     assert similarity.shape == (3, 3, 2, 3, 2, 3) and similarity.dtype == np.float32
     n_terms = len(lengths) * 6 * 7 // 2  # dot products over prompt x padded lower triangle
-    np.testing.assert_allclose(similarity, loop_pair_similarity(patterns, lengths), atol=reduction_atol(np.float32, n_terms))
+    np.testing.assert_allclose(
+        similarity, loop_pair_similarity(patterns, lengths), atol=reduction_atol(np.float32, n_terms)
+    )
 
 
 def test_similarity_of_refit_b_to_a_is_transpose_of_a_to_b():
@@ -111,9 +113,7 @@ def test_values_written_for_pad_queries_are_ignored():
     dirty = pattern.copy()
     # Without an attention mask, pad queries of a right-padded prompt attend to real tokens.
     dirty[:, 0, :, 3:, :4] = 0.25
-    np.testing.assert_array_equal(
-        causal_pattern_features(dirty, lengths), causal_pattern_features(pattern, lengths)
-    )
+    np.testing.assert_array_equal(causal_pattern_features(dirty, lengths), causal_pattern_features(pattern, lengths))
 
 
 def test_one_anchor_route_equals_eq_1_and_2_and_ignores_values_outside_the_triangle():
@@ -125,7 +125,9 @@ def test_one_anchor_route_equals_eq_1_and_2_and_ignores_values_outside_the_trian
     assert got.shape == (3, 2, 3, 3) and got.dtype == np.float32
     for layer in range(2):
         # per prompt a dot product over the masked 7 x 7 square, then the mean over 4 prompts
-        np.testing.assert_allclose(got[:, layer], reference[1, :, layer, :, layer, :], atol=reduction_atol(np.float32, 4 * 49))
+        np.testing.assert_allclose(
+            got[:, layer], reference[1, :, layer, :, layer, :], atol=reduction_atol(np.float32, 4 * 49)
+        )
     # Entries above the diagonal or outside a prompt's length block are not part of Eq. 1.
     dirty = [p.copy() for p in patterns]
     for p in dirty:
@@ -139,7 +141,9 @@ def test_one_anchor_route_matches_the_gram_route_and_rejects_bad_input():
     lengths = np.array([5, 4, 5])
     patterns = [random_patterns(rng, 2, 3, lengths, 5) for _ in range(4)]
     gram_route = same_layer_pair_similarity(stacked_features(patterns, lengths), anchors=[2])[0]
-    np.testing.assert_allclose(anchor_pair_similarity(patterns, lengths, anchor=2), gram_route, atol=reduction_atol(np.float32, 3 * 25))
+    np.testing.assert_allclose(
+        anchor_pair_similarity(patterns, lengths, anchor=2), gram_route, atol=reduction_atol(np.float32, 3 * 25)
+    )
     with pytest.raises(ValueError, match=r"anchor must be a refit index in 0\.\.3"):
         anchor_pair_similarity(patterns, lengths, anchor=4)
     with pytest.raises(ValueError, match="pattern 1 has shape"):
@@ -159,8 +163,10 @@ def test_normalized_packed_features_equal_causal_pattern_features():
     assert normalize_lower_features(rows, offsets, n_prompts_total=3) is rows
     padded = causal_pattern_features(pattern, lengths).reshape(6, -1)  # zeros where a prompt is shorter
     np.testing.assert_allclose(rows @ rows.T, padded @ padded.T, atol=reduction_atol(np.float32, padded.shape[1]))
-    for p, (a, b) in enumerate(zip(offsets[:-1], offsets[1:])):
-        np.testing.assert_allclose(np.linalg.norm(rows[:, a:b], axis=1), 1 / np.sqrt(3), rtol=reduction_rtol(np.float32, 10))
+    for a, b in zip(offsets[:-1], offsets[1:]):
+        np.testing.assert_allclose(
+            np.linalg.norm(rows[:, a:b], axis=1), 1 / np.sqrt(3), rtol=reduction_rtol(np.float32, 10)
+        )
     with pytest.raises(ValueError, match="offsets must rise from 0 to the number of entries"):
         normalize_lower_features(rows, np.array([0, 10, 16]), 3)
     with pytest.raises(ValueError, match=r"n_prompts_total \(2\) must be >="):
@@ -180,12 +186,12 @@ def test_streamed_prompt_chunks_equal_one_product():
     whole = pair_similarity(stacked_features(patterns, lengths))
     accumulator = GramAccumulator(2 * 2 * 3)
     for chunk in (slice(0, 2), slice(2, 5)):
-        features = np.stack(
-            [causal_pattern_features(p[:, chunk], lengths[chunk], n_prompts_total=5) for p in patterns]
-        )
+        features = np.stack([causal_pattern_features(p[:, chunk], lengths[chunk], n_prompts_total=5) for p in patterns])
         accumulator.add(features.reshape(12, -1))
     assert accumulator.n_chunks == 2 and accumulator.gram.dtype == np.float64
-    np.testing.assert_allclose(gram_to_pair_similarity(accumulator.gram, 2, 2, 3), whole, atol=reduction_atol(np.float32, 5 * 21))
+    np.testing.assert_allclose(
+        gram_to_pair_similarity(accumulator.gram, 2, 2, 3), whole, atol=reduction_atol(np.float32, 5 * 21)
+    )
 
 
 def test_accumulated_feature_chunks_stay_within_the_float32_bound():
@@ -282,7 +288,6 @@ def test_bad_gram_and_chunk_shapes_fail_clearly():
         pair_similarity(np.zeros((2, 3, 4)))
 
 
-
 # ---------------------------------------------------------------- the engine on caches from the real writer
 LENGTHS_MIXED = (7, 3, 9, 5, 2, 8, 4)  # out of order: length-sorted batches scatter over the file
 
@@ -295,8 +300,10 @@ def refit_caches(tmp_path_factory):
     from transformer_lens.model_bridge import TransformerBridge
 
     rng = np.random.default_rng(3)
-    token_sets = {"primary": [[0] + rng.integers(1, 50, size=n - 1).tolist() for n in LENGTHS_MIXED],
-                  "short": [[0] + rng.integers(1, 50, size=n - 1).tolist() for n in (4, 4, 1)]}
+    token_sets = {
+        "primary": [[0] + rng.integers(1, 50, size=n - 1).tolist() for n in LENGTHS_MIXED],
+        "short": [[0] + rng.integers(1, 50, size=n - 1).tolist() for n in (4, 4, 1)],
+    }
     directory = tmp_path_factory.mktemp("refit_caches")
     paths = []
     for seed in (1, 2, 3):
@@ -324,7 +331,9 @@ def patterns_of(paths, promptset):
 @pytest.mark.parametrize("scope", ["cross_layer", "same_layer"])
 def test_engine_on_written_caches_equals_the_oracles(refit_caches, scope, prompt_chunk):
     patterns, lengths = patterns_of(refit_caches, "primary")
-    streamed = pair_similarity_from_caches(refit_caches, "primary", prompt_chunk=prompt_chunk, progress=False, scope=scope)
+    streamed = pair_similarity_from_caches(
+        refit_caches, "primary", prompt_chunk=prompt_chunk, progress=False, scope=scope
+    )
     features = np.stack([causal_pattern_features(p, lengths) for p in patterns])
     loop = loop_pair_similarity(patterns, lengths, same_layer=scope == "same_layer")
     # float32 dot products over every prompt's lower triangle (prompt x n_lower terms of the padded features)
@@ -363,7 +372,9 @@ def test_engine_rejects_bad_arguments(refit_caches):
 def written_similarity(path, seeds=(1, 2, 3)):
     rng = np.random.default_rng(11)
     similarity = rng.uniform(-1, 1, size=(len(seeds), len(seeds), 2, 3, 2, 3)).astype(np.float32)
-    write_pair_similarity(path, similarity, list(seeds), attrs={"architecture": "tiny", "inputs": {"a.h5": {"seed": 1}}})
+    write_pair_similarity(
+        path, similarity, list(seeds), attrs={"architecture": "tiny", "inputs": {"a.h5": {"seed": 1}}}
+    )
     return similarity
 
 

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from headstab.layout import GPU_RULES
 from slurm.harness import (
     REPO_ROOT,
     SLURM_DIR,
@@ -31,6 +29,8 @@ from slurm.harness import (
     running_in_ci,
     slurm_job_states,
 )
+
+from headstab.layout import GPU_RULES
 
 pytestmark = pytest.mark.slurm
 
@@ -78,8 +78,10 @@ TINY = WorkflowCase(
     gpu_rules=frozenset(GPU_RULES),
     extra_args=(
         f"arch_{TINY_ARCH}",
-        "--cores", "2",
-        "--config", "compute={device: auto}",
+        "--cores",
+        "2",
+        "--config",
+        "compute={device: auto}",
         f"prompt_sets={{primary: {REPO_ROOT}/tests/config/prompts_primary.json, "
         f"len: {REPO_ROOT}/tests/config/prompts_length.json}}",
     ),
@@ -122,21 +124,21 @@ def slurm_run(
     case: WorkflowCase = request.param
     workdir = tmp_path_factory.mktemp(f"on_slurm_{case.name}")
     run = run_snakemake_on_slurm(
-        workdir, case.snakefile, case.configfile, case.extra_args,
-        cluster=slurm_cluster, timeout_s=case.timeout_s,
+        workdir,
+        case.snakefile,
+        case.configfile,
+        case.extra_args,
+        cluster=slurm_cluster,
+        timeout_s=case.timeout_s,
     )
     return CaseRun(case, workdir, run)
 
 
-def test_every_job_went_through_sbatch_and_completed(
-    slurm_run: CaseRun, slurm_cluster: SlurmCluster
-) -> None:
+def test_every_job_went_through_sbatch_and_completed(slurm_run: CaseRun, slurm_cluster: SlurmCluster) -> None:
     run = slurm_run.run
     assert run.job_ids, f"no job was submitted to Slurm:\n{run.output[-3000:]}"
     # Slurm's own record, not Snakemake's: each id is a real job that ran to completion.
-    assert slurm_job_states(run.job_ids, slurm_cluster) == {
-        job_id: "COMPLETED" for job_id in run.job_ids
-    }
+    assert slurm_job_states(run.job_ids, slurm_cluster) == {job_id: "COMPLETED" for job_id in run.job_ids}
     # The executor kept Slurm's log of each job, named by its job id.
     logs = (slurm_run.workdir / ".snakemake" / "slurm_logs").rglob("*.log")
     assert sorted(int(p.stem) for p in logs) == sorted(run.job_ids)
@@ -147,9 +149,7 @@ def test_expected_outputs_exist(slurm_run: CaseRun) -> None:
     assert not missing, f"missing after the Slurm run: {missing}"
 
 
-def test_gpu_rules_and_only_they_requested_a_gpu(
-    slurm_run: CaseRun, slurm_cluster: SlurmCluster
-) -> None:
+def test_gpu_rules_and_only_they_requested_a_gpu(slurm_run: CaseRun, slurm_cluster: SlurmCluster) -> None:
     rules_run = set(slurm_run.run.job_rules.values())
     assert slurm_run.case.gpu_rules <= rules_run, "a GPU rule never ran on Slurm"
     for job_id, rule in slurm_run.run.job_rules.items():
@@ -163,8 +163,12 @@ def test_gpu_rules_and_only_they_requested_a_gpu(
 def test_rerun_finds_nothing_to_do(slurm_run: CaseRun, slurm_cluster: SlurmCluster) -> None:
     case = slurm_run.case
     rerun = run_snakemake_on_slurm(
-        slurm_run.workdir, case.snakefile, case.configfile, case.extra_args,
-        cluster=slurm_cluster, timeout_s=case.timeout_s,
+        slurm_run.workdir,
+        case.snakefile,
+        case.configfile,
+        case.extra_args,
+        cluster=slurm_cluster,
+        timeout_s=case.timeout_s,
     )
     assert rerun.job_ids == []
     assert "Nothing to be done" in rerun.output
@@ -201,7 +205,13 @@ def refused_smoke_run(cluster: SlurmCluster, tmp_path: Path, resource_args: list
     """The smoke workflow submitted with `resource_args` naming `partition`, which Slurm refuses:
     the run fails, no job starts, and Slurm's own message reaches the user. Returns the run."""
     run = run_snakemake_on_slurm(
-        tmp_path, SMOKE.snakefile, SMOKE.configfile, resource_args, cluster=cluster, check=False, timeout_s=120,
+        tmp_path,
+        SMOKE.snakefile,
+        SMOKE.configfile,
+        resource_args,
+        cluster=cluster,
+        check=False,
+        timeout_s=120,
     )
     assert run.returncode != 0
     assert run.job_ids == []
@@ -209,11 +219,10 @@ def refused_smoke_run(cluster: SlurmCluster, tmp_path: Path, resource_args: list
     return run
 
 
-def test_unknown_partition_fails_with_slurms_own_message(
-    slurm_cluster: SlurmCluster, tmp_path: Path
-) -> None:
-    refused_smoke_run(slurm_cluster, tmp_path, ["--default-resources", "slurm_partition=no_such_partition"],
-                      "no_such_partition")
+def test_unknown_partition_fails_with_slurms_own_message(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    refused_smoke_run(
+        slurm_cluster, tmp_path, ["--default-resources", "slurm_partition=no_such_partition"], "no_such_partition"
+    )
     assert not (tmp_path / "smoke" / "gpu_probe.txt").exists()
 
 
@@ -231,7 +240,7 @@ def test_tiny_on_slurm_matches_a_local_run(slurm_run: CaseRun, tmp_path: Path) -
 
     results = f"results/tiny/{TINY_ARCH}"
     targets = [f"{results}/tables/head_stability.csv"]  # train -> caches -> similarity -> tables
-    local_args = [*targets, *TINY.extra_args[TINY.extra_args.index("--config"):]]
+    local_args = [*targets, *TINY.extra_args[TINY.extra_args.index("--config") :]]
     run_snakemake_locally(tmp_path, TINY.snakefile, TINY.configfile, local_args, timeout_s=900)
     on_slurm, local = slurm_run.workdir / results, tmp_path / results
 
@@ -246,18 +255,24 @@ def test_tiny_on_slurm_matches_a_local_run(slurm_run: CaseRun, tmp_path: Path) -
         assert all(torch.equal(expected[key], found[key]) for key in expected), f"seed {seed}: weights differ"
         with open_cache(local / f"caches/seed{seed}.h5") as a, open_cache(on_slurm / f"caches/seed{seed}.h5") as b:
             np.testing.assert_array_equal(a.hook_pattern("primary"), b.hook_pattern("primary"))
-    for name in ("pair_stability", "head_stability", "layer_stability", "alignment_map", "alignment_dispersion", "commonness"):
+    for name in (
+        "pair_stability",
+        "head_stability",
+        "layer_stability",
+        "alignment_map",
+        "alignment_dispersion",
+        "commonness",
+    ):
         pd.testing.assert_frame_equal(
             pd.read_csv(on_slurm / f"tables/{name}.csv"), pd.read_csv(local / f"tables/{name}.csv"), check_exact=True
         )
 
 
-def test_unknown_gpu_partition_fails_with_slurms_own_message(
-    slurm_cluster: SlurmCluster, tmp_path: Path
-) -> None:
+def test_unknown_gpu_partition_fails_with_slurms_own_message(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     """What HEADSTAB_GPU_PARTITION=<typo> does: the GPU rule's sbatch is refused, nothing runs."""
-    run = refused_smoke_run(slurm_cluster, tmp_path, ["--set-resources", "gpu_probe:slurm_partition=gpu_typo"],
-                            "gpu_typo")
+    run = refused_smoke_run(
+        slurm_cluster, tmp_path, ["--set-resources", "gpu_probe:slurm_partition=gpu_typo"], "gpu_typo"
+    )
     assert "Error in rule gpu_probe:" in run.output
 
 

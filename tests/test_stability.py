@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.stats
-
 from reference import causal_pattern_features, pair_similarity
+from tolerances import reduction_atol, reduction_rtol
+
 from headstab.stability import (
     ALIGNMENT_COLUMNS,
     COMMONNESS_COLUMNS,
@@ -24,7 +25,6 @@ from headstab.stability import (
     pair_stability_table,
     stability_tables,
 )
-from tolerances import reduction_atol, reduction_rtol
 
 
 def random_patterns(
@@ -138,7 +138,9 @@ def test_small_random_case_equals_plain_loop_from_eq_1_to_4(scope):
     for anchor, seed in enumerate(seeds):
         rows = heads[(heads["scope"] == scope) & (heads["anchor_seed"] == seed)]
         got = rows.sort_values(["layer", "head"])["stability"].to_numpy().reshape(2, 3)
-        np.testing.assert_allclose(got, reference_head_stability(patterns, lengths, anchor, scope), atol=SIMILARITY_ATOL)
+        np.testing.assert_allclose(
+            got, reference_head_stability(patterns, lengths, anchor, scope), atol=SIMILARITY_ATOL
+        )
 
 
 def test_layer_stability_is_invariant_to_permuting_heads(base_pattern):
@@ -163,8 +165,13 @@ def hand_heads() -> pd.DataFrame:
     """Layer 0: stabilities 0.2, 0.4, 0.9; layer 1: 0.5, 0.5; layer 2: one head, 0.7."""
     return pd.DataFrame(
         {
-            "promptset": "p", "scope": "same_layer", "anchor_seed": 1, "layer": [0, 0, 0, 1, 1, 2],
-            "head": [0, 1, 2, 0, 1, 0], "stability": [0.2, 0.4, 0.9, 0.5, 0.5, 0.7], "n_pairs": 2,
+            "promptset": "p",
+            "scope": "same_layer",
+            "anchor_seed": 1,
+            "layer": [0, 0, 0, 1, 1, 2],
+            "head": [0, 1, 2, 0, 1, 0],
+            "stability": [0.2, 0.4, 0.9, 0.5, 0.5, 0.7],
+            "n_pairs": 2,
         }
     )
 
@@ -363,9 +370,13 @@ def test_dispersion_is_finite_and_matches_pair_table_on_random_tensors(n_layers)
         assert (measures[:, :2] >= -slack).all() and (measures[:, :2] <= 1 + slack).all()
         # Independent check from the pooled best matches themselves.
         cross = tables["pair_stability"].query("scope == 'cross_layer'")
-        pooled = cross.assign(
-            own=cross["best_layer"] == cross["layer"], distance=(cross["best_layer"] - cross["layer"]).abs()
-        ).groupby(["anchor_seed", "layer"], sort=False)[["own", "distance"]].mean()
+        pooled = (
+            cross.assign(
+                own=cross["best_layer"] == cross["layer"], distance=(cross["best_layer"] - cross["layer"]).abs()
+            )
+            .groupby(["anchor_seed", "layer"], sort=False)[["own", "distance"]]
+            .mean()
+        )
         np.testing.assert_allclose(dispersion["diagonal_share"], pooled["own"], rtol=HAND_RTOL, atol=slack)
         np.testing.assert_allclose(dispersion["mean_layer_distance"], pooled["distance"], rtol=HAND_RTOL, atol=slack)
 
@@ -386,7 +397,9 @@ def test_commonness_by_hand_includes_self():
     similarity = hand_similarity(n_seeds=1, n_layers=1, n_heads=3)
     similarity[0, 0, 0, 0, 0, 1] = similarity[0, 0, 0, 1, 0, 0] = 0.7
     table = commonness_table(similarity, [3], "p")
-    np.testing.assert_allclose(table["commonness"], [(1 + 0.7 + 0.1) / 3, (1 + 0.7 + 0.1) / 3, 1.2 / 3], rtol=reduction_rtol(np.float32, 3))
+    np.testing.assert_allclose(
+        table["commonness"], [(1 + 0.7 + 0.1) / 3, (1 + 0.7 + 0.1) / 3, 1.2 / 3], rtol=reduction_rtol(np.float32, 3)
+    )
     np.testing.assert_allclose(table["commonness_excl_self"], [0.4, 0.4, 0.1], rtol=reduction_rtol(np.float32, 3))
 
 

@@ -11,12 +11,14 @@ from headstab.tables import pearson_or_nan, select_rows
 
 @pytest.fixture
 def table():
-    return pd.DataFrame({
-        "promptset": ["primary", "primary", "len5", "len5"],
-        "scope": ["same_layer", "cross_layer", "same_layer", "cross_layer"],
-        "anchor_seed": [1, 1, 1, 2],
-        "mean": [0.1, 0.2, 0.3, 0.4],
-    })
+    return pd.DataFrame(
+        {
+            "promptset": ["primary", "primary", "len5", "len5"],
+            "scope": ["same_layer", "cross_layer", "same_layer", "cross_layer"],
+            "anchor_seed": [1, 1, 1, 2],
+            "mean": [0.1, 0.2, 0.3, 0.4],
+        }
+    )
 
 
 def test_rows_matching_every_filter_keep_table_order(table):
@@ -26,7 +28,9 @@ def test_rows_matching_every_filter_keep_table_order(table):
 
 
 def test_no_matching_row_names_table_column_value_and_what_there_is(table):
-    with pytest.raises(ValueError, match=r"layer stability has no rows with promptset = 'len9'; available: \['len5', 'primary'\]"):
+    with pytest.raises(
+        ValueError, match=r"layer stability has no rows with promptset = 'len9'; available: \['len5', 'primary'\]"
+    ):
         select_rows(table, "layer stability", promptset="len9")
     # the available values are those left by the filters before
     with pytest.raises(ValueError, match=r"anchor_seed = 2; available: \['1'\]"):

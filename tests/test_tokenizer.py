@@ -47,11 +47,15 @@ def test_endoftext_is_bos_eos_and_pad_with_id_zero(trained_dir):
     assert tokenizer.eos_token_id == tokenizer.bos_token_id == tokenizer.convert_tokens_to_ids(ENDOFTEXT) == 0
     # The special token is one id in text, and no special tokens are added implicitly (GPT-2 style).
     assert tokenizer("a" + ENDOFTEXT + "b", add_special_tokens=True)["input_ids"][1] == 0
-    assert tokenizer("ab", add_special_tokens=True)["input_ids"] == tokenizer("ab", add_special_tokens=False)["input_ids"]
+    assert (
+        tokenizer("ab", add_special_tokens=True)["input_ids"] == tokenizer("ab", add_special_tokens=False)["input_ids"]
+    )
 
 
 def test_training_is_deterministic(tmp_path, trained_dir):
-    train_bpe_tokenizer(generate_synthetic_documents(seed=3, n_documents=300), vocab_size=400, out_dir=tmp_path / "again")
+    train_bpe_tokenizer(
+        generate_synthetic_documents(seed=3, n_documents=300), vocab_size=400, out_dir=tmp_path / "again"
+    )
     assert sha256_file(tmp_path / "again" / "tokenizer.json") == sha256_file(trained_dir / "tokenizer.json")
 
 
@@ -63,7 +67,9 @@ def test_vocab_size_below_byte_alphabet_is_rejected(tmp_path):
 def test_identity_records_origin_vocab_special_tokens_and_sha256(trained_dir, tmp_path):
     meta = write_tokenizer_meta(trained_dir, {"source": "train", "corpus": "synthetic", "vocab_size": 400})
     on_disk = json.loads((trained_dir / "meta.json").read_text())
-    assert on_disk["tokenizer_json_sha256"] == sha256_file(trained_dir / "tokenizer.json") == meta["tokenizer_json_sha256"]
+    assert (
+        on_disk["tokenizer_json_sha256"] == sha256_file(trained_dir / "tokenizer.json") == meta["tokenizer_json_sha256"]
+    )
     assert on_disk["vocab_size"] == 400
     assert on_disk["eos_token_id"] == on_disk["bos_token_id"] == 0
     assert on_disk["special_tokens"] == [ENDOFTEXT]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from tolerances import reduction_atol
 
 from headstab.models import build_model
 from headstab.weight_processing import process_weights
-from tolerances import reduction_atol
 
 TOKENS = torch.tensor([[0, 5, 9, 3, 17, 2, 30, 11], [0, 4, 4, 8, 1, 19, 7, 25]])
 HOOKS = ("blocks.1.attn.hook_pattern", "blocks.1.hook_resid_mid", "blocks.1.attn.hook_z")

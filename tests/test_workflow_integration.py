@@ -69,19 +69,30 @@ def test_similarity_files_and_stability_tables(tiny_run):
             with open_cache(tiny_run / arch / "caches/seed1.h5") as cache:
                 lengths = cache.lengths(promptset).astype(np.int64)
             n_features = int((lengths * (lengths + 1) // 2).sum())
-            np.testing.assert_allclose(np.einsum("lhlh->lh", similarity[0, 0]), 1.0, atol=reduction_atol(np.float32, n_features))
+            np.testing.assert_allclose(
+                np.einsum("lhlh->lh", similarity[0, 0]), 1.0, atol=reduction_atol(np.float32, n_features)
+            )
         heads = pd.read_csv(tiny_run / arch / "tables/head_stability.csv")
         assert set(heads["promptset"]) == set(PROMPT_SETS)
         assert set(heads["scope"]) == {"same_layer", "cross_layer"}
         slack = reduction_atol(np.float32, 2 * 10**4)  # generous: every prompt set's lower triangles
         assert heads["stability"].between(-slack, 1 + slack).all()
         same = heads[heads.scope == "same_layer"].set_index(["promptset", "anchor_seed", "layer", "head"])["stability"]
-        cross = heads[heads.scope == "cross_layer"].set_index(["promptset", "anchor_seed", "layer", "head"])["stability"]
+        cross = heads[heads.scope == "cross_layer"].set_index(["promptset", "anchor_seed", "layer", "head"])[
+            "stability"
+        ]
         assert (cross >= same).all(), "searching all layers can only find a better match (same values, exactly)"
         alignment = pd.read_csv(tiny_run / arch / "tables/alignment_map.csv")
         sums = alignment.groupby(["promptset", "anchor_seed", "layer"])["fraction"].sum()
         np.testing.assert_allclose(sums, 1.0, atol=reduction_atol(np.float64, 64))
-        for name in ("head_stability", "layer_stability", "pair_stability", "cross_layer_stability", "alignment_map", "commonness"):
+        for name in (
+            "head_stability",
+            "layer_stability",
+            "pair_stability",
+            "cross_layer_stability",
+            "alignment_map",
+            "commonness",
+        ):
             assert (tiny_run / arch / "figures" / f"{name}.png").stat().st_size > 0
 
 

@@ -134,7 +134,9 @@ def test_results_dir_below_a_file_fails_at_parse_time_naming_key_path_and_file()
     result = _dry_run("--config", "results_dir=README.md/out")
     output = result.stdout + result.stderr
     assert result.returncode != 0
-    assert "Invalid configuration: config key 'results_dir': README.md/out is below README.md, which is a file" in output
+    assert (
+        "Invalid configuration: config key 'results_dir': README.md/out is below README.md, which is a file" in output
+    )
     assert "NotADirectoryError" not in output and "Traceback" not in output
 
 
@@ -146,10 +148,16 @@ def test_train_runtime_is_planned_from_the_config_alone(tmp_path):
     (results / "data/c4_code_2b/meta.json").write_text(json.dumps({"n_tokens": 10}))
     result = _plan("--config", f"results_dir={results}", "run={architectures: [l2_h8], seeds: [1, 2]}")
     assert result.returncode == 0, result.stderr[-3000:]
-    runtimes = {re.search(r"runtime=(\d+)", resources).group(1) for rule, _, resources in _jobs(result.stdout) if rule == "train"}
+    runtimes = {
+        re.search(r"runtime=(\d+)", resources).group(1)
+        for rule, _, resources in _jobs(result.stdout)
+        if rule == "train"
+    }
     compute = config["compute"]
     tokens = config["corpora"]["c4_code_2b"]["expected_tokens"]
-    assert runtimes == {str(math.ceil(compute["runtime_margin"] * tokens / compute["train_tokens_per_second"]["l2"] / 60) + 10)}
+    assert runtimes == {
+        str(math.ceil(compute["runtime_margin"] * tokens / compute["train_tokens_per_second"]["l2"] / 60) + 10)
+    }
 
 
 def test_network_inputs_plans_exactly_the_jobs_that_download():
@@ -157,8 +165,14 @@ def test_network_inputs_plans_exactly_the_jobs_that_download():
     corpora's shards and wikitext-2, and nothing else; the full plan has no other job of those rules."""
     result = _dry_run("--", "network_inputs")
     network = _job_counts(result.stdout + result.stderr)
-    assert network == {"fetch_tokenizer": 2, "tokenize_shard": 20, "corpus_meta": 2, "heldout_wikitext": 2,
-                       "network_inputs": 1, "total": 27}
+    assert network == {
+        "fetch_tokenizer": 2,
+        "tokenize_shard": 20,
+        "corpus_meta": 2,
+        "heldout_wikitext": 2,
+        "network_inputs": 1,
+        "total": 27,
+    }
     result = _dry_run()
     everything = _job_counts(result.stdout + result.stderr)
     assert all(everything[rule] == count for rule, count in network.items() if rule not in ("network_inputs", "total"))
@@ -180,7 +194,7 @@ def test_readme_enters_the_environment_before_any_snakemake_or_headstab_command(
     commands = [(start, block) for start, block in blocks if re.search(r"^(snakemake|python -m headstab)", block, re.M)]
     assert commands
     assert all(start > activation for start, _ in commands), [block for start, block in commands if start < activation]
-    full_paper = readme[readme.index("## Running the full paper"):]
+    full_paper = readme[readme.index("## Running the full paper") :]
     assert full_paper.index(ACTIVATE) < full_paper.index("```bash\nsnakemake")
 
 

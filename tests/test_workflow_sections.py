@@ -14,7 +14,16 @@ import jinja2
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-SECTIONS = ("stability", "weight_norms", "prompt_length", "optimizers", "stability_gap", "residual_cka", "ablation", "meta_sne")
+SECTIONS = (
+    "stability",
+    "weight_norms",
+    "prompt_length",
+    "optimizers",
+    "stability_gap",
+    "residual_cka",
+    "ablation",
+    "meta_sne",
+)
 RULE_FILES = [REPO / f"workflow/rules/{section}.smk" for section in SECTIONS] + [REPO / "workflow/rules/report.smk"]
 
 
@@ -28,8 +37,24 @@ def _dry_run(tmp_path: Path, mutate=None, *targets: str) -> subprocess.Completed
     path.write_text(yaml.safe_dump(config))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--nolock", "--configfile", str(path), "--quiet", "rules", "--", *targets],
-        cwd=REPO, capture_output=True, text=True, env=env, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--nolock",
+            "--configfile",
+            str(path),
+            "--quiet",
+            "rules",
+            "--",
+            *targets,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
 
 
@@ -46,13 +71,23 @@ def _job_counts(result: subprocess.CompletedProcess) -> dict[str, int]:
 def test_demo_plans_one_job_per_section_rule_and_architecture_and_one_comparison_per_adam_adamw_pair(tmp_path):
     counts = _job_counts(_dry_run(tmp_path))
     per_architecture = (
-        "stability_tables", "stability_figures", "weight_norms", "weight_norm_correlation", "prompt_length",
-        "validation_perplexity", "activation_norms", "residual_cka", "ablation_perplexity", "ablation",
+        "stability_tables",
+        "stability_figures",
+        "weight_norms",
+        "weight_norm_correlation",
+        "prompt_length",
+        "validation_perplexity",
+        "activation_norms",
+        "residual_cka",
+        "ablation_perplexity",
+        "ablation",
     )
     assert {rule: counts.get(rule) for rule in per_architecture} == dict.fromkeys(per_architecture, 8)
     # l2_h8, l2_h8_attn, l4_h8, l4_h8_attn each have a _wd twin in the demo
     assert counts.get("optimizer_comparison") == 4
-    assert [counts.get(rule) for rule in ("stability_gap", "weight_norm_summary", "meta_sne", "report_configuration")] == [1] * 4
+    assert [
+        counts.get(rule) for rule in ("stability_gap", "weight_norm_summary", "meta_sne", "report_configuration")
+    ] == [1] * 4
     # the demo's held-out text is its synthetic_heldout corpus, not wikitext
     assert "heldout_wikitext" not in counts
 
@@ -105,7 +140,9 @@ def test_captions_only_use_params_their_rules_define():
     for block in re.split(r"\n(?=rule )", text)[1:]:
         for caption in re.findall(r'caption="\.\./report/([\w.]+)"', block):
             used = set(re.findall(r"snakemake\.params\.(\w+)", (REPO / "workflow/report" / caption).read_text()))
-            declared = set(re.findall(r"^        (\w+)=", block.split("    params:\n", 1)[-1].split("\n    threads")[0], re.M))
+            declared = set(
+                re.findall(r"^        (\w+)=", block.split("    params:\n", 1)[-1].split("\n    threads")[0], re.M)
+            )
             assert used <= declared, f"{caption} uses params {sorted(used - declared)} that its rule lacks"
 
 

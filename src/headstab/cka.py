@@ -32,9 +32,7 @@ def token_activations(resid: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     if resid.ndim != 3:
         raise ValueError(f"resid must be [prompt, pos, d_model], got shape {resid.shape}")
     if lengths.shape != (resid.shape[0],):
-        raise ValueError(
-            f"lengths must be [prompt] = ({resid.shape[0]},), got shape {lengths.shape}"
-        )
+        raise ValueError(f"lengths must be [prompt] = ({resid.shape[0]},), got shape {lengths.shape}")
     if lengths.min(initial=1) < 0 or lengths.max(initial=0) > resid.shape[1]:
         raise ValueError(
             f"lengths must lie in [0, {resid.shape[1]}] (the padded length), got "
@@ -129,17 +127,13 @@ def linear_cka(x: np.ndarray, y: np.ndarray, debiased: bool = False) -> float:
     return cka_from_grams(gram_linear(x), gram_linear(y), debiased=debiased)
 
 
-def rbf_cka(
-    x: np.ndarray, y: np.ndarray, threshold: float = 1.0, debiased: bool = False
-) -> float:
+def rbf_cka(x: np.ndarray, y: np.ndarray, threshold: float = 1.0, debiased: bool = False) -> float:
     """RBF CKA with bandwidth threshold x median distance. x: [n_tokens, d_x], y: [n_tokens, d_y]."""
     _check_pair(x, y)
     return cka_from_grams(gram_rbf(x, threshold), gram_rbf(y, threshold), debiased=debiased)
 
 
-def _centered_gram(
-    x: np.ndarray, kernel: Kernel, threshold: float, debiased: bool
-) -> np.ndarray:
+def _centered_gram(x: np.ndarray, kernel: Kernel, threshold: float, debiased: bool) -> np.ndarray:
     if kernel == "rbf":
         gram = gram_rbf(x, threshold)
     elif kernel == "linear":
@@ -221,8 +215,7 @@ def pairwise_layer_cka(
     rows = []
     for layer in range(first[0]):
         grams = {
-            s: _centered_gram(np.asarray(acts_by_seed[s][layer])[keep], kernel, threshold, debiased)
-            for s in seeds
+            s: _centered_gram(np.asarray(acts_by_seed[s][layer])[keep], kernel, threshold, debiased) for s in seeds
         }
         for a, b in itertools.combinations(seeds, 2):
             rows.append((a, b, layer, _cka_centered(grams[a], grams[b])))

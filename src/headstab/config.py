@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import jsonschema
 import yaml
@@ -154,9 +155,7 @@ def _describe(error: jsonschema.ValidationError, schema: dict[str, Any]) -> str:
         for key in extra:
             close = difflib.get_close_matches(key, allowed, n=1)
             hints.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
-        return (
-            f"config key '{where}': unknown key {', '.join(hints)}; allowed keys: {', '.join(allowed)}"
-        )
+        return f"config key '{where}': unknown key {', '.join(hints)}; allowed keys: {', '.join(allowed)}"
     if error.validator == "oneOf" and error.context:
         # A type mismatch against the other alternatives says little; prefer the alternative that matched in type.
         informative = [e for e in error.context if e.validator not in ("type", "const")] or list(error.context)

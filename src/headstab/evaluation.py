@@ -32,9 +32,7 @@ def _as_tensors(tokens: Any, lengths: Any) -> tuple[torch.Tensor, torch.Tensor]:
     if tokens_t.ndim != 2:
         raise ValueError(f"tokens must be [prompt, pos], got shape {tuple(tokens_t.shape)}")
     if lengths_t.shape != (tokens_t.shape[0],):
-        raise ValueError(
-            f"lengths must be [prompt] = ({tokens_t.shape[0]},), got {tuple(lengths_t.shape)}"
-        )
+        raise ValueError(f"lengths must be [prompt] = ({tokens_t.shape[0]},), got {tuple(lengths_t.shape)}")
     if (lengths_t < 2).any() or (lengths_t > tokens_t.shape[1]).any():
         bad = int(torch.nonzero((lengths_t < 2) | (lengths_t > tokens_t.shape[1]))[0, 0])
         raise ValueError(
@@ -161,17 +159,22 @@ def heldout_windows(shards: Sequence[np.ndarray], n_tokens: int, seq_len: int) -
         remaining -= len(stream[-1])
     stream = np.concatenate(stream) if stream else np.zeros(0, np.int64)
     if len(stream) < n_tokens:
-        log.warning("held-out text has %d tokens, fewer than analysis.heldout_tokens=%d; using all of it",
-                    len(stream), n_tokens)
+        log.warning(
+            "held-out text has %d tokens, fewer than analysis.heldout_tokens=%d; using all of it", len(stream), n_tokens
+        )
     n_windows = len(stream) // seq_len
     if n_windows == 0:
-        raise ValueError(f"held-out text has {len(stream)} tokens, less than one window of seq_len={seq_len}; "
-                         "raise analysis.heldout_tokens or use a larger held-out corpus")
+        raise ValueError(
+            f"held-out text has {len(stream)} tokens, less than one window of seq_len={seq_len}; "
+            "raise analysis.heldout_tokens or use a larger held-out corpus"
+        )
     return stream[: n_windows * seq_len].reshape(n_windows, seq_len)
 
 
 def check_vocabulary(windows: np.ndarray, d_vocab: int, source: object) -> None:
     """Fail naming `source` when a held-out token id is outside the model's vocabulary."""
     if windows.max() >= d_vocab:
-        raise ValueError(f"held-out token id {windows.max()} is outside the model's vocabulary ({d_vocab}); "
-                         f"the held-out shards {source} use another tokenizer")
+        raise ValueError(
+            f"held-out token id {windows.max()} is outside the model's vocabulary ({d_vocab}); "
+            f"the held-out shards {source} use another tokenizer"
+        )

@@ -11,8 +11,8 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def log_to_file(path: str | Path, append: bool = False) -> None:

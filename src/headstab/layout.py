@@ -13,7 +13,13 @@ GPU_RULES = ("train", "cache_activations", "validation_perplexity", "ablation_pe
 # The rules that start an architecture's analyses from its weights and caches: forcing them reruns every
 # analysis of analyses_<arch> and nothing upstream (docs/operations.md; tests/test_operations.py checks
 # them against the DAG).
-ANALYSIS_ROOT_RULES = ("pair_similarity", "weight_norms", "validation_perplexity", "activation_norms", "ablation_perplexity")
+ANALYSIS_ROOT_RULES = (
+    "pair_similarity",
+    "weight_norms",
+    "validation_perplexity",
+    "activation_norms",
+    "ablation_perplexity",
+)
 
 
 class Layout:

@@ -110,7 +110,7 @@ def build_model(
     tokenizer: Any = None,
     device: str | torch.device = "cpu",
     legacy_gpt2_init: bool = True,
-) -> "TransformerBridge":
+) -> TransformerBridge:
     """A freshly initialised model of architecture `spec`; the same seed gives bit-identical weights.
 
     TransformerLens 4's native `gpt2` init scales the residual output projections (W_O, W_out) by
@@ -132,14 +132,14 @@ def build_model(
     return _to_device(model, device)
 
 
-def _to_device(model: "TransformerBridge", device: str | torch.device) -> "TransformerBridge":
+def _to_device(model: TransformerBridge, device: str | torch.device) -> TransformerBridge:
     # The bridge prints a line on every .to(); skip the no-op move to the CPU it was built on.
     if torch.device(device) != next(model.parameters()).device:
         model.to(device)
     return model
 
 
-def count_weight_matrix_params(model: "TransformerBridge") -> int:
+def count_weight_matrix_params(model: TransformerBridge) -> int:
     """Parameters in the attention (W_Q, W_K, W_V, W_O) and MLP (W_in, W_out) weight matrices.
 
     Biases, LayerNorms and embeddings are not counted (the listings' n_params). Measured from the
@@ -148,7 +148,7 @@ def count_weight_matrix_params(model: "TransformerBridge") -> int:
     return sum(t.numel() for name, t in model.state_dict().items() if WEIGHT_MATRIX_KEY.match(name))
 
 
-def save_weights(model: "TransformerBridge", path: str | Path) -> None:
+def save_weights(model: TransformerBridge, path: str | Path) -> None:
     """Save the model's state dict (TransformerLens names) atomically: temporary file, then rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -162,7 +162,7 @@ def load_trained_model(
     device: str | torch.device = "cpu",
     tokenizer: Any = None,
     weight_processing: Sequence[str] = (),
-) -> "TransformerBridge":
+) -> TransformerBridge:
     """Model of architecture `spec` with the weights saved at `weights_path` (a `final.pt`), in eval mode.
 
     The file is checked against the sha256 its meta.json records (load_verified_state_dict).

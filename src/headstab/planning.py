@@ -83,7 +83,9 @@ def cache_options(config: Mapping[str, Any]) -> dict[str, Any]:
     return {**config["cache"], "extra_resid_hooks": extra} if extra else dict(config["cache"])
 
 
-def heldout_shards(config: Mapping[str, Any], specs: Mapping[str, ArchitectureSpec], layout: Layout) -> dict[str, list[str]]:
+def heldout_shards(
+    config: Mapping[str, Any], specs: Mapping[str, ArchitectureSpec], layout: Layout
+) -> dict[str, list[str]]:
     """{architecture: its held-out token shards}: analysis.heldout_corpus's shards, else wikitext-2 in the
     architecture's tokenizer. A held-out corpus in another tokenizer than an architecture's is refused."""
     corpus = config["analysis"]["heldout_corpus"]
@@ -111,14 +113,18 @@ def network_targets(config: Mapping[str, Any], specs: Mapping[str, ArchitectureS
     tokenizers trained on a hub corpus), hub corpora's metas, and wikitext-2 when
     analysis.heldout_corpus is null."""
     tokenizers, corpora = config["tokenizers"], config["corpora"]
-    used = {spec.tokenizer for spec in specs.values()} | {corpora[name]["tokenizer"] for name in run_corpora(config, specs)}
+    used = {spec.tokenizer for spec in specs.values()} | {
+        corpora[name]["tokenizer"] for name in run_corpora(config, specs)
+    }
     targets = [
         layout.tokenizer_target(name)
         for name in sorted(used)
         if tokenizers[name]["source"] == "hub"
         or (tokenizers[name]["source"] == "train" and corpora[tokenizers[name]["corpus"]]["source"] == "hub")
     ]
-    targets += [layout.corpus_meta(name) for name in sorted(run_corpora(config, specs)) if corpora[name]["source"] == "hub"]
+    targets += [
+        layout.corpus_meta(name) for name in sorted(run_corpora(config, specs)) if corpora[name]["source"] == "hub"
+    ]
     if config["analysis"]["heldout_corpus"] is None:
         targets += [layout.heldout_shard(HELDOUT_HUB_DATASET, t) for t in sorted({s.tokenizer for s in specs.values()})]
     return targets

@@ -28,8 +28,8 @@ itself reads JSON only.
 from __future__ import annotations
 
 import argparse
-import json
 import io
+import json
 import pickle
 import pickletools
 import re
@@ -45,7 +45,6 @@ __all__ = [
     "load_prompt_file",
     "load_prompt_sets",
     "main",
-    "prompt_file_sha256",
     "read_prompt_pickle",
     "write_prompt_json",
 ]
@@ -57,16 +56,12 @@ SWEEP_PICKLE_NAME = re.compile(r"^(\d+)_tokens_prompts\.pkl$")
 def _check_prompts(prompts: object, path: Path, where: str) -> list[str]:
     """Validate one list of prompts; `where` names the place in the file for error messages."""
     if not isinstance(prompts, list):
-        raise ValueError(
-            f"{path}: {where} must be a list of prompt strings; got {type(prompts).__name__}"
-        )
+        raise ValueError(f"{path}: {where} must be a list of prompt strings; got {type(prompts).__name__}")
     if not prompts:
         raise ValueError(f"{path}: {where} is an empty list; give at least one prompt")
     for index, prompt in enumerate(prompts):
         if not isinstance(prompt, str):
-            raise ValueError(
-                f"{path}: {where}[{index}] must be a string; got {type(prompt).__name__} {prompt!r}"
-            )
+            raise ValueError(f"{path}: {where}[{index}] must be a string; got {type(prompt).__name__} {prompt!r}")
         if not prompt.strip():
             raise ValueError(f"{path}: {where}[{index}] is an empty prompt; remove it or fill it in")
     return list(prompts)
@@ -132,13 +127,9 @@ def load_prompt_file(name: str, path: str | Path) -> dict[str, list[str]]:
         members = list(data)
         if all(member.strip().lstrip("-").isdigit() for member in members):
             members.sort(key=int)
-        return {
-            f"{name}{member}": _check_prompts(data[member], path, f"member {member!r}")
-            for member in members
-        }
+        return {f"{name}{member}": _check_prompts(data[member], path, f"member {member!r}") for member in members}
     raise ValueError(
-        f"{path}: top-level JSON must be a list of prompt strings or an object of such lists; "
-        f"got {type(data).__name__}"
+        f"{path}: top-level JSON must be a list of prompt strings or an object of such lists; got {type(data).__name__}"
     )
 
 

@@ -13,10 +13,11 @@ import platform
 import socket
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from headstab.fileio import read_json, sha256_file
 
@@ -71,7 +72,7 @@ def environment_record(device: str | None = None) -> dict[str, Any]:
         "git_commit": git_commit(),
         "packages": package_versions(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
 
@@ -84,7 +85,7 @@ class ProvenanceNode:
     kind: str
     details: dict[str, Any] = field(default_factory=dict)
     status: str = "ok"  # ok | missing | sha256 mismatch | checksum mismatch | unverified
-    inputs: list["ProvenanceNode"] = field(default_factory=list)
+    inputs: list[ProvenanceNode] = field(default_factory=list)
 
 
 def _check(path: Path, expected_sha256: str | None, verify: bool) -> str:
@@ -105,12 +106,16 @@ def _corpus_node(meta_path: Path, expected_sha256: str | None, verify: bool) -> 
     node.details = {key: meta.get(key) for key in ("corpus", "n_tokens", "n_documents", "source") if key in meta}
     tokenizer = meta.get("tokenizer") or {}
     if tokenizer:
-        node.details["tokenizer"] = {k: tokenizer.get(k) for k in ("name", "source", "vocab_size", "tokenizer_json_sha256") if k in tokenizer}
+        node.details["tokenizer"] = {
+            k: tokenizer.get(k) for k in ("name", "source", "vocab_size", "tokenizer_json_sha256") if k in tokenizer
+        }
     for shard in meta.get("shards", []):
         shard_path = meta_path.parent / shard["file"]
         node.inputs.append(
             ProvenanceNode(
-                str(shard_path), "token shard", {"n_tokens": shard.get("n_tokens")},
+                str(shard_path),
+                "token shard",
+                {"n_tokens": shard.get("n_tokens")},
                 status=_check(shard_path, shard.get("sha256"), verify),
             )
         )
@@ -230,8 +235,9 @@ def trace(path: str | Path, verify: bool = False, expand_all: bool = False) -> P
     if name == "meta.json" and path.parent.parent.name == "data":
         return _corpus_node(path, None, verify)
     if path.parent.name in ("tables", "figures") and path.suffix in (".csv", ".png"):
-        node = ProvenanceNode(str(path), "table" if path.suffix == ".csv" else "figure",
-                              status="ok" if path.exists() else "missing")
+        node = ProvenanceNode(
+            str(path), "table" if path.suffix == ".csv" else "figure", status="ok" if path.exists() else "missing"
+        )
         similarity_dir = path.parent.parent / "similarity"
         sources = sorted(similarity_dir.glob("*.h5"))
         primary = similarity_dir / "primary.h5"
@@ -255,7 +261,9 @@ def format_chain(node: ProvenanceNode, indent: int = 0) -> str:
     """The chain as an indented tree, one file a line, details beside it."""
     details = ", ".join(f"{key}={value}" for key, value in node.details.items() if value is not None)
     flag = "" if node.status == "ok" else f"  [{node.status}]"
-    line = f"{'  ' * indent}{'<- ' if indent else ''}{node.kind}: {node.path}{flag}" + (f"  ({details})" if details else "")
+    line = f"{'  ' * indent}{'<- ' if indent else ''}{node.kind}: {node.path}{flag}" + (
+        f"  ({details})" if details else ""
+    )
     return "\n".join([line, *(format_chain(child, indent + 1) for child in node.inputs)])
 
 
@@ -270,10 +278,15 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m headstab.provenance",
         description="Print the chain from a workflow output back to the corpus shards.",
     )
-    parser.add_argument("output", help="final.pt, caches/seed*.h5, similarity/*.h5, data/<corpus>/meta.json, or a table/figure")
-    parser.add_argument("--verify", action="store_true",
-                        help="recompute every recorded sha256 and read every cache and similarity file in full "
-                             "(checks their checksums; slow for big files)")
+    parser.add_argument(
+        "output", help="final.pt, caches/seed*.h5, similarity/*.h5, data/<corpus>/meta.json, or a table/figure"
+    )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="recompute every recorded sha256 and read every cache and similarity file in full "
+        "(checks their checksums; slow for big files)",
+    )
     parser.add_argument("--all", action="store_true", help="expand every refit, not only the first")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a tree")
     args = parser.parse_args(argv)

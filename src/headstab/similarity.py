@@ -97,11 +97,23 @@ def normalize_lower_features(features: np.ndarray, offsets: np.ndarray, n_prompt
     """
     offsets = np.asarray(offsets, dtype=np.int64)
     if features.ndim != 2 or features.dtype != np.float32 or not features.flags.c_contiguous:
-        raise ValueError(f"features must be a C-contiguous float32 [row, entry] array; got {features.dtype} {features.shape}")
-    if offsets.ndim != 1 or offsets.size < 1 or offsets[0] != 0 or offsets[-1] != features.shape[1] or np.any(np.diff(offsets) < 0):
-        raise ValueError(f"offsets must rise from 0 to the number of entries ({features.shape[1]}); got {offsets[:3]}...{offsets[-2:]}")
+        raise ValueError(
+            f"features must be a C-contiguous float32 [row, entry] array; got {features.dtype} {features.shape}"
+        )
+    if (
+        offsets.ndim != 1
+        or offsets.size < 1
+        or offsets[0] != 0
+        or offsets[-1] != features.shape[1]
+        or np.any(np.diff(offsets) < 0)
+    ):
+        raise ValueError(
+            f"offsets must rise from 0 to the number of entries ({features.shape[1]}); got {offsets[:3]}...{offsets[-2:]}"
+        )
     if n_prompts_total < offsets.size - 1:
-        raise ValueError(f"n_prompts_total ({n_prompts_total}) must be >= the number of prompts here ({offsets.size - 1})")
+        raise ValueError(
+            f"n_prompts_total ({n_prompts_total}) must be >= the number of prompts here ({offsets.size - 1})"
+        )
     root = np.sqrt(float(n_prompts_total))
     for start, stop in zip(offsets[:-1], offsets[1:]):
         segment = features[:, start:stop]
@@ -154,7 +166,9 @@ def pair_similarity_from_caches(
         offsets = readers[0].pattern_offsets(promptset)
         n_prompts = offsets.size - 1
         if n_prompts == 0:
-            raise ValueError(f"prompt set '{promptset}' of {cache_paths[0]} has no prompts; there is nothing to compare")
+            raise ValueError(
+                f"prompt set '{promptset}' of {cache_paths[0]} has no prompts; there is nothing to compare"
+            )
         units = _units(scope, n_layers, n_prompts, prompt_chunk)
         refit_shape = (n_heads,) if scope == "same_layer" else (n_layers, n_heads)
         rows = int(np.prod(refit_shape))
@@ -166,8 +180,12 @@ def pair_similarity_from_caches(
             block = buffer[: n_seeds * rows * width].reshape(n_seeds * rows, width)
             for refit, reader in enumerate(readers):
                 part = block[refit * rows : (refit + 1) * rows]
-                reader.hook_pattern_lower(promptset, layer=layer, prompts=prompts, out=part.reshape(*refit_shape, width))
-                normalize_lower_features(part, offsets[prompts.start : prompts.stop + 1] - offsets[prompts.start], n_prompts)
+                reader.hook_pattern_lower(
+                    promptset, layer=layer, prompts=prompts, out=part.reshape(*refit_shape, width)
+                )
+                normalize_lower_features(
+                    part, offsets[prompts.start : prompts.stop + 1] - offsets[prompts.start], n_prompts
+                )
             accumulator.add(block)
             if scope == "same_layer":
                 grams.append(accumulator.gram)
@@ -199,10 +217,14 @@ class SimilarityChecksumError(SimilarityFileError):
 
 def _rebuild_hint(path: Path) -> str:
     quoted = shlex.quote(str(path))
-    return f"rebuild it with `rm -f {quoted} && snakemake {quoted}` (or `snakemake {quoted} --forcerun pair_similarity`)"
+    return (
+        f"rebuild it with `rm -f {quoted} && snakemake {quoted}` (or `snakemake {quoted} --forcerun pair_similarity`)"
+    )
 
 
-def write_pair_similarity(path: str | Path, similarity: np.ndarray, seeds: Sequence[int], attrs: dict | None = None) -> None:
+def write_pair_similarity(
+    path: str | Path, similarity: np.ndarray, seeds: Sequence[int], attrs: dict | None = None
+) -> None:
     """Write S [seed_a, seed_b, layer_a, head_a, layer_b, head_b] as dataset `pair_similarity`
     (attribute `seeds`, a fletcher32 checksum per chunk), through a temporary file and a rename."""
     import h5py
@@ -211,11 +233,17 @@ def write_pair_similarity(path: str | Path, similarity: np.ndarray, seeds: Seque
 
     path = Path(path)
     if similarity.ndim != 6 or similarity.shape[:2] != (len(seeds), len(seeds)):
-        raise ValueError(f"similarity must be [seed, seed, layer, head, layer, head] for {len(seeds)} seeds; got {similarity.shape}")
+        raise ValueError(
+            f"similarity must be [seed, seed, layer, head, layer, head] for {len(seeds)} seeds; got {similarity.shape}"
+        )
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as handle:
         n_seeds, _, n_layers, n_heads = similarity.shape[:4]
-        handle.create_dataset("pair_similarity", data=similarity.astype(np.float32),
-                              chunks=(1, n_seeds, n_layers, n_heads, n_layers, n_heads), fletcher32=True)
+        handle.create_dataset(
+            "pair_similarity",
+            data=similarity.astype(np.float32),
+            chunks=(1, n_seeds, n_layers, n_heads, n_layers, n_heads),
+            fletcher32=True,
+        )
         handle["pair_similarity"].attrs["dims"] = "seed_a,seed_b,layer_a,head_a,layer_b,head_b"
         handle.attrs["seeds"] = np.asarray(seeds, dtype=np.int64)
         handle.attrs["format"] = SIMILARITY_FORMAT
@@ -231,16 +259,22 @@ def read_pair_similarity(path: str | Path) -> tuple[np.ndarray, list[int]]:
 
     path = Path(path)
     if not path.is_file():
-        raise SimilarityFileError(f"pair-similarity file {path} does not exist; build it with `snakemake {shlex.quote(str(path))}`")
+        raise SimilarityFileError(
+            f"pair-similarity file {path} does not exist; build it with `snakemake {shlex.quote(str(path))}`"
+        )
     try:
         handle = h5py.File(path, "r")
     except OSError as err:
-        raise SimilarityFileError(f"pair-similarity file {path} is not a readable HDF5 file ({err}); {_rebuild_hint(path)}") from err
+        raise SimilarityFileError(
+            f"pair-similarity file {path} is not a readable HDF5 file ({err}); {_rebuild_hint(path)}"
+        ) from err
     with handle:
         if handle.attrs.get("format") != SIMILARITY_FORMAT or "pair_similarity" not in handle:
             raise SimilarityFileError(f"{path} is not a headstab pair-similarity file; {_rebuild_hint(path)}")
         if not bool(handle.attrs.get("complete", False)):
-            raise SimilarityFileError(f"pair-similarity file {path} is incomplete (interrupted write); {_rebuild_hint(path)}")
+            raise SimilarityFileError(
+                f"pair-similarity file {path} is incomplete (interrupted write); {_rebuild_hint(path)}"
+            )
         seeds = [int(s) for s in handle.attrs["seeds"]]
         try:
             similarity = handle["pair_similarity"][()]
@@ -251,5 +285,7 @@ def read_pair_similarity(path: str | Path) -> tuple[np.ndarray, list[int]]:
                 ) from err
             raise SimilarityFileError(f"pair-similarity file {path} is damaged ({err}); {_rebuild_hint(path)}") from err
     if similarity.shape[:2] != (len(seeds), len(seeds)):
-        raise SimilarityFileError(f"pair-similarity file {path}: shape {similarity.shape} does not match seeds {seeds}; {_rebuild_hint(path)}")
+        raise SimilarityFileError(
+            f"pair-similarity file {path}: shape {similarity.shape} does not match seeds {seeds}; {_rebuild_hint(path)}"
+        )
     return similarity, seeds

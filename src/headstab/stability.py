@@ -37,14 +37,26 @@ __all__ = [
 
 SCOPES = ("same_layer", "cross_layer")
 PAIR_COLUMNS = [
-    "promptset", "scope", "anchor_seed", "pair_seed", "layer", "head",
-    "best_layer", "best_head", "similarity",
+    "promptset",
+    "scope",
+    "anchor_seed",
+    "pair_seed",
+    "layer",
+    "head",
+    "best_layer",
+    "best_head",
+    "similarity",
 ]
 HEAD_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", "head", "stability", "n_pairs"]
 LAYER_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", "mean", "std"]
 ALIGNMENT_COLUMNS = ["promptset", "anchor_seed", "layer", "match_layer", "fraction"]
 DISPERSION_COLUMNS = [
-    "promptset", "anchor_seed", "layer", "diagonal_share", "normalized_entropy", "mean_layer_distance",
+    "promptset",
+    "anchor_seed",
+    "layer",
+    "diagonal_share",
+    "normalized_entropy",
+    "mean_layer_distance",
     "kurtosis",
 ]
 COMMONNESS_COLUMNS = ["promptset", "seed", "layer", "head", "commonness", "commonness_excl_self"]
@@ -64,8 +76,7 @@ def _check_similarity(similarity: np.ndarray, seeds: Sequence[int]) -> np.ndarra
         n_a, n_b, _, n_heads, n_heads_b = similarity.shape
         if n_heads != n_heads_b:
             raise ValueError(
-                "same-layer similarity must be [seed_a, seed_b, layer, head_a, head_b]; "
-                f"got shape {similarity.shape}"
+                f"same-layer similarity must be [seed_a, seed_b, layer, head_a, head_b]; got shape {similarity.shape}"
             )
     else:
         raise ValueError(
@@ -73,9 +84,7 @@ def _check_similarity(similarity: np.ndarray, seeds: Sequence[int]) -> np.ndarra
             f"same-layer [seed_a, seed_b, layer, head_a, head_b] (5 axes); got shape {similarity.shape}"
         )
     if n_a != n_b or n_a != len(seeds):
-        raise ValueError(
-            f"pair similarity has {n_a} x {n_b} refits but {len(seeds)} seeds were given ({list(seeds)})"
-        )
+        raise ValueError(f"pair similarity has {n_a} x {n_b} refits but {len(seeds)} seeds were given ({list(seeds)})")
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be unique; got {list(seeds)}")
     return similarity
@@ -292,9 +301,7 @@ def _row_kurtosis(alignment_map: pd.DataFrame, keys: list[str]) -> pd.Series:
     return ((fourth / variance.where(~degenerate) ** 2) - 3.0).rename("kurtosis")
 
 
-def commonness_table(
-    similarity: np.ndarray, seeds: Sequence[int], promptset: str
-) -> pd.DataFrame:
+def commonness_table(similarity: np.ndarray, seeds: Sequence[int], promptset: str) -> pd.DataFrame:
     """Within-layer commonness of every head of every refit (Eq. 10, §A.6).
 
     similarity: S [seed_a, seed_b, layer_a, head_a, layer_b, head_b] or same-layer blocks
@@ -333,13 +340,16 @@ def commonness_table(
 def _require_columns(table: pd.DataFrame, columns: Sequence[str], name: str) -> None:
     missing = [column for column in columns if column not in table.columns]
     if missing:
-        raise ValueError(
-            f"{name} lacks columns {missing}; expected {list(columns)}, got {list(table.columns)}"
-        )
+        raise ValueError(f"{name} lacks columns {missing}; expected {list(columns)}, got {list(table.columns)}")
 
 
 TABLE_NAMES = (
-    "pair_stability", "head_stability", "layer_stability", "alignment_map", "alignment_dispersion", "commonness",
+    "pair_stability",
+    "head_stability",
+    "layer_stability",
+    "alignment_map",
+    "alignment_dispersion",
+    "commonness",
 )
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import shlex
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from headstab.fileio import read_json, sha256_file, write_json_atomic
 from headstab.provenance import environment_record
@@ -118,7 +119,9 @@ def tokenizer_identity(directory: str | Path, origin: dict[str, Any] | None = No
     tokenizer = load_tokenizer(directory)
     if origin is None:
         meta_path = directory / "meta.json"
-        origin = read_json(meta_path, "tokenizer metadata").get("origin", {}) if meta_path.is_file() else {"source": "local"}
+        origin = (
+            read_json(meta_path, "tokenizer metadata").get("origin", {}) if meta_path.is_file() else {"source": "local"}
+        )
     tokenizer_json = directory / "tokenizer.json"
     return {
         "path": str(directory),

@@ -8,9 +8,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from tolerances import reduction_atol
 
 from headstab.activations.writer import write_activation_cache
-from tolerances import reduction_atol
 
 N_LAYERS, N_HEADS, D_MODEL, D_HEAD, N_CTX, D_VOCAB = 2, 4, 32, 8, 24, 60
 # A batched forward pass and a single-prompt one sum in different orders: float32 sums of up to
@@ -27,9 +27,19 @@ def make_model(attn_only: bool = False, seed: int = 1, n_heads: int = N_HEADS, n
     from transformer_lens.model_bridge import TransformerBridge
 
     cfg = TransformerBridgeConfig(
-        n_layers=N_LAYERS, n_heads=n_heads, d_model=D_MODEL, d_head=D_HEAD, d_mlp=64, n_ctx=n_ctx,
-        d_vocab=D_VOCAB, act_fn="gelu", normalization_type="LN", positional_embedding_type="standard",
-        init_mode="gpt2", seed=seed, attn_only=attn_only,
+        n_layers=N_LAYERS,
+        n_heads=n_heads,
+        d_model=D_MODEL,
+        d_head=D_HEAD,
+        d_mlp=64,
+        n_ctx=n_ctx,
+        d_vocab=D_VOCAB,
+        act_fn="gelu",
+        normalization_type="LN",
+        positional_embedding_type="standard",
+        init_mode="gpt2",
+        seed=seed,
+        attn_only=attn_only,
     )
     return TransformerBridge.boot_native(cfg)
 
@@ -59,7 +69,11 @@ def token_sets():
 def cache_path(tmp_path_factory, model, token_sets):
     path = tmp_path_factory.mktemp("cache") / "seed1.h5"
     write_activation_cache(
-        path, model, token_sets, pad_token_id=0, batch_size=3,
+        path,
+        model,
+        token_sets,
+        pad_token_id=0,
+        batch_size=3,
         prompt_texts={"primary": [f"prompt {i}" for i in range(7)], "len5": ["a b", "c d", "ünï"]},
         set_attrs={"primary": {"prompt_file": "p.json", "prompt_file_sha256": "ab" * 32}},
         attrs={"architecture": "tiny", "seed": 1, "packages": {"h5py": h5py.__version__}},
@@ -71,6 +85,13 @@ def cache_path(tmp_path_factory, model, token_sets):
 @pytest.fixture(scope="module")
 def resid_pre_cache_path(tmp_path_factory, model, token_sets):
     path = tmp_path_factory.mktemp("cache_pre") / "seed1.h5"
-    write_activation_cache(path, model, token_sets, pad_token_id=0, batch_size=3,
-                           extra_resid_hooks=("hook_resid_pre",), show_progress=False)
+    write_activation_cache(
+        path,
+        model,
+        token_sets,
+        pad_token_id=0,
+        batch_size=3,
+        extra_resid_hooks=("hook_resid_pre",),
+        show_progress=False,
+    )
     return path

@@ -30,9 +30,12 @@ def test_patterns_match_transformer_lens_hooks_directly(model, token_sets):
     ours = single_prompt_activations(model, ids)
     assert list(ours) == ["hook_pattern", "hook_z", "hook_resid_mid"]
     for layer in range(N_LAYERS):
-        np.testing.assert_array_equal(ours["hook_pattern"][layer][0],
-                                      reference[f"blocks.{layer}.attn.hook_pattern"][0].numpy())
-        np.testing.assert_array_equal(ours["hook_resid_mid"][layer][0], reference[f"blocks.{layer}.hook_resid_mid"][0].numpy())
+        np.testing.assert_array_equal(
+            ours["hook_pattern"][layer][0], reference[f"blocks.{layer}.attn.hook_pattern"][0].numpy()
+        )
+        np.testing.assert_array_equal(
+            ours["hook_resid_mid"][layer][0], reference[f"blocks.{layer}.hook_resid_mid"][0].numpy()
+        )
         np.testing.assert_array_equal(ours["hook_z"][layer][0], reference[f"blocks.{layer}.attn.hook_z"][0].numpy())
 
 
@@ -42,15 +45,24 @@ def test_extra_resid_pre_is_the_hook_exactly(model, token_sets):
     with torch.inference_mode():
         _, reference = model.run_with_cache(torch.tensor([ids]))
     for layer in range(N_LAYERS):
-        np.testing.assert_array_equal(alone["hook_resid_pre"][layer][0], reference[f"blocks.{layer}.hook_resid_pre"][0].numpy())
+        np.testing.assert_array_equal(
+            alone["hook_resid_pre"][layer][0], reference[f"blocks.{layer}.hook_resid_pre"][0].numpy()
+        )
 
 
 def test_stored_hooks_are_named_after_transformer_lens():
     assert stored_hooks("hook_resid_mid") == ["hook_pattern", "hook_z", "hook_resid_mid"]
     assert stored_hooks("hook_resid_mid", ("hook_resid_post", "hook_resid_pre")) == [
-        "hook_pattern", "hook_z", "hook_resid_mid", "hook_resid_pre", "hook_resid_post"]
+        "hook_pattern",
+        "hook_z",
+        "hook_resid_mid",
+        "hook_resid_pre",
+        "hook_resid_post",
+    ]
     # attention-only: hook_resid_post is stored anyway and serves hook_resid_mid
-    assert extra_resid_hooks_for(("hook_resid_mid", "hook_resid_post", "hook_resid_pre"), "hook_resid_post") == ["hook_resid_pre"]
+    assert extra_resid_hooks_for(("hook_resid_mid", "hook_resid_post", "hook_resid_pre"), "hook_resid_post") == [
+        "hook_resid_pre"
+    ]
     assert hook_template("hook_pattern") == "blocks.{layer}.attn.hook_pattern"
     assert hook_template("hook_resid_pre") == "blocks.{layer}.hook_resid_pre"
     with pytest.raises(ValueError, match="'hook_resid_final' is not one of.*analysis.cka_hook"):
@@ -75,11 +87,15 @@ def test_tokenize_prompts_prepends_bos_without_other_specials(tmp_path):
 
     backend = Tokenizer(models.BPE(unk_token=None))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.train_from_iterator(["the cat sat on the mat"] * 20,
-                                trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
-                                                    initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<|endoftext|>",
-                            eos_token="<|endoftext|>").save_pretrained(tmp_path)
+    backend.train_from_iterator(
+        ["the cat sat on the mat"] * 20,
+        trainers.BpeTrainer(
+            vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
+    PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
+    ).save_pretrained(tmp_path)
     tokenizer = AutoTokenizer.from_pretrained(tmp_path)
     bos = tokenizer.bos_token_id
     plain = tokenizer("the cat", add_special_tokens=False)["input_ids"]

@@ -24,8 +24,12 @@ def test_packing_by_hand_and_back():
     # A 3-token prompt keeps q0k0, q1k0, q1k1, q2k0, q2k1, q2k2.
     square = np.arange(16, dtype=np.float32).reshape(4, 4)
     assert pack_lower_triangle(square, 3).tolist() == [0, 4, 5, 8, 9, 10]
-    unpacked = unpack_lower_triangles(np.array([0, 4, 5, 8, 9, 10, 7], dtype=np.float32), np.array([3, 1]),
-                                      lower_triangle_offsets(np.array([3, 1])), 4)
+    unpacked = unpack_lower_triangles(
+        np.array([0, 4, 5, 8, 9, 10, 7], dtype=np.float32),
+        np.array([3, 1]),
+        lower_triangle_offsets(np.array([3, 1])),
+        4,
+    )
     np.testing.assert_array_equal(unpacked[0], np.tril(square * (np.arange(4) < 3)[:, None] * (np.arange(4) < 3)))
     assert unpacked[1, 0, 0] == 7 and unpacked[1].sum() == 7
 
@@ -44,5 +48,7 @@ def test_pack_then_unpack_round_trips_many_prompts():
     squares *= valid_positions(lengths, 5)[None, :, None, :, None] & valid_positions(lengths, 5)[None, :, None, None, :]
     packed = np.concatenate([pack_lower_triangle(squares[:, p], int(n)) for p, n in enumerate(lengths)], axis=-1)
     assert packed.shape == (2, 3, int(lower_triangle_offsets(lengths)[-1]))
-    unpacked = unpack_lower_triangles(packed, lengths, lower_triangle_offsets(lengths), 5)  # [layer, head, prompt, q, k]
+    unpacked = unpack_lower_triangles(
+        packed, lengths, lower_triangle_offsets(lengths), 5
+    )  # [layer, head, prompt, q, k]
     np.testing.assert_array_equal(np.swapaxes(unpacked, 1, 2), squares)

@@ -27,8 +27,11 @@ from headstab.similarity import pair_similarity_from_caches
 
 def test_one_layer_read_alone_equals_slice_of_full_read(cache_path):
     with open_cache(cache_path) as cache:
-        readers = {"hook_pattern": cache.hook_pattern, "hook_z": cache.hook_z,
-                   "hook_resid_mid": lambda *args, **kw: cache.resid(args[0], "hook_resid_mid", *args[1:], **kw)}
+        readers = {
+            "hook_pattern": cache.hook_pattern,
+            "hook_z": cache.hook_z,
+            "hook_resid_mid": lambda *args, **kw: cache.resid(args[0], "hook_resid_mid", *args[1:], **kw),
+        }
         for read in readers.values():
             full = read("primary")
             np.testing.assert_array_equal(read("primary", layer=1), full[1])
@@ -48,11 +51,13 @@ def test_packed_pattern_round_trip_slices_and_reading_into_place(cache_path):
         full = cache.hook_pattern("primary")  # [layer, prompt, head, q, k]
         packed = cache.hook_pattern_lower("primary")
         for prompt, n in enumerate(lengths):
-            np.testing.assert_array_equal(packed[..., offsets[prompt]:offsets[prompt + 1]], pack_lower_triangle(full[:, prompt], int(n)))
+            np.testing.assert_array_equal(
+                packed[..., offsets[prompt] : offsets[prompt + 1]], pack_lower_triangle(full[:, prompt], int(n))
+            )
         # A layer and a contiguous prompt range, read into a given array.
         out = np.full((N_HEADS, offsets[5] - offsets[2]), np.nan, dtype=np.float32)
         assert cache.hook_pattern_lower("primary", layer=1, prompts=slice(2, 5), out=out) is out
-        np.testing.assert_array_equal(out, packed[1, :, offsets[2]:offsets[5]])
+        np.testing.assert_array_equal(out, packed[1, :, offsets[2] : offsets[5]])
         np.testing.assert_array_equal(cache.hook_pattern("primary", layer=1, prompts=[4, 0]), full[1, [4, 0]])
         with pytest.raises(ValueError, match="contiguous slice of prompts"):
             cache.hook_pattern_lower("primary", prompts=slice(0, 5, 2))
@@ -66,12 +71,13 @@ def test_packed_patterns_read_into_place_in_float32_and_float16(tmp_path, cache_
         expected = cache.hook_pattern_lower("primary", layer=1)
         out = np.empty((N_HEADS, int(offsets[-1])), dtype=np.float32)
         np.testing.assert_array_equal(cache.hook_pattern_lower("primary", layer=1, out=out), expected)
-    half_path = write_activation_cache(tmp_path / "half.h5", model, token_sets, pad_token_id=0, dtype="float16",
-                                       show_progress=False)
+    half_path = write_activation_cache(
+        tmp_path / "half.h5", model, token_sets, pad_token_id=0, dtype="float16", show_progress=False
+    )
     with open_cache(half_path) as half:
         out = np.empty((N_LAYERS, N_HEADS, int(offsets[-1])), dtype=np.float32)
         # float16 keeps 11 significant bits and patterns lie in [0, 1]: absolute error <= 2^-11
-        np.testing.assert_allclose(half.hook_pattern_lower("primary", out=out)[1], expected, atol=2.0 ** -11, rtol=0)
+        np.testing.assert_allclose(half.hook_pattern_lower("primary", out=out)[1], expected, atol=2.0**-11, rtol=0)
         pattern = half.hook_pattern("primary", prompts=slice(1, 3))
         assert pattern.flags.c_contiguous and pattern.shape == (N_LAYERS, 2, N_HEADS, 12, 12)
 
@@ -117,7 +123,9 @@ def test_truncated_file_names_file_and_rebuild_command(tmp_path, cache_path):
     truncated = tmp_path / "seed1.h5"
     data = cache_path.read_bytes()
     truncated.write_bytes(data[: len(data) // 2])
-    with pytest.raises(CacheError, match=rf"{truncated} is not a readable HDF5 file.*rm -f {truncated} && snakemake {truncated}"):
+    with pytest.raises(
+        CacheError, match=rf"{truncated} is not a readable HDF5 file.*rm -f {truncated} && snakemake {truncated}"
+    ):
         open_cache(truncated)
 
 
@@ -130,7 +138,9 @@ def test_foreign_hdf5_names_file_and_rebuild_command(tmp_path):
 
 
 def test_incomplete_or_gutted_cache_is_rejected(tmp_path, cache_path):
-    incomplete = edited_copy(cache_path, tmp_path / "incomplete.h5", lambda handle: handle.attrs.modify("complete", False))
+    incomplete = edited_copy(
+        cache_path, tmp_path / "incomplete.h5", lambda handle: handle.attrs.modify("complete", False)
+    )
     with pytest.raises(CacheError, match="incomplete.*rm -f"):
         open_cache(incomplete)
     gutted = edited_copy(cache_path, tmp_path / "gutted.h5", lambda handle: handle["len5"].pop("hook_z"))
@@ -149,8 +159,9 @@ def test_offsets_that_disagree_with_lengths_are_rejected(tmp_path, cache_path):
 
 def test_consistent_caches_pass_and_mismatched_shapes_name_both_files(tmp_path, cache_path, token_sets):
     other_seed = tmp_path / "seed2.h5"
-    write_activation_cache(other_seed, make_model(seed=2), token_sets, pad_token_id=0, batch_size=3,
-                           show_progress=False)
+    write_activation_cache(
+        other_seed, make_model(seed=2), token_sets, pad_token_id=0, batch_size=3, show_progress=False
+    )
     shapes = check_consistent_shapes([cache_path, other_seed])
     n_lower = sum(len(ids) * (len(ids) + 1) // 2 for ids in token_sets["primary"])
     assert shapes["primary"]["hook_pattern"] == (N_LAYERS, N_HEADS, n_lower)
@@ -160,8 +171,13 @@ def test_consistent_caches_pass_and_mismatched_shapes_name_both_files(tmp_path, 
     with pytest.raises(CacheError, match=rf"{cache_path} and {wider} disagree on /primary/hook_pattern"):
         check_consistent_shapes([cache_path, wider])
     fewer = tmp_path / "seed4.h5"
-    write_activation_cache(fewer, make_model(), {"primary": token_sets["primary"][:5], "len5": token_sets["len5"]},
-                           pad_token_id=0, show_progress=False)
+    write_activation_cache(
+        fewer,
+        make_model(),
+        {"primary": token_sets["primary"][:5], "len5": token_sets["len5"]},
+        pad_token_id=0,
+        show_progress=False,
+    )
     with pytest.raises(CacheError, match=rf"{cache_path} and {fewer} disagree on /primary/tokens"):
         check_consistent_shapes([cache_path, fewer])
 
@@ -176,8 +192,7 @@ def test_consecutive_prompt_ranges_read_each_pattern_chunk_once(tmp_path, model,
     import headstab.activations.writer as writer
 
     monkeypatch.setattr(writer, "PATTERN_CHUNK_BYTES", N_HEADS * 4 * 37)
-    path = write_activation_cache(tmp_path / "small_chunks.h5", model, token_sets, pad_token_id=0,
-                                  show_progress=False)
+    path = write_activation_cache(tmp_path / "small_chunks.h5", model, token_sets, pad_token_id=0, show_progress=False)
     with open_cache(path) as cache, h5py.File(path) as handle:
         stored = handle["primary/hook_pattern"].id.get_storage_size()
         cache.hook_pattern_lower("primary", prompts=slice(0, 1))  # B-tree and first chunks: not what is measured
@@ -201,7 +216,11 @@ def flip_byte_in_chunk(path: Path, dataset: str, coord: tuple[int, ...]) -> None
 
 CORRUPTIBLE = [
     ("hook_pattern", (1, 0, 0), lambda cache: cache.hook_pattern_lower("primary", layer=1)),
-    ("hook_resid_mid", (0, 2, 0, 0), lambda cache: cache.resid("primary", "hook_resid_mid", layer=0, prompts=slice(2, 3))),  # gzip
+    (
+        "hook_resid_mid",
+        (0, 2, 0, 0),
+        lambda cache: cache.resid("primary", "hook_resid_mid", layer=0, prompts=slice(2, 3)),
+    ),  # gzip
 ]
 
 
@@ -227,8 +246,9 @@ def test_a_flipped_byte_fails_the_checksum_naming_file_dataset_and_rebuild(tmp_p
 
 def test_without_checksums_a_flipped_byte_goes_unnoticed(tmp_path, model, token_sets):
     # What the checksums prevent: the same flip in a file written without fletcher32 silently changes one value.
-    path = write_activation_cache(tmp_path / "seed1.h5", model, token_sets, pad_token_id=0, checksum=False,
-                                  show_progress=False)
+    path = write_activation_cache(
+        tmp_path / "seed1.h5", model, token_sets, pad_token_id=0, checksum=False, show_progress=False
+    )
     with open_cache(path) as cache:
         assert cache.attrs["checksum"] == "none"
         before = cache.hook_pattern_lower("primary", layer=1)

@@ -7,6 +7,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from tolerances import reduction_atol
 
 from activations.conftest import D_HEAD, D_MODEL, N_CTX, N_HEADS, N_LAYERS, forward_atol, make_model
 from activations.test_capture import single_prompt_activations
@@ -14,14 +15,16 @@ from headstab.activations.reader import check_consistent_shapes, open_cache
 from headstab.activations.writer import PATTERN_CHUNK_BYTES, POSITION_CHUNK, write_activation_cache
 from headstab.fileio import temporary_path
 from headstab.formats import CACHE_FORMAT_VERSION
-from tolerances import reduction_atol
 
 PER_TOKEN = ("hook_z", "hook_resid_mid")
 
 
 def read_all(cache, promptset="primary"):
-    return {"hook_pattern": cache.hook_pattern(promptset), "hook_z": cache.hook_z(promptset),
-            "hook_resid_mid": cache.resid(promptset, "hook_resid_mid")}
+    return {
+        "hook_pattern": cache.hook_pattern(promptset),
+        "hook_z": cache.hook_z(promptset),
+        "hook_resid_mid": cache.resid(promptset, "hook_resid_mid"),
+    }
 
 
 def test_contract_shapes_dtypes_and_attributes(cache_path, token_sets):
@@ -37,13 +40,24 @@ def test_contract_shapes_dtypes_and_attributes(cache_path, token_sets):
         tokens = cache.tokens("primary")
         assert tokens.dtype == np.int32 and tokens.shape == (7, 12)
         for row, ids in enumerate(token_sets["primary"]):
-            assert tokens[row, : len(ids)].tolist() == ids and (tokens[row, len(ids):] == 0).all()
+            assert tokens[row, : len(ids)].tolist() == ids and (tokens[row, len(ids) :] == 0).all()
     with h5py.File(cache_path) as handle:
         group = handle["primary"]
-        assert sorted(group) == ["hook_pattern", "hook_resid_mid", "hook_z", "lengths", "pattern_offsets", "prompts", "tokens"]
+        assert sorted(group) == [
+            "hook_pattern",
+            "hook_resid_mid",
+            "hook_z",
+            "lengths",
+            "pattern_offsets",
+            "prompts",
+            "tokens",
+        ]
         n_lower = sum(n * (n + 1) // 2 for n in lengths)  # packed lower triangles, prompts in file order
         assert group["hook_pattern"].shape == (N_LAYERS, N_HEADS, n_lower)
-        assert group["pattern_offsets"][()].tolist() == np.concatenate([[0], np.cumsum([n * (n + 1) // 2 for n in lengths])]).tolist()
+        assert (
+            group["pattern_offsets"][()].tolist()
+            == np.concatenate([[0], np.cumsum([n * (n + 1) // 2 for n in lengths])]).tolist()
+        )
         assert group["hook_pattern"].dtype == np.float32 and group["hook_pattern"].compression is None
         assert group["hook_resid_mid"].shape == (N_LAYERS, 7, 12, D_MODEL)
         assert group["hook_z"].shape == (N_LAYERS, 7, 12, N_HEADS, D_HEAD)
@@ -106,8 +120,9 @@ def test_batched_cache_equals_one_prompt_at_a_time(cache_path, model, token_sets
 
 def test_float16_switch_stores_float16_close_to_float32(tmp_path, cache_path, model, token_sets):
     path16 = tmp_path / "seed1_f16.h5"
-    write_activation_cache(path16, model, token_sets, pad_token_id=0, batch_size=3, dtype="float16",
-                           show_progress=False)
+    write_activation_cache(
+        path16, model, token_sets, pad_token_id=0, batch_size=3, dtype="float16", show_progress=False
+    )
     with h5py.File(path16) as handle:
         assert all(handle["primary"][key].dtype == np.float16 for key in ("hook_pattern", *PER_TOKEN))
     with open_cache(path16) as half, open_cache(cache_path) as full:
@@ -117,15 +132,17 @@ def test_float16_switch_stores_float16_close_to_float32(tmp_path, cache_path, mo
             assert values.dtype == np.float32  # the reader hands out float32 whatever is stored
             # float16 keeps 11 significant bits (rounding errs by <= 2^-11 relative); values below its
             # smallest normal (6.1e-5) keep fewer, so an absolute floor of that size
-            np.testing.assert_allclose(values, reference[key], atol=float(np.finfo(np.float16).tiny),
-                                       rtol=float(np.finfo(np.float16).eps))
+            np.testing.assert_allclose(
+                values, reference[key], atol=float(np.finfo(np.float16).tiny), rtol=float(np.finfo(np.float16).eps)
+            )
         assert (values16["hook_pattern"][:, 1, :, 3:, :] == 0.0).all()
 
 
 def test_uncompressed_option_round_trips(tmp_path, cache_path, model, token_sets):
     path = tmp_path / "raw.h5"
-    write_activation_cache(path, model, token_sets, pad_token_id=0, batch_size=3, compression_level=None,
-                           show_progress=False)
+    write_activation_cache(
+        path, model, token_sets, pad_token_id=0, batch_size=3, compression_level=None, show_progress=False
+    )
     with open_cache(path) as raw, open_cache(cache_path) as compressed:
         assert raw.attrs["compression"] == "none"
         for key, values in read_all(raw).items():
@@ -143,8 +160,9 @@ def test_prompt_longer_than_context_names_set_index_and_length(tmp_path, model):
 
 def test_a_prompt_set_without_prompts_fails_before_writing(tmp_path, model):
     with pytest.raises(ValueError, match="prompt set 'empty' has no prompts"):
-        write_activation_cache(tmp_path / "seed1.h5", model, {"primary": [[1, 2, 3]], "empty": []}, pad_token_id=0,
-                               show_progress=False)
+        write_activation_cache(
+            tmp_path / "seed1.h5", model, {"primary": [[1, 2, 3]], "empty": []}, pad_token_id=0, show_progress=False
+        )
     assert not list(tmp_path.iterdir())
 
 
@@ -160,15 +178,18 @@ def test_attention_only_model_caches_resid_post_under_its_name(tmp_path, token_s
         assert handle["len5/hook_resid_post"].attrs["hook"] == "blocks.{layer}.hook_resid_post"
     with open_cache(path) as cache:
         assert cache.resid_hook == "hook_resid_post" and cache.resid_hooks() == ["hook_resid_mid", "hook_resid_post"]
-        np.testing.assert_allclose(cache.resid("len5", "hook_resid_post", layer=1)[0],
-                                   reference["blocks.1.hook_resid_post"][0].numpy(),
-                                   atol=forward_atol(reference["blocks.1.hook_resid_post"].numpy()))
+        np.testing.assert_allclose(
+            cache.resid("len5", "hook_resid_post", layer=1)[0],
+            reference["blocks.1.hook_resid_post"][0].numpy(),
+            atol=forward_atol(reference["blocks.1.hook_resid_post"].numpy()),
+        )
         # without an MLP hook_resid_mid is hook_resid_post: the reader hands out the stored tensor
         np.testing.assert_array_equal(cache.resid("len5", "hook_resid_mid"), cache.resid("len5", "hook_resid_post"))
 
 
-def test_extra_resid_pre_matches_transformer_lens_and_is_zero_padded(resid_pre_cache_path, cache_path, model,
-                                                                     token_sets):
+def test_extra_resid_pre_matches_transformer_lens_and_is_zero_padded(
+    resid_pre_cache_path, cache_path, model, token_sets
+):
     with h5py.File(resid_pre_cache_path) as handle:
         group = handle["primary"]
         assert "hook_resid_post" not in group
@@ -187,9 +208,12 @@ def test_extra_resid_pre_matches_transformer_lens_and_is_zero_padded(resid_pre_c
         lengths = cache.lengths("primary")
         resid_pre = cache.resid("primary", "hook_resid_pre")
         # hook_resid_mid is unchanged by the extra hook
-        np.testing.assert_array_equal(cache.resid("primary", "hook_resid_mid"), plain.resid("primary", "hook_resid_mid"))
-        np.testing.assert_array_equal(cache.resid("primary", "hook_resid_pre", layer=1, prompts=slice(2, 5)),
-                                      resid_pre[1, 2:5])
+        np.testing.assert_array_equal(
+            cache.resid("primary", "hook_resid_mid"), plain.resid("primary", "hook_resid_mid")
+        )
+        np.testing.assert_array_equal(
+            cache.resid("primary", "hook_resid_pre", layer=1, prompts=slice(2, 5)), resid_pre[1, 2:5]
+        )
     for row, ids in enumerate(token_sets["primary"]):
         n = int(lengths[row])
         assert n == len(ids) and (resid_pre[:, row, n:] == 0.0).all()
@@ -199,24 +223,37 @@ def test_extra_resid_pre_matches_transformer_lens_and_is_zero_padded(resid_pre_c
         with torch.inference_mode():
             _, reference = model.run_with_cache(torch.tensor([ids]))
         for layer in range(N_LAYERS):
-            np.testing.assert_allclose(resid_pre[layer, row, : len(ids)],
-                                       reference[f"blocks.{layer}.hook_resid_pre"][0].numpy(),
-                                       atol=forward_atol(reference[f"blocks.{layer}.hook_resid_pre"].numpy()))
+            np.testing.assert_allclose(
+                resid_pre[layer, row, : len(ids)],
+                reference[f"blocks.{layer}.hook_resid_pre"][0].numpy(),
+                atol=forward_atol(reference[f"blocks.{layer}.hook_resid_pre"].numpy()),
+            )
 
 
 def test_unknown_extra_resid_hook_fails_before_writing(tmp_path, model, token_sets):
     with pytest.raises(ValueError, match="'hook_resid_final' is not one of.*analysis.cka_hook"):
-        write_activation_cache(tmp_path / "x.h5", model, token_sets, pad_token_id=0,
-                               extra_resid_hooks=("hook_resid_final",), show_progress=False)
+        write_activation_cache(
+            tmp_path / "x.h5",
+            model,
+            token_sets,
+            pad_token_id=0,
+            extra_resid_hooks=("hook_resid_final",),
+            show_progress=False,
+        )
     assert not (tmp_path / "x.h5").exists()
 
 
 def test_attention_only_resid_post_serves_resid_mid_and_resid_pre_is_stored(tmp_path, token_sets):
     attn_only = make_model(attn_only=True)
     path = tmp_path / "attn.h5"
-    write_activation_cache(path, attn_only, {"len5": token_sets["len5"]}, pad_token_id=0,
-                           extra_resid_hooks=("hook_resid_mid", "hook_resid_post", "hook_resid_pre"),
-                           show_progress=False)
+    write_activation_cache(
+        path,
+        attn_only,
+        {"len5": token_sets["len5"]},
+        pad_token_id=0,
+        extra_resid_hooks=("hook_resid_mid", "hook_resid_post", "hook_resid_pre"),
+        show_progress=False,
+    )
     ids = token_sets["len5"][0]
     with torch.inference_mode():
         _, reference = attn_only.run_with_cache(torch.tensor([ids]))
@@ -227,9 +264,11 @@ def test_attention_only_resid_post_serves_resid_mid_and_resid_pre_is_stored(tmp_
         assert cache.resid_hooks() == ["hook_resid_pre", "hook_resid_mid", "hook_resid_post"]
         for hook in ("hook_resid_mid", "hook_resid_post"):
             np.testing.assert_array_equal(cache.resid("len5", hook), cache.resid("len5", "hook_resid_post"))
-        np.testing.assert_allclose(cache.resid("len5", "hook_resid_pre", layer=1)[0],
-                                   reference["blocks.1.hook_resid_pre"][0].numpy(),
-                                   atol=forward_atol(reference["blocks.1.hook_resid_pre"].numpy()))
+        np.testing.assert_allclose(
+            cache.resid("len5", "hook_resid_pre", layer=1)[0],
+            reference["blocks.1.hook_resid_pre"][0].numpy(),
+            atol=forward_atol(reference["blocks.1.hook_resid_pre"].numpy()),
+        )
 
 
 def test_interrupted_write_leaves_no_file(tmp_path, model, token_sets, monkeypatch):
@@ -257,8 +296,9 @@ def test_hook_pattern_split_into_many_chunks_reads_the_same(tmp_path, cache_path
     import headstab.activations.writer as writer
 
     monkeypatch.setattr(writer, "PATTERN_CHUNK_BYTES", N_HEADS * 4 * 37)  # 37 entries: chunks end inside prompts
-    path = write_activation_cache(tmp_path / "small_chunks.h5", model, token_sets, pad_token_id=0, batch_size=3,
-                                  show_progress=False)
+    path = write_activation_cache(
+        tmp_path / "small_chunks.h5", model, token_sets, pad_token_id=0, batch_size=3, show_progress=False
+    )
     with h5py.File(path) as handle:
         assert handle["primary/hook_pattern"].chunks == (1, N_HEADS, 37)
     with open_cache(path) as chunked, open_cache(cache_path) as whole:
@@ -266,8 +306,10 @@ def test_hook_pattern_split_into_many_chunks_reads_the_same(tmp_path, cache_path
         np.testing.assert_array_equal(chunked.hook_pattern_lower("primary"), whole.hook_pattern_lower("primary"))
         for start in range(0, 7, 2):  # prompt ranges of all layers, as the similarity engine reads them
             prompts = slice(start, min(start + 2, 7))
-            np.testing.assert_array_equal(chunked.hook_pattern_lower("primary", prompts=prompts),
-                                          whole.hook_pattern_lower("primary", prompts=prompts))
+            np.testing.assert_array_equal(
+                chunked.hook_pattern_lower("primary", prompts=prompts),
+                whole.hook_pattern_lower("primary", prompts=prompts),
+            )
         np.testing.assert_array_equal(chunked.hook_pattern("primary", layer=1), whole.hook_pattern("primary", layer=1))
 
 

@@ -36,8 +36,17 @@ def identity(tokenizer_dir):
 
 def local_corpus(path, **extra):
     """A `corpora.<name>` entry of source local reading `path`; keywords override keys."""
-    return {"source": "local", "path": str(path), "tokenizer": "t", "n_shards": 1, "n_tokens": None,
-            "streaming": True, "split": "train", "text_column": "text", **extra}
+    return {
+        "source": "local",
+        "path": str(path),
+        "tokenizer": "t",
+        "n_shards": 1,
+        "n_tokens": None,
+        "streaming": True,
+        "split": "train",
+        "text_column": "text",
+        **extra,
+    }
 
 
 def eos_segments(stream: np.ndarray, eos_id: int) -> list[np.ndarray]:

@@ -81,11 +81,13 @@ def test_shards_are_disjoint_cover_every_document_and_aggregate(tmp_path, tokeni
     write_json_atomic(tmp_path / "meta.json", meta)
     meta = read_corpus_meta(tmp_path / "meta.json")
     assert meta["n_documents"] == 11
-    assert meta["n_tokens"] == sum(r["n_tokens"] for r in records) == sum(len(s) for s in load_shards(
-        [tmp_path / f"shard_{i:03d}.npy" for i in range(3)]))
+    assert (
+        meta["n_tokens"]
+        == sum(r["n_tokens"] for r in records)
+        == sum(len(s) for s in load_shards([tmp_path / f"shard_{i:03d}.npy" for i in range(3)]))
+    )
     assert [s["sha256"] for s in meta["shards"]] == [sha256_file(tmp_path / f"shard_{i:03d}.npy") for i in range(3)]
     assert meta["tokenizer"]["tokenizer_json_sha256"] == identity["tokenizer_json_sha256"]
-
 
 
 def test_pretokenized_save_to_disk_rows_are_copied_without_tokenizing(tmp_path, tokenizer, identity):
@@ -123,12 +125,10 @@ def test_corpus_too_small_for_n_tokens_names_corpus_shard_and_key(tmp_path, toke
     assert f"only {found}" in message
 
 
-
 def test_nonexistent_shard_index_is_rejected(tmp_path, tokenizer, identity):
     write_jsonl(["a"], tmp_path / "text.jsonl")
     with pytest.raises(CorpusError, match="n_shards=2; shard 2 does not exist"):
         build_shard(local_corpus(tmp_path / "text.jsonl", n_shards=2), "c", 2, tmp_path / "s.npy", tokenizer, identity)
-
 
 
 def test_missing_shard_file_names_the_rule(tmp_path):

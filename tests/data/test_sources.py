@@ -23,7 +23,10 @@ def test_directory_of_files_shards_by_file(tmp_path):
 def test_local_txt_file_has_one_document_per_paragraph(tmp_path):
     (tmp_path / "corpus.txt").write_text("first para\nline two\n\nsecond para\n\n\n\nthird\n")
     assert list(iter_documents(local_corpus(tmp_path / "corpus.txt"), 0, 1, "c")) == [
-        "first para\nline two", "second para", "third"]
+        "first para\nline two",
+        "second para",
+        "third",
+    ]
 
 
 def test_local_parquet_file_with_a_named_text_column(tmp_path):
@@ -34,7 +37,6 @@ def test_local_parquet_file_with_a_named_text_column(tmp_path):
     assert list(iter_documents(corpus, 0, 1, "c")) == ["alpha", "beta", "gamma"]
     with pytest.raises(CorpusError, match=r"column 'text' not found in .*c\.parquet.*corpora\.c\.text_column"):
         list(iter_documents(local_corpus(tmp_path / "c.parquet"), 0, 1, "c"))
-
 
 
 def test_missing_local_path_names_path_and_key(tmp_path):
@@ -50,7 +52,6 @@ def test_directory_without_data_files_is_rejected(tmp_path):
         list(iter_documents(local_corpus(tmp_path / "empty"), 0, 1, "mine"))
 
 
-
 @pytest.mark.parametrize("streaming", [False, True])
 def test_hub_source_calls_load_dataset_and_shards_rows(monkeypatch, streaming):
     import datasets
@@ -63,8 +64,15 @@ def test_hub_source_calls_load_dataset_and_shards_rows(monkeypatch, streaming):
         return table.to_iterable_dataset() if streaming else table
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    corpus = {"source": "hub", "name": "Skylion007/openwebtext", "config_name": None, "split": "train",
-              "streaming": streaming, "text_column": "text", "n_shards": 2}
+    corpus = {
+        "source": "hub",
+        "name": "Skylion007/openwebtext",
+        "config_name": None,
+        "split": "train",
+        "streaming": streaming,
+        "text_column": "text",
+        "n_shards": 2,
+    }
     shard_docs = [list(iter_documents(corpus, i, 2, "owt")) for i in range(2)]
     assert calls == [("Skylion007/openwebtext", None, "train", streaming)] * 2
     assert shard_docs == [["row 0", "row 2", "row 4", "row 6"], ["row 1", "row 3", "row 5"]]

@@ -28,7 +28,6 @@ def test_jsonl_of_the_same_seed_is_byte_identical(tmp_path):
     assert [json.loads(line)["text"] for line in lines] == list(generate_synthetic_documents(0, 40))
 
 
-
 def test_brackets_are_balanced_and_nested():
     pairs = {")": "(", "]": "[", "}": "{"}
     max_depth = 0

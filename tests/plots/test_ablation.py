@@ -12,7 +12,11 @@ def test_ablation_correlation(tmp_path, assert_written):
     rng = np.random.default_rng(1)
     stability = rng.uniform(0.2, 1.0, (N_LAYERS, N_HEADS))
     heads = pd.DataFrame(
-        [("primary", "same_layer", 1, l, h, stability[l, h]) for l in range(N_LAYERS) for h in range(N_HEADS)],
+        [
+            ("primary", "same_layer", 1, layer, h, stability[layer, h])
+            for layer in range(N_LAYERS)
+            for h in range(N_HEADS)
+        ],
         columns=["promptset", "scope", "anchor_seed", "layer", "head", "stability"],
     )
     ppl = 20 + stability * (np.arange(N_LAYERS)[:, None] - 1.5) + rng.normal(0, 0.1, stability.shape)

@@ -15,10 +15,33 @@ def test_meta_sne(tmp_path, assert_written):
             for layer in range(n_layers):
                 for head in range(N_HEADS):
                     depth = (layer + 1) / n_layers
-                    rows.append((arch, seed, layer, head, depth, "AdamW" if arch.endswith("_wd") else "Adam",
-                                 "_attn" in arch, 10 * depth + rng.normal(), rng.normal()))
-    table = pd.DataFrame(rows, columns=["architecture", "seed", "layer", "head", "relative_depth", "optimizer",
-                                        "attention_only", "tsne_x", "tsne_y"])
+                    rows.append(
+                        (
+                            arch,
+                            seed,
+                            layer,
+                            head,
+                            depth,
+                            "AdamW" if arch.endswith("_wd") else "Adam",
+                            "_attn" in arch,
+                            10 * depth + rng.normal(),
+                            rng.normal(),
+                        )
+                    )
+    table = pd.DataFrame(
+        rows,
+        columns=[
+            "architecture",
+            "seed",
+            "layer",
+            "head",
+            "relative_depth",
+            "optimizer",
+            "attention_only",
+            "tsne_x",
+            "tsne_y",
+        ],
+    )
     counts = plot_meta_sne(table, tmp_path / "meta_sne.png").set_index("optimizer")["n_heads"]
     assert_written(tmp_path / "meta_sne.png")
     assert counts["Adam"] == 2 * 4 * 2 * N_HEADS and counts["AdamW"] == 2 * 4 * 4 * N_HEADS

@@ -10,16 +10,24 @@ from plots.conftest import N_LAYERS, SEEDS
 
 def test_optimizer_stability(tmp_path, layer_stability, assert_written):
     data = plot_optimizer_stability(
-        layer_stability(), layer_stability(offset=-0.1, seed=1), tmp_path / "optimizer_stability.png",
-        "l4_h8", "l4_h8_wd",
+        layer_stability(),
+        layer_stability(offset=-0.1, seed=1),
+        tmp_path / "optimizer_stability.png",
+        "l4_h8",
+        "l4_h8_wd",
     )
     assert_written(tmp_path / "optimizer_stability.png")
     assert set(data["optimizer"]) == {"Adam", "AdamW"} and len(data) == 2 * N_LAYERS
 
 
 def test_activation_norms(tmp_path, assert_written):
-    rows = [(o, s, l, a, (10 if o == "Adam" else 6) * (1 + l) * (1.5 if a == "resid_mid" else 1) + s * 0.1)
-            for o in ("Adam", "AdamW") for s in SEEDS for l in range(N_LAYERS) for a in ("attn_out", "resid_mid")]
+    rows = [
+        (o, s, layer, a, (10 if o == "Adam" else 6) * (1 + layer) * (1.5 if a == "resid_mid" else 1) + s * 0.1)
+        for o in ("Adam", "AdamW")
+        for s in SEEDS
+        for layer in range(N_LAYERS)
+        for a in ("attn_out", "resid_mid")
+    ]
     norms = pd.DataFrame(rows, columns=["optimizer", "seed", "layer", "activation", "mean_norm"])
     data = plot_activation_norms(norms, tmp_path / "activation_norms.png", "l4_h8", "l4_h8_wd")
     assert_written(tmp_path / "activation_norms.png")
@@ -27,8 +35,13 @@ def test_activation_norms(tmp_path, assert_written):
 
 
 def test_perplexity(tmp_path, assert_written):
-    ppl = pd.DataFrame({"optimizer": ["Adam"] * 4 + ["AdamW"] * 4, "seed": list(SEEDS) * 2,
-                        "perplexity": [30.1, 29.5, 30.8, 30.2, 30.5, 31.0, 29.9, 30.4]})
+    ppl = pd.DataFrame(
+        {
+            "optimizer": ["Adam"] * 4 + ["AdamW"] * 4,
+            "seed": list(SEEDS) * 2,
+            "perplexity": [30.1, 29.5, 30.8, 30.2, 30.5, 31.0, 29.9, 30.4],
+        }
+    )
     comparison = perplexity_comparison(ppl.perplexity[:4], ppl.perplexity[4:])
     data = plot_perplexity(ppl, comparison, tmp_path / "perplexity.png", "l4_h8", "l4_h8_wd")
     assert_written(tmp_path / "perplexity.png")

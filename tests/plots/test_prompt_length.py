@@ -7,8 +7,10 @@ from headstab.plots.prompt_length import plot_prompt_length
 
 def test_prompt_length(tmp_path, layer_stability, assert_written):
     table = pd.concat(
-        [layer_stability(promptset=f"len{n}", offset=0.002 * n)[lambda d: d.anchor_seed == 1]
-         .assign(prompt_length=n) for n in (5, 10, 20, 30, 40, 50)]
+        [
+            layer_stability(promptset=f"len{n}", offset=0.002 * n)[lambda d: d.anchor_seed == 1].assign(prompt_length=n)
+            for n in (5, 10, 20, 30, 40, 50)
+        ]
     )
     data = plot_prompt_length(table, tmp_path / "prompt_length.png", "l4_h8")
     assert_written(tmp_path / "prompt_length.png")

@@ -2,14 +2,14 @@
 
 import numpy as np
 import pandas as pd
+from tolerances import reduction_rtol
 
 from headstab.plots.residual_cka import plot_residual_stream
 from plots.conftest import N_LAYERS, SEEDS
-from tolerances import reduction_rtol
 
 
 def test_residual_stream(tmp_path, layer_stability, assert_written):
-    rows = [(a, b, l, 0.95 - 0.1 * l) for a in SEEDS for b in SEEDS if a < b for l in range(N_LAYERS)]
+    rows = [(a, b, layer, 0.95 - 0.1 * layer) for a in SEEDS for b in SEEDS if a < b for layer in range(N_LAYERS)]
     cka = pd.DataFrame(rows, columns=["seed_a", "seed_b", "layer", "cka"]).assign(promptset="primary")
     data = plot_residual_stream(cka, layer_stability(), tmp_path / "residual_stream.png", "l4_h8")
     assert_written(tmp_path / "residual_stream.png")
@@ -17,7 +17,7 @@ def test_residual_stream(tmp_path, layer_stability, assert_written):
 
 
 def test_residual_stream_with_self_pairs_averages_all_ordered_pairs(tmp_path, layer_stability):
-    rows = [(a, b, l, 0.7) for a in SEEDS for b in SEEDS if a < b for l in range(N_LAYERS)]
+    rows = [(a, b, layer, 0.7) for a in SEEDS for b in SEEDS if a < b for layer in range(N_LAYERS)]
     cka = pd.DataFrame(rows, columns=["seed_a", "seed_b", "layer", "cka"]).assign(promptset="primary")
     data = plot_residual_stream(cka, layer_stability(), tmp_path / "r.png", "l4_h8", pairs="ordered_with_self")
     n = len(SEEDS)
@@ -30,7 +30,7 @@ def test_residual_stream_labels_name_the_hook(tmp_path, monkeypatch, layer_stabi
 
     saved = []
     monkeypatch.setattr(residual_cka, "save_figure", lambda figure, path: saved.append(figure))
-    rows = [(a, b, l, 0.9 - 0.1 * l) for a in SEEDS for b in SEEDS if a < b for l in range(N_LAYERS)]
+    rows = [(a, b, layer, 0.9 - 0.1 * layer) for a in SEEDS for b in SEEDS if a < b for layer in range(N_LAYERS)]
     cka = pd.DataFrame(rows, columns=["seed_a", "seed_b", "layer", "cka"]).assign(promptset="primary")
     plot_residual_stream(cka, layer_stability(), tmp_path / "r.png", "l4_h8", hook="hook_resid_pre")
     line_ax, scatter_ax = saved[0].axes

@@ -123,12 +123,7 @@ def overlapping_texts(figure: Figure) -> list[tuple[str, str]]:
     renderer = figure.canvas.get_renderer()
     texts = [text for text in figure.findobj(Text) if text.get_visible() and text.get_text().strip()]
     boxes = [(text.get_text(), text.get_window_extent(renderer)) for text in texts]
-    return [
-        (a, b)
-        for i, (a, box_a) in enumerate(boxes)
-        for b, box_b in boxes[i + 1:]
-        if box_a.overlaps(box_b)
-    ]
+    return [(a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1 :] if box_a.overlaps(box_b)]
 
 
 def test_alignment_map_rows_sum_to_one(tables, tmp_path):

@@ -15,9 +15,15 @@ def _gap_summary(layer_stability):
         for suffix in ("", "_attn", "_wd", "_attn_wd"):
             name = arch + suffix
             gap = stability_gap_table(layer_stability(n_layers, seed=i + len(suffix)), n_layers)
-            frames.append(gap.assign(architecture=name, n_layers=n_layers, n_heads=n_heads,
-                                     optimizer="AdamW" if name.endswith("_wd") else "Adam",
-                                     attention_only="_attn" in name))
+            frames.append(
+                gap.assign(
+                    architecture=name,
+                    n_layers=n_layers,
+                    n_heads=n_heads,
+                    optimizer="AdamW" if name.endswith("_wd") else "Adam",
+                    attention_only="_attn" in name,
+                )
+            )
     return pd.concat(frames, ignore_index=True)
 
 

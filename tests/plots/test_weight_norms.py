@@ -11,8 +11,12 @@ from plots.conftest import N_LAYERS, SEEDS
 def test_weight_norm_correlation(tmp_path, layer_stability, assert_written):
     rng = np.random.default_rng(0)
     norms = pd.DataFrame(
-        [(s, l, m, 2.0 + l + rng.normal(0, 0.2)) for s in SEEDS for l in range(N_LAYERS)
-         for m in ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "ln1_w", "ln2_w")],
+        [
+            (s, layer, m, 2.0 + layer + rng.normal(0, 0.2))
+            for s in SEEDS
+            for layer in range(N_LAYERS)
+            for m in ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "ln1_w", "ln2_w")
+        ],
         columns=["seed", "layer", "matrix", "frobenius_norm"],
     )
     stab = layer_stability()

@@ -14,9 +14,19 @@ def tiny_bridge(attn_only: bool):
     from transformer_lens.model_bridge import TransformerBridge
 
     cfg = TransformerBridgeConfig(
-        n_layers=2, n_heads=4, d_model=32, d_head=8, d_mlp=None if attn_only else 64, n_ctx=32,
-        d_vocab=50, act_fn="gelu", normalization_type="LN", positional_embedding_type="standard",
-        init_mode="gpt2", seed=3, attn_only=attn_only,
+        n_layers=2,
+        n_heads=4,
+        d_model=32,
+        d_head=8,
+        d_mlp=None if attn_only else 64,
+        n_ctx=32,
+        d_vocab=50,
+        act_fn="gelu",
+        normalization_type="LN",
+        positional_embedding_type="standard",
+        init_mode="gpt2",
+        seed=3,
+        attn_only=attn_only,
     )
     return TransformerBridge.boot_native(cfg)
 

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from tolerances import reduction_rtol
 
 from headstab.evaluation import head_ablation_perplexities, perplexity
 from headstab.sections.ablation import (
@@ -16,7 +17,6 @@ from headstab.sections.ablation import (
     ablation_table,
     correlation_table,
 )
-from tolerances import reduction_rtol
 
 PPL_RTOL = reduction_rtol(np.float32, 2 * (32 + 64) + 50) * math.log(50)
 
@@ -26,9 +26,19 @@ def _tiny_model():
     from transformer_lens.model_bridge import TransformerBridge
 
     cfg = TransformerBridgeConfig(
-        n_layers=2, n_heads=4, d_model=32, d_head=8, d_mlp=64, n_ctx=32, d_vocab=50,
-        act_fn="gelu", normalization_type="LN", positional_embedding_type="standard",
-        init_mode="gpt2", seed=1, attn_only=False,
+        n_layers=2,
+        n_heads=4,
+        d_model=32,
+        d_head=8,
+        d_mlp=64,
+        n_ctx=32,
+        d_vocab=50,
+        act_fn="gelu",
+        normalization_type="LN",
+        positional_embedding_type="standard",
+        init_mode="gpt2",
+        seed=1,
+        attn_only=False,
     )
     model = TransformerBridge.boot_native(cfg)
     model.eval()
@@ -51,9 +61,7 @@ def _stability(values):
 
 
 def test_ablation_table_columns_and_delta():
-    stab = pd.concat(
-        [_stability([[0.1, 0.2], [0.3, 0.4]]), _stability(np.zeros((2, 2))).assign(anchor_seed=8)]
-    )
+    stab = pd.concat([_stability([[0.1, 0.2], [0.3, 0.4]]), _stability(np.zeros((2, 2))).assign(anchor_seed=8)])
     ppl = np.array([[11.0, 12.0], [10.0, 15.0]])
     table = ablation_table(ppl, 10.0, stab, seed=7, promptset="primary")
     assert list(table.columns) == ["seed", "layer", "head", "ppl_ablated", "delta_ppl", "stability"]
@@ -105,6 +113,15 @@ def test_correlation_table_puts_the_trend_beside_every_layer():
     per_layer = pd.DataFrame({"layer": [0, 1], "pearson_r": [0.5, -0.5], "p_value": [0.1, 0.2], "n_heads": [4, 4]})
     trend = {"slope": -1.0, "intercept": 0.5, "r_value": -1.0, "p_value": math.nan}
     table = correlation_table(per_layer, trend, seed=3)
-    assert list(table.columns) == ["layer", "pearson_r", "p_value", "n_heads", "seed", "trend_slope", "trend_intercept",
-                                   "trend_r_value", "trend_p_value"]
+    assert list(table.columns) == [
+        "layer",
+        "pearson_r",
+        "p_value",
+        "n_heads",
+        "seed",
+        "trend_slope",
+        "trend_intercept",
+        "trend_r_value",
+        "trend_p_value",
+    ]
     assert table["trend_slope"].tolist() == [-1.0, -1.0] and (table["seed"] == 3).all()

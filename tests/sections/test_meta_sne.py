@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 from scipy.spatial.distance import pdist
+from tolerances import reduction_rtol
 
 from headstab.sections.meta_sne import (
     head_descriptions,
@@ -12,12 +13,11 @@ from headstab.sections.meta_sne import (
     refit_descriptions,
     token_mean_head_output,
 )
-from tolerances import reduction_rtol
 
 rng = np.random.default_rng(0)
 
 
-def _padded_head_out(n_layers=2, n_prompts=5, n_pos=6, n_heads=3, d_head=4, lengths=None):
+def _padded_hook_z(n_layers=2, n_prompts=5, n_pos=6, n_heads=3, d_head=4, lengths=None):
     lengths = np.array([6, 3, 5, 1, 4][:n_prompts]) if lengths is None else lengths
     z = rng.normal(size=(n_layers, n_prompts, n_pos, n_heads, d_head))
     for p, n in enumerate(lengths):
@@ -26,7 +26,7 @@ def _padded_head_out(n_layers=2, n_prompts=5, n_pos=6, n_heads=3, d_head=4, leng
 
 
 def test_descriptions_match_pdist_of_token_means():
-    z, lengths = _padded_head_out()
+    z, lengths = _padded_hook_z()
     desc = head_descriptions(z, lengths)
     assert desc.shape == (2, 3, 5 * 4 // 2)
     for layer, head in [(0, 0), (1, 2)]:
@@ -36,7 +36,7 @@ def test_descriptions_match_pdist_of_token_means():
 
 
 def test_padding_content_is_ignored():
-    z, lengths = _padded_head_out()
+    z, lengths = _padded_hook_z()
     garbage = z.copy()
     for p, n in enumerate(lengths):
         garbage[:, p, n:] = 7.0
@@ -44,7 +44,7 @@ def test_padding_content_is_ignored():
 
 
 def test_head_with_same_output_for_every_prompt_has_zero_description():
-    z, lengths = _padded_head_out()
+    z, lengths = _padded_hook_z()
     z = z.astype(np.float32)  # as cached
     pattern = rng.normal(size=4).astype(np.float32)
     for p, n in enumerate(lengths):
@@ -82,8 +82,7 @@ def test_frame_has_one_row_per_architecture_refit_layer_head():
     keys = frame[["architecture", "seed", "layer", "head"]]
     assert not keys.duplicated().any()
     row = frame.index[
-        (frame["architecture"] == "l4_h8_attn") & (frame["seed"] == 2) & (frame["layer"] == 3)
-        & (frame["head"] == 1)
+        (frame["architecture"] == "l4_h8_attn") & (frame["seed"] == 2) & (frame["layer"] == 3) & (frame["head"] == 1)
     ][0]
     np.testing.assert_array_equal(features[row], descriptions[("l4_h8_attn", 2)][3, 1])
     assert frame.loc[row, "relative_depth"] == 1.0
@@ -95,7 +94,9 @@ def test_frame_has_one_row_per_architecture_refit_layer_head():
 
 def test_frame_rejects_mismatched_feature_counts():
     with pytest.raises(ValueError, match="same prompt set"):
-        meta_sne_frame({("a", 1): np.zeros((1, 2, 3)), ("b", 1): np.zeros((1, 2, 4))}, {"a": FACTS["l2_h8"], "b": FACTS["l2_h8"]})
+        meta_sne_frame(
+            {("a", 1): np.zeros((1, 2, 3)), ("b", 1): np.zeros((1, 2, 4))}, {"a": FACTS["l2_h8"], "b": FACTS["l2_h8"]}
+        )
 
 
 def test_embedding_shape_and_determinism():
@@ -165,7 +166,7 @@ def test_optimizer_and_attention_only_come_from_the_facts_not_the_name():
 
 
 def test_refit_descriptions_read_one_layer_of_hook_z_at_a_time(fake_cache):
-    z, lengths = _padded_head_out()
+    z, lengths = _padded_hook_z()
     cache = fake_cache("seed1.h5", lengths, hook_z=z.astype(np.float32))
     desc = refit_descriptions(cache, "primary")
     np.testing.assert_array_equal(desc, head_descriptions(z.astype(np.float32), lengths))

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from tolerances import reduction_atol, reduction_rtol
 
 from headstab.sections.optimizers import (
     ACTIVATION_NORM_COLUMNS,
@@ -23,7 +24,6 @@ from headstab.sections.optimizers import (
     refit_activation_norms,
     validation_perplexity_table,
 )
-from tolerances import reduction_atol, reduction_rtol
 
 
 def test_attention_output_from_z_matches_hook_attn_out(bridge):
@@ -31,8 +31,8 @@ def test_attention_output_from_z_matches_hook_attn_out(bridge):
     lengths = np.array([7, 4, 2])
     with torch.no_grad():
         _, cache = bridge.run_with_cache(tokens)
-    z = np.stack([cache[f"blocks.{l}.attn.hook_z"].numpy() for l in range(2)])
-    attn_out = np.stack([cache[f"blocks.{l}.hook_attn_out"].numpy() for l in range(2)])
+    z = np.stack([cache[f"blocks.{layer}.attn.hook_z"].numpy() for layer in range(2)])
+    attn_out = np.stack([cache[f"blocks.{layer}.hook_attn_out"].numpy() for layer in range(2)])
     real = np.arange(7)[None, :] < lengths[:, None]
     z[:, ~real] = 0.0  # as cached: zero-padded
     W_O, b_O = output_weights({k: v for k, v in bridge.state_dict().items()}, 2, 4, 8)
@@ -79,7 +79,7 @@ def _cached(bridge, tokens, lengths):
     real = np.arange(tokens.shape[1])[None, :] < lengths[:, None]
     out = {}
     for name in ("attn.hook_z", "hook_attn_out", "hook_resid_mid"):
-        acts = np.stack([cache[f"blocks.{l}.{name}"].numpy() for l in range(2)])
+        acts = np.stack([cache[f"blocks.{layer}.{name}"].numpy() for layer in range(2)])
         acts[:, ~real] = 0.0
         out[name] = acts
     return out
@@ -89,7 +89,9 @@ def test_refit_activation_norms_from_a_cache_reader_match_the_models_own_activat
     tokens = torch.randint(0, 50, (3, 7), generator=torch.Generator().manual_seed(1))
     lengths = np.array([7, 5, 2])
     acts = _cached(bridge, tokens, lengths)
-    cache = fake_cache("seed1.h5", lengths, hook_z=acts["attn.hook_z"], resid={"hook_resid_mid": acts["hook_resid_mid"]})
+    cache = fake_cache(
+        "seed1.h5", lengths, hook_z=acts["attn.hook_z"], resid={"hook_resid_mid": acts["hook_resid_mid"]}
+    )
     spec = tiny_spec(n_layers=2, n_heads=4, d_head=8, d_model=32)
     table = refit_activation_norms(cache, bridge.state_dict(), "primary", spec)
     assert sorted(set(cache.reads)) == [("hook_resid_mid", 0), ("hook_resid_mid", 1), ("hook_z", 0), ("hook_z", 1)]
@@ -100,7 +102,9 @@ def test_refit_activation_norms_from_a_cache_reader_match_the_models_own_activat
     np.testing.assert_allclose(got, want, rtol=reduction_rtol(np.float32, 4 * 8 + 32))
 
 
-def test_activation_norm_table_reads_each_refits_weights_and_cache_in_seed_order(monkeypatch, tiny_spec, tmp_path, fake_cache):
+def test_activation_norm_table_reads_each_refits_weights_and_cache_in_seed_order(
+    monkeypatch, tiny_spec, tmp_path, fake_cache
+):
     from headstab.models import build_model, save_weights
 
     spec = tiny_spec(seeds=(2, 1))
@@ -110,8 +114,11 @@ def test_activation_norm_table_reads_each_refits_weights_and_cache_in_seed_order
         save_weights(build_model(spec, seed), tmp_path / f"seed{seed}.pt")
         rng = np.random.default_rng(seed)
         caches[str(tmp_path / f"seed{seed}.h5")] = fake_cache(
-            f"seed{seed}.h5", lengths, hook_z=rng.normal(size=(2, 2, 4, 2, 8)).astype(np.float32),
-            resid={"hook_resid_mid": rng.normal(size=(2, 2, 4, 16)).astype(np.float32)})
+            f"seed{seed}.h5",
+            lengths,
+            hook_z=rng.normal(size=(2, 2, 4, 2, 8)).astype(np.float32),
+            resid={"hook_resid_mid": rng.normal(size=(2, 2, 4, 16)).astype(np.float32)},
+        )
     reader = types.ModuleType("headstab.activations.reader")
     reader.open_cache = lambda path: caches[str(path)]
     monkeypatch.setitem(sys.modules, "headstab.activations", types.ModuleType("headstab.activations"))
@@ -120,7 +127,9 @@ def test_activation_norm_table_reads_each_refits_weights_and_cache_in_seed_order
     table = activation_norm_table(spec, refits, "primary", ())
     assert list(table.columns) == ACTIVATION_NORM_COLUMNS
     assert table["seed"].tolist() == [2] * 4 + [1] * 4
-    first = refit_activation_norms(caches[str(tmp_path / "seed2.h5")], build_model(spec, 2).state_dict(), "primary", spec)
+    first = refit_activation_norms(
+        caches[str(tmp_path / "seed2.h5")], build_model(spec, 2).state_dict(), "primary", spec
+    )
     np.testing.assert_array_equal(table["mean_norm"].to_numpy()[:4], first["mean_norm"].to_numpy())
 
 
@@ -142,14 +151,21 @@ def test_validation_perplexity_of_every_refit(tiny_spec, tmp_path):
 
 
 def test_perplexity_table_is_long_and_tidy():
-    ppl = pair_frame(pd.DataFrame({"seed": [1, 2], "perplexity": [1.0, 2.0]}),
-                     pd.DataFrame({"seed": [1, 2], "perplexity": [4.0, 6.0]}))
+    ppl = pair_frame(
+        pd.DataFrame({"seed": [1, 2], "perplexity": [1.0, 2.0]}),
+        pd.DataFrame({"seed": [1, 2], "perplexity": [4.0, 6.0]}),
+    )
     assert ppl["optimizer"].tolist() == ["Adam", "Adam", "AdamW", "AdamW"]
     comparison = perplexity_comparison([1.0, 2.0], [4.0, 6.0])
     table = perplexity_table(ppl, comparison, {"Adam": "l2", "AdamW": "l2_wd"})
     assert list(table.columns) == PERPLEXITY_COLUMNS and str(table["seed"].dtype) == "Int64"
     refits = table[table["scope"] == "refit"]
-    assert refits["architecture"].tolist() == ["l2", "l2", "l2_wd", "l2_wd"] and refits["value"].tolist() == [1.0, 2.0, 4.0, 6.0]
+    assert refits["architecture"].tolist() == ["l2", "l2", "l2_wd", "l2_wd"] and refits["value"].tolist() == [
+        1.0,
+        2.0,
+        4.0,
+        6.0,
+    ]
     stats = table[table["scope"] == "optimizer"].set_index(["optimizer", "statistic"])["value"]
     assert (stats[("Adam", "mean")], stats[("AdamW", "n")]) == (1.5, 2)
     assert table[table["scope"] == "optimizer"]["seed"].isna().all()

@@ -28,7 +28,10 @@ def test_prompt_length_of_names():
 
 
 def test_prompt_length_table_of_a_mapping_and_a_missing_anchor(layer_stability):
-    tables = {"len5": layer_stability({1: [0.5, 0.4]}).drop(columns="promptset"), "primary": layer_stability({1: [0.9, 0.9]})}
+    tables = {
+        "len5": layer_stability({1: [0.5, 0.4]}).drop(columns="promptset"),
+        "primary": layer_stability({1: [0.9, 0.9]}),
+    }
     assert prompt_length_table(tables)["mean"].tolist() == [0.5, 0.4]
     with pytest.raises(ValueError, match=r"anchor_seed = 3; available: \['1'\]"):
         prompt_length_table(tables, anchor_seed=3)

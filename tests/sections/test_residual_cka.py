@@ -29,7 +29,10 @@ def test_promptset_cka_is_pairwise_cka_of_the_same_kept_real_tokens(fake_cache):
     assert len(table) == 3 * 2  # 3 pairs x 2 layers
     keep = subsample_tokens(12, 8)
     for layer in range(2):
-        acts = {seed: token_activations(c._resid["hook_resid_pre"][layer], c._lengths)[keep][None] for seed, c in caches.items()}
+        acts = {
+            seed: token_activations(c._resid["hook_resid_pre"][layer], c._lengths)[keep][None]
+            for seed, c in caches.items()
+        }
         expected = pairwise_layer_cka(acts, kernel="linear")
         np.testing.assert_array_equal(table[table["layer"] == layer]["cka"].to_numpy(), expected["cka"].to_numpy())
     assert ("hook_resid_pre", 1) in caches[1].reads  # one layer at a time, on the configured hook

@@ -36,4 +36,8 @@ def test_summary_stacks_every_architecture_with_its_facts(layer_stability):
     assert list(summary.columns) == SUMMARY_COLUMNS
     assert summary["architecture"].tolist() == ["l2", "l3_attn_wd", "l3_attn_wd"]
     assert summary["delta_s"].tolist() == pytest.approx([0.7, 0.4, 0.2])
-    assert summary["optimizer"].tolist() == ["Adam", "AdamW", "AdamW"] and summary["attention_only"].tolist() == [False, True, True]
+    assert summary["optimizer"].tolist() == ["Adam", "AdamW", "AdamW"] and summary["attention_only"].tolist() == [
+        False,
+        True,
+        True,
+    ]

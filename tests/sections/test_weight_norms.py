@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from tolerances import reduction_rtol
 
 from headstab.sections.weight_norms import (
     NORM_COLUMNS,
@@ -14,7 +15,6 @@ from headstab.sections.weight_norms import (
     trained_state,
     weight_norm_summary,
 )
-from tolerances import reduction_rtol
 
 
 def test_weight_norms_by_hand():
@@ -55,7 +55,9 @@ def test_weight_norms_match_bridge_per_head_matrices(bridge):
         per_head = getattr(bridge, name).detach().numpy()  # [layer, head, ., .]
         expected = np.linalg.norm(per_head, axis=(2, 3)).mean(axis=1)
         # numpy's norm sums a head's 32 x 8 squares in float32
-        np.testing.assert_allclose([got[(l, name)] for l in range(2)], expected, rtol=reduction_rtol(np.float32, 32 * 8))
+        np.testing.assert_allclose(
+            [got[(layer, name)] for layer in range(2)], expected, rtol=reduction_rtol(np.float32, 32 * 8)
+        )
     np.testing.assert_allclose(
         got[(1, "W_in")], np.linalg.norm(bridge.W_in[1].detach().numpy()), rtol=reduction_rtol(np.float32, 32 * 64)
     )
@@ -78,8 +80,12 @@ def test_weight_norms_wrong_head_shape_names_key():
 
 def test_norm_stability_correlation_by_hand(layer_stability):
     norms = pd.DataFrame(
-        [(s, l, m, v) for s in (1, 2) for l in range(3) for m, v in
-         (("W_Q", 1.0 + l), ("W_K", 5.0 - 2 * l), ("ln1_w", 1.0))],
+        [
+            (s, layer, m, v)
+            for s in (1, 2)
+            for layer in range(3)
+            for m, v in (("W_Q", 1.0 + layer), ("W_K", 5.0 - 2 * layer), ("ln1_w", 1.0))
+        ],
         columns=["seed", "layer", "matrix", "frobenius_norm"],
     )
     stab = layer_stability({1: [0.9, 0.6, 0.3], 2: [0.1, 0.2, 0.3], 3: [0.5, 0.5, 0.4]})
@@ -135,14 +141,21 @@ def test_trained_state_is_processed_as_the_caches_are(tiny_spec, tmp_path):
     expected = process_weights(torch.load(paths[1], weights_only=True), spec, steps)
     for key in ("blocks.0.attn.o.weight", "blocks.0.attn.o.bias", "blocks.1.attn.v.bias", "embed.weight"):
         assert torch.equal(state[key], expected[key]), key
-    assert not torch.equal(state["blocks.0.attn.o.weight"], torch.load(paths[1], weights_only=True)["blocks.0.attn.o.weight"])
+    assert not torch.equal(
+        state["blocks.0.attn.o.weight"], torch.load(paths[1], weights_only=True)["blocks.0.attn.o.weight"]
+    )
 
 
 def test_weight_norm_summary_by_hand():
-    correlation = pd.DataFrame({
-        "anchor_seed": [1, 1, 2, 2], "matrix": ["W_K", "W_Q", "W_Q", "W_K"],
-        "pearson_r": [0.5, -1.0, 0.0, math.nan], "p_value": [0.2, 0.01, 0.9, math.nan], "n_layers": 3,
-    })
+    correlation = pd.DataFrame(
+        {
+            "anchor_seed": [1, 1, 2, 2],
+            "matrix": ["W_K", "W_Q", "W_Q", "W_K"],
+            "pearson_r": [0.5, -1.0, 0.0, math.nan],
+            "p_value": [0.2, 0.01, 0.9, math.nan],
+            "n_layers": 3,
+        }
+    )
     facts = {"l3": {"n_layers": 3, "n_heads": 2, "optimizer": "Adam", "attention_only": False}}
     summary = weight_norm_summary({"l3": correlation}, facts, {"l3": 2})
     assert summary["matrix"].tolist() == ["W_Q", "W_K"]  # MATRIX_ORDER, not the table's order

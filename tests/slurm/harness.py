@@ -35,7 +35,14 @@ REPO_ROOT = SLURM_DIR.parent.parent
 _REPO_VENV_BIN = REPO_ROOT / ".venv" / "bin"
 VENV_BIN = _REPO_VENV_BIN if _REPO_VENV_BIN.is_dir() else Path(sys.executable).parent
 REQUIRED_BINARIES = (
-    "munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol",
+    "munged",
+    "mungekey",
+    "slurmctld",
+    "slurmd",
+    "sbatch",
+    "squeue",
+    "sinfo",
+    "scontrol",
 )
 
 # Overrides on top of the `slurm` profile for the test cluster:
@@ -46,11 +53,15 @@ REQUIRED_BINARIES = (
 # - keep Slurm's per-job logs, which the tests read;
 # - local disk, so outputs appear at once; a failure should fail the test, not retry.
 TEST_CLUSTER_ARGS = (
-    "--slurm-status-command", "squeue",
-    "--slurm-init-seconds-before-status-checks", "5",
+    "--slurm-status-command",
+    "squeue",
+    "--slurm-init-seconds-before-status-checks",
+    "5",
     "--slurm-keep-successful-logs",
-    "--latency-wait", "5",
-    "--retries", "0",
+    "--latency-wait",
+    "5",
+    "--retries",
+    "0",
 )
 
 # Printed by snakemake-executor-plugin-slurm for every sbatch it runs; the log path
@@ -133,16 +144,17 @@ def start_cluster(state_dir: Path, timeout_s: float = 90) -> SlurmCluster:
     cmd = ["bash", str(SLURM_DIR / "start_cluster.sh"), str(state_dir)]
     try:
         proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout_s,
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
             env={**os.environ, "PATH": _path_with_venv(os.environ.get("PATH", ""))},
         )
     except subprocess.TimeoutExpired as exc:
         stop_cluster(state_dir)
         raise ClusterStartError(f"{' '.join(cmd)} did not finish in {timeout_s} s") from exc
     if proc.returncode != 0:
-        raise ClusterStartError(
-            f"{' '.join(cmd)} failed with exit code {proc.returncode}:\n{proc.stdout}{proc.stderr}"
-        )
+        raise ClusterStartError(f"{' '.join(cmd)} failed with exit code {proc.returncode}:\n{proc.stdout}{proc.stderr}")
     pids = {}
     for line in (state_dir / "pids").read_text().splitlines():
         name, pid = line.split()
@@ -170,14 +182,17 @@ def _run(args: list[str], env: dict[str, str], timeout_s: float) -> SnakemakeRun
     log.info("running %s", " ".join(args))
     try:
         proc = subprocess.run(
-            args, cwd=REPO_ROOT, env=env, timeout=timeout_s,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            args,
+            cwd=REPO_ROOT,
+            env=env,
+            timeout=timeout_s,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
     except subprocess.TimeoutExpired as exc:
         output = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        raise AssertionError(
-            f"snakemake did not finish within {timeout_s} s:\n{output[-6000:]}"
-        ) from exc
+        raise AssertionError(f"snakemake did not finish within {timeout_s} s:\n{output[-6000:]}") from exc
     job_rules = {}
     for job_id, slurm_log in SUBMITTED_RE.findall(proc.stdout):
         rule = LOG_RULE_RE.search(slurm_log)
@@ -185,13 +200,13 @@ def _run(args: list[str], env: dict[str, str], timeout_s: float) -> SnakemakeRun
     return SnakemakeRun(args, proc.returncode, proc.stdout, list(job_rules), job_rules)
 
 
-def _snakemake_args(
-    workdir: Path, snakefile: Path, configfile: Path | None, extra_args: Sequence[str]
-) -> list[str]:
+def _snakemake_args(workdir: Path, snakefile: Path, configfile: Path | None, extra_args: Sequence[str]) -> list[str]:
     args = [
         str(VENV_BIN / "snakemake"),
-        "--snakefile", str(Path(snakefile).resolve()),
-        "--directory", str(Path(workdir).resolve()),
+        "--snakefile",
+        str(Path(snakefile).resolve()),
+        "--directory",
+        str(Path(workdir).resolve()),
     ]
     if configfile is not None:
         args += ["--configfile", str(Path(configfile).resolve())]
@@ -222,14 +237,10 @@ def run_snakemake_on_slurm(
     if cluster is not None:
         args += TEST_CLUSTER_ARGS
     args += list(extra_args)
-    env = cluster.env() if cluster is not None else {
-        **os.environ, "PATH": _path_with_venv(os.environ.get("PATH", ""))
-    }
+    env = cluster.env() if cluster is not None else {**os.environ, "PATH": _path_with_venv(os.environ.get("PATH", ""))}
     run = _run(args, env, timeout_s)
     if check and run.returncode != 0:
-        raise AssertionError(
-            f"snakemake on Slurm failed (exit {run.returncode}):\n{run.output[-6000:]}"
-        )
+        raise AssertionError(f"snakemake on Slurm failed (exit {run.returncode}):\n{run.output[-6000:]}")
     return run
 
 
@@ -249,9 +260,7 @@ def run_snakemake_locally(
     env["PATH"] = _path_with_venv(env.get("PATH", ""))
     run = _run(args, env, timeout_s)
     if check and run.returncode != 0:
-        raise AssertionError(
-            f"local snakemake failed (exit {run.returncode}):\n{run.output[-6000:]}"
-        )
+        raise AssertionError(f"local snakemake failed (exit {run.returncode}):\n{run.output[-6000:]}")
     return run
 
 
@@ -263,9 +272,11 @@ def slurm_job_states(job_ids: Sequence[int], cluster: SlurmCluster) -> dict[int,
     if not job_ids:
         return {}
     proc = subprocess.run(
-        ["squeue", "--noheader", "--states=all", "--jobs", ",".join(map(str, job_ids)),
-         "--format=%i %T"],
-        capture_output=True, text=True, env=cluster.env(), check=True,
+        ["squeue", "--noheader", "--states=all", "--jobs", ",".join(map(str, job_ids)), "--format=%i %T"],
+        capture_output=True,
+        text=True,
+        env=cluster.env(),
+        check=True,
     )
     states = {}
     for line in proc.stdout.splitlines():
@@ -291,7 +302,10 @@ def slurm_job_fields(job_id: int, cluster: SlurmCluster) -> dict[str, str]:
     """
     proc = subprocess.run(
         ["scontrol", "show", "job", "--oneliner", str(job_id)],
-        capture_output=True, text=True, env=cluster.env(), check=True,
+        capture_output=True,
+        text=True,
+        env=cluster.env(),
+        check=True,
     )
     fields = {}
     for token in proc.stdout.split():

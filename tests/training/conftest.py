@@ -59,4 +59,3 @@ def kill_after(step_to_kill: int):
             raise SimulatedKill(step)
 
     return callback
-

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from headstab.training import checkpoint, train_refit
-from headstab.training.checkpoint import load_latest_state, resume_identity, why_not_resumable
+from headstab.training.checkpoint import load_latest_state
 
 from .conftest import SimulatedKill, final_state, kill_after, read_log, states_equal
 
@@ -46,7 +46,9 @@ def test_corrupt_checkpoint_is_reported_and_skipped(tiny_spec, cyclic_shards, tm
 
 def test_checkpoint_of_another_configuration_restarts_from_step_0(tiny_spec, cyclic_shards, tmp_path, caplog):
     with pytest.raises(SimulatedKill):
-        train_refit(tiny_spec(n_tokens=640), 1, cyclic_shards, tmp_path / "out", progress=False, on_step_end=kill_after(5))
+        train_refit(
+            tiny_spec(n_tokens=640), 1, cyclic_shards, tmp_path / "out", progress=False, on_step_end=kill_after(5)
+        )
     spec = tiny_spec(n_tokens=640, batch_size=2)
     with caplog.at_level(logging.WARNING, logger="headstab.training"):
         meta = train_refit(spec, 1, cyclic_shards, tmp_path / "out", progress=False)
@@ -98,10 +100,11 @@ def test_raised_budget_resumes_and_equals_a_straight_run(tiny_spec, cyclic_shard
     assert states_equal(final_state(tmp_path / "straight"), final_state(tmp_path / "out"))
 
 
-
 def test_checkpoint_beyond_a_lowered_budget_restarts_from_step_0(tiny_spec, cyclic_shards, tmp_path, caplog):
     with pytest.raises(SimulatedKill):
-        train_refit(tiny_spec(n_tokens=640), 1, cyclic_shards, tmp_path / "out", progress=False, on_step_end=kill_after(9))
+        train_refit(
+            tiny_spec(n_tokens=640), 1, cyclic_shards, tmp_path / "out", progress=False, on_step_end=kill_after(9)
+        )
     with caplog.at_level(logging.WARNING, logger="headstab.training"):
         meta = train_refit(tiny_spec(n_tokens=6 * 64), 1, cyclic_shards, tmp_path / "out", progress=False)
     assert "state_00000008.pt cannot be resumed (at step 8, beyond the 6 steps now requested)" in caplog.text

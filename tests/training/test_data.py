@@ -50,14 +50,23 @@ def test_corpus_too_small_names_meta_file_counts_and_keys(tiny_spec, cyclic_shar
     with pytest.raises(TrainingError) as err:
         train_refit(spec, 1, cyclic_shards, tmp_path / "out", corpus_meta_path=meta, progress=False)
     message = str(err.value)
-    for needed in (str(meta), "64 windows", "1,024 tokens usable", "100,000 tokens",
-                   "architectures.tiny.n_tokens", "corpora.tiny_corpus.n_tokens"):
+    for needed in (
+        str(meta),
+        "64 windows",
+        "1,024 tokens usable",
+        "100,000 tokens",
+        "architectures.tiny.n_tokens",
+        "corpora.tiny_corpus.n_tokens",
+    ):
         assert needed in message, needed
     assert not (tmp_path / "out" / "final.pt").exists()
 
 
 def test_tokenizer_larger_than_d_vocab_is_refused(tiny_spec):
-    with pytest.raises(TrainingError, match=r"tokenizer tok/dir has 40 tokens, more than d_vocab 32 of architecture 'tiny'.*architectures\.tiny\.d_vocab"):
+    with pytest.raises(
+        TrainingError,
+        match=r"tokenizer tok/dir has 40 tokens, more than d_vocab 32 of architecture 'tiny'.*architectures\.tiny\.d_vocab",
+    ):
         check_vocabulary(tiny_spec(), tokenizer_size=40, max_token_id=10, tokenizer_label="tok/dir", corpus_label="c")
     check_vocabulary(tiny_spec(), tokenizer_size=32, max_token_id=31, tokenizer_label="tok/dir", corpus_label="c")
 
@@ -80,7 +89,8 @@ def test_token_ids_beyond_d_vocab_are_refused(tiny_spec, tmp_path):
         train_refit(tiny_spec(), 1, shards, tmp_path / "out", progress=False)
 
 
-
 def test_missing_corpus_meta_names_the_rule(tiny_spec, cyclic_shards, tmp_path):
     with pytest.raises(TrainingError, match=r"corpus metadata .*meta\.json does not exist.*rule corpus_meta"):
-        train_refit(tiny_spec(), 1, cyclic_shards, tmp_path / "out", corpus_meta_path=tmp_path / "meta.json", progress=False)
+        train_refit(
+            tiny_spec(), 1, cyclic_shards, tmp_path / "out", corpus_meta_path=tmp_path / "meta.json", progress=False
+        )

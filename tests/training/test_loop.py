@@ -40,7 +40,6 @@ def test_same_seed_trains_to_identical_weights_and_seeds_differ(tiny_spec, cycli
     assert all(not torch.equal(a[k], c[k]) for k in a if k.endswith("q.weight") or k == "embed.weight")
 
 
-
 def patch_loss(monkeypatch, steps, change):
     """Make training's loss `change(model, loss)` at the given 1-based steps, the real loss elsewhere."""
     real_loss = loop.next_token_loss
@@ -92,12 +91,18 @@ def test_divergence_without_nan_stops_naming_loss_threshold_and_keys(tiny_spec, 
     match = re.search(r"tiny seed 1: loss (\S+) at step (\d+) is above the divergence threshold (\S+) ", message)
     assert match, message
     assert float(match[1]) > threshold and int(match[2]) == 2 and match[3] == f"{threshold:.3g}"
-    for needed in ("divergence_factor 3 x ln(d_vocab 32)", "No full-state checkpoint was written",
-                   "`architectures.tiny.lr` to 100000 (lr / 10)", "`architectures.tiny.divergence_factor`"):
+    for needed in (
+        "divergence_factor 3 x ln(d_vocab 32)",
+        "No full-state checkpoint was written",
+        "`architectures.tiny.lr` to 100000 (lr / 10)",
+        "`architectures.tiny.divergence_factor`",
+    ):
         assert needed in message, needed
     assert not (tmp_path / "final.pt").exists() and not list(tmp_path.glob("state_*"))
     # A looser threshold lets the same run finish (the factor is a stopping rule, not part of the identity).
-    meta = train_refit(tiny_spec(lr=1e6, n_tokens=8 * 64, divergence_factor=1e20), 1, cyclic_shards, tmp_path, progress=False)
+    meta = train_refit(
+        tiny_spec(lr=1e6, n_tokens=8 * 64, divergence_factor=1e20), 1, cyclic_shards, tmp_path, progress=False
+    )
     assert meta["final_loss"] > 1e6
 
 
@@ -134,4 +139,3 @@ def test_following_the_divergence_advice_gives_a_healthy_model(tiny_spec, cyclic
     assert max(t.abs().max().item() for t in weights.values()) < 100
     train_refit(spec, 1, cyclic_shards, tmp_path / "fresh", progress=False)
     assert states_equal(final_state(tmp_path / "fresh"), weights)
-

@@ -14,8 +14,9 @@ from headstab.sections.ablation import ablated_grid, ablation_correlation, ablat
 def main():
     inp, out = snakemake.input, snakemake.output
     seed, ppl_ablated, baseline = ablated_grid(pd.read_csv(inp.ablation_perplexity))
-    table = ablation_table(ppl_ablated, baseline, pd.read_csv(inp.head_stability), seed,
-                           promptset=snakemake.params.promptset)
+    table = ablation_table(
+        ppl_ablated, baseline, pd.read_csv(inp.head_stability), seed, promptset=snakemake.params.promptset
+    )
     table.to_csv(out.table, index=False)
     per_layer, trend = ablation_correlation(table)
     correlation_table(per_layer, trend, seed).to_csv(out.correlation, index=False)

@@ -15,7 +15,9 @@ def main():
     spec = spec_from_dict(params.spec)
     torch.set_num_threads(snakemake.threads)
     # Checked against its meta.json's sha256; processed as the caches were (analysis.weight_processing).
-    model = load_trained_model(spec, inp.weights, resolve_device(params.device), weight_processing=params.weight_processing)
+    model = load_trained_model(
+        spec, inp.weights, resolve_device(params.device), weight_processing=params.weight_processing
+    )
     with open_cache(inp.cache) as cache:
         tokens, lengths = cache.tokens(params.promptset), cache.lengths(params.promptset)
     table = ablation_perplexity_table(model, tokens, lengths, params.batch_size, params.anchor_seed)

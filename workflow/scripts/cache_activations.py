@@ -4,10 +4,10 @@ import torch
 
 from headstab.activations.writer import GZIP_LEVEL, cache_activations
 from headstab.config import spec_from_dict
+from headstab.fileio import sha256_file
 from headstab.joblog import run_job
 from headstab.models import load_trained_model, resolve_device
 from headstab.prompts import load_prompt_file
-from headstab.fileio import sha256_file
 from headstab.provenance import environment_record, package_versions
 from headstab.tokenizer import load_tokenizer, tokenizer_identity
 
@@ -27,8 +27,13 @@ def main():
             prompt_files[name] = {"prompt_file": str(path), "prompt_file_sha256": digest}
 
     tokenizer = load_tokenizer(snakemake.params.tokenizer_dir)
-    model = load_trained_model(spec, snakemake.input.weights, device=device, tokenizer=tokenizer,
-                               weight_processing=snakemake.params.weight_processing)
+    model = load_trained_model(
+        spec,
+        snakemake.input.weights,
+        device=device,
+        tokenizer=tokenizer,
+        weight_processing=snakemake.params.weight_processing,
+    )
     cache_activations(
         snakemake.output[0],
         model,

@@ -8,9 +8,9 @@ cache_activations after all training. Writes a small record of what was checked.
 import logging
 
 from headstab.activations.capture import check_prompt_lengths, tokenize_prompts
+from headstab.fileio import sha256_file, write_json_atomic
 from headstab.joblog import run_job
 from headstab.prompts import load_prompt_file
-from headstab.fileio import sha256_file, write_json_atomic
 from headstab.tokenizer import load_tokenizer
 
 TOKENIZER, N_CTX = snakemake.wildcards.tokenizer, int(snakemake.wildcards.n_ctx)
@@ -30,17 +30,30 @@ def main():
                 "n_prompts": len(token_lists),
                 "max_tokens": max(len(ids) for ids in token_lists),
             }
-            logging.info("prompt set %s (%s): %d prompts, at most %d tokens <= n_ctx %d",
-                         name, path, len(token_lists), checked[name]["max_tokens"], N_CTX)
-    write_json_atomic(snakemake.output.record, {
-        "tokenizer": TOKENIZER,
-        "tokenizer_dir": str(snakemake.params.tokenizer_dir),
-        "n_ctx": N_CTX,
-        "prepend_bos": prepend_bos,
-        "architectures": list(snakemake.params.architectures),
-        "prompt_sets": checked,
-    })
+            logging.info(
+                "prompt set %s (%s): %d prompts, at most %d tokens <= n_ctx %d",
+                name,
+                path,
+                len(token_lists),
+                checked[name]["max_tokens"],
+                N_CTX,
+            )
+    write_json_atomic(
+        snakemake.output.record,
+        {
+            "tokenizer": TOKENIZER,
+            "tokenizer_dir": str(snakemake.params.tokenizer_dir),
+            "n_ctx": N_CTX,
+            "prepend_bos": prepend_bos,
+            "architectures": list(snakemake.params.architectures),
+            "prompt_sets": checked,
+        },
+    )
 
 
-run_job(main, "check_prompts", snakemake.log[0],
-        label=f"tokenizer {TOKENIZER}, n_ctx {N_CTX}: architectures {', '.join(snakemake.params.architectures)}")
+run_job(
+    main,
+    "check_prompts",
+    snakemake.log[0],
+    label=f"tokenizer {TOKENIZER}, n_ctx {N_CTX}: architectures {', '.join(snakemake.params.architectures)}",
+)

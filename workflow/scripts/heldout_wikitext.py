@@ -20,10 +20,20 @@ def main():
     text = "\n\n".join(rows["text"])
     tokenizer = load_tokenizer(tokenizer_dir)
     tokens = tokenizer(text, add_special_tokens=False)["input_ids"]
-    logging.info("%s/%s %s: %d characters -> %d tokens", source["name"], source["config_name"], source["split"],
-                 len(text), len(tokens))
-    meta = {"corpus": f"{source['config_name']}_{source['split']}", "source": {"source": "hub", **source},
-            "tokenizer": tokenizer_identity(tokenizer_dir), "n_documents": 1}
+    logging.info(
+        "%s/%s %s: %d characters -> %d tokens",
+        source["name"],
+        source["config_name"],
+        source["split"],
+        len(text),
+        len(tokens),
+    )
+    meta = {
+        "corpus": f"{source['config_name']}_{source['split']}",
+        "source": {"source": "hub", **source},
+        "tokenizer": tokenizer_identity(tokenizer_dir),
+        "n_documents": 1,
+    }
     write_shard(tokens, snakemake.output.tokens, meta, vocab_size=len(tokenizer))
 
 

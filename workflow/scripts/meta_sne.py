@@ -13,8 +13,14 @@ def main():
     params = snakemake.params
     paths = {(arch, int(seed)): path for (arch, seed), path in zip(params.refits, snakemake.input.caches, strict=True)}
     descriptions = describe_refits(paths, params.promptset)
-    table = meta_sne_table(descriptions, params.architectures, perplexity=params.perplexity, seed=params.seed,
-                           n_threads=snakemake.threads, embedding=params.embedding)
+    table = meta_sne_table(
+        descriptions,
+        params.architectures,
+        perplexity=params.perplexity,
+        seed=params.seed,
+        n_threads=snakemake.threads,
+        embedding=params.embedding,
+    )
     logging.info("t-SNE of %d heads from %d refits", len(table), len(descriptions))
     table.to_csv(snakemake.output.table, index=False)
     plot_meta_sne(table, snakemake.output.figure)

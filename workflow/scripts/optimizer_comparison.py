@@ -16,16 +16,30 @@ def main():
     adam, adamw = snakemake.wildcards.arch, params.adamw
     arch_of = {"Adam": adam, "AdamW": adamw}
 
-    plots.plot_optimizer_stability(pd.read_csv(inp.adam_layer_stability), pd.read_csv(inp.adamw_layer_stability),
-                                   out.optimizer_stability, adam, adamw, promptset=params.promptset)
+    plots.plot_optimizer_stability(
+        pd.read_csv(inp.adam_layer_stability),
+        pd.read_csv(inp.adamw_layer_stability),
+        out.optimizer_stability,
+        adam,
+        adamw,
+        promptset=params.promptset,
+    )
     norms = pair_frame(pd.read_csv(inp.adam_activation_norms), pd.read_csv(inp.adamw_activation_norms))
     plots.plot_activation_norms(norms, out.activation_norms, adam, adamw)
 
     ppl = pair_frame(pd.read_csv(inp.adam_validation_perplexity), pd.read_csv(inp.adamw_validation_perplexity))
-    comparison = perplexity_comparison(ppl.loc[ppl["optimizer"] == "Adam", "perplexity"].to_numpy(),
-                                       ppl.loc[ppl["optimizer"] == "AdamW", "perplexity"].to_numpy())
-    logging.info("perplexity Adam %.3f +- %.3f, AdamW %.3f +- %.3f, Welch p = %.3g", comparison["mean_adam"],
-                 comparison["std_adam"], comparison["mean_adamw"], comparison["std_adamw"], comparison["welch_p"])
+    comparison = perplexity_comparison(
+        ppl.loc[ppl["optimizer"] == "Adam", "perplexity"].to_numpy(),
+        ppl.loc[ppl["optimizer"] == "AdamW", "perplexity"].to_numpy(),
+    )
+    logging.info(
+        "perplexity Adam %.3f +- %.3f, AdamW %.3f +- %.3f, Welch p = %.3g",
+        comparison["mean_adam"],
+        comparison["std_adam"],
+        comparison["mean_adamw"],
+        comparison["std_adamw"],
+        comparison["welch_p"],
+    )
     perplexity_table(ppl, comparison, arch_of).to_csv(out.perplexity, index=False)
     plots.plot_perplexity(ppl, comparison, out.perplexity_figure, adam, adamw, corpus=params.heldout_label)
 

@@ -12,12 +12,26 @@ from headstab.sections.residual_cka import kernel_label, residual_cka_table
 def main():
     params = snakemake.params
     caches = dict(zip(params.seeds, snakemake.input.caches, strict=True))
-    table = residual_cka_table(caches, params.promptsets, hook=params.hook, kernel=params.kernel,
-                               threshold=params.threshold, debiased=params.debiased, max_tokens=params.max_tokens)
+    table = residual_cka_table(
+        caches,
+        params.promptsets,
+        hook=params.hook,
+        kernel=params.kernel,
+        threshold=params.threshold,
+        debiased=params.debiased,
+        max_tokens=params.max_tokens,
+    )
     table.to_csv(snakemake.output.table, index=False)
-    plot_residual_stream(table, pd.read_csv(snakemake.input.layer_stability), snakemake.output.figure,
-                         snakemake.wildcards.arch, promptset=params.figure_promptset,
-                         kernel=kernel_label(params.kernel, params.debiased), hook=params.hook, pairs=params.pairs)
+    plot_residual_stream(
+        table,
+        pd.read_csv(snakemake.input.layer_stability),
+        snakemake.output.figure,
+        snakemake.wildcards.arch,
+        promptset=params.figure_promptset,
+        kernel=kernel_label(params.kernel, params.debiased),
+        hook=params.hook,
+        pairs=params.pairs,
+    )
 
 
 run_job(main, "residual_cka", snakemake.log[0])

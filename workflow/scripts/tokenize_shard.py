@@ -16,14 +16,28 @@ def main():
     tokenizer = load_tokenizer(snakemake.params.tokenizer_dir)
     identity = tokenizer_identity(snakemake.params.tokenizer_dir)
     quota = shard_token_quota(corpus.get("n_tokens"), corpus["n_shards"], shard_index)
-    logging.info("corpus %s shard %d/%d: source %s, tokenizer %s, token quota %s", corpus_name, shard_index,
-                 corpus["n_shards"], corpus["source"], snakemake.params.tokenizer_dir, quota)
+    logging.info(
+        "corpus %s shard %d/%d: source %s, tokenizer %s, token quota %s",
+        corpus_name,
+        shard_index,
+        corpus["n_shards"],
+        corpus["source"],
+        snakemake.params.tokenizer_dir,
+        quota,
+    )
     start = time.perf_counter()
     with tqdm(total=quota, unit="tok", unit_scale=True, mininterval=10) as progress:
         record = build_shard(corpus, corpus_name, shard_index, snakemake.output.tokens, tokenizer, identity, progress)
     seconds = time.perf_counter() - start
-    logging.info("wrote %d tokens (%d documents, %s) to %s in %.1f s (%.0f tokens/s)", record["n_tokens"],
-                 record["n_documents"], record["dtype"], snakemake.output.tokens, seconds, record["n_tokens"] / max(seconds, 1e-9))
+    logging.info(
+        "wrote %d tokens (%d documents, %s) to %s in %.1f s (%.0f tokens/s)",
+        record["n_tokens"],
+        record["n_documents"],
+        record["dtype"],
+        snakemake.output.tokens,
+        seconds,
+        record["n_tokens"] / max(seconds, 1e-9),
+    )
 
 
 run_job(main, "tokenize_shard", snakemake.log[0])

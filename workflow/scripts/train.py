@@ -22,5 +22,6 @@ def main():
 
 
 # Appending: a resumed job keeps the history of the run it continues.
-run_job(main, "train", snakemake.log[0], append=True,
-        label=f"{snakemake.wildcards.arch} seed {snakemake.wildcards.seed}")
+run_job(
+    main, "train", snakemake.log[0], append=True, label=f"{snakemake.wildcards.arch} seed {snakemake.wildcards.seed}"
+)

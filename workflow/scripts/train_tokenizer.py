@@ -22,13 +22,18 @@ def main():
         )
     start = time.perf_counter()
     texts = tqdm(iter_documents(corpus, 0, 1, corpus_name), unit="doc", mininterval=5)
-    tokenizer = train_bpe_tokenizer(texts, entry["vocab_size"], snakemake.params.out_dir)
+    train_bpe_tokenizer(texts, entry["vocab_size"], snakemake.params.out_dir)
     origin = {"source": "train", "corpus": corpus_name, "vocab_size": entry["vocab_size"]}
     if corpus.get("path") and Path(corpus["path"]).is_file():
         origin["corpus_file_sha256"] = sha256_file(corpus["path"])
     meta = write_tokenizer_meta(snakemake.params.out_dir, origin)
-    logging.info("tokenizer %s: %d ids, EOS id %s, in %.1f s", name, meta["vocab_size"], meta["eos_token_id"],
-                 time.perf_counter() - start)
+    logging.info(
+        "tokenizer %s: %d ids, EOS id %s, in %.1f s",
+        name,
+        meta["vocab_size"],
+        meta["eos_token_id"],
+        time.perf_counter() - start,
+    )
 
 
 run_job(main, "train_tokenizer", snakemake.log[0])

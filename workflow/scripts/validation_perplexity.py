@@ -21,8 +21,9 @@ def main():
     check_vocabulary(windows, spec.d_vocab, list(inp.heldout))
     logging.info("validation: %d windows of %d tokens", len(windows), spec.seq_len)
     weights = dict(zip(spec.seeds, inp.weights, strict=True))
-    table = validation_perplexity_table(spec, weights, windows, resolve_device(params.device), params.batch_size,
-                                        params.weight_processing)
+    table = validation_perplexity_table(
+        spec, weights, windows, resolve_device(params.device), params.batch_size, params.weight_processing
+    )
     table.to_csv(snakemake.output.table, index=False)
 
 

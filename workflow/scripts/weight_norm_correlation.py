@@ -17,8 +17,15 @@ def main():
     correlation.to_csv(snakemake.output.correlation, index=False)
     q = correlation[correlation["matrix"] == "W_Q"]["pearson_r"]
     logging.info("W_Q norm vs layer stability: r = %.3f +- %.3f over %d anchors", q.mean(), q.std(), len(q))
-    plot_weight_norm_correlation(norms, layer_stability, correlation, snakemake.output.figure, snakemake.wildcards.arch,
-                                 promptset=params.promptset, attention_norm=params.attention_norm)
+    plot_weight_norm_correlation(
+        norms,
+        layer_stability,
+        correlation,
+        snakemake.output.figure,
+        snakemake.wildcards.arch,
+        promptset=params.promptset,
+        attention_norm=params.attention_norm,
+    )
 
 
 run_job(main, "weight_norm_correlation", snakemake.log[0])

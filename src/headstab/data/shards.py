@@ -22,8 +22,9 @@ from __future__ import annotations
 import os
 import shlex
 import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -82,7 +83,9 @@ def iter_token_chunks(
         yield flush()
 
 
-def tokenize_documents(documents: Iterable[str | Sequence[int]], tokenizer: Any | None, eos_id: int | None) -> np.ndarray:
+def tokenize_documents(
+    documents: Iterable[str | Sequence[int]], tokenizer: Any | None, eos_id: int | None
+) -> np.ndarray:
     """All documents as one token stream `[token]` (int64): text + EOS per document, or copied ids."""
     chunks = [tokens for tokens, _ in iter_token_chunks(documents, tokenizer, eos_id)]
     return np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
@@ -159,8 +162,9 @@ def write_shard_record(npy_path: str | Path, n_tokens: int, meta: dict[str, Any]
     return record
 
 
-def check_shard_size(n_found: int, quota: int | None, corpus_name: str, shard_index: int, n_shards: int,
-                     n_tokens: int | None) -> None:
+def check_shard_size(
+    n_found: int, quota: int | None, corpus_name: str, shard_index: int, n_shards: int, n_tokens: int | None
+) -> None:
     """Fail when a capped shard found fewer tokens than its quota (the source is too small)."""
     if quota is not None and n_found < quota:
         raise CorpusError(
@@ -226,7 +230,9 @@ def aggregate_shard_records(records: Sequence[dict[str, Any]], corpus_name: str)
         )
     indices = [r["shard_index"] for r in records]
     if indices != list(range(len(records))) or records[0]["n_shards"] != len(records):
-        raise CorpusError(f"corpus '{corpus_name}': shard records {indices} are not shards 0..{records[0]['n_shards'] - 1}")
+        raise CorpusError(
+            f"corpus '{corpus_name}': shard records {indices} are not shards 0..{records[0]['n_shards'] - 1}"
+        )
     return {
         "corpus": corpus_name,
         "n_tokens": sum(r["n_tokens"] for r in records),
@@ -236,9 +242,7 @@ def aggregate_shard_records(records: Sequence[dict[str, Any]], corpus_name: str)
         "eos_token_id": records[0].get("eos_token_id"),
         "source": records[0]["source"],
         "tokenizer": records[0]["tokenizer"],
-        "shards": [
-            {key: r[key] for key in ("file", "n_tokens", "n_documents", "sha256")} for r in records
-        ],
+        "shards": [{key: r[key] for key in ("file", "n_tokens", "n_documents", "sha256")} for r in records],
     }
 
 
@@ -247,7 +251,9 @@ def read_corpus_meta(path: str | Path) -> dict[str, Any]:
     meta = read_json(path, what="corpus metadata")
     for key in ("n_tokens", "shards", "tokenizer", "dtype"):
         if key not in meta:
-            raise CorpusError(f"corpus metadata {path} lacks '{key}'; rebuild it with `snakemake {shlex.quote(str(path))} --forcerun corpus_meta`")
+            raise CorpusError(
+                f"corpus metadata {path} lacks '{key}'; rebuild it with `snakemake {shlex.quote(str(path))} --forcerun corpus_meta`"
+            )
     return meta
 
 
@@ -257,10 +263,14 @@ def load_shards(paths: Iterable[str | Path]) -> list[np.memmap]:
     for path in paths:
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"token shard {path} does not exist; build it with `snakemake {shlex.quote(str(path))}` (rule tokenize_shard)")
+            raise FileNotFoundError(
+                f"token shard {path} does not exist; build it with `snakemake {shlex.quote(str(path))}` (rule tokenize_shard)"
+            )
         array = np.load(path, mmap_mode="r", allow_pickle=False)
         if array.ndim != 1 or array.dtype not in (np.uint16, np.uint32):
-            raise CorpusError(f"token shard {path} holds a {array.dtype} array of shape {array.shape}, not a 1-D "
-                              f"uint16/uint32 token stream; rebuild it with `snakemake {shlex.quote(str(path))} --forcerun tokenize_shard`")
+            raise CorpusError(
+                f"token shard {path} holds a {array.dtype} array of shape {array.shape}, not a 1-D "
+                f"uint16/uint32 token stream; rebuild it with `snakemake {shlex.quote(str(path))} --forcerun tokenize_shard`"
+            )
         shards.append(array)
     return shards

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from headstab.data import CorpusError
 
@@ -26,8 +27,21 @@ LOCAL_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet",
 
 def describe_source(corpus: dict[str, Any]) -> dict[str, Any]:
     """The config entry's keys that say where the documents come from (for shard metadata)."""
-    keys = ("source", "name", "config_name", "split", "path", "pretokenized", "token_column",
-            "text_column", "streaming", "seed", "n_documents", "n_tokens", "n_shards")
+    keys = (
+        "source",
+        "name",
+        "config_name",
+        "split",
+        "path",
+        "pretokenized",
+        "token_column",
+        "text_column",
+        "streaming",
+        "seed",
+        "n_documents",
+        "n_tokens",
+        "n_shards",
+    )
     return {key: corpus[key] for key in keys if key in corpus}
 
 
@@ -66,8 +80,13 @@ def open_dataset(corpus: dict[str, Any], corpus_name: str = "corpus") -> Any:
     split = corpus.get("split", "train")
     streaming = corpus.get("streaming", True)
     if source == "hub":
-        log.info("loading hub dataset %s (config %s, split %s, streaming %s)",
-                 corpus["name"], corpus.get("config_name"), split, streaming)
+        log.info(
+            "loading hub dataset %s (config %s, split %s, streaming %s)",
+            corpus["name"],
+            corpus.get("config_name"),
+            split,
+            streaming,
+        )
         return datasets.load_dataset(corpus["name"], corpus.get("config_name"), split=split, streaming=streaming)
     if source not in ("local", "synthetic"):
         raise CorpusError(f"corpus '{corpus_name}': unknown source '{source}'; use hub, local or synthetic")
@@ -78,8 +97,8 @@ def open_dataset(corpus: dict[str, Any], corpus_name: str = "corpus") -> Any:
         raise CorpusError(
             f"corpus '{corpus_name}': local path {path} does not exist; fix config key "
             f"'corpora.{corpus_name}.path' (a save_to_disk directory or .jsonl/.parquet/.txt files)"
-            if source == "local" else
-            f"corpus '{corpus_name}': synthetic text {path} does not exist; rerun rule synthetic_text"
+            if source == "local"
+            else f"corpus '{corpus_name}': synthetic text {path} does not exist; rerun rule synthetic_text"
         )
     if _is_save_to_disk_dir(path):
         loaded = datasets.load_from_disk(str(path))
@@ -136,8 +155,10 @@ def iter_documents(
             f"set config key 'corpora.{corpus_name}.{key}'"
         )
     # The text builder splits paragraphs on exactly "\n\n": strip the leftover newlines, skip empty ones.
-    plain_text = corpus["source"] == "local" and not _is_save_to_disk_dir(Path(corpus["path"])) and (
-        _local_data_files(Path(corpus["path"]), corpus_name)[0] == "text"
+    plain_text = (
+        corpus["source"] == "local"
+        and not _is_save_to_disk_dir(Path(corpus["path"]))
+        and (_local_data_files(Path(corpus["path"]), corpus_name)[0] == "text")
     )
     for row in shard_dataset(dataset, shard_index, n_shards):
         if column not in row:
@@ -151,4 +172,3 @@ def iter_documents(
             if not document.strip():
                 continue
         yield document
-

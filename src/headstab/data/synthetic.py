@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 from headstab.fileio import atomic_path
 
@@ -33,7 +33,11 @@ _ADJECTIVES = (
     "careful happy tired early late round narrow wide golden silver wooden broken hidden"
 ).split()
 _ADVERBS = "slowly quickly carefully quietly suddenly finally again happily nearly always".split()
-_PLACES = "the harbor,the old mill,the north gate,the market square,the river bank,the hill,the station,the library".split(",")
+_PLACES = (
+    "the harbor,the old mill,the north gate,the market square,the river bank,the hill,the station,the library".split(
+        ","
+    )
+)
 _TOPICS = "tools,fruits,colors,places,tasks,ideas,animals,rules".split(",")
 _SYLLABLES = (
     "ka lo mi ra ven tor el an is ur zo be ri da mon fel gar hol jin kes lum nor pra qui sel "

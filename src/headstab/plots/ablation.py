@@ -31,8 +31,15 @@ def plot_ablation_correlation(
     scatter_ax, r_ax = figure.subplots(1, 2)
     for layer in range(n_layers):
         rows = table[table["layer"] == layer]
-        scatter_ax.scatter(rows["stability"], rows["delta_ppl"], color=palette[layer], s=22,
-                           edgecolor="black", linewidth=0.3, label=f"layer {layer + 1}")
+        scatter_ax.scatter(
+            rows["stability"],
+            rows["delta_ppl"],
+            color=palette[layer],
+            s=22,
+            edgecolor="black",
+            linewidth=0.3,
+            label=f"layer {layer + 1}",
+        )
     scatter_ax.axhline(0, color="black", linewidth=0.6)
     scatter_ax.set_xlabel("head stability (cosine similarity)")
     scatter_ax.set_ylabel("ΔPPL = ablated − baseline (perplexity)")
@@ -46,8 +53,13 @@ def plot_ablation_correlation(
     r_ax.plot(x, data["pearson_r"], marker="o", color="tab:red", label="Pearson r per layer")
     if np.isfinite(trend.get("slope", np.nan)):
         data["trend_r"] = trend["intercept"] + trend["slope"] * data["layer"]
-        r_ax.plot(x, data["trend_r"], linestyle="--", color="black",
-                  label=f"linear trend (slope {trend['slope']:+.3f} per layer)")
+        r_ax.plot(
+            x,
+            data["trend_r"],
+            linestyle="--",
+            color="black",
+            label=f"linear trend (slope {trend['slope']:+.3f} per layer)",
+        )
     layer_ticks(r_ax, n_layers)
     r_ax.set_ylim(-1.05, 1.05)
     r_ax.set_ylabel("Pearson r (stability, ΔPPL)")

@@ -38,18 +38,38 @@ def plot_meta_sne(table: pd.DataFrame, path: str | Path) -> pd.DataFrame:
             rows = panel[attention_only.loc[panel.index] == attn]
             if rows.empty:
                 continue
-            mappable = ax.scatter(rows["tsne_x"], rows["tsne_y"], c=rows["relative_depth"], cmap="viridis",
-                                  vmin=0, vmax=1, marker=marker, s=14, alpha=0.85, linewidth=0.2,
-                                  edgecolor="black", label="attention-only" if attn else "with MLP")
+            mappable = ax.scatter(
+                rows["tsne_x"],
+                rows["tsne_y"],
+                c=rows["relative_depth"],
+                cmap="viridis",
+                vmin=0,
+                vmax=1,
+                marker=marker,
+                s=14,
+                alpha=0.85,
+                linewidth=0.2,
+                edgecolor="black",
+                label="attention-only" if attn else "with MLP",
+            )
         n_archs = panel["architecture"].nunique() if "architecture" in panel.columns else "?"
         ax.set_title(f"{optimizer}: {len(panel)} heads, {n_archs} architectures", fontsize=9)
         ax.set_xlabel("t-SNE 1 (arbitrary units)")
         if not panel.empty:
             # grey handles: the scatter's own handle would show an arbitrary depth colour
             handles = [
-                Line2D([], [], marker=ARCHITECTURE_MARKERS[attn], linestyle="", color="grey", markeredgecolor="black",
-                       markeredgewidth=0.3, label="attention-only" if attn else "with MLP")
-                for attn in (False, True) if (attention_only.loc[panel.index] == attn).any()
+                Line2D(
+                    [],
+                    [],
+                    marker=ARCHITECTURE_MARKERS[attn],
+                    linestyle="",
+                    color="grey",
+                    markeredgecolor="black",
+                    markeredgewidth=0.3,
+                    label="attention-only" if attn else "with MLP",
+                )
+                for attn in (False, True)
+                if (attention_only.loc[panel.index] == attn).any()
             ]
             ax.legend(handles=handles, fontsize=7, loc="best")
         counts.append((optimizer, len(panel)))

@@ -45,12 +45,25 @@ def plot_optimizer_stability(
         summary = _across_anchors(stab)
         x = summary["layer"].to_numpy() + 1
         colour = OPTIMIZER_COLOURS[optimizer]
-        for i, (anchor, rows) in enumerate(stab.groupby("anchor_seed")):
+        for i, (_, rows) in enumerate(stab.groupby("anchor_seed")):
             rows = rows.sort_values("layer")
-            ax.plot(rows["layer"] + 1, rows["mean"], color="tab:grey", linewidth=0.7, alpha=0.6,
-                    label="one anchor" if i == 0 else None)
-        ax.fill_between(x, summary["mean"] - summary["heads_std"], summary["mean"] + summary["heads_std"],
-                        color=colour, alpha=0.2, linewidth=0, label="±1 s.d. over heads")
+            ax.plot(
+                rows["layer"] + 1,
+                rows["mean"],
+                color="tab:grey",
+                linewidth=0.7,
+                alpha=0.6,
+                label="one anchor" if i == 0 else None,
+            )
+        ax.fill_between(
+            x,
+            summary["mean"] - summary["heads_std"],
+            summary["mean"] + summary["heads_std"],
+            color=colour,
+            alpha=0.2,
+            linewidth=0,
+            label="±1 s.d. over heads",
+        )
         ax.plot(x, summary["mean"], marker="o", color=colour, label="mean over anchors")
         layer_ticks(ax, len(summary))
         ax.set_title(f"{arch} ({optimizer})", fontsize=9)
@@ -62,9 +75,7 @@ def plot_optimizer_stability(
     return pd.concat(drawn, ignore_index=True)
 
 
-def plot_activation_norms(
-    norms: pd.DataFrame, path: str | Path, arch_adam: str, arch_adamw: str
-) -> pd.DataFrame:
+def plot_activation_norms(norms: pd.DataFrame, path: str | Path, arch_adam: str, arch_adamw: str) -> pd.DataFrame:
     """Mean per-token L2 norm of attention output and resid_mid, Adam vs AdamW (§4.5, Fig. 35).
 
     norms: optimizer ('Adam' | 'AdamW'), seed, layer, activation ('attn_out' | 'resid_mid'),
@@ -85,11 +96,17 @@ def plot_activation_norms(
             if rows.empty:
                 continue
             x = rows["layer"].to_numpy() + 1
-            ax.fill_between(x, rows["mean"] - rows["std"], rows["mean"] + rows["std"],
-                            color=colour, alpha=0.2, linewidth=0)
+            ax.fill_between(
+                x, rows["mean"] - rows["std"], rows["mean"] + rows["std"], color=colour, alpha=0.2, linewidth=0
+            )
             n_refits = int(rows["n_refits"].iloc[0])
-            ax.plot(x, rows["mean"], marker="o", color=colour,
-                    label=f"{arch_of[optimizer]} ({optimizer}), mean ±1 s.d. over {n_refits} refits")
+            ax.plot(
+                x,
+                rows["mean"],
+                marker="o",
+                color=colour,
+                label=f"{arch_of[optimizer]} ({optimizer}), mean ±1 s.d. over {n_refits} refits",
+            )
         layer_ticks(ax, int(data["layer"].max()) + 1)
         ax.set_ylabel("mean per-token L2 norm (activation units)")
         ax.set_title(titles[activation], fontsize=9)
@@ -120,11 +137,26 @@ def plot_perplexity(
     for i, optimizer in enumerate(order):
         values = ppl.loc[ppl["optimizer"] == optimizer, "perplexity"].to_numpy()
         jitter = np.linspace(-0.12, 0.12, len(values)) if len(values) > 1 else np.zeros(1)
-        ax.scatter(i + jitter, values, color=OPTIMIZER_COLOURS[optimizer], alpha=0.7, s=24,
-                   edgecolor="black", linewidth=0.3, label="one refit" if i == 0 else None)
+        ax.scatter(
+            i + jitter,
+            values,
+            color=OPTIMIZER_COLOURS[optimizer],
+            alpha=0.7,
+            s=24,
+            edgecolor="black",
+            linewidth=0.3,
+            label="one refit" if i == 0 else None,
+        )
         row = data[data["optimizer"] == optimizer].iloc[0]
-        ax.errorbar(i + 0.3, row["mean"], yerr=row["std"], fmt="D", color="black", capsize=4,
-                    label="mean ±1 s.d." if i == 0 else None)
+        ax.errorbar(
+            i + 0.3,
+            row["mean"],
+            yerr=row["std"],
+            fmt="D",
+            color="black",
+            capsize=4,
+            label="mean ±1 s.d." if i == 0 else None,
+        )
     ax.set_xticks(range(len(order)), [f"{arch_of[o]}\n({o})" for o in order])
     ax.set_xlim(-0.5, len(order) - 0.3)
     ax.set_ylabel(f"validation perplexity on {corpus}")

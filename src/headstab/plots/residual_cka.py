@@ -60,9 +60,18 @@ def plot_residual_stream(
 
     palette = layer_palette(n_layers)
     for i, row in data.iterrows():
-        scatter_ax.errorbar(row["stability_mean"], row["cka_mean"], xerr=row["stability_std"], yerr=row["cka_std"],
-                            fmt="o", color=palette[i], ecolor=palette[i], elinewidth=0.8, capsize=2,
-                            label=f"layer {int(row['layer']) + 1}")
+        scatter_ax.errorbar(
+            row["stability_mean"],
+            row["cka_mean"],
+            xerr=row["stability_std"],
+            yerr=row["cka_std"],
+            fmt="o",
+            color=palette[i],
+            ecolor=palette[i],
+            elinewidth=0.8,
+            capsize=2,
+            label=f"layer {int(row['layer']) + 1}",
+        )
     r, _ = pearson_or_nan(data["stability_mean"].to_numpy(), data["cka_mean"].to_numpy())
     if n_layers >= 3 and np.isfinite(r):
         scatter_ax.set_title(f"CKA vs head stability (Pearson r over layers = {r:.2f})", fontsize=9)
@@ -71,7 +80,8 @@ def plot_residual_stream(
     scatter_ax.set_xlabel(STABILITY_LABEL)
     scatter_ax.set_ylabel(f"residual-stream CKA ({hook}, {kernel})")
     scatter_ax.legend(fontsize=7, ncol=2 if n_layers > 6 else 1)
-    figure.suptitle(f"{arch}: residual stream similarity vs head stability (§4.7, Fig. 9 / B.8; prompts: {promptset})",
-                    fontsize=10)
+    figure.suptitle(
+        f"{arch}: residual stream similarity vs head stability (§4.7, Fig. 9 / B.8; prompts: {promptset})", fontsize=10
+    )
     save_figure(figure, path)
     return data

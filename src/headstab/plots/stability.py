@@ -84,8 +84,15 @@ def _heatmap(
                 continue
             red, green, blue, _ = mesh.cmap(mesh.norm(value))
             dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5
-            ax.text(col + 0.5, row + 0.5, f"{value:.2f}", ha="center", va="center", fontsize=7,
-                    color="white" if dark else "black")
+            ax.text(
+                col + 0.5,
+                row + 0.5,
+                f"{value:.2f}",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if dark else "black",
+            )
     return mesh
 
 
@@ -148,12 +155,22 @@ def plot_layer_stability(
     ax = figure.add_subplot()
     x = np.asarray(_one_based(data["layer"]))
     ax.fill_between(
-        x, data["anchors_mean"] - data["anchors_std"], data["anchors_mean"] + data["anchors_std"],
-        color="tab:grey", alpha=0.25, linewidth=0, label=f"±1 s.d. of layer mean across {n_anchors} anchors",
+        x,
+        data["anchors_mean"] - data["anchors_std"],
+        data["anchors_mean"] + data["anchors_std"],
+        color="tab:grey",
+        alpha=0.25,
+        linewidth=0,
+        label=f"±1 s.d. of layer mean across {n_anchors} anchors",
     )
     ax.fill_between(
-        x, data["mean"] - data["std"], data["mean"] + data["std"],
-        color="tab:blue", alpha=0.25, linewidth=0, label="±1 s.d. over heads (first anchor)",
+        x,
+        data["mean"] - data["std"],
+        data["mean"] + data["std"],
+        color="tab:blue",
+        alpha=0.25,
+        linewidth=0,
+        label="±1 s.d. over heads (first anchor)",
     )
     ax.plot(x, data["mean"], marker="o", color="tab:blue", label=f"mean over heads, anchor seed {anchor}")
     ax.set_xticks(x)
@@ -202,7 +219,7 @@ def plot_pair_stability(
         ax.set_xlabel("pair refit (seed)", fontsize=8)
         ax.set_ylabel("anchor head", fontsize=8)
         ax.tick_params(labelsize=7)
-    for ax in axes[len(layers):]:
+    for ax in axes[len(layers) :]:
         ax.set_visible(False)
     mappable = axes[0].collections[0]  # every panel shares vmin/vmax, so one colorbar serves all
     figure.colorbar(mappable, ax=axes[: len(layers)].tolist(), label=f"best-match {SIMILARITY_LABEL}", shrink=0.8)
@@ -242,8 +259,9 @@ def plot_cross_layer_stability(
         if scoped.empty:
             continue
         x = np.asarray(_one_based(scoped["layer"]))
-        line_ax.fill_between(x, scoped["mean"] - scoped["std"], scoped["mean"] + scoped["std"],
-                             color=colour, alpha=0.2, linewidth=0)
+        line_ax.fill_between(
+            x, scoped["mean"] - scoped["std"], scoped["mean"] + scoped["std"], color=colour, alpha=0.2, linewidth=0
+        )
         line_ax.plot(x, scoped["mean"], marker="o", color=colour, label=scope.replace("_", "-"))
         line_ax.set_xticks(x)
     line_ax.set_xlabel("layer")
@@ -287,16 +305,32 @@ def plot_alignment_map(
     else:
         # The side panel gets a fixed width of about 1.3 inches whatever the number of layers.
         map_ax, side_ax = figure.subplots(1, 2, sharey=True, width_ratios=[size, 1.3])
-    mesh = _heatmap(map_ax, matrix, "magma", _one_based(matrix.columns), _one_based(matrix.index),
-                    vmin=0.0, vmax=1.0, annotate=annotate)
+    mesh = _heatmap(
+        map_ax,
+        matrix,
+        "magma",
+        _one_based(matrix.columns),
+        _one_based(matrix.index),
+        vmin=0.0,
+        vmax=1.0,
+        annotate=annotate,
+    )
     figure.colorbar(mesh, ax=map_ax, label="fraction of best matches", location="bottom", shrink=0.6)
     map_ax.set_xlabel("layer of best match in pair refit")
     map_ax.set_ylabel("anchor layer")
     if dispersion_table is not None:
         measures = select_rows(dispersion_table, "alignment_dispersion table", promptset=promptset, anchor_seed=anchor)
         measures = measures.set_index("layer")[["diagonal_share", "normalized_entropy"]].reindex(matrix.index)
-        side = _heatmap(side_ax, measures, "crest", ["diagonal\nshare", "norm.\nentropy"],
-                        _one_based(measures.index), vmin=0.0, vmax=1.0, annotate=annotate)
+        side = _heatmap(
+            side_ax,
+            measures,
+            "crest",
+            ["diagonal\nshare", "norm.\nentropy"],
+            _one_based(measures.index),
+            vmin=0.0,
+            vmax=1.0,
+            annotate=annotate,
+        )
         side_ax.tick_params(axis="x", labelsize=7, labelbottom=False, labeltop=True, bottom=False, top=False)
         side_ax.tick_params(axis="y", labelleft=False, left=False)
         figure.colorbar(side, ax=side_ax, label="share / entropy", location="bottom", shrink=0.9)
@@ -333,8 +367,15 @@ def plot_commonness(
     heat_ax.set_title(f"seed {seed} (first seed)", fontsize=9)
     x = np.asarray(_one_based(per_seed.columns))
     mean, std = per_seed.mean(axis=0), per_seed.std(axis=0, ddof=0)
-    line_ax.fill_between(x, mean - std, mean + std, color="tab:red", alpha=0.2, linewidth=0,
-                         label=f"±1 s.d. across {len(per_seed)} seeds")
+    line_ax.fill_between(
+        x,
+        mean - std,
+        mean + std,
+        color="tab:red",
+        alpha=0.2,
+        linewidth=0,
+        label=f"±1 s.d. across {len(per_seed)} seeds",
+    )
     line_ax.plot(x, mean, marker="o", color="tab:red", label="layer mean over heads")
     line_ax.set_xticks(x)
     line_ax.set_xlabel("layer")

@@ -21,7 +21,6 @@ __all__ = ["plot_extreme_layer_depth", "plot_stability_gap"]
 
 _HEAD_CMAPS = ("Blues", "Oranges", "Greens", "Purples", "Reds")
 _OPTIMIZER_SHADE = {"Adam": 0.85, "AdamW": 0.5}
-ARCHITECTURE_MARKERS = {False: "o", True: "^"}
 
 
 def _depth_encoding(summary: pd.DataFrame) -> tuple[dict, dict]:
@@ -56,11 +55,28 @@ def _depth_panel(ax, summary: pd.DataFrame, value: str, colours: dict, offsets: 
         x = x_of[row.n_layers] + offsets[key]
         colour = colours[(row.n_heads, row.optimizer)]
         points = summary.loc[summary["architecture"] == row.architecture, value]
-        ax.scatter(np.full(len(points), x), points, color=colour, marker=ARCHITECTURE_MARKERS[bool(row.attention_only)],
-                   s=12, alpha=0.45, linewidth=0)
-        ax.errorbar(x, row.mean, yerr=row.std, fmt=ARCHITECTURE_MARKERS[bool(row.attention_only)], color=colour,
-                    markeredgecolor="black", markeredgewidth=0.6, markersize=8, ecolor="black",
-                    elinewidth=0.8, capsize=2)
+        ax.scatter(
+            np.full(len(points), x),
+            points,
+            color=colour,
+            marker=ARCHITECTURE_MARKERS[bool(row.attention_only)],
+            s=12,
+            alpha=0.45,
+            linewidth=0,
+        )
+        ax.errorbar(
+            x,
+            row.mean,
+            yerr=row.std,
+            fmt=ARCHITECTURE_MARKERS[bool(row.attention_only)],
+            color=colour,
+            markeredgecolor="black",
+            markeredgewidth=0.6,
+            markersize=8,
+            ecolor="black",
+            elinewidth=0.8,
+            capsize=2,
+        )
     ax.set_xticks(range(len(depths)), [str(d) for d in depths])
     ax.set_xlabel("architecture depth L (number of layers)")
     return means
@@ -70,16 +86,31 @@ def _depth_legend(figure: Figure, summary: pd.DataFrame, colours: dict) -> None:
     handles = []
     for (n_heads, optimizer), colour in colours.items():
         if ((summary["n_heads"] == n_heads) & (summary["optimizer"] == optimizer)).any():
-            handles.append(Line2D([], [], marker="s", linestyle="", color=colour, markersize=8,
-                                  label=f"{n_heads} heads, {optimizer}"))
+            handles.append(
+                Line2D(
+                    [], [], marker="s", linestyle="", color=colour, markersize=8, label=f"{n_heads} heads, {optimizer}"
+                )
+            )
     for attention_only, marker in ARCHITECTURE_MARKERS.items():
         if (summary["attention_only"] == attention_only).any():
-            handles.append(Line2D([], [], marker=marker, linestyle="", color="grey", markeredgecolor="black",
-                                  markersize=8, label="attention-only" if attention_only else "with MLP"))
-    handles.append(Line2D([], [], marker="o", linestyle="", color="grey", alpha=0.45, markersize=4,
-                          label="one anchor (small)"))
-    handles.append(Line2D([], [], marker="o", linestyle="-", color="black", markersize=0,
-                          label="mean ±1 s.d. over anchors"))
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    marker=marker,
+                    linestyle="",
+                    color="grey",
+                    markeredgecolor="black",
+                    markersize=8,
+                    label="attention-only" if attention_only else "with MLP",
+                )
+            )
+    handles.append(
+        Line2D([], [], marker="o", linestyle="", color="grey", alpha=0.45, markersize=4, label="one anchor (small)")
+    )
+    handles.append(
+        Line2D([], [], marker="o", linestyle="-", color="black", markersize=0, label="mean ±1 s.d. over anchors")
+    )
     figure.legend(handles=handles, loc="outside right center", fontsize=7, frameon=False)
 
 

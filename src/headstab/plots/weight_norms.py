@@ -43,8 +43,15 @@ def plot_weight_norm_correlation(
     scatter_ax, bar_ax = figure.subplots(1, 2, width_ratios=[1, 1.2])
     for layer in range(n_layers):
         rows = data[data["layer"] == layer]
-        scatter_ax.scatter(rows["frobenius_norm"], rows["mean"], color=palette[layer], s=28,
-                           edgecolor="black", linewidth=0.3, label=f"layer {layer + 1}")
+        scatter_ax.scatter(
+            rows["frobenius_norm"],
+            rows["mean"],
+            color=palette[layer],
+            s=28,
+            edgecolor="black",
+            linewidth=0.3,
+            label=f"layer {layer + 1}",
+        )
     scatter_ax.set_xlabel(f"Frobenius norm of W_Q, {norm_label} (weight units)")
     scatter_ax.set_ylabel(STABILITY_LABEL)
     scatter_ax.legend(fontsize=7, ncol=2 if n_layers > 6 else 1, title="one point per refit", title_fontsize=7)
@@ -53,12 +60,25 @@ def plot_weight_norm_correlation(
     order = [m for m in MATRIX_ORDER if m in set(correlations["matrix"])]
     summary = correlations.groupby("matrix")["pearson_r"].agg(["mean", "std"]).reindex(order)
     x = np.arange(len(order))
-    bar_ax.bar(x, summary["mean"], yerr=summary["std"].fillna(0), color="tab:grey", alpha=0.6,
-               capsize=3, label="mean ±1 s.d. over anchors")
+    bar_ax.bar(
+        x,
+        summary["mean"],
+        yerr=summary["std"].fillna(0),
+        color="tab:grey",
+        alpha=0.6,
+        capsize=3,
+        label="mean ±1 s.d. over anchors",
+    )
     for i, matrix in enumerate(order):
         r = correlations.loc[correlations["matrix"] == matrix, "pearson_r"].to_numpy()
-        bar_ax.scatter(np.full(len(r), i) + np.linspace(-0.15, 0.15, len(r)), r, s=10, color="black",
-                       zorder=3, label="one anchor" if i == 0 else None)
+        bar_ax.scatter(
+            np.full(len(r), i) + np.linspace(-0.15, 0.15, len(r)),
+            r,
+            s=10,
+            color="black",
+            zorder=3,
+            label="one anchor" if i == 0 else None,
+        )
     bar_ax.axhline(0, color="black", linewidth=0.6)
     bar_ax.set_xticks(x, order)
     bar_ax.set_ylim(-1.05, 1.05)

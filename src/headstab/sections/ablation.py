@@ -31,7 +31,9 @@ def _per_head(seed: int, values: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame({"seed": seed, "layer": layer.ravel(), "head": head.ravel(), "ppl_ablated": values.ravel()})
 
 
-def ablation_perplexity_table(model, tokens: np.ndarray, lengths: np.ndarray, batch_size: int, seed: int) -> pd.DataFrame:
+def ablation_perplexity_table(
+    model, tokens: np.ndarray, lengths: np.ndarray, batch_size: int, seed: int
+) -> pd.DataFrame:
     """PERPLEXITY_COLUMNS: the anchor's perplexity on prompts (tokens [prompt, pos] right-padded,
     lengths [prompt], as cached), unablated (ppl_baseline) and with each head zeroed (ppl_ablated)."""
     order = np.argsort(lengths, kind="stable")  # similar lengths per batch: less padding, same sums
@@ -69,7 +71,9 @@ def ablation_table(
         raise ValueError(f"ppl_ablated must be [layer, head], got shape {ppl_ablated.shape}")
     chosen = select_rows(head_stability, "head stability", anchor_seed=seed, promptset=promptset, scope=scope)
     if chosen.duplicated(["layer", "head"]).any():
-        raise ValueError("head stability has several rows per (layer, head) for this anchor; pass promptset and scope to pick one")
+        raise ValueError(
+            "head stability has several rows per (layer, head) for this anchor; pass promptset and scope to pick one"
+        )
     table = _per_head(seed, ppl_ablated).assign(delta_ppl=ppl_ablated.ravel() - ppl_baseline)
     table = table.merge(
         chosen[["layer", "head", "stability"]].astype({"layer": int, "head": int}),

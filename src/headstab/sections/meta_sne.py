@@ -18,38 +18,37 @@ from tqdm import tqdm
 log = logging.getLogger(__name__)
 
 
-def token_mean_head_output(head_out: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def token_mean_head_output(hook_z: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Average each head's output over the real tokens of each prompt.
 
-    head_out: [layer, prompt, pos, head, d_head] (`attn.hook_z`, zero-padded); lengths: [prompt].
+    hook_z: [layer, prompt, pos, head, d_head] (`attn.hook_z`, zero-padded); lengths: [prompt].
     Returns [layer, head, prompt, d_head].
     """
-    head_out = np.asarray(head_out)
+    hook_z = np.asarray(hook_z)
     lengths = np.asarray(lengths)
-    if head_out.ndim != 5:
-        raise ValueError(f"head_out must be [layer, prompt, pos, head, d_head], got {head_out.shape}")
-    n_prompts, n_pos = head_out.shape[1], head_out.shape[2]
+    if hook_z.ndim != 5:
+        raise ValueError(f"hook_z must be [layer, prompt, pos, head, d_head], got {hook_z.shape}")
+    n_prompts, n_pos = hook_z.shape[1], hook_z.shape[2]
     if lengths.shape != (n_prompts,) or lengths.min(initial=1) < 1 or lengths.max(initial=0) > n_pos:
         raise ValueError(
-            f"lengths must be [prompt] = ({head_out.shape[1]},) with values in 1..{head_out.shape[2]}, "
-            f"got {lengths}"
+            f"lengths must be [prompt] = ({hook_z.shape[1]},) with values in 1..{hook_z.shape[2]}, got {lengths}"
         )
-    real = (np.arange(head_out.shape[2])[None, :] < lengths[:, None]).astype(np.float64)
+    real = (np.arange(hook_z.shape[2])[None, :] < lengths[:, None]).astype(np.float64)
     # Masked, not trusting zero padding; float64 sums of float32 values are exact, so a constant head's
     # description is exactly zero.
-    sums = np.einsum("lpshd,ps->lhpd", head_out.astype(np.float64), real)
+    sums = np.einsum("lpshd,ps->lhpd", hook_z.astype(np.float64), real)
     return sums / lengths[None, None, :, None]
 
 
-def head_descriptions(head_out: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def head_descriptions(hook_z: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Each head's description: distances between prompts of its token-averaged output.
 
-    head_out: [layer, prompt, pos, head, d_head] (zero-padded); lengths: [prompt].
+    hook_z: [layer, prompt, pos, head, d_head] (zero-padded); lengths: [prompt].
     Returns [layer, head, n_prompts * (n_prompts - 1) / 2]: the upper triangle of the prompt x prompt
     Euclidean distance matrix in row-major order (as `scipy.spatial.distance.pdist`). The diagonal
     (always 0) and the mirrored lower triangle carry no information and are left out.
     """
-    means = token_mean_head_output(head_out, lengths)  # [layer, head, prompt, d_head]
+    means = token_mean_head_output(hook_z, lengths)  # [layer, head, prompt, d_head]
     n_prompts = means.shape[2]
     if n_prompts < 2:
         raise ValueError(f"need at least two prompts to describe a head, got {n_prompts}")
@@ -64,8 +63,9 @@ def head_descriptions(head_out: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 def refit_descriptions(cache: Any, promptset: str) -> np.ndarray:
     """[layer, head, n_prompt_pairs] of one refit from its open cache, one layer of hook_z read at a time."""
     lengths = cache.lengths(promptset)
-    return np.stack([head_descriptions(cache.hook_z(promptset, layer=layer)[None], lengths)[0]
-                     for layer in range(cache.n_layers)])
+    return np.stack(
+        [head_descriptions(cache.hook_z(promptset, layer=layer)[None], lengths)[0] for layer in range(cache.n_layers)]
+    )
 
 
 def describe_refits(cache_paths: Mapping[tuple[str, int], str], promptset: str) -> dict[tuple[str, int], np.ndarray]:
@@ -110,8 +110,9 @@ def meta_sne_frame(
                 f"{n_features}; all refits must use the same prompt set"
             )
         if architecture not in facts:
-            raise ValueError(f"no optimizer and attention-only facts for architecture {architecture!r}; "
-                             f"facts cover {sorted(facts)}")
+            raise ValueError(
+                f"no optimizer and attention-only facts for architecture {architecture!r}; facts cover {sorted(facts)}"
+            )
         n_layers, n_heads = desc.shape[:2]
         layer, head = np.meshgrid(np.arange(n_layers), np.arange(n_heads), indexing="ij")
         frames.append(
@@ -132,9 +133,7 @@ def meta_sne_frame(
     return pd.concat(frames, ignore_index=True), np.concatenate(blocks, axis=0)
 
 
-def meta_sne_embedding(
-    features: np.ndarray, perplexity: float = 30.0, seed: int = 0, n_threads: int = 1
-) -> np.ndarray:
+def meta_sne_embedding(features: np.ndarray, perplexity: float = 30.0, seed: int = 0, n_threads: int = 1) -> np.ndarray:
     """2-D t-SNE of head descriptions (scikit-learn, Barnes-Hut, PCA initialisation).
 
     features: [n_heads_total, n_features]. perplexity is clipped to (n - 1) / 3 (at least 1), since
@@ -179,9 +178,11 @@ def meta_sne_table(
         )
     frame, features = meta_sne_frame(descriptions, facts)
     xy = np.empty((len(frame), 2))
-    groups = [np.arange(len(frame))] if embedding == "joint" else [
-        np.flatnonzero(frame["optimizer"].to_numpy() == optimizer) for optimizer in frame["optimizer"].unique()
-    ]
+    groups = (
+        [np.arange(len(frame))]
+        if embedding == "joint"
+        else [np.flatnonzero(frame["optimizer"].to_numpy() == optimizer) for optimizer in frame["optimizer"].unique()]
+    )
     for rows in groups:
         xy[rows] = meta_sne_embedding(features[rows], perplexity=perplexity, seed=seed, n_threads=n_threads)
     return frame.assign(tsne_x=xy[:, 0], tsne_y=xy[:, 1], embedding=embedding)

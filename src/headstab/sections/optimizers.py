@@ -61,27 +61,27 @@ def _real_mask(lengths: np.ndarray, n_pos: int) -> np.ndarray:
 
 
 def attention_output_from_z(
-    head_out: np.ndarray, W_O: np.ndarray, b_O: np.ndarray, lengths: np.ndarray | None = None
+    hook_z: np.ndarray, W_O: np.ndarray, b_O: np.ndarray, lengths: np.ndarray | None = None
 ) -> np.ndarray:
     """Attention sub-layer output from the cached `hook_z`.
 
-    head_out: [layer, prompt, pos, head, d_head] (`attn.hook_z`, zero-padded);
+    hook_z: [layer, prompt, pos, head, d_head] (`attn.hook_z`, zero-padded);
     W_O: [layer, head, d_head, d_model]; b_O: [layer, d_model]; lengths: [prompt], to keep padding
     positions at zero (the bias would otherwise fill them).
     Returns [layer, prompt, pos, d_model] = sum_h z_h W_O[h] + b_O (`hook_attn_out`).
     """
-    head_out = np.asarray(head_out)
+    hook_z = np.asarray(hook_z)
     W_O, b_O = np.asarray(W_O), np.asarray(b_O)
-    if head_out.ndim != 5 or W_O.shape[:3] != (head_out.shape[0], head_out.shape[3], head_out.shape[4]):
+    if hook_z.ndim != 5 or W_O.shape[:3] != (hook_z.shape[0], hook_z.shape[3], hook_z.shape[4]):
         raise ValueError(
-            f"head_out {head_out.shape} [layer, prompt, pos, head, d_head] and W_O {W_O.shape} "
+            f"hook_z {hook_z.shape} [layer, prompt, pos, head, d_head] and W_O {W_O.shape} "
             "[layer, head, d_head, d_model] disagree"
         )
     if b_O.shape != (W_O.shape[0], W_O.shape[3]):
         raise ValueError(f"b_O must be [layer, d_model] = {(W_O.shape[0], W_O.shape[3])}, got {b_O.shape}")
-    out = np.einsum("lpshd,lhdm->lpsm", head_out, W_O, dtype=np.float32) + b_O[:, None, None, :]
+    out = np.einsum("lpshd,lhdm->lpsm", hook_z, W_O, dtype=np.float32) + b_O[:, None, None, :]
     if lengths is not None:
-        out[:, ~_real_mask(lengths, head_out.shape[2])] = 0.0
+        out[:, ~_real_mask(lengths, hook_z.shape[2])] = 0.0
     return out.astype(np.float32, copy=False)
 
 
@@ -112,15 +112,17 @@ def activation_norms(attn_out: np.ndarray, resid_mid: np.ndarray, lengths: np.nd
     return pd.concat(frames, ignore_index=True)
 
 
-def refit_activation_norms(cache: Any, state: Mapping[str, Any], promptset: str, spec: ArchitectureSpec) -> pd.DataFrame:
+def refit_activation_norms(
+    cache: Any, state: Mapping[str, Any], promptset: str, spec: ArchitectureSpec
+) -> pd.DataFrame:
     """Mean per-token norms of one refit from its open cache (a `headstab.activations.reader` reader)
     and its weights, one layer at a time (attention output rebuilt from hook_z and W_O)."""
     W_O, b_O = output_weights(state, spec.n_layers, spec.n_heads, spec.d_head)
     lengths = cache.lengths(promptset)
     frames = []
     for layer in range(cache.n_layers):
-        head_out = cache.hook_z(promptset, layer=layer)[None]  # [1, prompt, pos, head, d_head]
-        attn_out = attention_output_from_z(head_out, W_O[layer : layer + 1], b_O[layer : layer + 1], lengths)
+        hook_z = cache.hook_z(promptset, layer=layer)[None]  # [1, prompt, pos, head, d_head]
+        attn_out = attention_output_from_z(hook_z, W_O[layer : layer + 1], b_O[layer : layer + 1], lengths)
         resid_mid = cache.resid(promptset, "hook_resid_mid", layer=layer)[None]
         frames.append(activation_norms(attn_out, resid_mid, lengths).assign(layer=layer))
     return pd.concat(frames, ignore_index=True)
@@ -207,12 +209,18 @@ def perplexity_table(ppl: pd.DataFrame, comparison: Mapping[str, float], arch_of
     refits; seed empty) or `comparison` (architecture "{adam} vs {adamw}", optimizer "AdamW - Adam":
     difference of means, welch_t, welch_p, mannwhitney_u, mannwhitney_p, all two-sided).
     """
-    rows = [("refit", arch_of[r.optimizer], r.optimizer, r.seed, "perplexity", r.perplexity)
-            for r in ppl.itertuples(index=False)]
+    rows = [
+        ("refit", arch_of[r.optimizer], r.optimizer, r.seed, "perplexity", r.perplexity)
+        for r in ppl.itertuples(index=False)
+    ]
     for optimizer, suffix in (("Adam", "adam"), ("AdamW", "adamw")):
-        rows += [("optimizer", arch_of[optimizer], optimizer, None, stat, comparison[f"{stat}_{suffix}"])
-                 for stat in ("mean", "std", "n")]
+        rows += [
+            ("optimizer", arch_of[optimizer], optimizer, None, stat, comparison[f"{stat}_{suffix}"])
+            for stat in ("mean", "std", "n")
+        ]
     pair = f"{arch_of['Adam']} vs {arch_of['AdamW']}"
-    rows += [("comparison", pair, "AdamW - Adam", None, stat, comparison[stat])
-             for stat in ("difference", "welch_t", "welch_p", "mannwhitney_u", "mannwhitney_p")]
+    rows += [
+        ("comparison", pair, "AdamW - Adam", None, stat, comparison[stat])
+        for stat in ("difference", "welch_t", "welch_p", "mannwhitney_u", "mannwhitney_p")
+    ]
     return pd.DataFrame(rows, columns=PERPLEXITY_COLUMNS).astype({"seed": "Int64"})

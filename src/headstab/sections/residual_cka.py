@@ -30,11 +30,15 @@ def kernel_label(kernel: str, debiased: bool) -> str:
     return f"{label}, debiased" if debiased else label
 
 
-def layer_tokens(caches: Mapping[int, Any], promptset: str, layer: int, keep: np.ndarray, hook: str) -> dict[int, np.ndarray]:
+def layer_tokens(
+    caches: Mapping[int, Any], promptset: str, layer: int, keep: np.ndarray, hook: str
+) -> dict[int, np.ndarray]:
     """seed -> [1, n_kept, d_model]: real-token activations of residual hook `hook` of one layer, the same
     tokens for every refit."""
-    return {seed: token_activations(cache.resid(promptset, hook, layer=layer), cache.lengths(promptset))[keep][None]
-            for seed, cache in caches.items()}
+    return {
+        seed: token_activations(cache.resid(promptset, hook, layer=layer), cache.lengths(promptset))[keep][None]
+        for seed, cache in caches.items()
+    }
 
 
 def promptset_cka(
@@ -51,13 +55,16 @@ def promptset_cka(
     first = next(iter(caches))
     for seed, cache in caches.items():
         if not np.array_equal(lengths[seed], lengths[first]):
-            raise ValueError(f"caches {caches[first].path} and {cache.path} tokenize prompt set '{promptset}' "
-                             "differently; CKA needs the same tokens in every refit (rebuild the stale cache)")
+            raise ValueError(
+                f"caches {caches[first].path} and {cache.path} tokenize prompt set '{promptset}' "
+                "differently; CKA needs the same tokens in every refit (rebuild the stale cache)"
+            )
     keep = subsample_tokens(int(lengths[first].sum()), max_tokens)
     frames = []
     for layer in range(caches[first].n_layers):
-        table = pairwise_layer_cka(layer_tokens(caches, promptset, layer, keep, hook), kernel=kernel,
-                                   threshold=threshold, debiased=debiased)
+        table = pairwise_layer_cka(
+            layer_tokens(caches, promptset, layer, keep, hook), kernel=kernel, threshold=threshold, debiased=debiased
+        )
         frames.append(table.assign(layer=layer))
     log.info("%s: %d of %d tokens per refit, %s", promptset, len(keep), int(lengths[first].sum()), hook)
     return pd.concat(frames, ignore_index=True).assign(promptset=promptset)[CKA_COLUMNS]

@@ -40,8 +40,16 @@ def stability_gap_table(
         i_max, i_min = int(np.argmax(means)), int(np.argmin(means))
         l_max, l_min = i_max + 1, i_min + 1
         rows.append(
-            (anchor, means[i_max], means[i_min], means[i_max] - means[i_min],
-             l_max, l_min, l_max / n_layers, l_min / n_layers)
+            (
+                anchor,
+                means[i_max],
+                means[i_min],
+                means[i_max] - means[i_min],
+                l_max,
+                l_min,
+                l_max / n_layers,
+                l_min / n_layers,
+            )
         )
     return pd.DataFrame(rows, columns=GAP_COLUMNS)
 
@@ -52,7 +60,9 @@ def stability_gap_summary(
     """SUMMARY_COLUMNS of every architecture: layer_stability maps architecture -> its table, facts
     architecture -> `headstab.sections.architecture_facts`."""
     frames = [
-        stability_gap_table(table, facts[arch]["n_layers"], promptset=promptset).assign(architecture=arch, **facts[arch])
+        stability_gap_table(table, facts[arch]["n_layers"], promptset=promptset).assign(
+            architecture=arch, **facts[arch]
+        )
         for arch, table in layer_stability.items()
     ]
     return pd.concat(frames, ignore_index=True)[SUMMARY_COLUMNS]

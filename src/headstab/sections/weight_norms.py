@@ -110,7 +110,9 @@ def layer_weight_norms(
             key = f"blocks.{layer}.{_STATE_KEYS[matrix]}"
             if key not in state:
                 if matrix in ATTENTION_MATRICES:
-                    raise KeyError(f"state dict lacks {key!r} (needed for {matrix}); keys look like {sorted(state)[:4]}")
+                    raise KeyError(
+                        f"state dict lacks {key!r} (needed for {matrix}); keys look like {sorted(state)[:4]}"
+                    )
                 continue
             w = to_numpy(state[key])
             if matrix in ATTENTION_MATRICES:
@@ -129,8 +131,9 @@ def refit_weight_norms(
 ) -> pd.DataFrame:
     """NORM_COLUMNS of every refit: weights maps seed -> its final.pt, in the order to report."""
     frames = [
-        layer_weight_norms(trained_state(spec, path, weight_processing), spec.n_layers, spec.n_heads, spec.d_head,
-                           attention_norm).assign(seed=seed)
+        layer_weight_norms(
+            trained_state(spec, path, weight_processing), spec.n_layers, spec.n_heads, spec.d_head, attention_norm
+        ).assign(seed=seed)
         for seed, path in weights.items()
     ]
     return pd.concat(frames, ignore_index=True)[NORM_COLUMNS]
@@ -190,11 +193,16 @@ def weight_norm_summary(
         for matrix in [m for m in MATRIX_ORDER if m in set(table["matrix"])]:
             rows_m = table[table["matrix"] == matrix]
             first = rows_m[rows_m["anchor_seed"] == anchor_seeds[arch]]
-            rows.append({
-                "architecture": arch, **facts[arch], "matrix": matrix,
-                "mean_pearson_r": rows_m["pearson_r"].mean(), "std_pearson_r": rows_m["pearson_r"].std(ddof=0),
-                "n_anchors": int(rows_m["pearson_r"].notna().sum()),
-                "first_anchor_r": first["pearson_r"].iloc[0] if len(first) else float("nan"),
-                "first_anchor_p": first["p_value"].iloc[0] if len(first) else float("nan"),
-            })
+            rows.append(
+                {
+                    "architecture": arch,
+                    **facts[arch],
+                    "matrix": matrix,
+                    "mean_pearson_r": rows_m["pearson_r"].mean(),
+                    "std_pearson_r": rows_m["pearson_r"].std(ddof=0),
+                    "n_anchors": int(rows_m["pearson_r"].notna().sum()),
+                    "first_anchor_r": first["pearson_r"].iloc[0] if len(first) else float("nan"),
+                    "first_anchor_p": first["p_value"].iloc[0] if len(first) else float("nan"),
+                }
+            )
     return pd.DataFrame(rows)

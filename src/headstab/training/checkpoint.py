@@ -47,7 +47,13 @@ def rng_state() -> dict[str, Any]:
     return {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos, "has_gauss": has_gauss, "gauss": gauss},
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": pos,
+            "has_gauss": has_gauss,
+            "gauss": gauss,
+        },
         "python": {"version": version, "state": list(py_state), "gauss": py_gauss},
     }
 
@@ -57,7 +63,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
     if state["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
     np_state = state["numpy"]
-    np.random.set_state((np_state["kind"], np_state["keys"].numpy().astype(np.uint32), np_state["pos"], np_state["has_gauss"], np_state["gauss"]))
+    np.random.set_state(
+        (
+            np_state["kind"],
+            np_state["keys"].numpy().astype(np.uint32),
+            np_state["pos"],
+            np_state["has_gauss"],
+            np_state["gauss"],
+        )
+    )
     py = state["python"]
     random.setstate((py["version"], tuple(py["state"]), py["gauss"]))
 
@@ -91,7 +105,9 @@ def load_latest_state(out_dir: Path) -> tuple[dict[str, Any] | None, Path | None
         expected = recorded[0] if recorded else ""
         found = sha256_file(path)
         if found != expected:
-            log.warning("checkpoint %s fails its sha256 check (expected %s, found %s); skipping it", path, expected, found)
+            log.warning(
+                "checkpoint %s fails its sha256 check (expected %s, found %s); skipping it", path, expected, found
+            )
             continue
         try:
             return torch.load(path, map_location="cpu", weights_only=True), path
@@ -117,4 +133,3 @@ def why_not_resumable(state: dict[str, Any], identity: dict[str, Any], steps: in
     if state["step"] > steps:
         return f"at step {state['step']}, beyond the {steps} steps now requested"
     return None
-

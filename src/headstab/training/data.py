@@ -8,9 +8,9 @@ epoch), as the paper's code shuffles its dataset.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -29,7 +29,7 @@ class TokenWindows:
     seq_len: int
 
     @classmethod
-    def open(cls, shard_paths: Sequence[str | Path], seq_len: int) -> "TokenWindows":
+    def open(cls, shard_paths: Sequence[str | Path], seq_len: int) -> TokenWindows:
         shards = tuple(load_shards(shard_paths))
         counts = [len(s) // seq_len for s in shards]
         return cls(shards, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), seq_len)
@@ -85,7 +85,9 @@ def training_steps(spec: ArchitectureSpec, n_windows: int, corpus_label: str) ->
     return steps
 
 
-def check_vocabulary(spec: ArchitectureSpec, tokenizer_size: int | None, max_token_id: int, tokenizer_label: str, corpus_label: str) -> None:
+def check_vocabulary(
+    spec: ArchitectureSpec, tokenizer_size: int | None, max_token_id: int, tokenizer_label: str, corpus_label: str
+) -> None:
     """The model's embedding must cover the tokenizer and every token id in the shards."""
     if tokenizer_size is not None and tokenizer_size > spec.d_vocab:
         raise TrainingError(
@@ -99,4 +101,3 @@ def check_vocabulary(spec: ArchitectureSpec, tokenizer_size: int | None, max_tok
             f"'{spec.name}'; were the shards built with another tokenizer? Rebuild them (delete the corpus directory "
             f"and rerun) or raise `architectures.{spec.name}.d_vocab`"
         )
-

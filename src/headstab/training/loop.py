@@ -12,9 +12,10 @@ import math
 import shlex
 import sys
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -178,7 +179,9 @@ def resume(refit: Refit, model: Any, optimizer: torch.optim.Optimizer) -> Positi
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     set_rng_state(state["rng"])
-    log.info("resuming %s seed %d from %s (step %d of %d)", refit.spec.name, refit.seed, path, state["step"], refit.steps)
+    log.info(
+        "resuming %s seed %d from %s (step %d of %d)", refit.spec.name, refit.seed, path, state["step"], refit.steps
+    )
     return Position(step=state["step"], log_rows=state["log_rows"], row_losses=state["row_losses"],
                     seconds_before=state["seconds"], resumed_from=path, last_good=path)  # fmt: skip
 
@@ -253,9 +256,13 @@ def _flush_losses(refit: Refit, position: Position, step_losses: list[torch.Tens
             raise NonFiniteLossError(_stopped(refit, position, f"loss is {value} at step {bad_step} (lr {spec.lr:g})"))
         if value > threshold:
             raise DivergenceError(
-                _stopped(refit, position, f"loss {value:.4g} at step {bad_step} is above the divergence threshold "
-                         f"{threshold:.3g} (divergence_factor {spec.divergence_factor:g} x ln(d_vocab {spec.d_vocab}); "
-                         f"lr {spec.lr:g}), so the run diverged")  # fmt: skip
+                _stopped(
+                    refit,
+                    position,
+                    f"loss {value:.4g} at step {bad_step} is above the divergence threshold "
+                    f"{threshold:.3g} (divergence_factor {spec.divergence_factor:g} x ln(d_vocab {spec.d_vocab}); "
+                    f"lr {spec.lr:g}), so the run diverged",
+                )  # fmt: skip
                 + f" If a loss this high is expected, raise `architectures.{spec.name}.divergence_factor` instead."
             )
     position.row_losses.extend(values)
