@@ -77,6 +77,7 @@ def cache_path(tmp_path_factory, model, token_sets):
         prompt_texts={"primary": [f"prompt {i}" for i in range(7)], "len5": ["a b", "c d", "ünï"]},
         set_attrs={"primary": {"prompt_file": "p.json", "prompt_file_sha256": "ab" * 32}},
         attrs={"architecture": "tiny", "seed": 1, "packages": {"h5py": h5py.__version__}},
+        compression_level=1,  # the compressed route (the default is uncompressed: test_writer covers it)
         show_progress=False,
     )
     return path
@@ -92,6 +93,7 @@ def resid_pre_cache_path(tmp_path_factory, model, token_sets):
         pad_token_id=0,
         batch_size=3,
         extra_resid_hooks=("hook_resid_pre",),
+        compression_level=1,
         show_progress=False,
     )
     return path

@@ -138,11 +138,9 @@ def test_float16_switch_stores_float16_close_to_float32(tmp_path, cache_path, mo
         assert (values16["hook_pattern"][:, 1, :, 3:, :] == 0.0).all()
 
 
-def test_uncompressed_option_round_trips(tmp_path, cache_path, model, token_sets):
+def test_uncompressed_default_round_trips(tmp_path, cache_path, model, token_sets):
     path = tmp_path / "raw.h5"
-    write_activation_cache(
-        path, model, token_sets, pad_token_id=0, batch_size=3, compression_level=None, show_progress=False
-    )
+    write_activation_cache(path, model, token_sets, pad_token_id=0, batch_size=3, show_progress=False)
     with open_cache(path) as raw, open_cache(cache_path) as compressed:
         assert raw.attrs["compression"] == "none"
         for key, values in read_all(raw).items():
