@@ -44,6 +44,17 @@ TINY_ARCHITECTURE: dict[str, Any] = {
 
 
 @pytest.fixture
+def one_thread():
+    """One torch thread: on a shared 2-core machine a second, spinning OpenMP thread makes small steps ~10x slower."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def tiny_spec() -> Callable[..., ArchitectureSpec]:
     """Factory of tiny ArchitectureSpecs (2 layers, 2 heads, d_model 16, n_ctx 16, vocab 32); keywords override fields."""
 

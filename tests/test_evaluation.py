@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from bridges import tiny_bridge
 from tolerances import reduction_rtol
 
 from headstab.evaluation import (
@@ -23,25 +24,7 @@ PPL_RTOL = reduction_rtol(np.float32, 2 * (32 + 64) + 50) * math.log(50)
 
 
 def _tiny_model(seed: int = 1):
-    from transformer_lens.config import TransformerBridgeConfig
-    from transformer_lens.model_bridge import TransformerBridge
-
-    cfg = TransformerBridgeConfig(
-        n_layers=2,
-        n_heads=4,
-        d_model=32,
-        d_head=D_HEAD,
-        d_mlp=64,
-        n_ctx=32,
-        d_vocab=50,
-        act_fn="gelu",
-        normalization_type="LN",
-        positional_embedding_type="standard",
-        init_mode="gpt2",
-        seed=seed,
-        attn_only=False,
-    )
-    model = TransformerBridge.boot_native(cfg)
+    model = tiny_bridge(d_head=D_HEAD, seed=seed)
     model.eval()
     return model
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from bridges import tiny_bridge
 from tolerances import reduction_atol
 
 from headstab.activations.writer import write_activation_cache
@@ -23,25 +24,16 @@ def forward_atol(values: np.ndarray) -> float:
 
 
 def make_model(attn_only: bool = False, seed: int = 1, n_heads: int = N_HEADS, n_ctx: int = N_CTX):
-    from transformer_lens.config import TransformerBridgeConfig
-    from transformer_lens.model_bridge import TransformerBridge
-
-    cfg = TransformerBridgeConfig(
+    return tiny_bridge(
         n_layers=N_LAYERS,
         n_heads=n_heads,
         d_model=D_MODEL,
         d_head=D_HEAD,
-        d_mlp=64,
         n_ctx=n_ctx,
         d_vocab=D_VOCAB,
-        act_fn="gelu",
-        normalization_type="LN",
-        positional_embedding_type="standard",
-        init_mode="gpt2",
         seed=seed,
         attn_only=attn_only,
     )
-    return TransformerBridge.boot_native(cfg)
 
 
 def edited_copy(source: Path, destination: Path, edit) -> Path:

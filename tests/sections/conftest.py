@@ -3,6 +3,7 @@ in-memory stand-in for an activation-cache reader (headstab.activations.reader).
 
 from __future__ import annotations
 
+import bridges
 import numpy as np
 import pandas as pd
 import pytest
@@ -10,25 +11,7 @@ import pytest
 
 def tiny_bridge(attn_only: bool):
     """2 layers x 4 heads, d_model 32, d_head 8, vocabulary 50, seed 3."""
-    from transformer_lens.config import TransformerBridgeConfig
-    from transformer_lens.model_bridge import TransformerBridge
-
-    cfg = TransformerBridgeConfig(
-        n_layers=2,
-        n_heads=4,
-        d_model=32,
-        d_head=8,
-        d_mlp=None if attn_only else 64,
-        n_ctx=32,
-        d_vocab=50,
-        act_fn="gelu",
-        normalization_type="LN",
-        positional_embedding_type="standard",
-        init_mode="gpt2",
-        seed=3,
-        attn_only=attn_only,
-    )
-    return TransformerBridge.boot_native(cfg)
+    return bridges.tiny_bridge(seed=3, attn_only=attn_only)
 
 
 @pytest.fixture(scope="package")

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from bridges import tiny_bridge
 from tolerances import reduction_rtol
 
 from headstab.evaluation import head_ablation_perplexities, perplexity
@@ -22,25 +23,7 @@ PPL_RTOL = reduction_rtol(np.float32, 2 * (32 + 64) + 50) * math.log(50)
 
 
 def _tiny_model():
-    from transformer_lens.config import TransformerBridgeConfig
-    from transformer_lens.model_bridge import TransformerBridge
-
-    cfg = TransformerBridgeConfig(
-        n_layers=2,
-        n_heads=4,
-        d_model=32,
-        d_head=8,
-        d_mlp=64,
-        n_ctx=32,
-        d_vocab=50,
-        act_fn="gelu",
-        normalization_type="LN",
-        positional_embedding_type="standard",
-        init_mode="gpt2",
-        seed=1,
-        attn_only=False,
-    )
-    model = TransformerBridge.boot_native(cfg)
+    model = tiny_bridge(seed=1)
     model.eval()
     return model
 

@@ -13,12 +13,8 @@ PERIOD = np.array([5, 17, 3, 29, 11, 2, 23, 8, 14, 30, 1, 19, 26, 7, 12, 21])  #
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: on the shared 2-core test machine a second, spinning OpenMP thread slows the small steps."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _single_thread(one_thread):
+    """Every training test runs on one torch thread (tests/conftest.py's one_thread)."""
 
 
 def write_shards(directory: Path, arrays, dtype=np.uint16) -> list[Path]:
