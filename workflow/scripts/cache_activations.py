@@ -2,7 +2,7 @@
 
 import torch
 
-from headstab.activations.writer import GZIP_LEVEL, cache_activations
+from headstab.activations.writer import cache_activations
 from headstab.config import spec_from_dict
 from headstab.fileio import sha256_file
 from headstab.joblog import run_job
@@ -42,7 +42,7 @@ def main():
         prepend_bos=options["prepend_bos"],
         batch_size=options["batch_size"],
         dtype=options["dtype"],
-        compression_level=options.get("compression_level", GZIP_LEVEL),  # hook_z, residual hooks; never hook_pattern
+        compression_level=options["compression_level"],  # hook_z, residual hooks; never hook_pattern
         prompt_files=prompt_files,
         extra_resid_hooks=options.get("extra_resid_hooks", ()),  # from analysis.cka_hook (cache_options)
         attrs={
