@@ -137,3 +137,16 @@ def test_network_targets_are_the_hub_downloads_only(paper, demo):
     ] == targets[: len([t for t in tokenizers if paper["tokenizers"][t]["source"] == "hub"])]
     assert [layout.heldout_shard(HELDOUT_HUB_DATASET, name) for name in tokenizers] == targets[-len(tokenizers) :]
     assert len(targets) == len(set(targets))
+
+
+def test_wildcard_lookup_returns_the_jobs_entry_and_names_a_missing_one():
+    from types import SimpleNamespace
+
+    from headstab.planning import WildcardLookup
+
+    table = {"l2_h8": {"train_inputs": {"tokenizer": "tok/meta.json"}, "seeds": [1, 2]}, "l4_h8": {"seeds": [3]}}
+    assert WildcardLookup(table, "arch", "train_inputs", "tokenizer")(SimpleNamespace(arch="l2_h8")) == "tok/meta.json"
+    assert WildcardLookup(table, "arch", "seeds")(SimpleNamespace(arch="l4_h8")) == [3]
+    assert WildcardLookup(table, "arch")(SimpleNamespace(arch="l4_h8")) is table["l4_h8"]
+    with pytest.raises(KeyError, match="l8_h16"):
+        WildcardLookup(table, "arch", "seeds")(SimpleNamespace(arch="l8_h16"))

@@ -7,6 +7,8 @@ they are exactly the rules whose `resources:` declare `gpu` (workflow/rules/*.sm
 runs a model declares `gpu=MODEL_GPUS` (common.smk) and is added here.
 """
 
+from pathlib import PurePath
+
 # The rules that run a model: training, the activation caches, the validation perplexity of every
 # refit (optimizers.smk, §4.5) and the anchor's head ablations (ablation.smk, §4.8).
 GPU_RULES = ("train", "cache_activations", "validation_perplexity", "ablation_perplexity")
@@ -40,7 +42,7 @@ class Layout:
         """The file that exists once tokenizer `name` is ready (the rules' sentinel output)."""
         entry = self._tokenizers[name]
         if entry["source"] == "local":
-            return f"{entry['path'].rstrip('/')}/tokenizer_config.json"
+            return str(PurePath(entry["path"]) / "tokenizer_config.json")
         return f"{self.results}/tokenizers/{name}/meta.json"
 
     def prompt_check_record(self, tokenizer: str, n_ctx: int | str) -> str:

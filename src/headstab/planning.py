@@ -18,6 +18,26 @@ HELDOUT_HUB = {"name": "wikitext", "config_name": "wikitext-2-raw-v1", "split": 
 HELDOUT_HUB_DATASET = f"{HELDOUT_HUB['config_name']}_{HELDOUT_HUB['split']}"
 
 
+class WildcardLookup:
+    """A Snakemake input, params or resource function: `table[<the job's wildcard>][key]...`.
+
+    Constant time per job, where `lookup(dpath=..., within=table)` walks the whole table on every call
+    (minutes of planning for the full paper's 2,420 train and cache jobs).
+    """
+
+    def __init__(self, table: Mapping[str, Any], wildcard: str, *keys: str) -> None:
+        self.table, self.wildcard, self.keys = table, wildcard, keys
+
+    def __call__(self, wildcards: Any) -> Any:
+        value = self.table[getattr(wildcards, self.wildcard)]
+        for key in self.keys:
+            value = value[key]
+        return value
+
+    def __repr__(self) -> str:
+        return f"WildcardLookup({{{self.wildcard}}}/{'/'.join(self.keys)})"
+
+
 def names_regex(names: Iterable[str]) -> str:
     """A wildcard constraint matching exactly `names`, longest first (one that never matches when empty)."""
     ordered = sorted(names, key=len, reverse=True)

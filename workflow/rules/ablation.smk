@@ -39,8 +39,8 @@ rule ablation_perplexity:
         mem_mb=4000,
         runtime=30,
     params:
-        spec=lookup(dpath="{arch}/refit_spec", within=ARCH),
-        anchor_seed=lookup(dpath="{arch}/anchor_seed", within=ARCH),
+        spec=by_arch("refit_spec"),
+        anchor_seed=by_arch("anchor_seed"),
         promptset=PRIMARY,
         batch_size=config["analysis"]["ablation_batch_size"],
         weight_processing=config["analysis"]["weight_processing"],
@@ -74,7 +74,7 @@ rule ablation:
         mem_mb=1000,
         runtime=10,
     params:
-        configuration=lookup(dpath="{arch}/configuration", within=ARCH),
+        configuration=by_arch("configuration"),
         promptset=PRIMARY,
     script:
         "../scripts/ablation.py"

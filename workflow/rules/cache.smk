@@ -10,7 +10,7 @@ rule cache_activations:
     set (HDF5), plus the residual hook analysis.cka_hook names when it is another (cache.extra_resid_hooks)."""
     input:
         weights=final_weights("{arch}", "{seed}"),
-        tokenizer=lookup(dpath="{arch}/train_inputs/tokenizer", within=ARCH),
+        tokenizer=by_arch("train_inputs", "tokenizer"),
         prompts=PROMPT_FILES,
     output:
         f"{RESULTS}/{{arch}}/caches/seed{{seed}}.h5",
@@ -23,17 +23,17 @@ rule cache_activations:
     threads: COMPUTE["cache_threads"]  # torch's forward pass (the HDF5 writes are single-threaded)
     resources:
         gpu=MODEL_GPUS,
-        mem_mb=lookup(dpath="{arch}/cache_mem_mb", within=ARCH),
-        runtime=lookup(dpath="{arch}/cache_runtime", within=ARCH),
+        mem_mb=by_arch("cache_mem_mb"),
+        runtime=by_arch("cache_runtime"),
     params:
         prompt_sets=config["prompt_sets"],
         cache=planning.cache_options(config),  # config["cache"] (+ extra_resid_hooks from analysis.cka_hook)
         # A new cache layout changes this param, so Snakemake rebuilds caches written by older code.
         format_version=CACHE_FORMAT_VERSION,
         weight_processing=config["analysis"]["weight_processing"],  # TL2 steps applied on load (docs/fidelity.md)
-        spec=lookup(dpath="{arch}/job_spec", within=ARCH),
-        tokenizer=lookup(dpath="{arch}/tokenizer", within=ARCH),
-        tokenizer_dir=lookup(dpath="{arch}/tokenizer_dir", within=ARCH),
+        spec=by_arch("job_spec"),
+        tokenizer=by_arch("tokenizer"),
+        tokenizer_dir=by_arch("tokenizer_dir"),
         device=COMPUTE["device"],
     script:
         "../scripts/cache_activations.py"

@@ -4,6 +4,7 @@
 
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 # The library, also without `pip install -e .`: on sys.path for this process, and on PYTHONPATH for
@@ -65,7 +66,7 @@ summary_figure_path = LAYOUT.summary_figure_path
 
 SEEDS = {arch: list(spec.seeds) for arch, spec in SPECS.items()}
 ANCHOR_SEEDS = {arch: seeds[0] for arch, seeds in SEEDS.items()}  # the paper's single-anchor view: the first seed
-# Per architecture: what its rules look up with lookup(dpath="{arch}/<key>", within=ARCH).
+# Per architecture: what its rules look up with by_arch("<key>").
 ARCH = {
     arch: {
         "job_spec": planning.job_spec(spec),  # train and cache params: without seeds
@@ -98,6 +99,8 @@ ARCH = {
     for arch, spec in SPECS.items()
 }
 MODEL_GPUS = resources.model_gpus(COMPUTE["device"])
+# by_arch("train_mem_mb"): ARCH[{arch}]["train_mem_mb"] of each job, in constant time (lookup() walks all of ARCH).
+by_arch = partial(planning.WildcardLookup, ARCH, "arch")
 
 
 wildcard_constraints:

@@ -72,7 +72,7 @@ rule validation_perplexity:
     tokens of held-out text in seq_len windows, weights processed as the caches were
     (analysis.weight_processing). Runs the models: a GPU where the run has one."""
     input:
-        weights=lookup(dpath="{arch}/weights", within=ARCH),
+        weights=by_arch("weights"),
         heldout=lookup(dpath="{arch}", within=HELDOUT_SHARDS),
     output:
         table=table_path("{arch}", "validation_perplexity"),
@@ -88,7 +88,7 @@ rule validation_perplexity:
         mem_mb=4000,
         runtime=60,
     params:
-        spec=lookup(dpath="{arch}/refit_spec", within=ARCH),
+        spec=by_arch("refit_spec"),
         heldout_tokens=config["analysis"]["heldout_tokens"],
         batch_size=config["analysis"]["ablation_batch_size"],
         weight_processing=config["analysis"]["weight_processing"],
@@ -102,8 +102,8 @@ rule activation_norms:
     caches were) and of resid_mid, per layer of every refit, padding excluded (paper §4.5, Fig. 35).
     CPU only."""
     input:
-        weights=lookup(dpath="{arch}/weights", within=ARCH),
-        caches=lookup(dpath="{arch}/caches", within=ARCH),
+        weights=by_arch("weights"),
+        caches=by_arch("caches"),
     output:
         table=table_path("{arch}", "activation_norms"),
     log:
@@ -115,7 +115,7 @@ rule activation_norms:
         mem_mb=4000,
         runtime=30,
     params:
-        spec=lookup(dpath="{arch}/refit_spec", within=ARCH),
+        spec=by_arch("refit_spec"),
         promptset=PRIMARY,
         weight_processing=config["analysis"]["weight_processing"],
     script:

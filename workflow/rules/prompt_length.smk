@@ -37,7 +37,7 @@ rule prompt_length:
         mem_mb=1000,
         runtime=10,
     params:
-        configuration=lookup(dpath="{arch}/configuration", within=ARCH),
-        anchor_seed=lookup(dpath="{arch}/anchor_seed", within=ARCH),
+        configuration=by_arch("configuration"),
+        anchor_seed=by_arch("anchor_seed"),
     script:
         "../scripts/prompt_length.py"

@@ -22,7 +22,7 @@ rule residual_cka:
     cache_activations) of all prompts stacked; RBF kernel with bandwidth cka_threshold x median distance
     (Kornblith et al. 2019) or linear; optionally debiased."""
     input:
-        caches=lookup(dpath="{arch}/caches", within=ARCH),
+        caches=by_arch("caches"),
         layer_stability=table_path("{arch}", "layer_stability"),
     output:
         table=table_path("{arch}", "residual_cka"),
@@ -41,8 +41,8 @@ rule residual_cka:
         mem_mb=lookup(dpath="{arch}", within=RESIDUAL_CKA_MEM_MB),
         runtime=30,
     params:
-        configuration=lookup(dpath="{arch}/configuration", within=ARCH),
-        seeds=lookup(dpath="{arch}/seeds", within=ARCH),
+        configuration=by_arch("configuration"),
+        seeds=by_arch("seeds"),
         promptsets=[PRIMARY],  # the paper's §4.7; add len{N} or the user's sets here
         figure_promptset=PRIMARY,
         hook=config["analysis"]["cka_hook"],

@@ -9,7 +9,7 @@
 rule pair_similarity:
     """All-pairs head similarity of one architecture's refits on every prompt set (Eq. 1-2)."""
     input:
-        caches=lookup(dpath="{arch}/caches", within=ARCH),
+        caches=by_arch("caches"),
     output:
         **{promptset: similarity_path("{arch}", promptset) for promptset in PROMPT_SETS},
     log:
@@ -18,10 +18,10 @@ rule pair_similarity:
         CONDA_ENV
     threads: 1
     resources:
-        mem_mb=lookup(dpath="{arch}/similarity_mem_mb", within=ARCH),
-        runtime=lookup(dpath="{arch}/similarity_runtime", within=ARCH),
+        mem_mb=by_arch("similarity_mem_mb"),
+        runtime=by_arch("similarity_runtime"),
     params:
-        seeds=lookup(dpath="{arch}/seeds", within=ARCH),
+        seeds=by_arch("seeds"),
         promptsets=PROMPT_SETS,
         prompt_chunk=config["similarity"]["prompt_chunk"],
     script:

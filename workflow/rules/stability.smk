@@ -34,7 +34,7 @@ rule stability_tables:
     """Head-, layer-, cross-layer-wise stability, alignment maps and commonness, every refit as anchor
     (Eq. 3-5, §3.3, §4.2, Eq. 10)."""
     input:
-        similarity=lookup(dpath="{arch}/similarities", within=ARCH),
+        similarity=by_arch("similarities"),
     output:
         **{name: table_path("{arch}", name) for name in STABILITY_TABLES},
     log:

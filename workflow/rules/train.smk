@@ -48,7 +48,7 @@ rule train:
     constant-lr Adam/AdamW, one epoch or n_tokens; resumes from its newest full-state checkpoint.
     Starts only after check_prompts passed for its tokenizer and n_ctx."""
     input:
-        unpack(lookup(dpath="{arch}/train_inputs", within=ARCH)),
+        unpack(by_arch("train_inputs")),
     output:
         weights=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/final.pt",
         train_log=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/train_log.csv",
@@ -62,11 +62,11 @@ rule train:
     threads: COMPUTE["train_threads"]
     resources:
         gpu=MODEL_GPUS,
-        runtime=lookup(dpath="{arch}/train_runtime", within=ARCH),
-        mem_mb=lookup(dpath="{arch}/train_mem_mb", within=ARCH),
+        runtime=by_arch("train_runtime"),
+        mem_mb=by_arch("train_mem_mb"),
     params:
-        spec=lookup(dpath="{arch}/job_spec", within=ARCH),
-        tokenizer_dir=lookup(dpath="{arch}/tokenizer_dir", within=ARCH),
+        spec=by_arch("job_spec"),
+        tokenizer_dir=by_arch("tokenizer_dir"),
         device=COMPUTE["device"],
     script:
         "../scripts/train.py"

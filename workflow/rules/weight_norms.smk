@@ -25,7 +25,7 @@ rule weight_norms:
     heads, or of the whole layer: analysis.attention_norm), MLP W_in/W_out and LayerNorm gains, from
     final.pt processed as the caches were (analysis.weight_processing). CPU only."""
     input:
-        weights=lookup(dpath="{arch}/weights", within=ARCH),
+        weights=by_arch("weights"),
     output:
         table=table_path("{arch}", "weight_norms"),
     log:
@@ -37,7 +37,7 @@ rule weight_norms:
         mem_mb=4000,
         runtime=30,
     params:
-        spec=lookup(dpath="{arch}/refit_spec", within=ARCH),
+        spec=by_arch("refit_spec"),
         attention_norm=config["analysis"]["attention_norm"],
         weight_processing=config["analysis"]["weight_processing"],
     script:
@@ -67,7 +67,7 @@ rule weight_norm_correlation:
         mem_mb=1000,
         runtime=10,
     params:
-        configuration=lookup(dpath="{arch}/configuration", within=ARCH),
+        configuration=by_arch("configuration"),
         promptset=PRIMARY,
         attention_norm=config["analysis"]["attention_norm"],
     script:
