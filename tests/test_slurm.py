@@ -31,6 +31,7 @@ from slurm.harness import (
 )
 
 from headstab.layout import GPU_RULES
+from headstab.stability import TABLE_NAMES
 
 pytestmark = pytest.mark.slurm
 
@@ -255,14 +256,7 @@ def test_tiny_on_slurm_matches_a_local_run(slurm_run: CaseRun, tmp_path: Path) -
         assert all(torch.equal(expected[key], found[key]) for key in expected), f"seed {seed}: weights differ"
         with open_cache(local / f"caches/seed{seed}.h5") as a, open_cache(on_slurm / f"caches/seed{seed}.h5") as b:
             np.testing.assert_array_equal(a.hook_pattern("primary"), b.hook_pattern("primary"))
-    for name in (
-        "pair_stability",
-        "head_stability",
-        "layer_stability",
-        "alignment_map",
-        "alignment_dispersion",
-        "commonness",
-    ):
+    for name in TABLE_NAMES:
         pd.testing.assert_frame_equal(
             pd.read_csv(on_slurm / f"tables/{name}.csv"), pd.read_csv(local / f"tables/{name}.csv"), check_exact=True
         )

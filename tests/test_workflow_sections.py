@@ -185,3 +185,13 @@ def test_held_out_corpus_in_another_tokenizer_fails_the_plan_naming_the_key(tmp_
     output = result.stdout + result.stderr
     assert "config key 'analysis.heldout_corpus': corpus 'other_heldout' is tokenized with 'other_bpe'" in output
     assert "pick a held-out corpus with the same tokenizer, or null for wikitext-2" in output
+
+
+def test_the_stability_rule_declares_every_table_the_library_writes():
+    """stability.smk lists the tables without importing the library at parse time; they must agree."""
+    from headstab.stability import TABLE_NAMES
+
+    declared = re.search(
+        r"^STABILITY_TABLES = \((.*?)\)$", (REPO / "workflow/rules/stability.smk").read_text(), re.M | re.S
+    )
+    assert declared and tuple(re.findall(r'"(\w+)"', declared.group(1))) == TABLE_NAMES
