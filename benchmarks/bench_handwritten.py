@@ -130,10 +130,8 @@ def time_similarity(paths: list[str], scope: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- the comparison
 def _child(source: Path, args: list[str], timeout: float = 1800.0) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(source), "TQDM_DISABLE": "1"}
-    code, peak_gb, stdout = common.run_child_measuring_rss([str(Path(__file__).resolve()), *args], timeout, env)
-    if code != 0:
-        raise RuntimeError(f"child {args[:2]} under {source} failed with exit code {code}:\n{stdout[-2000:]}")
-    return common.last_json_line(stdout) | {"peak_rss_gb": peak_gb}
+    result, peak_gb = common.run_json_child(Path(__file__).resolve(), args, timeout, env)
+    return result | {"peak_rss_gb": peak_gb}
 
 
 def demo_token_sets(work_dir: Path, n_prompts: int | None) -> Path:

@@ -130,10 +130,7 @@ def tables_job(similarity_dir: Path, out_dir: Path, promptsets: list[str], ddof:
 
 
 def _child(args: list[str], timeout: float) -> tuple[dict[str, Any], float]:
-    code, peak_gb, stdout = common.run_child_measuring_rss([str(Path(__file__).resolve()), *args], timeout=timeout)
-    if code != 0:
-        raise RuntimeError(f"paper-scale child {args[:1]} failed with exit code {code}:\n{stdout[-2000:]}")
-    return common.last_json_line(stdout), peak_gb
+    return common.run_json_child(Path(__file__).resolve(), args, timeout)
 
 
 def bench_paper_scale(

@@ -138,10 +138,7 @@ def _time_pattern_reads(reader_class: Any) -> list[float]:
 
 
 def _run_child(args: list[str], timeout: float) -> tuple[dict[str, Any], float]:
-    code, peak_gb, stdout = common.run_child_measuring_rss([str(Path(__file__).resolve()), *args], timeout=timeout)
-    if code != 0:
-        raise RuntimeError(f"similarity benchmark child {args[:2]} failed with exit code {code}:\n{stdout[-2000:]}")
-    return common.last_json_line(stdout), peak_gb
+    return common.run_json_child(Path(__file__).resolve(), args, timeout)
 
 
 def bench_streaming(

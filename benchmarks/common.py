@@ -101,6 +101,19 @@ def run_child_measuring_rss(
     return process.returncode, usage.ru_maxrss / 1024**2, stdout
 
 
+def run_json_child(
+    script: str | Path, args: Sequence[str], timeout: float | None = None, env: dict[str, str] | None = None
+) -> tuple[dict[str, Any], float]:
+    """Run `python script args...` (see run_child_measuring_rss): (the JSON result it printed last, its peak
+    RSS in GB); a failed child raises RuntimeError with the end of its output."""
+    code, peak_gb, stdout = run_child_measuring_rss([str(script), *args], timeout, env)
+    if code != 0:
+        raise RuntimeError(
+            f"benchmark child {Path(script).name} {list(args[:2])} failed with exit code {code}:\n{stdout[-2000:]}"
+        )
+    return last_json_line(stdout), peak_gb
+
+
 def last_json_line(stdout: str) -> dict[str, Any]:
     """The last line of a child's stdout that parses as a JSON object (children print one)."""
     for line in reversed(stdout.strip().splitlines()):
