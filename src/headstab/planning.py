@@ -132,19 +132,15 @@ def network_targets(config: Mapping[str, Any], specs: Mapping[str, ArchitectureS
     """Outputs of every job of this run that downloads from the Hugging Face hub: hub tokenizers (and
     tokenizers trained on a hub corpus), hub corpora's metas, and wikitext-2 when
     analysis.heldout_corpus is null."""
-    tokenizers, corpora = config["tokenizers"], config["corpora"]
-    used = {spec.tokenizer for spec in specs.values()} | {
-        corpora[name]["tokenizer"] for name in run_corpora(config, specs)
-    }
+    tokenizers, corpora, run = config["tokenizers"], config["corpora"], run_corpora(config, specs)
+    used = {spec.tokenizer for spec in specs.values()} | {corpora[name]["tokenizer"] for name in run}
     targets = [
         layout.tokenizer_target(name)
         for name in sorted(used)
         if tokenizers[name]["source"] == "hub"
         or (tokenizers[name]["source"] == "train" and corpora[tokenizers[name]["corpus"]]["source"] == "hub")
     ]
-    targets += [
-        layout.corpus_meta(name) for name in sorted(run_corpora(config, specs)) if corpora[name]["source"] == "hub"
-    ]
-    if config["analysis"]["heldout_corpus"] is None:
-        targets += [layout.heldout_shard(HELDOUT_HUB_DATASET, t) for t in sorted({s.tokenizer for s in specs.values()})]
+    targets += [layout.corpus_meta(name) for name in sorted(run) if corpora[name]["source"] == "hub"]
+    if config["analysis"]["heldout_corpus"] is None:  # wikitext-2 from the hub, once per tokenizer
+        targets += sorted({shard for shards in heldout_shards(config, specs, layout).values() for shard in shards})
     return targets
