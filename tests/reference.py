@@ -8,6 +8,8 @@ memory, float64 arithmetic.
   unit-normalised lower-triangle features and one Gram matrix.
 - `anchor_pair_similarity`: one anchor refit against every refit by masking padded squares instead
   of gathering lower triangles.
+- `pack_lower_triangle`, `valid_positions`: the packing of one prompt's pattern, and which positions
+  hold real tokens, written out for the cache tests.
 """
 
 from __future__ import annotations
@@ -17,6 +19,19 @@ from collections.abc import Sequence
 import numpy as np
 
 from headstab.activations.packing import lower_triangle_index
+
+
+def valid_positions(lengths: np.ndarray, n_pos: int) -> np.ndarray:
+    """[prompt, pos] True where the position holds a real token."""
+    return np.arange(n_pos)[None, :] < np.asarray(lengths)[:, None]
+
+
+def pack_lower_triangle(pattern: np.ndarray, length: int) -> np.ndarray:
+    """[..., query_pos, key_pos] -> [..., length (length + 1) / 2]: the row-major lower triangle
+    (diagonal included) of the leading length x length block."""
+    pattern = np.asarray(pattern)
+    n_pos = pattern.shape[-1]
+    return pattern.reshape(*pattern.shape[:-2], n_pos * n_pos)[..., lower_triangle_index(length, n_pos)]
 
 
 def loop_pair_similarity(

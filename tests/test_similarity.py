@@ -13,12 +13,13 @@ from reference import (
     causal_length_mask,
     causal_pattern_features,
     loop_pair_similarity,
+    pack_lower_triangle,
     pair_similarity,
     same_layer_pair_similarity,
 )
 from tolerances import EXTRA_ULPS, eps, reduction_atol, reduction_rtol
 
-from headstab.activations.packing import lower_triangle_offsets, pack_lower_triangle
+from headstab.activations.packing import lower_triangle_offsets
 from headstab.activations.reader import open_cache
 from headstab.activations.writer import write_activation_cache
 from headstab.similarity import (

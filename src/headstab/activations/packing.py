@@ -15,20 +15,13 @@ __all__ = [
     "lower_triangle_index",
     "lower_triangle_offsets",
     "n_lower_entries",
-    "pack_lower_triangle",
     "unpack_lower_triangles",
-    "valid_positions",
 ]
 
 
 def n_lower_entries(n_pos: int) -> int:
     """Number of entries in the lower triangle (diagonal included) of an n_pos x n_pos pattern."""
     return n_pos * (n_pos + 1) // 2
-
-
-def valid_positions(lengths: np.ndarray, n_pos: int) -> np.ndarray:
-    """[prompt, pos] True where the position holds a real token."""
-    return np.arange(n_pos)[None, :] < np.asarray(lengths)[:, None]
 
 
 def lower_triangle_offsets(lengths: np.ndarray) -> np.ndarray:
@@ -45,14 +38,6 @@ def lower_triangle_index(length: int, n_pos: int | None = None) -> np.ndarray:
     index = rows * (length if n_pos is None else n_pos) + cols
     index.setflags(write=False)
     return index
-
-
-def pack_lower_triangle(pattern: np.ndarray, length: int) -> np.ndarray:
-    """[..., query_pos, key_pos] -> [..., length (length + 1) / 2]: the row-major lower triangle
-    (diagonal included) of the leading length x length block."""
-    pattern = np.asarray(pattern)
-    n_pos = pattern.shape[-1]
-    return pattern.reshape(*pattern.shape[:-2], n_pos * n_pos)[..., lower_triangle_index(length, n_pos)]
 
 
 def unpack_lower_triangles(packed: np.ndarray, lengths: np.ndarray, offsets: np.ndarray, n_pos: int) -> np.ndarray:
