@@ -91,5 +91,9 @@ def test_the_preset_layers_onto_the_demo_and_leaves_its_architectures_alone():
     demo = merged(REPO / "config/demo.yaml")
     with_preset = merged(REPO / "config/demo.yaml", PRESET)
     assert with_preset["architectures"] == demo["architectures"]
-    assert with_preset["analysis"]["weight_processing"] == ["center_writing_weights", "fold_value_biases"]
+    assert with_preset["analysis"]["weight_processing"] == [
+        "center_writing_weights",
+        "center_unembed",
+        "fold_value_biases",
+    ]
     assert demo["analysis"]["weight_processing"] == []

@@ -97,3 +97,19 @@ def test_load_trained_model_applies_the_configured_processing(tiny_spec, tmp_pat
     logits, _ = run(plain)
     folded_logits, _ = run(folded)
     np.testing.assert_allclose(folded_logits, logits, atol=tolerance(logits, spec.d_model * spec.n_layers * 4))
+
+
+def test_centring_the_unembedding_shifts_each_positions_logits_by_one_constant(tiny_spec):
+    spec, model = trained_like(tiny_spec)
+    state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    logits, _ = run(model)
+    processed = process_weights(state, spec, ["center_unembed"])
+    logits_after, _ = run(model, processed)
+    # W_U's rows (one per token) sum to zero per d_model column, b_U sums to zero.
+    atol = tolerance(state["unembed.weight"].numpy(), spec.d_vocab)
+    np.testing.assert_allclose(processed["unembed.weight"].sum(dim=0).numpy(), 0.0, atol=atol)
+    assert abs(float(processed["unembed.bias"].sum())) < tolerance(state["unembed.bias"].numpy(), spec.d_vocab)
+    # Logits lose their mean over the vocabulary; log-probabilities stay.
+    centred = logits - logits.mean(axis=-1, keepdims=True)
+    np.testing.assert_allclose(logits_after, centred, atol=tolerance(logits, spec.d_model * spec.n_layers * 4))
+    assert np.abs(logits.mean(axis=-1)).max() > 1e-3  # the centring moved something

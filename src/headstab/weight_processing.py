@@ -1,12 +1,14 @@
 """TransformerLens 2 weight processing on load, as the authors' analyses applied it (docs/fidelity.md).
 
-The paper's analysis notebooks loaded each refit into a TransformerLens 2 `HookedTransformer`, whose
-loader by default centres the weights that write into the residual stream and folds the value
-biases into the output bias. Neither changes the model's logits or attention patterns (every reader
-of the residual stream is a LayerNorm, which removes the mean; a softmax row sums to one), but both
-change cached activations: centring removes each residual vector's mean over d_model
-(`hook_resid_*`), folding removes b_V from every head's `hook_z`. Config key
-`analysis.weight_processing` lists the steps applied before caching and measuring; none by default.
+The paper's analysis notebooks loaded each refit into a TransformerLens 2 `HookedTransformer` with
+`load_and_process_state_dict(sd, fold_ln=False)`, which still centres the weights that write into the
+residual stream, centres the unembedding and folds the value biases into the output bias. None changes
+the model's attention patterns or its log-probabilities (every reader of the residual stream is a
+LayerNorm, which removes the mean; centring W_U over the vocabulary shifts each position's logits by
+one constant, which log-softmax removes; a softmax row sums to one), but two change cached
+activations: centring removes each residual vector's mean over d_model (`hook_resid_*`), folding
+removes b_V from every head's `hook_z`. Config key `analysis.weight_processing` lists the steps
+applied before caching and measuring; none by default.
 
 State dicts use the bridge's nn.Linear names and layout: `blocks.{l}.attn.o.weight` is
 [d_model, n_heads * d_head], `blocks.{l}.attn.v.bias` [n_heads * d_head], `embed.weight`
@@ -21,7 +23,7 @@ import torch
 
 from headstab.config import ArchitectureSpec
 
-WEIGHT_PROCESSING_STEPS = ("center_writing_weights", "fold_value_biases")
+WEIGHT_PROCESSING_STEPS = ("center_writing_weights", "center_unembed", "fold_value_biases")
 
 
 def _centred_rows(weight: torch.Tensor) -> torch.Tensor:
@@ -57,6 +59,16 @@ def center_writing_weights(state: Mapping[str, torch.Tensor], spec: Architecture
     return out
 
 
+def center_unembed(state: Mapping[str, torch.Tensor], spec: ArchitectureSpec) -> dict[str, torch.Tensor]:
+    """Remove the mean over the vocabulary from the unembedding and its bias, as TransformerLens 2's
+    `center_unembed`: each position's logits move by one constant, log-probabilities not at all."""
+    out = dict(state)
+    out["unembed.weight"] = _centred_columns(state["unembed.weight"])  # nn.Linear [d_vocab, d_model]
+    if "unembed.bias" in state:
+        out["unembed.bias"] = state["unembed.bias"] - state["unembed.bias"].mean()
+    return out
+
+
 def fold_value_biases(state: Mapping[str, torch.Tensor], spec: ArchitectureSpec) -> dict[str, torch.Tensor]:
     """Move every head's value bias into the attention output bias: b_O += W_O b_V, b_V = 0
     (TransformerLens 2's `fold_value_biases`; exact because each softmax row sums to one)."""
@@ -72,7 +84,8 @@ def fold_value_biases(state: Mapping[str, torch.Tensor], spec: ArchitectureSpec)
 def process_weights(
     state: Mapping[str, torch.Tensor], spec: ArchitectureSpec, steps: Sequence[str]
 ) -> dict[str, torch.Tensor]:
-    """`state` with the named steps applied, in TransformerLens 2's order (centring, then folding)."""
+    """`state` with the named steps applied, in TransformerLens 2's order (centring the writing weights, then
+    the unembedding, then folding)."""
     unknown = [step for step in steps if step not in WEIGHT_PROCESSING_STEPS]
     if unknown:
         raise ValueError(
@@ -82,6 +95,8 @@ def process_weights(
     processed = dict(state)
     if "center_writing_weights" in steps:
         processed = center_writing_weights(processed, spec)
+    if "center_unembed" in steps:
+        processed = center_unembed(processed, spec)
     if "fold_value_biases" in steps:
         processed = fold_value_biases(processed, spec)
     return processed
