@@ -83,6 +83,23 @@ class Layout:
     def similarity_path(self, arch: str, promptset: str) -> str:
         return f"{self.results}/{arch}/similarity/{promptset}.h5"
 
+    def grouped_similarity_path(self, arch: str, promptset: str) -> str:
+        """Same-layer similarity per prompt group, observed and null (headstab.statistics.prompt_groups)."""
+        return f"{self.results}/{arch}/similarity/{promptset}.groups.h5"
+
+    # -- snapshots: the refits' weights at training step `step` (0: the initialisation, rebuilt from the seed)
+    def snapshot_dir(self, arch: str, step: int | str) -> str:
+        return f"{self.results}/{arch}/snapshots/step{step}"
+
+    def snapshot_weights(self, arch: str, step: int | str, seed: int | str) -> str:
+        return f"{self.snapshot_dir(arch, step)}/weights/seed{seed}/final.pt"
+
+    def snapshot_cache_path(self, arch: str, step: int | str, seed: int | str) -> str:
+        return f"{self.snapshot_dir(arch, step)}/caches/seed{seed}.h5"
+
+    def snapshot_grouped_similarity_path(self, arch: str, step: int | str, promptset: str) -> str:
+        return f"{self.snapshot_dir(arch, step)}/similarity/{promptset}.groups.h5"
+
     # -- tables and figures: per architecture, per Adam/AdamW pair (named by its Adam member), across all
     def table_path(self, arch: str, name: str) -> str:
         return f"{self.results}/{arch}/tables/{name}.csv"
