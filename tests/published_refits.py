@@ -1,0 +1,39 @@
+"""Known-tensor TransformerLens 2 refits for the published-refit tests: state dicts and a local mirror."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from headstab.config import ArchitectureSpec
+from headstab.published import tl2_shapes
+from headstab.sources import default_refit_file
+
+
+def tl2_state_dict(spec: ArchitectureSpec, seed: int, with_buffers: bool = True) -> dict[str, torch.Tensor]:
+    """A HookedTransformer state dict of `spec` with seeded N(0, 0.5) tensors (LayerNorm weights around 1),
+    plus the buffers TransformerLens 2 saves (attention mask, IGNORE) when asked."""
+    rng = np.random.default_rng(seed)
+    state = {}
+    for name, shape in tl2_shapes(spec).items():
+        values = rng.normal(0.0, 0.5, size=shape)
+        if name.endswith((".w",)):
+            values = 1.0 + 0.2 * values
+        state[name] = torch.tensor(values, dtype=torch.float32)
+    if with_buffers:
+        for layer in range(spec.n_layers):
+            state[f"blocks.{layer}.attn.mask"] = torch.tril(torch.ones(spec.n_ctx, spec.n_ctx, dtype=torch.bool))
+            state[f"blocks.{layer}.attn.IGNORE"] = torch.tensor(-1e5)
+    return state
+
+
+def write_mirror(root: Path, spec: ArchitectureSpec, seeds: tuple[int, ...], wrap: bool = False) -> Path:
+    """A local copy of the published repository's layout under `root`: {arch}/<refit folder>/final.pt per seed."""
+    for seed in seeds:
+        path = root / default_refit_file(spec).format(arch=spec.name, seed=seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = tl2_state_dict(spec, seed)
+        torch.save({"model_state_dict": state, "epoch": 1} if wrap else state, path)
+    return root
