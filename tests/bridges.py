@@ -38,3 +38,29 @@ def tiny_bridge(
         attn_only=attn_only,
     )
     return TransformerBridge.boot_native(cfg)
+
+
+MIXED_LENGTHS = (7, 3, 9, 5, 2, 8, 4)  # out of order: length-sorted batches scatter over the file
+
+
+def write_refit_caches(directory: Any, seeds: tuple[int, ...] = (1, 2, 3)) -> list[Any]:
+    """Caches of seeded bridges (2 layers, 3 heads) written by the real writer: prompt sets "primary"
+    (lengths MIXED_LENGTHS) and "short" (4, 4, 1). Returns the paths in seed order."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from headstab.activations.writer import write_activation_cache
+
+    rng = np.random.default_rng(3)
+    token_sets = {
+        "primary": [[0] + rng.integers(1, 50, size=n - 1).tolist() for n in MIXED_LENGTHS],
+        "short": [[0] + rng.integers(1, 50, size=n - 1).tolist() for n in (4, 4, 1)],
+    }
+    paths = []
+    for seed in seeds:
+        model = tiny_bridge(n_layers=2, n_heads=3, d_model=24, d_head=8, d_mlp=48, n_ctx=16, d_vocab=50, seed=seed)
+        path = Path(directory) / f"seed{seed}.h5"
+        write_activation_cache(path, model, token_sets, pad_token_id=0, batch_size=3, show_progress=False)
+        paths.append(path)
+    return paths

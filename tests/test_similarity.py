@@ -8,6 +8,7 @@ import shlex
 import h5py
 import numpy as np
 import pytest
+from bridges import MIXED_LENGTHS, write_refit_caches
 from reference import (
     anchor_pair_similarity,
     causal_length_mask,
@@ -21,7 +22,6 @@ from tolerances import EXTRA_ULPS, eps, reduction_atol, reduction_rtol
 
 from headstab.activations.packing import lower_triangle_offsets
 from headstab.activations.reader import open_cache
-from headstab.activations.writer import write_activation_cache
 from headstab.similarity import (
     SIMILARITY_FORMAT_VERSION,
     GramAccumulator,
@@ -290,32 +290,14 @@ def test_bad_gram_and_chunk_shapes_fail_clearly():
 
 
 # ---------------------------------------------------------------- the engine on caches from the real writer
-LENGTHS_MIXED = (7, 3, 9, 5, 2, 8, 4)  # out of order: length-sorted batches scatter over the file
+LENGTHS_MIXED = MIXED_LENGTHS
 
 
 @pytest.fixture(scope="module")
 def refit_caches(tmp_path_factory):
     """Caches of three seeded TransformerBridge refits (2 layers, 3 heads) written by the real writer,
     two prompt sets of mixed lengths."""
-    from transformer_lens.config import TransformerBridgeConfig
-    from transformer_lens.model_bridge import TransformerBridge
-
-    rng = np.random.default_rng(3)
-    token_sets = {
-        "primary": [[0] + rng.integers(1, 50, size=n - 1).tolist() for n in LENGTHS_MIXED],
-        "short": [[0] + rng.integers(1, 50, size=n - 1).tolist() for n in (4, 4, 1)],
-    }
-    directory = tmp_path_factory.mktemp("refit_caches")
-    paths = []
-    for seed in (1, 2, 3):
-        config = TransformerBridgeConfig(n_layers=2, n_heads=3, d_model=24, d_head=8, d_mlp=48, n_ctx=16, d_vocab=50,
-                                         act_fn="gelu", normalization_type="LN", positional_embedding_type="standard",
-                                         init_mode="gpt2", seed=seed)  # fmt: skip
-        path = directory / f"seed{seed}.h5"
-        write_activation_cache(path, TransformerBridge.boot_native(config), token_sets, pad_token_id=0, batch_size=3,
-                               show_progress=False)  # fmt: skip
-        paths.append(path)
-    return paths
+    return write_refit_caches(tmp_path_factory.mktemp("refit_caches"))
 
 
 def patterns_of(paths, promptset):
