@@ -45,6 +45,7 @@ RESULTS = LAYOUT.results
 ARCHITECTURES = selected_architectures(config)
 SPECS = {arch: architecture_spec(config, arch) for arch in ARCHITECTURES}
 COMPUTE = config["compute"]
+STATISTICS = config["statistics"]
 ARCHITECTURE_FACTS = {arch: architecture_facts(spec) for arch, spec in SPECS.items()}
 RUN_SUMMARY = f"{len(ARCHITECTURES)} architectures ({', '.join(ARCHITECTURES)}), results_dir {RESULTS}"
 
@@ -56,6 +57,7 @@ corpus_meta = LAYOUT.corpus_meta
 final_weights = LAYOUT.final_weights
 cache_path = LAYOUT.cache_path
 similarity_path = LAYOUT.similarity_path
+grouped_similarity_path = LAYOUT.grouped_similarity_path
 table_path = LAYOUT.table_path
 figure_path = LAYOUT.figure_path
 compare_table_path = LAYOUT.compare_table_path
@@ -76,6 +78,13 @@ ARCH = {
         "weights": [final_weights(arch, seed) for seed in SEEDS[arch]],
         "caches": [cache_path(arch, seed) for seed in SEEDS[arch]],
         "similarities": [similarity_path(arch, promptset) for promptset in PROMPT_SETS],
+        "grouped_similarities": [grouped_similarity_path(arch, promptset) for promptset in PROMPT_SETS],
+        # The same refits at step 0 (docs/statistics.md), when statistics.init_baseline.
+        "init_grouped_similarities": [
+            LAYOUT.snapshot_grouped_similarity_path(arch, 0, promptset)
+            for promptset in PROMPT_SETS
+            if STATISTICS["init_baseline"]
+        ],
         "tokenizer": spec.tokenizer,
         "tokenizer_dir": tokenizer_dir(spec.tokenizer),
         "configuration": architecture_summary(spec, RESULTS),  # one line for the report captions
@@ -95,6 +104,10 @@ ARCH = {
         "cache_runtime": resources.cache_runtime(spec),
         "similarity_mem_mb": resources.similarity_mem_mb(spec, len(spec.seeds), config["similarity"]["prompt_chunk"]),
         "similarity_runtime": resources.similarity_runtime(spec, len(spec.seeds)),
+        "grouped_similarity_mem_mb": resources.grouped_similarity_mem_mb(
+            spec, len(spec.seeds), LARGEST_PROMPT_SET, STATISTICS["prompt_groups"]
+        ),
+        "statistics_mem_mb": resources.statistics_mem_mb(spec, len(spec.seeds), STATISTICS["prompt_groups"]),
     }
     for arch, spec in SPECS.items()
 }

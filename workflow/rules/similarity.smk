@@ -26,3 +26,42 @@ rule pair_similarity:
         prompt_chunk=config["similarity"]["prompt_chunk"],
     script:
         "../scripts/pair_similarity.py"
+
+
+# Same-layer similarity per random group of prompts, observed and under the prompt-permutation null
+# (headstab.statistics.prompt_groups): what the bootstrap resamples (docs/statistics.md).
+rule prompt_group_similarity:
+    """Same-layer head similarity of one architecture's refits per prompt group, and its null."""
+    input:
+        caches=by_arch("caches"),
+    output:
+        **{promptset: grouped_similarity_path("{arch}", promptset) for promptset in PROMPT_SETS},
+    log:
+        f"{RESULTS}/logs/prompt_group_similarity/{{arch}}.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=by_arch("grouped_similarity_mem_mb"),
+        runtime=by_arch("similarity_runtime"),
+    params:
+        seeds=by_arch("seeds"),
+        promptsets=PROMPT_SETS,
+        prompt_groups=STATISTICS["prompt_groups"],
+        seed=STATISTICS["seed"],
+    script:
+        "../scripts/prompt_group_similarity.py"
+
+
+use rule prompt_group_similarity as snapshot_prompt_group_similarity with:
+    input:
+        caches=lambda wildcards: [
+            LAYOUT.snapshot_cache_path(wildcards.arch, wildcards.step, seed) for seed in SEEDS[wildcards.arch]
+        ],
+    output:
+        **{
+            promptset: LAYOUT.snapshot_grouped_similarity_path("{arch}", "{step}", promptset)
+            for promptset in PROMPT_SETS
+        },
+    log:
+        f"{RESULTS}/logs/prompt_group_similarity/{{arch}}/step{{step}}.log",

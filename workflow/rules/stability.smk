@@ -2,7 +2,9 @@
 # alignment maps and commonness from the pair-similarity tensors.
 #
 #   stability_tables   {RESULTS}/{arch}/tables/{pair,head,layer}_stability.csv, alignment_map.csv,
-#                      alignment_dispersion.csv, commonness.csv   (every prompt set, every anchor)
+#                      alignment_dispersion.csv, commonness.csv   (every prompt set, every anchor), with
+#                      intervals, null and step-0 baseline (headstab.statistics, docs/statistics.md);
+#                      layer_stability_pooled.csv: per layer over all refits
 #   stability_figures  {RESULTS}/{arch}/figures/*.png             (Fig. 2-4, 12/A.5, 20; primary prompts)
 #
 # Library: headstab.stability, headstab.plots.stability. Paper §4.4-4.9: one rule file per section.
@@ -11,6 +13,7 @@ STABILITY_TABLES = (
     "pair_stability",
     "head_stability",
     "layer_stability",
+    "layer_stability_pooled",
     "alignment_map",
     "alignment_dispersion",
     "commonness",
@@ -35,6 +38,8 @@ rule stability_tables:
     (Eq. 3-5, §3.3, §4.2, Eq. 10)."""
     input:
         similarity=by_arch("similarities"),
+        grouped=by_arch("grouped_similarities"),
+        init=by_arch("init_grouped_similarities"),
     output:
         **{name: table_path("{arch}", name) for name in STABILITY_TABLES},
     log:
@@ -43,11 +48,12 @@ rule stability_tables:
         CONDA_ENV
     threads: 1
     resources:
-        mem_mb=4000,
+        mem_mb=by_arch("statistics_mem_mb"),
         runtime=30,
     params:
         promptsets=PROMPT_SETS,
         layer_std_ddof=config["analysis"]["layer_std_ddof"],
+        statistics=STATISTICS,
     script:
         "../scripts/stability_tables.py"
 

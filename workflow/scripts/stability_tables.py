@@ -1,4 +1,5 @@
-"""Rule stability_tables: similarity/{promptset}.h5 of one architecture -> tables/*.csv."""
+"""Rule stability_tables: similarity/{promptset}.h5 (+ .groups.h5, + step-0 .groups.h5) of one architecture
+-> tables/*.csv, with bootstrap intervals, the null and the step-0 baseline (docs/statistics.md)."""
 
 import logging
 
@@ -7,18 +8,49 @@ import pandas as pd
 from headstab.joblog import run_job
 from headstab.similarity import read_pair_similarity
 from headstab.stability import TABLE_NAMES, stability_tables
+from headstab.statistics.prompt_groups import read_grouped_similarity
+from headstab.statistics.tables import interval_tables
+
+KEYS = {"head_stability": ["promptset", "scope", "anchor_seed", "layer", "head"]}
+KEYS["layer_stability"] = KEYS["head_stability"][:-1]
 
 
 def main():
-    ddof = snakemake.params.layer_std_ddof  # analysis.layer_std_ddof
-    logging.info("layer s.d. over heads with ddof=%d", ddof)
-    collected = {name: [] for name in TABLE_NAMES}
-    for path, promptset in zip(snakemake.input.similarity, snakemake.params.promptsets, strict=True):
+    ddof, options = snakemake.params.layer_std_ddof, snakemake.params.statistics
+    logging.info("layer s.d. over heads with ddof=%d; statistics %s", ddof, options)
+    names = (*TABLE_NAMES, "layer_stability_pooled")
+    collected = {name: [] for name in names}
+    init_paths = list(snakemake.input.init) or [None] * len(snakemake.params.promptsets)
+    inputs = zip(
+        snakemake.input.similarity, snakemake.input.grouped, init_paths, snakemake.params.promptsets, strict=True
+    )
+    for path, grouped_path, init_path, promptset in inputs:
         similarity, seeds = read_pair_similarity(path)
-        logging.info("%s: %d refits, tensor %s", path, len(seeds), similarity.shape)
-        for name, table in stability_tables(similarity, seeds, promptset, ddof=ddof).items():
+        grouped = read_grouped_similarity(grouped_path)
+        if list(grouped.seeds) != list(seeds):
+            raise ValueError(f"{grouped_path} covers seeds {grouped.seeds}, {path} covers {seeds}; rebuild both")
+        logging.info(
+            "%s: %d refits, tensor %s; %d prompt groups", path, len(seeds), similarity.shape, len(grouped.group_sizes)
+        )
+        tables = stability_tables(similarity, seeds, promptset, ddof=ddof)
+        intervals = interval_tables(
+            similarity,
+            grouped,
+            promptset,
+            n_boot=options["n_boot"],
+            seed=options["seed"],
+            confidence=options["confidence"],
+            init=None if init_path is None else read_grouped_similarity(init_path),
+        )
+        for name, interval_name in (("head_stability", "head"), ("layer_stability", "layer")):
+            merged = tables[name].merge(intervals[interval_name], on=KEYS[name], how="left", validate="one_to_one")
+            if len(merged) != len(tables[name]):
+                raise AssertionError(f"{name}: intervals do not match the table's rows")
+            tables[name] = merged
+        tables["layer_stability_pooled"] = intervals["pooled"]
+        for name, table in tables.items():
             collected[name].append(table)
-    for name in TABLE_NAMES:
+    for name in names:
         table = pd.concat(collected[name], ignore_index=True)
         table.to_csv(snakemake.output[name], index=False)
         logging.info("wrote %s (%d rows)", snakemake.output[name], len(table))
