@@ -37,3 +37,18 @@ def write_mirror(root: Path, spec: ArchitectureSpec, seeds: tuple[int, ...], wra
         state = tl2_state_dict(spec, seed)
         torch.save({"model_state_dict": state, "epoch": 1} if wrap else state, path)
     return root
+
+
+def numpy_layer0_patterns(state: dict[str, torch.Tensor], tokens: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    """Layer-0 attention patterns [batch, head, query, key] straight from the raw TL2 tensors (float64)."""
+    raw = {name: tensor.double().numpy() for name, tensor in state.items()}
+    x = raw["embed.W_E"][tokens] + raw["pos_embed.W_pos"][: tokens.shape[1]]
+    x = x - x.mean(-1, keepdims=True)
+    x = x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * raw["blocks.0.ln1.w"] + raw["blocks.0.ln1.b"]
+    q = np.einsum("bpm,hmd->bhpd", x, raw["blocks.0.attn.W_Q"]) + raw["blocks.0.attn.b_Q"][None, :, None, :]
+    k = np.einsum("bpm,hmd->bhpd", x, raw["blocks.0.attn.W_K"]) + raw["blocks.0.attn.b_K"][None, :, None, :]
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+    n = tokens.shape[1]
+    scores = np.where(np.tril(np.ones((n, n), dtype=bool)), scores, -np.inf)
+    scores = np.exp(scores - scores.max(-1, keepdims=True))
+    return scores / scores.sum(-1, keepdims=True)

@@ -223,8 +223,11 @@ def _check_references(config: dict[str, Any]) -> None:
                 raise ConfigError(
                     f"config key 'run.architectures': unknown architecture '{name}'.{_closest(name, architectures)}"
                 )
+    from headstab.sources import checkpoint_source  # sources reads ArchitectureSpec from this module
+
     for name in selected_architectures(config):
         spec = architecture_spec(config, name)
+        checkpoint_source(config, name)  # a published_local path that does not exist, a bad refit_file
         if spec.tokenizer not in config["tokenizers"]:
             raise ConfigError(
                 f"config key 'architectures.{name}.tokenizer': unknown tokenizer '{spec.tokenizer}'."

@@ -12,6 +12,7 @@ from typing import Any
 
 from headstab.config import ArchitectureSpec
 from headstab.layout import Layout
+from headstab.sources import PUBLISHED, checkpoint_source
 
 # The paper's held-out text for validation perplexity (§4.5) when analysis.heldout_corpus is null.
 HELDOUT_HUB = {"name": "wikitext", "config_name": "wikitext-2-raw-v1", "split": "test"}
@@ -123,15 +124,29 @@ def heldout_shards(
 
 
 def run_corpora(config: Mapping[str, Any], specs: Mapping[str, ArchitectureSpec]) -> set[str]:
-    """The corpora this run tokenizes: its architectures' and the held-out one."""
+    """The corpora this run tokenizes: its trained architectures' (a published refit needs no corpus) and the
+    held-out one."""
     held_out = config["analysis"]["heldout_corpus"]
-    return {spec.corpus for spec in specs.values()} | ({held_out} if held_out and specs else set())
+    trained = {spec.corpus for arch, spec in specs.items() if checkpoint_source(config, arch).trained}
+    return trained | ({held_out} if held_out and specs else set())
+
+
+def published_targets(
+    config: Mapping[str, Any], specs: Mapping[str, ArchitectureSpec], layout: Layout, kinds: tuple[str, ...]
+) -> list[str]:
+    """The final.pt of every seed of the architectures whose checkpoint source is one of `kinds`."""
+    return [
+        layout.final_weights(arch, seed)
+        for arch, spec in specs.items()
+        if checkpoint_source(config, arch).kind in kinds
+        for seed in spec.seeds
+    ]
 
 
 def network_targets(config: Mapping[str, Any], specs: Mapping[str, ArchitectureSpec], layout: Layout) -> list[str]:
     """Outputs of every job of this run that downloads from the Hugging Face hub: hub tokenizers (and
-    tokenizers trained on a hub corpus), hub corpora's metas, and wikitext-2 when
-    analysis.heldout_corpus is null."""
+    tokenizers trained on a hub corpus), hub corpora's metas, wikitext-2 when analysis.heldout_corpus is
+    null, and the published refits of source published."""
     tokenizers, corpora, run = config["tokenizers"], config["corpora"], run_corpora(config, specs)
     used = {spec.tokenizer for spec in specs.values()} | {corpora[name]["tokenizer"] for name in run}
     targets = [
@@ -143,4 +158,4 @@ def network_targets(config: Mapping[str, Any], specs: Mapping[str, ArchitectureS
     targets += [layout.corpus_meta(name) for name in sorted(run) if corpora[name]["source"] == "hub"]
     if config["analysis"]["heldout_corpus"] is None:  # wikitext-2 from the hub, once per tokenizer
         targets += sorted({shard for shards in heldout_shards(config, specs, layout).values() for shard in shards})
-    return targets
+    return targets + published_targets(config, specs, layout, (PUBLISHED,))

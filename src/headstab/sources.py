@@ -116,3 +116,9 @@ def checkpoint_sources(config: dict[str, Any], names: list[str]) -> dict[str, Ch
 def published_inputs(source: CheckpointSource, spec: ArchitectureSpec, seed: int | str) -> list[str]:
     """The input files of one fetch_published job: the local refit file (published_local), none (hub)."""
     return [source.local_file(spec, seed)] if source.kind == PUBLISHED_LOCAL else []
+
+
+def fetch_mem_mb(spec: ArchitectureSpec) -> int:
+    """Memory of one fetch_published job: the float32 state dict three times (loaded, converted, saved) + 1 GB."""
+    embeddings = (2 * spec.d_vocab + spec.n_ctx) * spec.d_model
+    return int(3 * 4 * (embeddings + spec.n_params) / 1e6) + 1000

@@ -1,7 +1,7 @@
 # Per-architecture targets (partial reruns; docs/operations.md). Included last, so every stage's
 # target lists are complete. For each selected architecture <arch>:
 #
-#   snakemake arch_<arch>        every output of <arch>: weights, caches, similarity, tables, figures
+#   snakemake arch_<arch>        every output of <arch>: weights (trained or fetched), caches, similarity, tables, figures
 #   snakemake analyses_<arch>    only its post-training outputs (similarity, tables, figures, analyses)
 #   snakemake analyses_<arch> --forcerun pair_similarity weight_norms validation_perplexity activation_norms ablation_perplexity
 #                                rerun those analyses without retraining or re-caching (headstab.layout.ANALYSIS_ROOT_RULES)
@@ -15,7 +15,7 @@
 
 # Every output of one architecture: weights, caches, similarity, then each section's.
 ARCHITECTURE_TARGETS = {
-    arch: LAYOUT.train_outputs(arch, SEEDS[arch])
+    arch: CHECKPOINT_OUTPUTS[arch]
     + ARCH[arch]["caches"]
     + ARCH[arch]["similarities"]
     + STABILITY_TARGETS[arch]
@@ -27,7 +27,7 @@ ARCHITECTURE_TARGETS = {
     for arch in ARCHITECTURES
 }
 # Outputs an analysis rerun must never rebuild: the weights and caches.
-UPSTREAM_TARGETS = {arch: set(LAYOUT.train_outputs(arch, SEEDS[arch]) + ARCH[arch]["caches"]) for arch in ARCHITECTURES}
+UPSTREAM_TARGETS = {arch: set(CHECKPOINT_OUTPUTS[arch] + ARCH[arch]["caches"]) for arch in ARCHITECTURES}
 # Every architecture's outputs, the Adam/AdamW comparisons, the cross-architecture summaries, the report's configuration.
 ALL_TARGETS = (
     [target for arch in ARCHITECTURES for target in ARCHITECTURE_TARGETS[arch]]

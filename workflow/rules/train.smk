@@ -57,6 +57,8 @@ rule train:
         f"{RESULTS}/logs/train/{{arch}}/seed{{seed}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/train/{{arch}}/seed{{seed}}.tsv"
+    wildcard_constraints:
+        arch=planning.names_regex(TRAINED_ARCHITECTURES),  # published refits: rule fetch_published (published.smk)
     conda:
         CONDA_ENV
     threads: COMPUTE["train_threads"]

@@ -1,0 +1,60 @@
+# The paper's published refits (README "Reproducing the paper from the published refits"; headstab.sources,
+# headstab.published). An architecture whose `source` is published or published_local is not trained:
+#
+#   fetch_published -> {RESULTS}/{arch}/checkpoints/seed{seed}/final.pt, meta.json
+#
+# downloads the seed's TransformerLens 2 final.pt from the hub repository (repo_id at revision; needs
+# internet: `snakemake network_inputs` fetches them all on a login node) or reads it from a local copy
+# (path), and converts it into our checkpoint format, with meta.json recording the source, the original
+# file's sha256, the conversion and the refit's identity. Every rule downstream of final.pt runs
+# unchanged; nothing reads train_log.csv, which a published refit does not have.
+
+from headstab.sources import checkpoint_sources, fetch_mem_mb, published_inputs
+
+SOURCES = checkpoint_sources(config, ARCHITECTURES)
+TRAINED_ARCHITECTURES = [arch for arch in ARCHITECTURES if SOURCES[arch].trained]
+PUBLISHED_ARCHITECTURES = [arch for arch in ARCHITECTURES if not SOURCES[arch].trained]
+# Per architecture, the checkpoint files its targets list: a published refit has no train_log.csv.
+CHECKPOINT_OUTPUTS = {
+    arch: (
+        LAYOUT.train_outputs(arch, SEEDS[arch])
+        if SOURCES[arch].trained
+        else [
+            f"{LAYOUT.checkpoint_dir(arch, seed)}/{name}" for seed in SEEDS[arch] for name in ("final.pt", "meta.json")
+        ]
+    )
+    for arch in ARCHITECTURES
+}
+PUBLISHED = {
+    arch: {"source": SOURCES[arch].to_dict(), "mem_mb": fetch_mem_mb(SPECS[arch])} for arch in PUBLISHED_ARCHITECTURES
+}
+
+
+def published_refit_file(wildcards):
+    """source published_local: the seed's file in the local copy (an input, so a changed file refetches); hub: none."""
+    return published_inputs(SOURCES[wildcards.arch], SPECS[wildcards.arch], wildcards.seed)
+
+
+rule fetch_published:
+    """One published refit (paper §3.1, trained by the authors): its TransformerLens 2 final.pt from the hub
+    repository or a local copy, converted to our checkpoint format; loaded with weights_only=True only."""
+    input:
+        published_refit_file,
+    output:
+        weights=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/final.pt",
+        meta=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/meta.json",
+    log:
+        f"{RESULTS}/logs/fetch_published/{{arch}}/seed{{seed}}.log",
+    wildcard_constraints:
+        arch=planning.names_regex(PUBLISHED_ARCHITECTURES),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=planning.WildcardLookup(PUBLISHED, "arch", "mem_mb"),
+        runtime=30,
+    params:
+        spec=by_arch("job_spec"),
+        source=lambda wildcards: PUBLISHED[wildcards.arch]["source"],
+    script:
+        "../scripts/fetch_published.py"
