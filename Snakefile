@@ -35,6 +35,7 @@ include: "workflow/rules/stability_gap.smk"
 include: "workflow/rules/residual_cka.smk"
 include: "workflow/rules/ablation.smk"
 include: "workflow/rules/meta_sne.smk"
+include: "workflow/rules/statistics.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/targets.smk"
 

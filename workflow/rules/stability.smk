@@ -14,6 +14,7 @@ STABILITY_TABLES = (
     "head_stability",
     "layer_stability",
     "layer_stability_pooled",
+    "stability_gap_intervals",
     "alignment_map",
     "alignment_dispersion",
     "commonness",

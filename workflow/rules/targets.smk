@@ -24,6 +24,7 @@ ARCHITECTURE_TARGETS = {
     + OPTIMIZERS_TARGETS[arch]
     + RESIDUAL_CKA_TARGETS[arch]
     + ABLATION_TARGETS[arch]
+    + STATISTICS_TARGETS[arch]
     for arch in ARCHITECTURES
 }
 # Outputs an analysis rerun must never rebuild: the weights and caches.
@@ -35,6 +36,8 @@ ALL_TARGETS = (
     + OPTIMIZERS_COMPARISON_TARGETS
     + STABILITY_GAP_TARGETS
     + META_SNE_TARGETS
+    + OPTIMIZER_TESTS_TARGETS
+    + CHANCE_SUMMARY_TARGETS
     + [LAYOUT.report_configuration_path()]
 )
 

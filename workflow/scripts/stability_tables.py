@@ -18,7 +18,7 @@ KEYS["layer_stability"] = KEYS["head_stability"][:-1]
 def main():
     ddof, options = snakemake.params.layer_std_ddof, snakemake.params.statistics
     logging.info("layer s.d. over heads with ddof=%d; statistics %s", ddof, options)
-    names = (*TABLE_NAMES, "layer_stability_pooled")
+    names = (*TABLE_NAMES, "layer_stability_pooled", "stability_gap_intervals")
     collected = {name: [] for name in names}
     init_paths = list(snakemake.input.init) or [None] * len(snakemake.params.promptsets)
     inputs = zip(
@@ -48,6 +48,7 @@ def main():
                 raise AssertionError(f"{name}: intervals do not match the table's rows")
             tables[name] = merged
         tables["layer_stability_pooled"] = intervals["pooled"]
+        tables["stability_gap_intervals"] = intervals["gap"]
         for name, table in tables.items():
             collected[name].append(table)
     for name in names:

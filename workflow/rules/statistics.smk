@@ -1,0 +1,104 @@
+# Stability against chance, with uncertainty (docs/statistics.md). The intervals, the null and the
+# step-0 baseline of every stability table come from rule stability_tables; here:
+#
+#   seeds_needed          {RESULTS}/{arch}/tables/seeds_needed.csv, seeds_needed_curve.csv, figures/seeds_needed.png
+#   optimizer_tests       {RESULTS}/compare/{arch}/tables/optimizer_tests.csv   (§4.5 as tests; {arch} the Adam member)
+#   stability_against_chance  {RESULTS}/summary/tables/stability_against_chance.csv, stability_gap_intervals.csv,
+#                             summary/figures/stability_against_chance.png   (every architecture)
+#
+# Library: headstab.statistics, headstab.plots.chance.
+
+STATISTICS_TARGETS = {
+    arch: [table_path(arch, name) for name in ("seeds_needed", "seeds_needed_curve")]
+    + [figure_path(arch, "seeds_needed")]
+    for arch in ARCHITECTURES
+}
+OPTIMIZER_TESTS_TARGETS = [compare_table_path(arch, "optimizer_tests") for arch in OPTIMIZER_PAIRS]
+CHANCE_SUMMARY_TARGETS = [
+    summary_table_path("stability_against_chance"),
+    summary_table_path("stability_gap_intervals"),
+    summary_figure_path("stability_against_chance"),
+]
+
+
+rule seeds_needed:
+    """Interval width of layer stability and of ΔS against the number of refits used (subsets of 2 .. N),
+    and the smallest number of refits that reaches statistics.seeds_needed_tolerance."""
+    input:
+        grouped=grouped_similarity_path("{arch}", PRIMARY),
+    output:
+        needed=table_path("{arch}", "seeds_needed"),
+        curve=table_path("{arch}", "seeds_needed_curve"),
+        figure=report(
+            figure_path("{arch}", "seeds_needed"),
+            caption="../report/seeds_needed.rst",
+            category="Stability against chance",
+            subcategory="{arch}",
+        ),
+    log:
+        f"{RESULTS}/logs/seeds_needed/{{arch}}.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=by_arch("statistics_mem_mb"),
+        runtime=60,
+    params:
+        statistics=STATISTICS,
+    script:
+        "../scripts/seeds_needed.py"
+
+
+rule optimizer_tests:
+    """Adam vs AdamW (§4.5) as tests: per-layer stability difference with its bootstrap interval and a
+    permutation test over refits; perplexity parity as an equivalence test (TOST)."""
+    input:
+        adam=grouped_similarity_path("{arch}", PRIMARY),
+        adamw=lambda wildcards: grouped_similarity_path(TWINS[wildcards.arch], PRIMARY),
+        adam_perplexity=table_path("{arch}", "validation_perplexity"),
+        adamw_perplexity=lambda wildcards: table_path(TWINS[wildcards.arch], "validation_perplexity"),
+    output:
+        table=compare_table_path("{arch}", "optimizer_tests"),
+    log:
+        f"{RESULTS}/logs/optimizer_tests/{{arch}}.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=by_arch("statistics_mem_mb"),
+        runtime=30,
+    params:
+        statistics=STATISTICS,
+    script:
+        "../scripts/optimizer_tests.py"
+
+
+rule stability_against_chance:
+    """Layer stability with interval, null and step-0 baseline, and the stability gap with its interval,
+    of every architecture in one table each; the figure of the report's section "Stability against chance"."""
+    input:
+        pooled=[table_path(arch, "layer_stability_pooled") for arch in ARCHITECTURES],
+        gap=[table_path(arch, "stability_gap_intervals") for arch in ARCHITECTURES],
+    output:
+        summary=summary_table_path("stability_against_chance"),
+        gap=summary_table_path("stability_gap_intervals"),
+        figure=report(
+            summary_figure_path("stability_against_chance"),
+            caption="../report/stability_against_chance.rst",
+            category="Stability against chance",
+            subcategory="All architectures",
+        ),
+    log:
+        f"{RESULTS}/logs/stability_against_chance.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        architectures=ARCHITECTURES,
+        facts=ARCHITECTURE_FACTS,
+        promptset=PRIMARY,
+    script:
+        "../scripts/stability_against_chance.py"

@@ -1,0 +1,29 @@
+"""Rule seeds_needed: similarity/{primary}.groups.h5 -> tables/seeds_needed{,_curve}.csv, figures/seeds_needed.png."""
+
+import logging
+
+from headstab.joblog import run_job
+from headstab.plots.chance import plot_seeds_needed
+from headstab.statistics.prompt_groups import read_grouped_similarity
+from headstab.statistics.seeds_needed import seeds_needed, seeds_needed_curve
+
+
+def main():
+    options = snakemake.params.statistics
+    grouped = read_grouped_similarity(snakemake.input.grouped)
+    curve = seeds_needed_curve(
+        grouped.observed,
+        grouped.group_sizes,
+        n_boot=options["seeds_needed_boot"],
+        n_subsets=options["seeds_needed_subsamples"],
+        seed=options["seed"],
+        confidence=options["confidence"],
+    )
+    needed = seeds_needed(curve, options["seeds_needed_tolerance"])
+    curve.to_csv(snakemake.output.curve, index=False)
+    needed.to_csv(snakemake.output.needed, index=False)
+    logging.info("refits needed:\n%s", needed.to_string(index=False))
+    plot_seeds_needed(curve, needed, snakemake.output.figure, snakemake.wildcards.arch)
+
+
+run_job(main, "seeds_needed", snakemake.log[0])
