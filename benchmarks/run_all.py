@@ -46,10 +46,12 @@ TARGETS: dict[str, tuple[str, float] | None] = {
     "cache_max_abs_diff": ("<=", 1e-6),
     "cache_checksum_overhead": ("<=", 0.10),
     "paper_scale_analysis_seconds": ("<=", 300.0),
+    "bootstrap_seconds": ("<=", 60.0),
+    "bootstrap_peak_rss_gb": None,
     "train_vs_transformer_lens": (">=", 0.95),
     "demo_wall_seconds": ("<=", 900.0),
 }
-STAGES = ("similarity", "cache", "paper_scale", "train")
+STAGES = ("similarity", "cache", "paper_scale", "bootstrap", "train")
 
 
 def run_demo(work_dir: Path, cores: str = "all") -> dict[str, Any]:
@@ -122,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown stages {unknown}; choose from {list(STAGES)}")
 
+    import bench_bootstrap
     import bench_cache
     import bench_paper_scale
     import bench_similarity
@@ -177,6 +180,14 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work_dir / "paper_scale", ignore_errors=True)
             summary["paper_scale_analysis_seconds"] = paper["paper_scale_analysis_seconds"]
             details["paper_scale"] = paper
+        if "bootstrap" in stages:
+            log.info("bootstrap: 1,000 resamples of 50 l8_h16 refits")
+            boot = bench_bootstrap.bench_bootstrap(
+                **({"n_refits": 4, "n_groups": 3, "n_boot": 20} if args.quick else {})
+            )
+            summary["bootstrap_seconds"] = boot["bootstrap_seconds"]
+            summary["bootstrap_peak_rss_gb"] = boot["bootstrap_peak_rss_gb"]
+            details["bootstrap"] = boot
         if "train" in stages:
             log.info("train: train_refit vs transformer_lens.tools.training.train")
             train = (bench_train.bench_train(work_dir / "train", repeats=1, steps=8, device=args.device,
