@@ -19,6 +19,7 @@ from headstab.formats import CACHE_FORMAT_VERSION
 from headstab.layout import ANALYSIS_ROOT_RULES, Layout
 from headstab.prompts import load_prompt_sets
 from headstab.sections import architecture_facts, architecture_summary
+from headstab.sources import checkpoint_sources
 
 # One environment for every rule with `--sdm conda` (the pins of requirements.txt), relative to the rule files.
 CONDA_ENV = "../../envs/headstab.yaml"
@@ -44,6 +45,7 @@ LAYOUT = Layout(config)
 RESULTS = LAYOUT.results
 ARCHITECTURES = selected_architectures(config)
 SPECS = {arch: architecture_spec(config, arch) for arch in ARCHITECTURES}
+SOURCES = checkpoint_sources(config, ARCHITECTURES)  # trained here, or fetched (published.smk)
 COMPUTE = config["compute"]
 STATISTICS = config["statistics"]
 ARCHITECTURE_FACTS = {arch: architecture_facts(spec) for arch, spec in SPECS.items()}
@@ -79,11 +81,12 @@ ARCH = {
         "caches": [cache_path(arch, seed) for seed in SEEDS[arch]],
         "similarities": [similarity_path(arch, promptset) for promptset in PROMPT_SETS],
         "grouped_similarities": [grouped_similarity_path(arch, promptset) for promptset in PROMPT_SETS],
-        # The same refits at step 0 (docs/statistics.md), when statistics.init_baseline.
+        # The same refits at step 0 (docs/statistics.md), when statistics.init_baseline and we trained them:
+        # our seed does not rebuild a fetched refit's initialisation.
         "init_grouped_similarities": [
             LAYOUT.snapshot_grouped_similarity_path(arch, 0, promptset)
             for promptset in PROMPT_SETS
-            if STATISTICS["init_baseline"]
+            if STATISTICS["init_baseline"] and SOURCES[arch].trained
         ],
         "tokenizer": spec.tokenizer,
         "tokenizer_dir": tokenizer_dir(spec.tokenizer),

@@ -9,9 +9,8 @@
 # file's sha256, the conversion and the refit's identity. Every rule downstream of final.pt runs
 # unchanged; nothing reads train_log.csv, which a published refit does not have.
 
-from headstab.sources import checkpoint_sources, fetch_mem_mb, published_inputs
+from headstab.sources import fetch_mem_mb, published_inputs
 
-SOURCES = checkpoint_sources(config, ARCHITECTURES)
 TRAINED_ARCHITECTURES = [arch for arch in ARCHITECTURES if SOURCES[arch].trained]
 PUBLISHED_ARCHITECTURES = [arch for arch in ARCHITECTURES if not SOURCES[arch].trained]
 # Per architecture, the checkpoint files its targets list: a published refit has no train_log.csv.
