@@ -60,6 +60,9 @@ class ArchitectureSpec:
     log_every: int
     divergence_factor: float  # training stops when a loss exceeds divergence_factor x ln(d_vocab)
     seeds: tuple[int, ...]
+    # Steps whose weights train keeps (headstab.snapshots); no effect on the weights at any step, and left out
+    # of to_dict() when empty, so the train and cache params of an architecture without snapshots stay as they were.
+    snapshot_steps: tuple[int, ...] = ()
 
     @property
     def initializer_range(self) -> float:
@@ -100,17 +103,23 @@ class ArchitectureSpec:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["seeds"] = list(self.seeds)
+        if self.snapshot_steps:
+            out["snapshot_steps"] = list(self.snapshot_steps)
+        else:
+            del out["snapshot_steps"]
         return out
 
 
 def spec_from_dict(values: dict[str, Any]) -> ArchitectureSpec:
     """ArchitectureSpec from `ArchitectureSpec.to_dict()` output (e.g. Snakemake params)."""
-    return ArchitectureSpec(**{**values, "seeds": tuple(values["seeds"])})
+    return ArchitectureSpec(
+        **{**values, "seeds": tuple(values["seeds"]), "snapshot_steps": tuple(values.get("snapshot_steps", ()))}
+    )
 
 
 ARCHITECTURE_FIELDS = tuple(f.name for f in fields(ArchitectureSpec) if f.name != "name")
 # Filled here, not by a schema `default:` (that would be written into every entry and override architecture_defaults).
-BUILT_IN_ARCHITECTURE_DEFAULTS: dict[str, Any] = {"divergence_factor": 3.0}
+BUILT_IN_ARCHITECTURE_DEFAULTS: dict[str, Any] = {"divergence_factor": 3.0, "snapshot_steps": ()}
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -320,6 +329,7 @@ def architecture_spec(config: dict[str, Any], name: str) -> ArchitectureSpec:
     )
     if merged["seq_len"] is None:
         merged["seq_len"] = merged["n_ctx"]
+    merged["snapshot_steps"] = tuple(sorted(int(step) for step in merged["snapshot_steps"]))
     values = {key: merged[key] for key in ARCHITECTURE_FIELDS}
     return ArchitectureSpec(name=name, **values)
 

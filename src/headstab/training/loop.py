@@ -24,6 +24,7 @@ from headstab.config import ArchitectureSpec
 from headstab.fileio import atomic_path, sha256_file, write_json_atomic
 from headstab.models import build_model, count_weight_matrix_params, resolve_device, save_weights
 from headstab.provenance import environment_record
+from headstab.snapshots import missing_snapshots, save_snapshot, staged_snapshot_dir, trained_snapshot_steps
 from headstab.training.checkpoint import (
     load_latest_state,
     prune_states,
@@ -136,6 +137,11 @@ def setup(
     check_vocabulary(spec, tokenizer_info["vocab_size"] if tokenizer_info else None, data.max_token_id(),
                      str(tokenizer_dir), corpus_label)  # fmt: skip
     steps = training_steps(spec, data.n_windows, corpus_label)
+    if spec.snapshot_steps and spec.snapshot_steps[-1] > steps:
+        raise TrainingError(
+            f"architecture '{spec.name}': snapshot step {spec.snapshot_steps[-1]} is beyond its {steps} training steps; "
+            f"lower architectures.{spec.name}.snapshot_steps (or architecture_defaults.snapshot_steps)"
+        )
     order = window_order(data.n_windows, seed, steps * spec.batch_size)
     if corpus_meta_path is not None and not Path(corpus_meta_path).is_file():
         raise TrainingError(
@@ -168,6 +174,9 @@ def resume(refit: Refit, model: Any, optimizer: torch.optim.Optimizer) -> Positi
     """Load the newest verified full state of this refit into model, optimiser and RNGs; delete stale ones."""
     state, path = load_latest_state(refit.out_dir)
     reason = why_not_resumable(state, refit.identity, refit.steps) if state is not None else None
+    if state is not None and not reason:
+        missing = missing_snapshots(refit.out_dir, trained_snapshot_steps(refit.spec), state["step"])
+        reason = f"its run did not keep the snapshots of steps {missing}" if missing else None
     if reason:
         log.warning("checkpoint %s cannot be resumed (%s); %s seed %d restarts from step 0 and deletes the stale "
                     "%s/state_*.pt", path, reason, refit.spec.name, refit.seed, refit.out_dir)  # fmt: skip
@@ -224,6 +233,8 @@ def run_steps(
             step_losses.append(train_step(model, optimizer, tokens))
             bar.update(1)
             position.step = step
+            if step in refit.spec.snapshot_steps:
+                _save_snapshot(refit, position, model, step_losses)
             seconds = position.seconds()
             if step % spec.log_every == 0 or step == refit.steps:
                 _flush_losses(refit, position, step_losses)
@@ -269,6 +280,16 @@ def _flush_losses(refit: Refit, position: Position, step_losses: list[torch.Tens
     step_losses.clear()
 
 
+def _save_snapshot(refit: Refit, position: Position, model: Any, step_losses: list[torch.Tensor]) -> None:
+    """Keep the weights after step `position.step` (headstab.snapshots), checked first like a checkpoint's."""
+    _flush_losses(refit, position, step_losses)
+    _check_weights(refit, position, model)
+    meta = {"source": "training", "architecture": refit.spec.to_dict(), "seed": refit.seed, "step": position.step,
+            "tokens_trained": position.step * refit.spec.tokens_per_step, "steps": refit.steps,
+            "corpus": refit.corpus}  # fmt: skip
+    save_snapshot(model, staged_snapshot_dir(refit.out_dir, position.step), meta)
+
+
 def _check_weights(refit: Refit, position: Position, model: Any) -> None:
     """Stop before saving weights that are not finite (one host sync per checkpoint)."""
     if not bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()):
@@ -310,6 +331,12 @@ def write_outputs(refit: Refit, position: Position, model: Any, session_start: f
     """Weights first, then meta.json, the record that says they are complete; returns its content."""
     spec = refit.spec
     _check_weights(refit, position, model)
+    missing = missing_snapshots(refit.out_dir, trained_snapshot_steps(spec), refit.steps)
+    if missing:  # a snapshot deleted or damaged after it was written: only a retraining restores it
+        raise TrainingError(
+            f"{spec.name} seed {refit.seed}: the snapshots of steps {missing} in {refit.out_dir / 'snapshots'} are "
+            f"missing or fail their sha256; delete {refit.out_dir}/state_*.pt and rerun, which retrains from step 0"
+        )
     save_weights(model, refit.out_dir / "final.pt")
     wall = position.seconds()
     meta = {
