@@ -110,8 +110,9 @@ class CacheReader:
             raise self._fail(f"has an invalid resid_hook attribute {self.attrs['resid_hook']!r}")
         if not isinstance(extra, list) or not set(extra) <= set(RESID_HOOKS):
             raise self._fail(f"has an invalid extra_resid_hooks attribute {extra!r}")
+        activations = ["hook_pattern"] if self.patterns_only else [*ATTENTION_HOOKS, self.resid_hook, *extra]
         for name in sets:
-            self._validate_set(name, [*SMALL_DATASETS, *ATTENTION_HOOKS, self.resid_hook, *extra])
+            self._validate_set(name, [*SMALL_DATASETS, *activations])
 
     def _validate_set(self, name: str, required: list[str]) -> None:
         group = self._file.get(name)
@@ -140,7 +141,7 @@ class CacheReader:
             **{hook: (n_layers, n_prompts, n_pos, d_model) for hook in RESID_HOOKS if hook in group},
         }
         for key, shape in expected.items():
-            if group[key].shape != shape:
+            if key in group and group[key].shape != shape:
                 raise self._fail(f"has /{name}/{key} of shape {group[key].shape}, expected {shape}")
 
     # -- context manager
@@ -169,6 +170,11 @@ class CacheReader:
         return int(self.attrs["n_heads"])
 
     @property
+    def patterns_only(self) -> bool:
+        """Whether the cache holds hook_pattern alone (written with patterns_only, e.g. a training snapshot's)."""
+        return self.attrs.get("patterns_only") is True
+
+    @property
     def resid_hook(self) -> str:
         """The residual hook always stored: `hook_resid_mid`, or `hook_resid_post` for attention-only models."""
         return str(self.attrs["resid_hook"])
@@ -176,6 +182,8 @@ class CacheReader:
     def resid_hooks(self) -> list[str]:
         """Residual hooks `resid` hands out (RESID_HOOKS order); an attention-only model's
         `hook_resid_post` also serves `hook_resid_mid`."""
+        if self.patterns_only:
+            return []
         stored = {self.resid_hook, *self.attrs.get("extra_resid_hooks", [])}
         served = stored | (
             {"hook_resid_mid"} if "hook_resid_post" in stored and self.resid_hook == "hook_resid_post" else set()
@@ -301,7 +309,16 @@ class CacheReader:
     def hook_z(self, promptset: str, layer: int | None = None, prompts: slice | None = None) -> np.ndarray:
         """Per-head attention outputs `attn.hook_z`, float32 [layer, prompt, pos, head, d_head] ([prompt,
         pos, head, d_head] with `layer`), zero-padded."""
+        self._require_activations(promptset, "hook_z")
         return self._per_token(promptset, "hook_z", layer, prompts)
+
+    def _require_activations(self, promptset: str, hook: str) -> None:
+        """CacheError when the cache stores hook_pattern alone (patterns_only) and `hook` is asked for."""
+        if self.patterns_only:
+            self._group(promptset)  # a clear KeyError for an unknown set
+            raise CacheError(f"activation cache {self.path} holds hook_pattern only (patterns_only, as a training "
+                             f"snapshot's), so no /{promptset}/{hook}; read it from a refit's full cache (rule "
+                             "cache_activations)")  # fmt: skip
 
     def resid(self, promptset: str, hook: str, layer: int | None = None, prompts: slice | None = None) -> np.ndarray:
         """Residual stream at `hook` (hook_resid_pre, hook_resid_mid or hook_resid_post), float32 [layer,
@@ -313,6 +330,7 @@ class CacheReader:
         file, the missing dataset and how to rebuild.
         """
         check_resid_hook(hook)
+        self._require_activations(promptset, hook)
         group = self._group(promptset)
         key = "hook_resid_post" if hook == "hook_resid_mid" and self.resid_hook == "hook_resid_post" else hook
         if key not in group:

@@ -114,6 +114,7 @@ def write_activation_cache(
     extra_resid_hooks: Sequence[str] = (),
     show_progress: bool = True,
     checksum: bool = True,
+    patterns_only: bool = False,
 ) -> Path:
     """Run every prompt set through `model` in right-padded, length-sorted batches and write the cache.
 
@@ -127,23 +128,26 @@ def write_activation_cache(
     extra_resid_hooks: residual hooks to store besides `hook_resid_mid` (`hook_resid_post` for
     attention-only models), e.g. ("hook_resid_pre",); hooks already stored add nothing.
     checksum: fletcher32 on every dataset (the format's contract); False only to measure its cost.
+    patterns_only: store `hook_pattern` alone (no hook_z, no residual hooks; file attribute
+    `patterns_only`), e.g. the snapshots along training, which only the prompt-group similarity reads.
     Written through a temporary file, `complete=True` last; returns the path.
     """
     set_attrs = set_attrs or {}
     _check_arguments(token_sets, int(model.cfg.n_ctx), dtype, batch_size, compression_level, set_attrs)
     path = Path(path)
     resid_hook = resid_hook_name(model)
-    extra = extra_resid_hooks_for(extra_resid_hooks, resid_hook)
+    extra = [] if patterns_only else extra_resid_hooks_for(extra_resid_hooks, resid_hook)
     padded = {name: pad_token_lists(lists, pad_token_id) for name, lists in token_sets.items()}
     n_batches = sum(-(-len(lengths) // batch_size) for _, lengths in padded.values())
     model.eval()
     writer = _SetWriter(
-        model, dtype, _filters(compression_level, checksum), _filters(None, checksum), extra, batch_size
+        model, dtype, _filters(compression_level, checksum), _filters(None, checksum), extra, batch_size, patterns_only
     )
     file_attrs = {
         **(attrs or {}), "prompt_sets": list(token_sets), "resid_hook": resid_hook, "extra_resid_hooks": extra,
         "cache_dtype": dtype, "compression": "none" if compression_level is None else f"shuffle+gzip{compression_level}",
         "checksum": "fletcher32" if checksum else "none", "batch_size": batch_size, "pad_token_id": pad_token_id,
+        **({"patterns_only": True} if patterns_only else {}),
         **{key: int(getattr(model.cfg, key)) for key in ("n_layers", "n_heads", "d_model", "d_head", "n_ctx")},
     }  # fmt: skip
     with (
@@ -176,13 +180,15 @@ class _SetWriter:
         plain: dict[str, Any],
         extra_resid_hooks: list[str],
         batch_size: int,
+        patterns_only: bool = False,
     ):
         cfg = model.cfg
         self.model, self.batch_size, self.extra_resid_hooks = model, batch_size, extra_resid_hooks
         self.n_layers, self.n_heads = int(cfg.n_layers), int(cfg.n_heads)
         self.dtype = np.dtype(dtype)
         self.filters, self.plain = filters, plain
-        self.hooks = stored_hooks(resid_hook_name(model), extra_resid_hooks)
+        self.patterns_only = patterns_only
+        self.hooks = ["hook_pattern"] if patterns_only else stored_hooks(resid_hook_name(model), extra_resid_hooks)
         self._buffer = np.empty(0, dtype=self.dtype)
         self.shapes = {
             hook: (int(cfg.n_heads), int(cfg.d_head)) if hook == "hook_z" else (int(cfg.d_model),)
@@ -224,7 +230,7 @@ class _SetWriter:
         for start in range(0, n_prompts, self.batch_size):
             rows = order[start : start + self.batch_size]
             width = int(lengths[rows].max())
-            acts = collect_activations(self.model, tokens[rows, :width], self.extra_resid_hooks)
+            acts = collect_activations(self.model, tokens[rows, :width], self.extra_resid_hooks, self.patterns_only)
             for position, row in enumerate(rows):
                 self._write_prompt(acts, position, int(lengths[row]), packed[..., offsets[row] : offsets[row + 1]])
                 for hook, dataset in datasets.items():
