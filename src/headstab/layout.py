@@ -10,8 +10,9 @@ runs a model declares `gpu=MODEL_GPUS` (common.smk) and is added here.
 from pathlib import PurePath
 
 # The rules that run a model: training, the activation caches, the validation perplexity of every
-# refit (optimizers.smk, §4.5) and the anchor's head ablations (ablation.smk, §4.8).
-GPU_RULES = ("train", "cache_activations", "validation_perplexity", "ablation_perplexity")
+# refit (optimizers.smk, §4.5), the anchor's head ablations (ablation.smk, §4.8) and the training
+# snapshots' caches (snapshots.smk).
+GPU_RULES = ("train", "cache_activations", "validation_perplexity", "ablation_perplexity", "cache_snapshot_activations")
 # The rules that start an architecture's analyses from its weights and caches: forcing them reruns every
 # analysis of analyses_<arch> and nothing upstream (docs/operations.md; tests/test_operations.py checks
 # them against the DAG).

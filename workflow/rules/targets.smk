@@ -25,6 +25,7 @@ ARCHITECTURE_TARGETS = {
     + RESIDUAL_CKA_TARGETS[arch]
     + ABLATION_TARGETS[arch]
     + STATISTICS_TARGETS[arch]
+    + TRAINING_DYNAMICS_TARGETS[arch]
     for arch in ARCHITECTURES
 }
 # Outputs an analysis rerun must never rebuild: the weights and caches.

@@ -45,6 +45,7 @@ def main():
         compression_level=options["compression_level"],  # hook_z, residual hooks; never hook_pattern
         prompt_files=prompt_files,
         extra_resid_hooks=options.get("extra_resid_hooks", ()),  # from analysis.cka_hook (cache_options)
+        patterns_only=options.get("patterns_only", False),  # rule cache_snapshot_activations
         attrs={
             "architecture": arch,
             "seed": seed,

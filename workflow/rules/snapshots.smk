@@ -1,0 +1,79 @@
+# Snapshots: the refits' weights at training steps and their pattern-only caches, for the step-0
+# baseline (statistics.init_baseline) and the stability along training (snapshot_steps; docs/operations.md).
+#
+#   init_weights                {RESULTS}/{arch}/snapshots/step0/weights/seed{seed}/final.pt, meta.json
+#                               (build_model(spec, seed): the model train starts from; no training)
+#   snapshot_weights            {RESULTS}/{arch}/snapshots/step{step}/weights/seed{seed}/final.pt, meta.json
+#                               (step > 0: the weights train kept at that step, in its checkpoint directory)
+#   cache_snapshot_activations  {RESULTS}/{arch}/snapshots/step{step}/caches/seed{seed}.h5 (hook_pattern only)
+#
+# Library: headstab.snapshots, headstab.training (snapshot_steps), headstab.activations.writer (patterns_only).
+
+# The model of each architecture without its snapshot steps: changing them retrains (train's spec holds
+# them), but leaves the step-0 weights and every snapshot's cache params as they were.
+MODEL_SPECS = {
+    arch: {key: value for key, value in ARCH[arch]["job_spec"].items() if key != "snapshot_steps"}
+    for arch in ARCHITECTURES
+}
+by_model_spec = partial(planning.WildcardLookup, MODEL_SPECS, "arch")
+
+
+rule init_weights:
+    """Refit {seed} of {arch} at step 0, rebuilt from the seed exactly as train_refit starts (no training)."""
+    output:
+        weights=LAYOUT.snapshot_weights("{arch}", 0, "{seed}"),
+        meta=str(Path(LAYOUT.snapshot_weights("{arch}", 0, "{seed}")).with_name("meta.json")),
+    log:
+        LAYOUT.log("init_weights", "{arch}", "seed{seed}"),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=by_arch("cache_mem_mb"),
+        runtime=10,
+    params:
+        spec=by_model_spec(),
+    script:
+        "../scripts/init_weights.py"
+
+
+rule snapshot_weights:
+    """The weights refit {seed} of {arch} had after training step {step}: kept by train (snapshot_steps) in
+    its checkpoint directory, published here with their meta.json (a hard link where possible)."""
+    input:
+        weights=final_weights("{arch}", "{seed}"),
+    output:
+        weights=LAYOUT.snapshot_weights("{arch}", "{step}", "{seed}"),
+        meta=str(Path(LAYOUT.snapshot_weights("{arch}", "{step}", "{seed}")).with_name("meta.json")),
+    log:
+        LAYOUT.log("snapshot_weights", "{arch}", "step{step}", "seed{seed}"),
+    wildcard_constraints:
+        step=r"[1-9]\d*",
+    localrule: True
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=500,
+        runtime=10,
+    script:
+        "../scripts/snapshot_weights.py"
+
+
+use rule cache_activations as cache_snapshot_activations with:
+    input:
+        weights=LAYOUT.snapshot_weights("{arch}", "{step}", "{seed}"),
+        tokenizer=by_arch("train_inputs", "tokenizer"),
+        prompts=PROMPT_FILES,
+    output:
+        LAYOUT.snapshot_cache_path("{arch}", "{step}", "{seed}"),
+    log:
+        LAYOUT.log("cache", "{arch}", "step{step}", "seed{seed}"),
+    benchmark:
+        f"{RESULTS}/benchmarks/cache/{{arch}}/step{{step}}/seed{{seed}}.tsv"
+    wildcard_constraints:
+        step=r"\d+",
+    params:
+        # Only the prompt-group similarity reads a snapshot's cache: hook_pattern alone.
+        cache={**planning.cache_options(config), "patterns_only": True},
+        spec=by_model_spec(),

@@ -1,0 +1,19 @@
+"""Rule snapshot_weights: the weights train kept at step {step} -> snapshots/step{step}/weights/seed{seed}/final.pt, meta.json."""
+
+from pathlib import Path
+
+from headstab.joblog import run_job
+from headstab.snapshots import publish_snapshot
+
+
+def main():
+    arch, seed, step = snakemake.wildcards.arch, int(snakemake.wildcards.seed), int(snakemake.wildcards.step)
+    publish_snapshot(Path(snakemake.input.weights).parent, step, snakemake.output.weights, arch, seed)
+
+
+run_job(
+    main,
+    "snapshot_weights",
+    snakemake.log[0],
+    label=f"{snakemake.wildcards.arch} step {snakemake.wildcards.step} seed {snakemake.wildcards.seed}",
+)

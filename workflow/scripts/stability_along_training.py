@@ -1,0 +1,29 @@
+"""Rule stability_along_training: the refits' prompt-group similarity at each snapshot step and after
+training -> tables/stability_along_training.csv, figures/stability_along_training.png."""
+
+import json
+import logging
+
+from headstab.joblog import run_job
+from headstab.plots.training_dynamics import plot_stability_along_training
+from headstab.sections.training_dynamics import stability_along_training
+from headstab.statistics.prompt_groups import read_grouped_similarity
+
+
+def main():
+    final_step = json.loads(open(snakemake.input.train_meta).read())["steps"]
+    # The trained refits' own file stands for the last step (a snapshot of that step holds the same weights).
+    paths = {step: path for step, path in zip(snakemake.params.steps, snakemake.input.snapshots) if step != final_step}
+    grouped = {
+        step: read_grouped_similarity(path) for step, path in {**paths, final_step: snakemake.input.final}.items()
+    }
+    options = snakemake.params.statistics
+    table = stability_along_training(
+        grouped, snakemake.params.promptset, options["n_boot"], options["seed"], options["confidence"]
+    )
+    table.to_csv(snakemake.output.table, index=False)
+    logging.info("steps %s (%d after training), %d resamples", sorted(grouped), final_step, options["n_boot"])
+    plot_stability_along_training(table, snakemake.output.figure, snakemake.wildcards.arch)
+
+
+run_job(main, "stability_along_training", snakemake.log[0])
