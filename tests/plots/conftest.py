@@ -12,16 +12,31 @@ N_LAYERS, N_HEADS = 4, 8
 
 @pytest.fixture
 def layer_stability():
-    """Factory: LAYER_COLUMNS of every anchor in SEEDS, stability falling with depth, plus noise."""
+    """Factory: LAYER_COLUMNS of every anchor in SEEDS, stability falling with depth, plus noise.
 
-    def make(n_layers=N_LAYERS, promptset="primary", offset=0.0, seed=0):
+    chance=True adds the interval columns of headstab.statistics.tables: an interval around the mean,
+    a null rising with `offset` far below it, and a step-0 baseline between the two.
+    """
+
+    def make(n_layers=N_LAYERS, promptset="primary", offset=0.0, seed=0, chance=False):
         rng = np.random.default_rng(seed)
         rows = []
         for anchor in SEEDS:
             for layer in range(n_layers):
                 mean = 0.9 - 0.12 * layer + offset + rng.normal(0, 0.03)
                 rows.append((promptset, "same_layer", anchor, layer, mean, 0.08))
-        return pd.DataFrame(rows, columns=["promptset", "scope", "anchor_seed", "layer", "mean", "std"])
+        table = pd.DataFrame(rows, columns=["promptset", "scope", "anchor_seed", "layer", "mean", "std"])
+        if chance:
+            null = 0.2 + 0.01 * table["layer"] + offset
+            table = table.assign(
+                ci_low=table["mean"] - 0.04,
+                ci_high=table["mean"] + 0.05,
+                null=null,
+                null_ci_low=null - 0.02,
+                null_ci_high=null + 0.03,
+                init=null + 0.1,
+            )
+        return table
 
     return make
 

@@ -81,6 +81,82 @@ def test_layer_stability_line_and_band_across_anchors(tables, tmp_path):
     np.testing.assert_allclose(data["anchors_mean"], layers.groupby("layer")["mean"].mean())
 
 
+def with_chance_columns(layers: pd.DataFrame) -> pd.DataFrame:
+    """The layer table as stability_tables writes it: interval, null and step-0 columns (NaN cross-layer)."""
+    same = layers["scope"] == "same_layer"
+    null = (0.1 + 0.01 * layers["layer"]).where(same)
+    return layers.assign(
+        ci_low=layers["mean"] - 0.03 - 0.01 * layers["layer"],
+        ci_high=layers["mean"] + 0.02,
+        n_boot=200,
+        resampled=np.where(same, "refits+prompts", "refits"),
+        null=null,
+        null_ci_low=null - 0.02,
+        null_ci_high=null + 0.04,
+        above_null=layers["mean"] - null,
+        init=(null + 0.05).where(same),
+    )
+
+
+def legend_texts(ax) -> list[str]:
+    return [text.get_text() for text in ax.get_legend().get_texts()]
+
+
+def test_layer_stability_draws_interval_null_band_and_step_zero(tables, tmp_path, monkeypatch):
+    layers = with_chance_columns(tables["layers"])
+    figures = captured_figures(monkeypatch)
+    data = plot_layer_stability(layers, tmp_path / "layer_stability.png", "l3_h4")
+    assert_png(tmp_path / "layer_stability.png")
+    first = layers[(layers["scope"] == "same_layer") & (layers["anchor_seed"] == 9)].sort_values("layer")
+    for column in ("ci_low", "ci_high", "null", "null_ci_low", "null_ci_high", "init"):
+        np.testing.assert_array_equal(data[column], first[column])
+    (ax,) = figures[0].axes
+    (bars,) = ax.containers  # one set of error bars: the first anchor's interval
+    segments = bars.lines[2][0].get_segments()
+    np.testing.assert_allclose([s[:, 1].min() for s in segments], first["ci_low"])
+    np.testing.assert_allclose([s[:, 1].max() for s in segments], first["ci_high"])
+    np.testing.assert_allclose([s[0, 0] for s in segments], [1, 2, 3])
+    labels = legend_texts(ax)
+    assert "prompt-permutation null (95% CI)" in labels and "step 0, untrained" in labels
+    (band,) = [c for c in ax.collections if c.get_label() == "prompt-permutation null (95% CI)"]
+    limits = band.get_paths()[0].vertices[:, 1]
+    assert limits.min() == pytest.approx(first["null_ci_low"].min())
+    assert limits.max() == pytest.approx(first["null_ci_high"].max())
+    (dotted,) = [line for line in ax.lines if line.get_linestyle() == ":"]
+    np.testing.assert_allclose(dotted.get_ydata(), first["init"])
+    assert dotted.get_label() == "step 0, untrained"
+    assert any(np.allclose(line.get_ydata(), first["null"]) for line in ax.lines)
+
+
+def test_layer_stability_cross_layer_has_interval_but_no_null(tables, tmp_path, monkeypatch):
+    figures = captured_figures(monkeypatch)
+    layers = with_chance_columns(tables["layers"])
+    data = plot_layer_stability(layers, tmp_path / "cross.png", "l3_h4", scope="cross_layer")
+    assert data["null"].isna().all()
+    (ax,) = figures[0].axes
+    assert len(ax.containers) == 1  # the interval is drawn
+    assert not any("null" in label or "step 0" in label for label in legend_texts(ax))
+    assert not [line for line in ax.lines if line.get_linestyle() == ":"]
+
+
+def test_layer_stability_of_an_old_table_draws_no_extras(tables, tmp_path, monkeypatch):
+    figures = captured_figures(monkeypatch)
+    data = plot_layer_stability(tables["layers"], tmp_path / "old.png", "l3_h4")
+    assert list(data.columns) == ["layer", "mean", "std", "anchors_mean", "anchors_std"]
+    (ax,) = figures[0].axes
+    assert not ax.containers and len(ax.collections) == 2  # the two s.d. bands only
+    assert len(legend_texts(ax)) == 3
+
+
+def test_cross_layer_figure_draws_intervals_of_both_scopes_when_present(tables, tmp_path, monkeypatch):
+    figures = captured_figures(monkeypatch)
+    for layers in (tables["layers"], with_chance_columns(tables["layers"])):
+        plot_cross_layer_stability(tables["heads"], layers, tmp_path / "cross_layer.png", "l3_h4")
+    old, new = (figure.axes[1] for figure in figures)  # the line panel (axes[2] is the colorbar)
+    assert len(old.containers) == 0 and len(new.containers) == 2
+    assert "bootstrap CI" in new.get_title() and "CI" not in old.get_title()
+
+
 def test_pair_stability_panels_hold_similarities_of_first_anchor(tables, tmp_path):
     path = tmp_path / "pair_stability.png"
     data = plot_pair_stability(tables["pairs"], path, "l3_h4")

@@ -35,3 +35,18 @@ def test_prompt_length_table_of_a_mapping_and_a_missing_anchor(layer_stability):
     assert prompt_length_table(tables)["mean"].tolist() == [0.5, 0.4]
     with pytest.raises(ValueError, match=r"anchor_seed = 3; available: \['1'\]"):
         prompt_length_table(tables, anchor_seed=3)
+
+
+def test_prompt_length_table_carries_interval_and_null_when_present(layer_stability):
+    chance = {"ci_low": 0.0, "ci_high": 0.1, "null": 0.2, "null_ci_low": 0.3, "null_ci_high": 0.4}
+    stab = pd.concat(
+        [
+            layer_stability({1: [0.2, 0.1], 2: [0.5, 0.5]}, promptset="len10"),
+            layer_stability({1: [0.3, 0.35]}, promptset="len5"),
+        ]
+    )
+    stab = stab.assign(**{name: stab["mean"] + offset for name, offset in chance.items()}, effect_size=3.0)
+    table = prompt_length_table(stab)
+    assert list(table.columns) == ["prompt_length", "layer", "mean", "std", "anchor_seed", *chance]
+    for name, offset in chance.items():
+        assert table[name].tolist() == pytest.approx([m + offset for m in (0.3, 0.35, 0.2, 0.1)])

@@ -15,7 +15,8 @@ def main():
     table = prompt_length_table(pd.read_csv(snakemake.input.layer_stability), anchor_seed=anchor)
     table.to_csv(snakemake.output.table, index=False)
     logging.info("prompt lengths %s, anchor seed %d", sorted(table["prompt_length"].unique()), anchor)
-    plot_prompt_length(table, snakemake.output.figure, snakemake.wildcards.arch)
+    confidence = snakemake.config.get("statistics", {}).get("confidence", 0.95)
+    plot_prompt_length(table, snakemake.output.figure, snakemake.wildcards.arch, confidence=confidence)
 
 
 run_job(main, "prompt_length", snakemake.log[0])

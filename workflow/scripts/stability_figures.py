@@ -10,7 +10,8 @@ def main():
     tables = {name: pd.read_csv(path) for name, path in snakemake.input.items()}
     arch, promptset, out = snakemake.wildcards.arch, snakemake.params.promptset, snakemake.output
     plots.plot_head_stability(tables["head_stability"], out.head_stability, arch, promptset)
-    plots.plot_layer_stability(tables["layer_stability"], out.layer_stability, arch, promptset)
+    confidence = snakemake.config.get("statistics", {}).get("confidence", 0.95)
+    plots.plot_layer_stability(tables["layer_stability"], out.layer_stability, arch, promptset, confidence=confidence)
     plots.plot_pair_stability(tables["pair_stability"], out.pair_stability, arch, promptset)
     plots.plot_cross_layer_stability(
         tables["head_stability"], tables["layer_stability"], out.cross_layer_stability, arch, promptset

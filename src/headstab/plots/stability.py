@@ -18,6 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.collections import QuadMesh
 
 from headstab.plots import new_figure, save_figure
+from headstab.plots.intervals import chance_columns, draw_init, draw_interval, draw_null, null_label
 from headstab.tables import select_rows
 
 __all__ = [
@@ -137,29 +138,34 @@ def plot_layer_stability(
     arch: str,
     promptset: str = "primary",
     scope: str = "same_layer",
+    confidence: float = 0.95,
 ) -> pd.DataFrame:
     """Layer stability: mean +-1 std over heads for the first seed as anchor (Fig. 2 bottom).
 
-    A second, lighter band shows the spread across anchors: mean +-1 std over all anchor seeds of
-    the layer mean. layer_table: LAYER_COLUMNS of `headstab.stability`.
-    Returns the drawn data: layer (0-based), mean, std (first anchor), anchors_mean, anchors_std.
+    A lighter band shows the spread across anchors: mean +-1 std over all anchor seeds of the layer
+    mean. When the table has them (`headstab.plots.intervals`), error bars give the first anchor's
+    bootstrap interval, a grey band the prompt-permutation null and a dotted line the step-0 refits.
+    layer_table: LAYER_COLUMNS of `headstab.stability`, optionally with the interval columns.
+    Returns the drawn data: layer (0-based), mean, std (first anchor), anchors_mean, anchors_std and
+    the first anchor's CHANCE_COLUMNS the table has.
     """
     rows = select_rows(layer_table, "layer_stability table", promptset=promptset, scope=scope)
     anchor = _first(rows, "anchor_seed")
     first = rows[rows["anchor_seed"] == anchor].set_index("layer").sort_index()
     across = rows.groupby("layer")["mean"].agg(anchors_mean="mean", anchors_std=lambda x: x.std(ddof=0))
-    data = first[["mean", "std"]].join(across).reset_index()
+    data = first[["mean", "std", *chance_columns(first)]].join(across).reset_index()
     n_anchors = rows["anchor_seed"].nunique()
 
-    figure = new_figure((max(4.5, 1.8 + 0.45 * len(data)), 3.6))
+    figure = new_figure((max(5.5, 3.6 + 0.45 * len(data)), 3.6))
     ax = figure.add_subplot()
     x = np.asarray(_one_based(data["layer"]))
+    draw_null(ax, x, data, null_label(confidence))
     ax.fill_between(
         x,
         data["anchors_mean"] - data["anchors_std"],
         data["anchors_mean"] + data["anchors_std"],
-        color="tab:grey",
-        alpha=0.25,
+        color="tab:orange",
+        alpha=0.3,
         linewidth=0,
         label=f"±1 s.d. of layer mean across {n_anchors} anchors",
     )
@@ -173,13 +179,15 @@ def plot_layer_stability(
         label="±1 s.d. over heads (first anchor)",
     )
     ax.plot(x, data["mean"], marker="o", color="tab:blue", label=f"mean over heads, anchor seed {anchor}")
+    draw_interval(ax, x, data, "navy", f"{confidence:.0%} CI (bootstrap: refits, prompts)")
+    draw_init(ax, x, data)
     ax.set_xticks(x)
     ax.set_xlabel("layer")
     ax.set_ylabel(f"layer stability ({SIMILARITY_LABEL})")
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.set_title(
         f"{arch}: layer stability, {scope.replace('_', '-')} (prompts: {promptset})\n"
-        f"anchor = first seed ({anchor}); grey band: all anchors",
+        f"anchor = first seed ({anchor}); orange band: all anchors",
         fontsize=10,
     )
     save_figure(figure, path)
@@ -254,6 +262,7 @@ def plot_cross_layer_stability(
     heat_ax, line_ax = figure.subplots(1, 2, width_ratios=[width, 4.2])
     _heads_layers_heatmap(heat_ax, matrix, f"cross-layer head stability ({SIMILARITY_LABEL})")
     heat_ax.set_title("heads (best match searched in all layers)", fontsize=9)
+    bars = False
     for scope, colour in (("same_layer", "tab:blue"), ("cross_layer", "tab:orange")):
         scoped = layers[layers["scope"] == scope].sort_values("layer")
         if scoped.empty:
@@ -263,10 +272,11 @@ def plot_cross_layer_stability(
             x, scoped["mean"] - scoped["std"], scoped["mean"] + scoped["std"], color=colour, alpha=0.2, linewidth=0
         )
         line_ax.plot(x, scoped["mean"], marker="o", color=colour, label=scope.replace("_", "-"))
+        bars = draw_interval(line_ax, x, scoped, colour, None) or bars
         line_ax.set_xticks(x)
     line_ax.set_xlabel("layer")
     line_ax.set_ylabel(f"layer stability ({SIMILARITY_LABEL})")
-    line_ax.set_title("layer mean ±1 s.d. over heads", fontsize=9)
+    line_ax.set_title("layer mean ±1 s.d. over heads" + (", bars: bootstrap CI" if bars else ""), fontsize=9)
     line_ax.legend(fontsize=8)
     figure.suptitle(
         f"{arch}: cross-layer stability (prompts: {promptset}); anchor = first seed ({anchor})",

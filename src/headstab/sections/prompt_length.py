@@ -1,7 +1,9 @@
 """Layer stability by prompt length (paper §4.4.2, Fig. 5 / B.4).
 
 The length sweep's prompt sets are named `len{N}` (N words per prompt); their rows of
-`layer_stability.csv` for one anchor, side by side.
+`layer_stability.csv` for one anchor, side by side, with the anchor's bootstrap interval and the
+prompt-permutation null (`headstab.statistics.tables`) when the table has them: how much of the
+length effect is the metric's own dependence on prompt length.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import pandas as pd
 from headstab.tables import select_rows
 
 LENGTH_COLUMNS = ["prompt_length", "layer", "mean", "std", "anchor_seed"]
+# Carried over from layer_stability.csv when present (tables written before them lack them).
+CHANCE_COLUMNS = ["ci_low", "ci_high", "null", "null_ci_low", "null_ci_high"]
 
 
 def prompt_length_of(promptset: str) -> int | None:
@@ -32,7 +36,7 @@ def prompt_length_table(
     layer_stability: a table with a promptset column, or a mapping promptset -> table.
     anchor_seed: the anchor to report; None takes the first (smallest) seed, the paper's
     single-anchor view.
-    Returns LENGTH_COLUMNS, sorted by length and layer (0-based).
+    Returns LENGTH_COLUMNS, then the CHANCE_COLUMNS the input has, sorted by length and layer (0-based).
     """
     if isinstance(layer_stability, Mapping):
         layer_stability = pd.concat(
@@ -49,5 +53,6 @@ def prompt_length_table(
     if anchor_seed is None:
         anchor_seed = int(table["anchor_seed"].min())
     table = select_rows(table, "layer stability of the len{N} prompt sets", anchor_seed=anchor_seed)
-    out = table[LENGTH_COLUMNS].astype({"prompt_length": int, "layer": int})
+    columns = LENGTH_COLUMNS + [column for column in CHANCE_COLUMNS if column in table.columns]
+    out = table[columns].astype({"prompt_length": int, "layer": int})
     return out.sort_values(["prompt_length", "layer"]).reset_index(drop=True)
