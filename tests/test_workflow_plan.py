@@ -97,6 +97,10 @@ def test_gpu_rules_are_exactly_the_rules_that_declare_a_gpu():
             resources = re.search(r"^    resources:\n((?:        .*\n)+)", body, re.M)
             if resources and re.search(r"^        gpu=", resources.group(1), re.M):
                 declaring.add(name)
+    for path in (REPO / "workflow/rules").glob("*.smk"):  # `use rule X as Y with:` inherits X's resources
+        for parent, name in re.findall(r"^use rule (\w+) as (\w+)", path.read_text(), re.M):
+            if parent in declaring:
+                declaring.add(name)
     assert declaring == set(GPU_RULES)
     assert "GPU_RULES" in (REPO / "slurm/config.yaml").read_text()
 
