@@ -85,7 +85,7 @@ class Layout:
         return f"{self.results}/{arch}/similarity/{promptset}.h5"
 
     def grouped_similarity_path(self, arch: str, promptset: str) -> str:
-        """Same-layer similarity per prompt group, observed and null (headstab.statistics.prompt_groups)."""
+        """Same-layer similarity per prompt group, observed and null (headstab.inference.prompt_groups)."""
         return f"{self.results}/{arch}/similarity/{promptset}.groups.h5"
 
     # -- snapshots: the refits' weights at training step `step` (0: the initialisation, rebuilt from the seed)

@@ -54,6 +54,6 @@ rule fetch_published:
         runtime=30,
     params:
         spec=by_arch("job_spec"),
-        source=lambda wildcards: PUBLISHED[wildcards.arch]["source"],
+        source=planning.WildcardLookup(PUBLISHED, "arch", "source"),
     script:
         "../scripts/fetch_published.py"

@@ -29,7 +29,7 @@ rule pair_similarity:
 
 
 # Same-layer similarity per random group of prompts, observed and under the prompt-permutation null
-# (headstab.statistics.prompt_groups): what the bootstrap resamples (docs/statistics.md).
+# (headstab.inference.prompt_groups): what the bootstrap resamples (docs/statistics.md).
 rule prompt_group_similarity:
     """Same-layer head similarity of one architecture's refits per prompt group, and its null."""
     input:
@@ -53,11 +53,14 @@ rule prompt_group_similarity:
         "../scripts/prompt_group_similarity.py"
 
 
+def snapshot_caches(wildcards):
+    """The pattern-only caches of every refit of {arch} at training step {step}."""
+    return [LAYOUT.snapshot_cache_path(wildcards.arch, wildcards.step, seed) for seed in SEEDS[wildcards.arch]]
+
+
 use rule prompt_group_similarity as snapshot_prompt_group_similarity with:
     input:
-        caches=lambda wildcards: [
-            LAYOUT.snapshot_cache_path(wildcards.arch, wildcards.step, seed) for seed in SEEDS[wildcards.arch]
-        ],
+        caches=snapshot_caches,
     output:
         **{
             promptset: LAYOUT.snapshot_grouped_similarity_path("{arch}", "{step}", promptset)

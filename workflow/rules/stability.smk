@@ -3,7 +3,7 @@
 #
 #   stability_tables   {RESULTS}/{arch}/tables/{pair,head,layer}_stability.csv, alignment_map.csv,
 #                      alignment_dispersion.csv, commonness.csv   (every prompt set, every anchor), with
-#                      intervals, null and step-0 baseline (headstab.statistics, docs/statistics.md);
+#                      intervals, null and step-0 baseline (headstab.inference, docs/statistics.md);
 #                      layer_stability_pooled.csv: per layer over all refits
 #   stability_figures  {RESULTS}/{arch}/figures/*.png             (Fig. 2-4, 12/A.5, 20; primary prompts)
 #
@@ -13,11 +13,11 @@ STABILITY_TABLES = (
     "pair_stability",
     "head_stability",
     "layer_stability",
-    "layer_stability_pooled",
-    "stability_gap_intervals",
     "alignment_map",
     "alignment_dispersion",
     "commonness",
+    "layer_stability_pooled",
+    "stability_gap_intervals",
 )
 STABILITY_FIGURES = (
     "head_stability",

@@ -6,7 +6,7 @@
 #   stability_against_chance  {RESULTS}/summary/tables/stability_against_chance.csv, stability_gap_intervals.csv,
 #                             summary/figures/stability_against_chance.png   (every architecture)
 #
-# Library: headstab.statistics, headstab.plots.chance.
+# Library: headstab.inference, headstab.plots.chance.
 
 STATISTICS_TARGETS = {
     arch: [table_path(arch, name) for name in ("seeds_needed", "seeds_needed_curve")]
@@ -14,6 +14,18 @@ STATISTICS_TARGETS = {
     for arch in ARCHITECTURES
 }
 OPTIMIZER_TESTS_TARGETS = [compare_table_path(arch, "optimizer_tests") for arch in OPTIMIZER_PAIRS]
+# Both members' primary prompt groups and validation perplexities, by the Adam member's name.
+OPTIMIZER_TEST_INPUTS = {
+    arch: {
+        key: path
+        for role, member in (("adam", arch), ("adamw", twin))
+        for key, path in (
+            (role, grouped_similarity_path(member, PRIMARY)),
+            (f"{role}_perplexity", table_path(member, "validation_perplexity")),
+        )
+    }
+    for arch, twin in TWINS.items()
+}
 CHANCE_SUMMARY_TARGETS = [
     summary_table_path("stability_against_chance"),
     summary_table_path("stability_gap_intervals"),
@@ -53,10 +65,7 @@ rule optimizer_tests:
     """Adam vs AdamW (§4.5) as tests: per-layer stability difference with its bootstrap interval and a
     permutation test over refits; perplexity parity as an equivalence test (TOST)."""
     input:
-        adam=grouped_similarity_path("{arch}", PRIMARY),
-        adamw=lambda wildcards: grouped_similarity_path(TWINS[wildcards.arch], PRIMARY),
-        adam_perplexity=table_path("{arch}", "validation_perplexity"),
-        adamw_perplexity=lambda wildcards: table_path(TWINS[wildcards.arch], "validation_perplexity"),
+        unpack(planning.WildcardLookup(OPTIMIZER_TEST_INPUTS, "arch")),
     output:
         table=compare_table_path("{arch}", "optimizer_tests"),
     log:

@@ -1,13 +1,13 @@
 """Rule optimizer_tests: both members' prompt-group similarity and validation perplexities ->
-compare/{arch}/tables/optimizer_tests.csv (columns: headstab.statistics.comparisons)."""
+compare/{arch}/tables/optimizer_tests.csv (columns: headstab.inference.comparisons)."""
 
 import logging
 
 import pandas as pd
 
+from headstab.inference.comparisons import optimizer_tests
+from headstab.inference.prompt_groups import read_grouped_similarity
 from headstab.joblog import run_job
-from headstab.statistics.comparisons import optimizer_tests
-from headstab.statistics.prompt_groups import read_grouped_similarity
 
 
 def main():

@@ -5,11 +5,12 @@ import logging
 
 import pandas as pd
 
+from headstab.inference.prompt_groups import read_grouped_similarity
+from headstab.inference.tables import TABLE_NAMES as INTERVAL_TABLE_NAMES
+from headstab.inference.tables import interval_tables
 from headstab.joblog import run_job
 from headstab.similarity import read_pair_similarity
 from headstab.stability import TABLE_NAMES, stability_tables
-from headstab.statistics.prompt_groups import read_grouped_similarity
-from headstab.statistics.tables import interval_tables
 
 KEYS = {"head_stability": ["promptset", "scope", "anchor_seed", "layer", "head"]}
 KEYS["layer_stability"] = KEYS["head_stability"][:-1]
@@ -18,7 +19,7 @@ KEYS["layer_stability"] = KEYS["head_stability"][:-1]
 def main():
     ddof, options = snakemake.params.layer_std_ddof, snakemake.params.statistics
     logging.info("layer s.d. over heads with ddof=%d; statistics %s", ddof, options)
-    names = (*TABLE_NAMES, "layer_stability_pooled", "stability_gap_intervals")
+    names = (*TABLE_NAMES, *INTERVAL_TABLE_NAMES)
     collected = {name: [] for name in names}
     init_paths = list(snakemake.input.init) or [None] * len(snakemake.params.promptsets)
     inputs = zip(

@@ -1,80 +1,85 @@
-"""Stability against chance on a line plot: the anchor's interval, the prompt-permutation null, step 0.
-
-The stability tables carry these as optional columns (`headstab.statistics.tables`): ci_low, ci_high
-(multi-bootstrap interval over pair refits and prompt groups), null, null_ci_low, null_ci_high (the
-same statistic with each anchor head on prompt p compared with the candidates on another prompt of
-the same token length: the metric's floor for unrelated patterns) and init (the same refits at step
-0, untrained). Tables written before them lack the columns, and the null and init are NaN for the
-cross-layer scope: every function here draws only what is present and finite, and says whether it drew.
-"""
+"""Stability against chance (docs/statistics.md): layer stability with its interval against the
+prompt-permutation null and the untrained step-0 refits, across architectures; and the width of the
+interval against the number of refits used (how many seeds a study needs)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.axes import Axes
 
-__all__ = [
-    "CHANCE_COLUMNS",
-    "INIT_LABEL",
-    "chance_columns",
-    "draw_init",
-    "draw_interval",
-    "draw_null",
-    "has_finite",
-    "null_label",
-]
+from headstab.plots import STABILITY_LABEL, layer_ticks, new_figure, save_figure
 
-CHANCE_COLUMNS = ["ci_low", "ci_high", "null", "null_ci_low", "null_ci_high", "init", "init_ci_low", "init_ci_high"]
-NULL_COLOUR = "tab:grey"
-INIT_LABEL = "step 0, untrained"
+__all__ = ["plot_seeds_needed", "plot_stability_against_chance"]
 
 
-def null_label(confidence: float = 0.95) -> str:
-    return f"prompt-permutation null ({confidence:.0%} CI)"
+def _band(ax, x, table: pd.DataFrame, prefix: str, colour: str, label: str, style: str = "-") -> None:
+    low, high = table[f"{prefix}ci_low"].to_numpy(float), table[f"{prefix}ci_high"].to_numpy(float)
+    centre = table["stability" if prefix == "" else prefix.rstrip("_")].to_numpy(float)
+    if not np.all(np.isfinite(centre)):
+        return
+    ax.fill_between(x, low, high, color=colour, alpha=0.25, linewidth=0)
+    ax.plot(x, centre, style, color=colour, marker="o", markersize=3, label=label)
 
 
-def has_finite(rows: pd.DataFrame, columns: Sequence[str]) -> bool:
-    """The table has every column in `columns`, all finite in at least one row."""
-    if not set(columns) <= set(rows.columns) or rows.empty:
-        return False
-    values = rows[list(columns)].to_numpy(dtype=float)
-    return bool(np.isfinite(values).all(axis=1).any())
+def plot_stability_against_chance(summary: pd.DataFrame, path: str | Path, promptset: str) -> pd.DataFrame:
+    """One panel per architecture: same-layer layer stability (pooled over refits) with its 95%
+    interval, the prompt-permutation null and the step-0 baseline with theirs.
 
-
-def chance_columns(rows: pd.DataFrame) -> list[str]:
-    """The CHANCE_COLUMNS the table has, in that order."""
-    return [column for column in CHANCE_COLUMNS if column in rows.columns]
-
-
-def draw_interval(ax: Axes, x: np.ndarray, rows: pd.DataFrame, colour, label: str | None) -> bool:
-    """Error bars from ci_low to ci_high at `x` (one per row of `rows`); False when absent.
-
-    Centred on the interval, not the estimate: a percentile interval need not contain it.
+    summary: rows of layer_stability_pooled.csv with an architecture column (scope same_layer used).
+    Returns the drawn rows.
     """
-    if not has_finite(rows, ["ci_low", "ci_high"]):
-        return False
-    low, high = rows["ci_low"].to_numpy(dtype=float), rows["ci_high"].to_numpy(dtype=float)
-    ax.errorbar(
-        x, (low + high) / 2, yerr=(high - low) / 2, fmt="none", ecolor=colour, elinewidth=1.2, capsize=3, label=label
+    rows = summary[(summary["scope"] == "same_layer") & (summary["promptset"] == promptset)]
+    if rows.empty:
+        raise ValueError(f"no same_layer rows for prompt set {promptset!r} in the summary table")
+    architectures = list(dict.fromkeys(rows["architecture"]))
+    n_cols = min(4, len(architectures))
+    n_rows = int(np.ceil(len(architectures) / n_cols))
+    figure = new_figure((3.2 * n_cols, 2.6 * n_rows + 0.6))
+    axes = np.atleast_1d(figure.subplots(n_rows, n_cols, sharey=True, squeeze=False)).ravel()
+    for ax, arch in zip(axes, architectures):
+        table = rows[rows["architecture"] == arch].sort_values("layer")
+        x = table["layer"].to_numpy() + 1
+        _band(ax, x, table, "", "tab:blue", "trained (95% CI)")
+        _band(ax, x, table, "null_", "grey", "prompt-permutation null", "--")
+        _band(ax, x, table, "init_", "tab:red", "step 0, untrained", ":")
+        ax.set_title(f"{arch} ({int(table['n_refits'].iloc[0])} refits)", fontsize=9)
+        layer_ticks(ax, len(x))
+    for ax in axes[len(architectures) :]:
+        ax.set_visible(False)
+    axes[0].set_ylabel(STABILITY_LABEL)
+    axes[0].legend(fontsize=7, loc="lower left")
+    figure.suptitle(
+        f"Stability against chance (prompts: {promptset}): multi-bootstrap 95% intervals over refits and prompts"
     )
-    return True
+    save_figure(figure, path)
+    return rows
 
 
-def draw_null(ax: Axes, x: np.ndarray, rows: pd.DataFrame, label: str | None, colour=NULL_COLOUR) -> bool:
-    """The null's interval as a band and its estimate as a thin line; False when absent."""
-    if not has_finite(rows, ["null", "null_ci_low", "null_ci_high"]):
-        return False
-    ax.fill_between(x, rows["null_ci_low"], rows["null_ci_high"], color=colour, alpha=0.3, linewidth=0, label=label)
-    ax.plot(x, rows["null"], color=colour, linewidth=1.0)
-    return True
-
-
-def draw_init(ax: Axes, x: np.ndarray, rows: pd.DataFrame, colour="black", label: str | None = INIT_LABEL) -> bool:
-    """The step-0 baseline as a dotted line; False when absent."""
-    if not has_finite(rows, ["init"]):
-        return False
-    ax.plot(x, rows["init"], linestyle=":", linewidth=1.4, color=colour, label=label)
-    return True
+def plot_seeds_needed(curve: pd.DataFrame, needed: pd.DataFrame, path: str | Path, arch: str) -> pd.DataFrame:
+    """Interval width of layer stability (one line per layer) and of ΔS against the number of refits,
+    log-log with a 1/sqrt(n) guide and the tolerance. Returns the drawn curve."""
+    figure = new_figure((6.4, 4.2))
+    ax = figure.subplots()
+    for (statistic, layer), part in curve.groupby(["statistic", "layer"], sort=False):
+        part = part.sort_values("n_refits")
+        label = f"layer {layer + 1}" if statistic == "layer_stability" else "ΔS (§4.6)"
+        style = "-" if statistic == "layer_stability" else "k--"
+        ax.errorbar(part["n_refits"], part["ci_width"], yerr=part["ci_width_sd"], fmt=style, marker="o",
+                    markersize=3, label=label, capsize=2)  # fmt: skip
+    largest = curve.loc[curve["n_refits"].idxmax()]
+    n = np.geomspace(2, curve["n_refits"].max(), 20)
+    ax.plot(n, largest["ci_width"] * np.sqrt(largest["n_refits"] / n), color="grey", linewidth=0.8, label="∝ 1/√n")
+    tolerance = float(needed["tolerance"].iloc[0])
+    ax.axhline(tolerance, color="tab:red", linewidth=0.8, label=f"tolerance {tolerance:g}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("refits used")
+    ax.set_ylabel("95% interval width")
+    ax.legend(fontsize=7)
+    worst = needed.loc[needed["n_refits_needed"].idxmax()]
+    ax.set_title(f"{arch}: refits needed for width ≤ {tolerance:g}: {int(worst['n_refits_needed'])}"
+                 f"{' (extrapolated)' if worst['extrapolated'] else ''}", fontsize=9)  # fmt: skip
+    save_figure(figure, path)
+    return curve

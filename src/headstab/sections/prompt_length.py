@@ -2,7 +2,7 @@
 
 The length sweep's prompt sets are named `len{N}` (N words per prompt); their rows of
 `layer_stability.csv` for one anchor, side by side, with the anchor's bootstrap interval and the
-prompt-permutation null (`headstab.statistics.tables`) when the table has them: how much of the
+prompt-permutation null (`headstab.inference.tables`) when the table has them: how much of the
 length effect is the metric's own dependence on prompt length.
 """
 

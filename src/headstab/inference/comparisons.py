@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headstab.statistics.bootstrap import draw_resamples, percentile_interval, stability_replicates
-from headstab.statistics.hypothesis import permutation_test, tost
+from headstab.inference.bootstrap import draw_resamples, percentile_interval, stability_replicates
+from headstab.inference.hypothesis import permutation_test, tost
 
 __all__ = ["OPTIMIZER_TEST_COLUMNS", "optimizer_tests"]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headstab.statistics.bootstrap import draw_resamples, percentile_interval, stability_replicates
-from headstab.statistics.hypothesis import gap_replicates
+from headstab.inference.bootstrap import draw_resamples, percentile_interval, stability_replicates
+from headstab.inference.hypothesis import gap_replicates
 
 __all__ = ["CURVE_COLUMNS", "NEEDED_COLUMNS", "seeds_needed", "seeds_needed_curve", "subset_sizes"]
 

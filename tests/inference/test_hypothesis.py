@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from headstab.statistics.hypothesis import gap_replicates, permutation_test, tost
+from headstab.inference.hypothesis import gap_replicates, permutation_test, tost
 
 
 def test_permutation_p_value_is_uniform_under_the_null():

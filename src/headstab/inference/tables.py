@@ -1,6 +1,6 @@
 """Stability against chance, as tables: intervals, the null, the initialisation baseline, effect sizes.
 
-For one architecture and prompt set: bootstrap replicates (`headstab.statistics.bootstrap`) of the
+For one architecture and prompt set: bootstrap replicates (`headstab.inference.bootstrap`) of the
 trained refits' stability, of the prompt-permutation null and of the same refits at initialisation
 (step 0), drawn with the same resamples, so differences are paired. Columns (docs/statistics.md):
 
@@ -20,12 +20,13 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from headstab.statistics.bootstrap import Resamples, draw_resamples, percentile_interval, stability_replicates
-from headstab.statistics.hypothesis import gap_replicates
+from headstab.inference.bootstrap import Resamples, draw_resamples, percentile_interval, stability_replicates
+from headstab.inference.hypothesis import gap_replicates
 
 __all__ = [
     "GAP_INTERVAL_COLUMNS",
     "HEAD_INTERVAL_COLUMNS",
+    "TABLE_NAMES",
     "LAYER_INTERVAL_COLUMNS",
     "POOLED_COLUMNS",
     "StabilityReplicates",
@@ -44,6 +45,8 @@ GAP_INTERVAL_COLUMNS = ["promptset", "statistic", "estimate", "ci_low", "ci_high
 POOLED_COLUMNS = ["promptset", "scope", "layer", "stability", *INTERVAL, *CHANCE, "n_refits"]
 
 StabilityReplicates = dict[str, dict[str, np.ndarray]]
+# The tables of their own that rule stability_tables writes from `interval_tables` (after headstab.stability's).
+TABLE_NAMES = ("layer_stability_pooled", "stability_gap_intervals")
 
 
 def replicates_by_kind(

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from tolerances import reduction_atol
 
+from headstab.inference.bootstrap import draw_resamples, percentile_interval, stability_replicates
 from headstab.stability import head_stability_table, pair_stability_table
-from headstab.statistics.bootstrap import draw_resamples, percentile_interval, stability_replicates
 
 
 def symmetric_groups(rng, n_groups, n_seeds, n_layers, n_heads):

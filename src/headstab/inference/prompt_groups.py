@@ -1,6 +1,6 @@
 """Same-layer head similarity per group of prompts, observed and under the prompt-permutation null.
 
-The bootstrap (`headstab.statistics.bootstrap`) resamples prompts; the pair-similarity tensor has
+The bootstrap (`headstab.inference.bootstrap`) resamples prompts; the pair-similarity tensor has
 already averaged them away. Here the prompts of a set are split at random (seeded) into groups and
 the same-layer similarity S_g[a, b, l, i, j] (mean cosine of the lower-triangular patterns over the
 group's prompts, Eq. 1-2) is kept per group: a group-weighted mean over groups gives back the

@@ -8,7 +8,7 @@ from bridges import write_refit_caches
 from tolerances import reduction_atol
 
 from headstab.activations.packing import lower_triangle_offsets, n_lower_entries
-from headstab.statistics.prompt_groups import (
+from headstab.inference.prompt_groups import (
     GroupedSimilarity,
     GroupedSimilarityError,
     grouped_similarity_from_caches,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headstab.statistics.seeds_needed import seeds_needed, seeds_needed_curve, subset_sizes
+from headstab.inference.seeds_needed import seeds_needed, seeds_needed_curve, subset_sizes
 
 
 def test_subset_sizes_span_two_to_all():

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from headstab.inference.comparisons import optimizer_tests
+from headstab.inference.prompt_groups import GroupedSimilarity
+from headstab.inference.tables import HEAD_INTERVAL_COLUMNS, POOLED_COLUMNS, interval_tables
 from headstab.stability import stability_tables
-from headstab.statistics.comparisons import optimizer_tests
-from headstab.statistics.prompt_groups import GroupedSimilarity
-from headstab.statistics.tables import HEAD_INTERVAL_COLUMNS, POOLED_COLUMNS, interval_tables
 
 SEEDS = [3, 5, 8, 13]
 
@@ -72,4 +72,8 @@ def test_optimizer_tests_find_a_layer_difference_and_equivalent_perplexities():
     assert layers.loc[1, "ci_low"] > 0.3 and layers.loc[0, "ci_low"] <= 0 <= layers.loc[0, "ci_high"]
     assert layers.loc[1, "p_value"] == pytest.approx(2 / 70, abs=0.02)  # 4 vs 4 refits: the most extreme split
     perplexity = table[table["statistic"] == "perplexity"].iloc[0]
-    assert perplexity["test"] == "tost" and perplexity["equivalent"] and perplexity["margin"] == pytest.approx(0.02 * 20.05)
+    assert (
+        perplexity["test"] == "tost"
+        and perplexity["equivalent"]
+        and perplexity["margin"] == pytest.approx(0.02 * 20.05)
+    )
