@@ -18,6 +18,8 @@ GPU_RULES = ("train", "cache_activations", "validation_perplexity", "ablation_pe
 # them against the DAG).
 ANALYSIS_ROOT_RULES = (
     "pair_similarity",
+    "prompt_group_similarity",
+    "snapshot_prompt_group_similarity",
     "weight_norms",
     "validation_perplexity",
     "activation_norms",

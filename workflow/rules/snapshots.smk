@@ -19,7 +19,10 @@ by_model_spec = partial(planning.WildcardLookup, MODEL_SPECS, "arch")
 
 
 rule init_weights:
-    """Refit {seed} of {arch} at step 0, rebuilt from the seed exactly as train_refit starts (no training)."""
+    """Refit {seed} of {arch} at step 0, rebuilt from the seed exactly as train_refit starts (no training).
+    Waits, like train, for the check that every prompt set fits n_ctx."""
+    input:
+        prompt_check=by_arch("train_inputs", "prompt_check"),
     output:
         weights=LAYOUT.snapshot_weights("{arch}", 0, "{seed}"),
         meta=str(Path(LAYOUT.snapshot_weights("{arch}", 0, "{seed}")).with_name("meta.json")),

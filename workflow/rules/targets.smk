@@ -3,7 +3,7 @@
 #
 #   snakemake arch_<arch>        every output of <arch>: weights (trained or fetched), caches, similarity, tables, figures
 #   snakemake analyses_<arch>    only its post-training outputs (similarity, tables, figures, analyses)
-#   snakemake analyses_<arch> --forcerun pair_similarity weight_norms validation_perplexity activation_norms ablation_perplexity
+#   snakemake analyses_<arch> --forcerun <headstab.layout.ANALYSIS_ROOT_RULES>
 #                                rerun those analyses without retraining or re-caching (headstab.layout.ANALYSIS_ROOT_RULES)
 #
 # Cross-architecture outputs (compare/, summary/) belong to no single architecture: `snakemake`
