@@ -222,6 +222,17 @@ def _seeds_key(config: dict[str, Any], name: str) -> str:
     return "architecture_defaults.seeds"
 
 
+def _check_optimizer_pairs(config: dict[str, Any]) -> None:
+    """analysis.optimizer_pairs names architectures of the registry."""
+    architectures = config["architectures"]
+    for first, second in config.get("analysis", {}).get("optimizer_pairs", {}).items():
+        for member in (first, second):
+            if member not in architectures:
+                raise ConfigError(
+                    f"config key 'analysis.optimizer_pairs': unknown architecture '{member}'.{_closest(member, architectures)}"
+                )
+
+
 def _check_references(config: dict[str, Any]) -> None:
     _check_results_dir(config["results_dir"])
     architectures = config["architectures"]
@@ -293,6 +304,7 @@ def _check_references(config: dict[str, Any]) -> None:
                 f"config key 'tokenizers.{tok_name}.path': {tokenizer['path']} is not a directory; point it at a "
                 "directory saved with tokenizer.save_pretrained"
             )
+    _check_optimizer_pairs(config)
     heldout = config.get("analysis", {}).get("heldout_corpus")
     if heldout is not None and heldout not in config["corpora"]:
         raise ConfigError(
@@ -316,6 +328,10 @@ def architecture_spec(config: dict[str, Any], name: str) -> ArchitectureSpec:
     if name not in config["architectures"]:
         raise ConfigError(f"unknown architecture '{name}'.{_closest(name, config['architectures'])}")
     merged = {**BUILT_IN_ARCHITECTURE_DEFAULTS, **config["architecture_defaults"], **config["architectures"][name]}
+    if merged.get("source") == "hub_family":  # dimensions from the model's config.json, not the defaults
+        from headstab.hub_families import family_dimensions
+
+        merged.update(family_dimensions(config, name))
     missing = [key for key in ARCHITECTURE_FIELDS if key not in merged]
     if missing:
         raise ConfigError(

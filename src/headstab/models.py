@@ -64,6 +64,17 @@ def recorded_sha256(weights_path: Path) -> str | None:
         ) from err
 
 
+def recorded_loader(weights_path: Path) -> str | None:
+    """`loader` of the meta.json beside a final.pt: "transformers" for a hub family's refit, else None."""
+    meta_path = weights_path.parent / "meta.json"
+    if weights_path.name != "final.pt" or not meta_path.is_file():
+        return None
+    try:
+        return json.loads(meta_path.read_text()).get("loader")
+    except (json.JSONDecodeError, AttributeError):
+        return None  # recorded_sha256 has reported it
+
+
 def load_verified_state_dict(weights_path: str | Path) -> dict[str, torch.Tensor]:
     """The state dict saved at `weights_path`, checked against the sha256 its meta.json records first.
 
@@ -169,10 +180,20 @@ def load_trained_model(
     weight_processing: TransformerLens 2 steps applied to the saved weights first
     (`headstab.weight_processing`, config key analysis.weight_processing). Raises CheckpointError
     naming the file and how to rebuild it when it is missing, corrupt, unreadable or its tensors do
-    not match the architecture.
+    not match the architecture. A hub family's refit (meta.json `loader: transformers`) is rebuilt with
+    transformers and TransformerBridge.boot_transformers instead (headstab.hub_models).
     """
     weights_path = Path(weights_path)
     state = load_verified_state_dict(weights_path)
+    if recorded_loader(weights_path) == "transformers":  # a hub family's refit (headstab.hub_models)
+        from headstab.hub_models import load_family_model
+
+        if weight_processing:
+            raise CheckpointError(
+                f"weights file {weights_path} is a hub family's model, analysed as published; "
+                f"analysis.weight_processing {list(weight_processing)} applies to our checkpoints only"
+            )
+        return load_family_model(weights_path, state, device, tokenizer)
     # Any seed: every tensor is overwritten by the saved weights.
     model = build_model(spec, seed=0, tokenizer=tokenizer, legacy_gpt2_init=False)
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from headstab.config import ArchitectureSpec
+from headstab.hub_families import HUB_FAMILY
 from headstab.layout import Layout
 from headstab.sources import PUBLISHED, checkpoint_source
 
@@ -146,7 +147,7 @@ def published_targets(
 def network_targets(config: Mapping[str, Any], specs: Mapping[str, ArchitectureSpec], layout: Layout) -> list[str]:
     """Outputs of every job of this run that downloads from the Hugging Face hub: hub tokenizers (and
     tokenizers trained on a hub corpus), hub corpora's metas, wikitext-2 when analysis.heldout_corpus is
-    null, and the published refits of source published."""
+    null, the published refits of source published and the hub models of source hub_family."""
     tokenizers, corpora, run = config["tokenizers"], config["corpora"], run_corpora(config, specs)
     used = {spec.tokenizer for spec in specs.values()} | {corpora[name]["tokenizer"] for name in run}
     targets = [
@@ -158,4 +159,12 @@ def network_targets(config: Mapping[str, Any], specs: Mapping[str, ArchitectureS
     targets += [layout.corpus_meta(name) for name in sorted(run) if corpora[name]["source"] == "hub"]
     if config["analysis"]["heldout_corpus"] is None:  # wikitext-2 from the hub, once per tokenizer
         targets += sorted({shard for shards in heldout_shards(config, specs, layout).values() for shard in shards})
-    return targets + published_targets(config, specs, layout, (PUBLISHED,))
+    families = [
+        layout.final_weights(arch, seed)
+        for arch, spec in specs.items()
+        for source in [checkpoint_source(config, arch)]
+        if source.kind == HUB_FAMILY
+        for seed in spec.seeds
+        if source.model(seed).id is not None
+    ]
+    return targets + published_targets(config, specs, layout, (PUBLISHED,)) + families

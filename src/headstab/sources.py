@@ -7,6 +7,8 @@ Config key `architectures.<name>.source` (or `architecture_defaults.source`):
   `repo_id` at `revision` (the authors' `karanbali/attention_head_seed_stability`) and converts it.
 - `published_local`: the same files from a local directory `path` in the repository's layout (an offline
   cluster's copy, e.g. the authors' `chkpts/`).
+- `hub_family`: seeded refits of a Hugging Face causal LM trained elsewhere (`models`; rule fetch_family,
+  headstab.hub_families).
 
 `refit_file` is the file of one seed inside the repository (or `path`), a template with the fields
 {arch}, {seed}, {n_layers}, {n_heads}. Unset, it is the authors' name for a C4 model:
@@ -22,12 +24,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from headstab.config import ArchitectureSpec, ConfigError
+from headstab.config import ArchitectureSpec, ConfigError, architecture_spec
+from headstab.hub_families import HUB_FAMILY, FamilySource, family_source
 
 TRAIN, PUBLISHED, PUBLISHED_LOCAL = "train", "published", "published_local"
 PUBLISHED_REPO_ID = "karanbali/attention_head_seed_stability"
 TEMPLATE_FIELDS = ("arch", "seed", "n_layers", "n_heads")
-SOURCE_KEYS = ("source", "repo_id", "revision", "path", "refit_file")
+SOURCE_KEYS = ("source", "repo_id", "revision", "path", "refit_file", "models")
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ def _template_fields(template: str, where: str) -> set[str]:
         raise ConfigError(f"config key '{where}': {template!r} is not a valid template ({error})") from error
 
 
-def checkpoint_source(config: dict[str, Any], name: str) -> CheckpointSource:
+def checkpoint_source(config: dict[str, Any], name: str) -> CheckpointSource | FamilySource:
     """The checkpoint source of architecture `name` (its entry over architecture_defaults), checked.
 
     Raises ConfigError naming the key when a published_local path is missing or refit_file has an unknown field.
@@ -86,6 +89,8 @@ def checkpoint_source(config: dict[str, Any], name: str) -> CheckpointSource:
     where = f"architectures.{name}"
     if kind == TRAIN:
         return CheckpointSource()
+    if kind == HUB_FAMILY:
+        return family_source(config, name, architecture_spec(config, name).seeds)
     refit_file = merged.get("refit_file")
     if refit_file is not None:
         unknown = _template_fields(refit_file, f"{where}.refit_file") - set(TEMPLATE_FIELDS)
@@ -108,7 +113,7 @@ def checkpoint_source(config: dict[str, Any], name: str) -> CheckpointSource:
     return CheckpointSource(kind, path=path, refit_file=refit_file)
 
 
-def checkpoint_sources(config: dict[str, Any], names: list[str]) -> dict[str, CheckpointSource]:
+def checkpoint_sources(config: dict[str, Any], names: list[str]) -> dict[str, CheckpointSource | FamilySource]:
     """{architecture: source} of the architectures a run selects."""
     return {name: checkpoint_source(config, name) for name in names}
 

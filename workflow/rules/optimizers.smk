@@ -8,7 +8,8 @@
 # Library: headstab.sections.optimizers, headstab.evaluation, headstab.plots.optimizers.
 
 # {arch} is compared with its twin {arch}_wd when both run; the pair's outputs are named by the Adam member.
-TWINS = {arch: f"{arch}_wd" for arch in ARCHITECTURES}
+# analysis.optimizer_pairs names other twins (e.g. two hub families), the first member in the Adam role.
+TWINS = {arch: config["analysis"]["optimizer_pairs"].get(arch, f"{arch}_wd") for arch in ARCHITECTURES}
 OPTIMIZER_PAIRS = {arch: twin for arch, twin in TWINS.items() if twin in ARCHITECTURES}
 OPTIMIZERS_TARGETS = {
     arch: [table_path(arch, "validation_perplexity"), table_path(arch, "activation_norms")] for arch in ARCHITECTURES

@@ -12,8 +12,8 @@
 from headstab.sources import fetch_mem_mb, published_inputs
 
 TRAINED_ARCHITECTURES = [arch for arch in ARCHITECTURES if SOURCES[arch].trained]
-PUBLISHED_ARCHITECTURES = [arch for arch in ARCHITECTURES if not SOURCES[arch].trained]
-# Per architecture, the checkpoint files its targets list: a published refit has no train_log.csv.
+PUBLISHED_ARCHITECTURES = [arch for arch in ARCHITECTURES if SOURCES[arch].kind in ("published", "published_local")]
+# Per architecture, the checkpoint files its targets list: a published refit (or a hub family's) has no train_log.csv.
 CHECKPOINT_OUTPUTS = {
     arch: (
         LAYOUT.train_outputs(arch, SEEDS[arch])

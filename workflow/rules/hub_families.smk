@@ -1,0 +1,58 @@
+# Seeded families from the hub (README "Seeded families from the hub"; headstab.hub_families,
+# headstab.hub_models). An architecture whose `source` is hub_family is not trained:
+#
+#   fetch_family -> {RESULTS}/{arch}/checkpoints/seed{seed}/final.pt, meta.json (+ config.json, tokenizer files)
+#
+# reads the seed's Hugging Face model from a local save_pretrained directory, or downloads it from the hub
+# (id at revision; needs internet: `snakemake network_inputs`), checks its dimensions against the entry
+# and its tokenizer against the configured one, and keeps its weights as they are. The analyses load it
+# with TransformerBridge.boot_transformers (headstab.models.load_trained_model); every rule downstream of
+# final.pt runs unchanged. No step-0 baseline (common.smk: SOURCES[arch].trained) and no snapshots.
+
+from headstab.hub_families import HUB_FAMILY
+
+FAMILY_ARCHITECTURES = [arch for arch in ARCHITECTURES if SOURCES[arch].kind == HUB_FAMILY]
+FAMILIES = {
+    arch: {
+        "mem_mb": fetch_mem_mb(SPECS[arch]),
+        "tokenizer": tokenizer_target(SPECS[arch].tokenizer),
+    }
+    for arch in FAMILY_ARCHITECTURES
+}
+
+
+def family_seed_source(wildcards):
+    """The seed's own model (its params: adding seeds to a family refetches none of the others)."""
+    return SOURCES[wildcards.arch].to_dict(seeds=[int(wildcards.seed)])
+
+
+def family_model_files(wildcards):
+    """A local model's config.json (an input, so a changed model refetches); a hub model: none."""
+    return SOURCES[wildcards.arch].local_inputs(wildcards.seed)
+
+
+rule fetch_family:
+    """One seed of a seeded family trained elsewhere (a Hugging Face causal LM from the hub or a local
+    save_pretrained directory), kept as it is for the analyses of §4.1-4.9."""
+    input:
+        model=family_model_files,
+        tokenizer=planning.WildcardLookup(FAMILIES, "arch", "tokenizer"),
+    output:
+        weights=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/final.pt",
+        meta=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/meta.json",
+    log:
+        f"{RESULTS}/logs/fetch_family/{{arch}}/seed{{seed}}.log",
+    wildcard_constraints:
+        arch=planning.names_regex(FAMILY_ARCHITECTURES),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=planning.WildcardLookup(FAMILIES, "arch", "mem_mb"),
+        runtime=30,
+    params:
+        spec=by_arch("job_spec"),
+        source=family_seed_source,
+        tokenizer_dir=by_arch("tokenizer_dir"),
+    script:
+        "../scripts/fetch_family.py"
