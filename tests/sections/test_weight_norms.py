@@ -166,3 +166,16 @@ def test_weight_norm_summary_by_hand():
     assert summary.iloc[1]["n_anchors"] == 1  # a NaN r is not an anchor
     missing = weight_norm_summary({"l3": correlation}, facts, {"l3": 9})
     assert missing["first_anchor_r"].isna().all()
+
+
+def test_weight_norm_summary_interval_resamples_the_anchors():
+    correlation = pd.DataFrame(
+        {"anchor_seed": [1, 2, 3], "matrix": "W_Q", "pearson_r": [0.2, 0.4, 0.9], "p_value": 0.5, "n_layers": 3}
+    )
+    facts = {"l3": {"n_layers": 3, "n_heads": 2, "optimizer": "Adam", "attention_only": False}}
+    row = weight_norm_summary(
+        {"l3": correlation}, facts, {"l3": 1}, intervals={"n_boot": 400, "seed": 0, "confidence": 0.9}
+    ).iloc[0]
+    # Means of 3 draws from {0.2, 0.4, 0.9}: from 0.2 to 0.9; the 90% interval sits strictly inside.
+    assert 0.2 <= row["mean_pearson_r_ci_low"] < row["mean_pearson_r"] < row["mean_pearson_r_ci_high"] <= 0.9
+    assert row["n_boot"] == 400

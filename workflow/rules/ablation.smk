@@ -76,5 +76,6 @@ rule ablation:
     params:
         configuration=by_arch("configuration"),
         promptset=PRIMARY,
+        statistics=STATISTICS,  # the per-layer correlation's interval, heads resampled
     script:
         "../scripts/ablation.py"

@@ -7,7 +7,12 @@
 from headstab.resources import residual_cka_mem_mb
 
 RESIDUAL_CKA_TARGETS = {
-    arch: [table_path(arch, "residual_cka"), figure_path(arch, "residual_stream")] for arch in ARCHITECTURES
+    arch: [
+        table_path(arch, "residual_cka"),
+        table_path(arch, "residual_cka_layers"),
+        figure_path(arch, "residual_stream"),
+    ]
+    for arch in ARCHITECTURES
 }
 RESIDUAL_CKA_MEM_MB = {
     arch: residual_cka_mem_mb(SPECS[arch], len(SEEDS[arch]), config["analysis"]["cka_max_tokens"])
@@ -26,6 +31,7 @@ rule residual_cka:
         layer_stability=table_path("{arch}", "layer_stability"),
     output:
         table=table_path("{arch}", "residual_cka"),
+        layers=table_path("{arch}", "residual_cka_layers"),
         figure=report(
             figure_path("{arch}", "residual_stream"),
             caption="../report/residual_stream.rst",
@@ -51,5 +57,6 @@ rule residual_cka:
         debiased=config["analysis"]["cka_debiased"],
         max_tokens=config["analysis"]["cka_max_tokens"],
         pairs=config["analysis"]["cka_pairs"],
+        statistics=STATISTICS,  # the per-layer mean's interval, refits resampled
     script:
         "../scripts/residual_cka.py"

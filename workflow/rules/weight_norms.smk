@@ -92,5 +92,6 @@ rule weight_norm_summary:
     params:
         architectures=ARCHITECTURE_FACTS,
         anchor_seeds=ANCHOR_SEEDS,
+        statistics=STATISTICS,  # the mean r's interval, anchors resampled
     script:
         "../scripts/weight_norm_summary.py"

@@ -8,7 +8,13 @@ import pandas as pd
 
 from headstab.joblog import run_job
 from headstab.plots.ablation import plot_ablation_correlation
-from headstab.sections.ablation import ablated_grid, ablation_correlation, ablation_table, correlation_table
+from headstab.sections.ablation import (
+    ablated_grid,
+    ablation_correlation,
+    ablation_correlation_intervals,
+    ablation_table,
+    correlation_table,
+)
 
 
 def main():
@@ -19,7 +25,10 @@ def main():
     )
     table.to_csv(out.table, index=False)
     per_layer, trend = ablation_correlation(table)
-    correlation_table(per_layer, trend, seed).to_csv(out.correlation, index=False)
+    options = snakemake.params.statistics
+    intervals = ablation_correlation_intervals(table, options["n_boot"], options["seed"], options["confidence"])
+    correlations = correlation_table(per_layer, trend, seed).merge(intervals, on="layer", how="left")
+    correlations.to_csv(out.correlation, index=False)
     logging.info("per-layer r %s; trend slope %.3f", per_layer["pearson_r"].round(3).tolist(), trend["slope"])
     plot_ablation_correlation(table, per_layer, trend, out.figure, snakemake.wildcards.arch)
 

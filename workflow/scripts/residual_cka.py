@@ -1,12 +1,12 @@
 """Rule residual_cka: caches of one architecture -> tables/residual_cka.csv (promptset, seed_a, seed_b,
-layer, cka) and figures/residual_stream.png (paper §4.7, Fig. 9 / B.8), on the residual hook
+layer, cka), tables/residual_cka_layers.csv (per-layer mean with its interval) and figures/residual_stream.png (paper §4.7, Fig. 9 / B.8), on the residual hook
 params.hook (config key analysis.cka_hook)."""
 
 import pandas as pd
 
 from headstab.joblog import run_job
 from headstab.plots.residual_cka import plot_residual_stream
-from headstab.sections.residual_cka import kernel_label, residual_cka_table
+from headstab.sections.residual_cka import kernel_label, layer_cka_table, residual_cka_table
 
 
 def main():
@@ -22,6 +22,9 @@ def main():
         max_tokens=params.max_tokens,
     )
     table.to_csv(snakemake.output.table, index=False)
+    options = snakemake.params.statistics
+    layers = layer_cka_table(table, params.pairs, options["n_boot"], options["seed"], options["confidence"])
+    layers.to_csv(snakemake.output.layers, index=False)
     plot_residual_stream(
         table,
         pd.read_csv(snakemake.input.layer_stability),

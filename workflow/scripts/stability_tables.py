@@ -14,6 +14,7 @@ from headstab.stability import TABLE_NAMES, stability_tables
 
 KEYS = {"head_stability": ["promptset", "scope", "anchor_seed", "layer", "head"]}
 KEYS["layer_stability"] = KEYS["head_stability"][:-1]
+KEYS["commonness"] = ["promptset", "seed", "layer", "head"]
 
 
 def main():
@@ -43,7 +44,11 @@ def main():
             confidence=options["confidence"],
             init=None if init_path is None else read_grouped_similarity(init_path),
         )
-        for name, interval_name in (("head_stability", "head"), ("layer_stability", "layer")):
+        for name, interval_name in (
+            ("head_stability", "head"),
+            ("layer_stability", "layer"),
+            ("commonness", "commonness"),
+        ):
             merged = tables[name].merge(intervals[interval_name], on=KEYS[name], how="left", validate="one_to_one")
             if len(merged) != len(tables[name]):
                 raise AssertionError(f"{name}: intervals do not match the table's rows")

@@ -10,7 +10,14 @@ from headstab.sections.weight_norms import weight_norm_summary
 def main():
     facts = snakemake.params.architectures
     correlations = {arch: pd.read_csv(path) for arch, path in zip(facts, snakemake.input.correlations, strict=True)}
-    weight_norm_summary(correlations, facts, snakemake.params.anchor_seeds).to_csv(snakemake.output.table, index=False)
+    options = snakemake.params.statistics
+    summary = weight_norm_summary(
+        correlations,
+        facts,
+        snakemake.params.anchor_seeds,
+        intervals={key: options[key] for key in ("n_boot", "seed", "confidence")},
+    )
+    summary.to_csv(snakemake.output.table, index=False)
 
 
 run_job(main, "weight_norm_summary", snakemake.log[0])

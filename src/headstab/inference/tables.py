@@ -22,6 +22,7 @@ import pandas as pd
 
 from headstab.inference.bootstrap import Resamples, draw_resamples, percentile_interval, stability_replicates
 from headstab.inference.hypothesis import gap_replicates
+from headstab.inference.resampling import commonness_replicates
 
 __all__ = [
     "GAP_INTERVAL_COLUMNS",
@@ -253,7 +254,27 @@ def interval_tables(
         "layer": layer_interval_table(kinds, seeds, promptset, confidence),
         "pooled": pooled_layer_table(kinds, promptset, confidence),
         "gap": gap_interval_table(kinds, promptset, confidence),
+        "commonness": commonness_interval_table(grouped, resamples, promptset, confidence),
     }
+
+
+def commonness_interval_table(grouped, resamples: Resamples, promptset: str, confidence: float) -> pd.DataFrame:
+    """Interval of every head's commonness (Eq. 10) over prompt-group resamples (the head belongs to its
+    refit, so refits are not resampled): columns promptset, seed, layer, head, ci_low, ci_high, n_boot."""
+    replicates = commonness_replicates(grouped.observed, grouped.group_sizes, resamples.prompt_counts)
+    low, high = percentile_interval(replicates, confidence)
+    seed, layer, head = np.indices(low.shape)
+    return pd.DataFrame(
+        {
+            "promptset": promptset,
+            "seed": np.asarray(grouped.seeds)[seed.ravel()],
+            "layer": layer.ravel(),
+            "head": head.ravel(),
+            "ci_low": low.ravel(),
+            "ci_high": high.ravel(),
+            "n_boot": resamples.n_boot,
+        }
+    )
 
 
 def gap_interval_table(kinds: StabilityReplicates, promptset: str, confidence: float) -> pd.DataFrame:

@@ -112,6 +112,18 @@ def ablation_correlation(table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, f
     return per_layer, trend
 
 
+def ablation_correlation_intervals(table: pd.DataFrame, n_boot: int, seed: int, confidence: float) -> pd.DataFrame:
+    """Per layer, the bootstrap interval of the stability-ΔPPL correlation, heads resampled (they are the
+    units of the correlation; `headstab.inference.resampling.pearson_interval`): layer, ci_low, ci_high, n_boot."""
+    from headstab.inference.resampling import pearson_interval
+
+    rows = []
+    for layer, group in table.groupby("layer", sort=True):
+        low, high = pearson_interval(group["stability"], group["delta_ppl"], n_boot, seed + int(layer), confidence)
+        rows.append((int(layer), low, high, n_boot))
+    return pd.DataFrame(rows, columns=["layer", "ci_low", "ci_high", "n_boot"])
+
+
 def correlation_table(per_layer: pd.DataFrame, trend: Mapping[str, float], seed: int) -> pd.DataFrame:
     """Fig. 10's data in one tidy table: every layer's r with the seed and the trend over depth beside it."""
     return per_layer.assign(seed=seed, **{f"trend_{key}": value for key, value in trend.items()})

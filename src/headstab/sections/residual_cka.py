@@ -81,3 +81,24 @@ def residual_cka_table(
         caches = {seed: stack.enter_context(open_cache(path)) for seed, path in cache_paths.items()}
         tables = [promptset_cka(caches, promptset, **settings) for promptset in promptsets]
     return pd.concat(tables, ignore_index=True)
+
+
+def layer_cka_table(table: pd.DataFrame, pairs: str, n_boot: int, seed: int, confidence: float) -> pd.DataFrame:
+    """Per (promptset, layer): `headstab.cka.layer_cka_summary` (cka_mean, cka_std, n_pairs) with the
+    bootstrap interval of cka_mean, refits resampled (`headstab.inference.resampling.pair_mean_interval`).
+    With pairs "ordered_with_self" the mean is (N(N-1) m + N) / N^2 of the distinct-pair mean m, and so is
+    its interval."""
+    from headstab.cka import layer_cka_summary
+    from headstab.inference.resampling import pair_mean_interval
+
+    frames = []
+    for promptset, part in table.groupby("promptset", sort=False):
+        summary = layer_cka_summary(part, pairs).merge(
+            pair_mean_interval(part, "cka", n_boot, seed, confidence), on="layer"
+        )
+        if pairs == "ordered_with_self":
+            n = len(set(part["seed_a"]) | set(part["seed_b"]))
+            summary[["ci_low", "ci_high"]] = (n - 1) / n * summary[["ci_low", "ci_high"]] + 1 / n
+        frames.append(summary.assign(promptset=promptset))
+    out = pd.concat(frames, ignore_index=True)
+    return out[["promptset", *[c for c in out.columns if c != "promptset"]]]

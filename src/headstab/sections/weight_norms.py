@@ -180,6 +180,7 @@ def weight_norm_summary(
     correlations: Mapping[str, pd.DataFrame],
     facts: Mapping[str, Mapping[str, Any]],
     anchor_seeds: Mapping[str, int],
+    intervals: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """Table B.5 across architectures: one row per (architecture, weight matrix).
 
@@ -187,7 +188,11 @@ def weight_norm_summary(
     `headstab.sections.architecture_facts`; anchor_seeds: architecture -> the paper's single anchor.
     Columns: architecture, its facts, matrix, mean_pearson_r and std_pearson_r (ddof 0) over anchors,
     n_anchors (finite r), first_anchor_r / first_anchor_p (NaN when that anchor has no row).
+    intervals: {n_boot, seed, confidence}: adds mean_pearson_r_ci_low/high, the bootstrap interval of the
+    mean r with the anchors (refits) resampled (`headstab.inference.resampling.mean_interval`).
     """
+    from headstab.inference.resampling import mean_interval
+
     rows = []
     for arch, table in correlations.items():
         for matrix in [m for m in MATRIX_ORDER if m in set(table["matrix"])]:
@@ -205,4 +210,7 @@ def weight_norm_summary(
                     "first_anchor_p": first["p_value"].iloc[0] if len(first) else float("nan"),
                 }
             )
+            if intervals is not None:
+                low, high = mean_interval(rows_m["pearson_r"].to_numpy(), **intervals)
+                rows[-1].update(mean_pearson_r_ci_low=low, mean_pearson_r_ci_high=high, n_boot=intervals["n_boot"])
     return pd.DataFrame(rows)
