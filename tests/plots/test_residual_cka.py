@@ -36,3 +36,15 @@ def test_residual_stream_labels_name_the_hook(tmp_path, monkeypatch, layer_stabi
     line_ax, scatter_ax = saved[0].axes
     assert "hook_resid_pre" in scatter_ax.get_ylabel()
     assert any("hook_resid_pre" in text.get_text() for text in line_ax.get_legend().get_texts())
+
+
+def test_residual_stream_draws_the_mean_cka_interval(tmp_path, layer_stability):
+    from headstab.sections.residual_cka import layer_cka_table
+
+    rng = np.random.default_rng(0)
+    rows = [(a, b, layer, 0.6 + 0.1 * rng.random()) for a in SEEDS for b in SEEDS if a < b for layer in range(N_LAYERS)]
+    cka = pd.DataFrame(rows, columns=["seed_a", "seed_b", "layer", "cka"]).assign(promptset="primary")
+    layers = layer_cka_table(cka, "distinct", 200, 0, 0.95)
+    data = plot_residual_stream(cka, layer_stability(), tmp_path / "r.png", "l4_h8", layer_intervals=layers)
+    assert (data["ci_low"] <= data["cka_mean"]).all() and (data["cka_mean"] <= data["ci_high"]).all()
+    np.testing.assert_allclose(data["ci_low"], layers["ci_low"])

@@ -34,6 +34,7 @@ def main():
         kernel=kernel_label(params.kernel, params.debiased),
         hook=params.hook,
         pairs=params.pairs,
+        layer_intervals=layers,
     )
 
 

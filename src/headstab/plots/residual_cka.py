@@ -24,13 +24,17 @@ def plot_residual_stream(
     kernel: str = "RBF",
     hook: str = "hook_resid_mid",
     pairs: str = "distinct",
+    layer_intervals: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Residual-stream CKA between refits against head stability, per layer (§4.7, Fig. 9 / B.8).
 
     cka: (promptset,) seed_a, seed_b, layer, cka; layer_stability: anchor_seed, layer, mean, std.
     hook: the residual hook the CKA was computed on (config key analysis.cka_hook), named in the labels.
     pairs: how CKA is averaged over refit pairs (`headstab.cka.layer_cka_summary`, config key analysis.cka_pairs).
-    Returns per layer: cka_mean, cka_std, n_pairs (over pairs), stability_mean, stability_std (over anchors).
+    layer_intervals: residual_cka_layers.csv rows (promptset, layer, ci_low, ci_high): the mean CKA's
+        bootstrap interval, drawn as error bars.
+    Returns per layer: cka_mean, cka_std, n_pairs (over pairs), stability_mean, stability_std (over anchors),
+    and ci_low, ci_high when layer_intervals is given.
     """
     cka = select_rows(cka, "residual CKA table", promptset=promptset)
     stab = select_rows(layer_stability, "layer stability", promptset=promptset, scope=scope)
@@ -38,6 +42,9 @@ def plot_residual_stream(
         stab.groupby("layer")["mean"].agg(stability_mean="mean", stability_std=lambda x: x.std(ddof=0)).reset_index(),
         on="layer",
     )
+    if layer_intervals is not None:
+        rows = select_rows(layer_intervals, "residual CKA layers table", promptset=promptset)
+        data = data.merge(rows[["layer", "ci_low", "ci_high"]], on="layer", how="left")
     n_layers = len(data)
     n_pairs = int(data["n_pairs"].iloc[0])
     pairing = "distinct refit pairs" if pairs == "distinct" else "ordered refit pairs incl. self-pairs"
@@ -52,6 +59,10 @@ def plot_residual_stream(
         mean, std = data[f"{column}_mean"], data[f"{column}_std"]
         line_ax.fill_between(x, mean - std, mean + std, color=colour, alpha=0.2, linewidth=0)
         line_ax.plot(x, mean, marker="o", color=colour, label=label + " ±1 s.d.")
+    if "ci_low" in data:
+        low, high = data["cka_mean"] - data["ci_low"], data["ci_high"] - data["cka_mean"]
+        line_ax.errorbar(x, data["cka_mean"], yerr=[low.clip(lower=0), high.clip(lower=0)], fmt="none",
+                         ecolor="tab:purple", capsize=3, label="CKA mean, 95% bootstrap interval (refits)")  # fmt: skip
     layer_ticks(line_ax, n_layers)
     line_ax.set_ylabel("similarity (CKA or cosine, unitless)")
     line_ax.set_ylim(bottom=min(0.0, line_ax.get_ylim()[0]), top=1.05)
