@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from headstab.inference.seeds_needed import seeds_needed, seeds_needed_curve, subset_sizes
 
 
-def test_subset_sizes_span_two_to_all():
-    assert subset_sizes(2) == [2]
+def test_subset_sizes_span_three_to_all():
+    assert subset_sizes(3) == [3]
     sizes = subset_sizes(50)
-    assert sizes[0] == 2 and sizes[-1] == 50 and len(sizes) <= 10
+    assert sizes[0] == 3 and sizes[-1] == 50 and len(sizes) <= 10
+    with pytest.raises(ValueError, match="at least 3 refits"):
+        subset_sizes(2)
 
 
 def test_width_shrinks_like_one_over_sqrt_n():
@@ -43,3 +46,6 @@ def test_needed_n_read_off_the_curve_or_extrapolated():
     assert seeds_needed(curve, 0.05).loc[0, "n_refits_needed"] == 4
     extrapolated = seeds_needed(curve, 0.01).iloc[0]
     assert extrapolated["extrapolated"] and extrapolated["n_refits_needed"] == 32  # 8 * (0.02 / 0.01)^2
+    # A narrow width at a small size that widens again does not count: every larger size must stay below.
+    bumpy = curve.assign(ci_width=[0.005, 0.04, 0.009])
+    assert seeds_needed(bumpy, 0.01).loc[0, "n_refits_needed"] == 8

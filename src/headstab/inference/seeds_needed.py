@@ -1,11 +1,13 @@
 """How many refits a seed study needs: the interval width of layer stability and of the stability gap
 against the number of refits used, from subsets of an architecture's refits.
 
-For each size n (2 .. N, a geometric grid), `n_subsets` random subsets of n refits are drawn and the
+For each size n (3 .. N, a geometric grid), `n_subsets` random subsets of n refits are drawn and the
 multi-bootstrap run on each (refits and prompt groups); the width is the mean over subsets of the
-percentile interval's width. Widths of a mean over pairs of n refits shrink like 1/sqrt(n) once n is
-not tiny; the smallest n at which a width falls below the tolerance is read off the curve, or, when
-the N refits at hand do not reach it, extrapolated from the widest subset size as n* = N (w_N / tol)^2.
+percentile interval's width. Two refits are left out: a pooled resample must draw both (a pair needs
+two distinct refits), so their bootstrap cannot vary the refits and would understate the width.
+Widths of a mean over pairs of n refits shrink like 1/sqrt(n); the refits needed are the smallest n
+from which every measured width is at most the tolerance, or, when the N refits at hand do not reach
+it, n* = N (w_N / tol)^2 extrapolated from the full set's width w_N.
 """
 
 from __future__ import annotations
@@ -31,10 +33,10 @@ NEEDED_COLUMNS = [
 
 
 def subset_sizes(n_seeds: int, max_sizes: int = 10) -> list[int]:
-    """At most max_sizes subset sizes from 2 to n_seeds, spaced geometrically, both ends included."""
-    if n_seeds < 2:
-        raise ValueError(f"the seeds-needed curve needs at least 2 refits; got {n_seeds}")
-    return sorted({int(round(v)) for v in np.geomspace(2, n_seeds, num=min(max_sizes, n_seeds - 1))})
+    """At most max_sizes subset sizes from 3 to n_seeds, spaced geometrically, both ends included."""
+    if n_seeds < 3:
+        raise ValueError(f"the seeds-needed curve needs at least 3 refits (2 cannot be resampled); got {n_seeds}")
+    return sorted({int(round(v)) for v in np.geomspace(3, n_seeds, num=min(max_sizes, n_seeds - 2))})
 
 
 def seeds_needed_curve(
@@ -85,8 +87,9 @@ def seeds_needed_curve(
 
 
 def seeds_needed(curve: pd.DataFrame, tolerance: float) -> pd.DataFrame:
-    """NEEDED_COLUMNS: the smallest subset size whose mean width is <= tolerance, per statistic and layer;
-    when none is, n* = N (w_N / tolerance)^2 from the full set's width w_N (extrapolated True)."""
+    """NEEDED_COLUMNS: per statistic and layer, the smallest subset size from which every measured mean
+    width is <= tolerance; when the full set's width w_N is above it, n* = N (w_N / tolerance)^2
+    (extrapolated True)."""
     if tolerance <= 0:
         raise ValueError(f"config key 'statistics.seeds_needed_tolerance' must be > 0; got {tolerance}")
     rows = []
@@ -94,9 +97,10 @@ def seeds_needed(curve: pd.DataFrame, tolerance: float) -> pd.DataFrame:
         part = part.sort_values("n_refits")
         available = int(part["n_refits"].max())
         width = float(part["ci_width"].iloc[-1])
-        reached = part[part["ci_width"] <= tolerance]
-        if len(reached):
-            needed, extrapolated = int(reached["n_refits"].iloc[0]), False
+        above = part[part["ci_width"] > tolerance]
+        if width <= tolerance:
+            later = part[part["n_refits"] > above["n_refits"].max()] if len(above) else part
+            needed, extrapolated = int(later["n_refits"].iloc[0]), False
         else:
             needed, extrapolated = int(np.ceil(available * (width / tolerance) ** 2)), True
         rows.append((statistic, layer, tolerance, needed, extrapolated, available, width))
