@@ -150,3 +150,19 @@ def test_wildcard_lookup_returns_the_jobs_entry_and_names_a_missing_one():
     assert WildcardLookup(table, "arch")(SimpleNamespace(arch="l4_h8")) is table["l4_h8"]
     with pytest.raises(KeyError, match="l8_h16"):
         WildcardLookup(table, "arch", "seeds")(SimpleNamespace(arch="l8_h16"))
+
+
+def test_library_digest_changes_with_the_code_it_covers_and_names_a_missing_module(tmp_path):
+    from headstab.planning import library_digest
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
+    (tmp_path / "other.py").write_text("y = 1\n")
+    before = library_digest("pkg", root=tmp_path)
+    (tmp_path / "other.py").write_text("y = 2\n")
+    assert library_digest("pkg", root=tmp_path) == before  # not covered
+    (tmp_path / "pkg" / "a.py").write_text("x = 2\n")
+    assert library_digest("pkg", root=tmp_path) != before
+    assert library_digest("inference") == library_digest("inference")
+    with pytest.raises(FileNotFoundError, match="no module or subpackage 'nothing'"):
+        library_digest("nothing", root=tmp_path)

@@ -7,7 +7,9 @@ Pure functions of the config; importable at parse time (no numpy).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from headstab.config import ArchitectureSpec
@@ -18,6 +20,21 @@ from headstab.sources import PUBLISHED, checkpoint_source
 # The paper's held-out text for validation perplexity (§4.5) when analysis.heldout_corpus is null.
 HELDOUT_HUB = {"name": "wikitext", "config_name": "wikitext-2-raw-v1", "split": "test"}
 HELDOUT_HUB_DATASET = f"{HELDOUT_HUB['config_name']}_{HELDOUT_HUB['split']}"
+
+
+def library_digest(*modules: str, root: str | Path | None = None) -> str:
+    """sha256 of the source of headstab modules or subpackages (e.g. "inference", "stability.py"): a rule
+    whose params hold it reruns when the library code its result depends on changes, not only its script.
+    root: the package directory (default: headstab's own)."""
+    root = Path(__file__).resolve().parent if root is None else Path(root)
+    digest = hashlib.sha256()
+    for name in modules:
+        target = root / name
+        if not target.exists():
+            raise FileNotFoundError(f"headstab has no module or subpackage {name!r} under {root}")
+        for path in sorted(target.rglob("*.py")) if target.is_dir() else [target]:
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 class WildcardLookup:

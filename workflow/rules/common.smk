@@ -48,6 +48,9 @@ SPECS = {arch: architecture_spec(config, arch) for arch in ARCHITECTURES}
 SOURCES = checkpoint_sources(config, ARCHITECTURES)  # trained here, or fetched (published.smk)
 COMPUTE = config["compute"]
 STATISTICS = config["statistics"]
+# In the params of the rules whose numbers this library code computes: editing it reruns them.
+INFERENCE_CODE = planning.library_digest("inference", "stability.py")
+PROMPT_GROUPS_CODE = planning.library_digest("inference/prompt_groups.py")
 ARCHITECTURE_FACTS = {arch: architecture_facts(spec) for arch, spec in SPECS.items()}
 RUN_SUMMARY = f"{len(ARCHITECTURES)} architectures ({', '.join(ARCHITECTURES)}), results_dir {RESULTS}"
 

@@ -45,6 +45,7 @@ rule prompt_group_similarity:
         mem_mb=by_arch("grouped_similarity_mem_mb"),
         runtime=by_arch("similarity_runtime"),
     params:
+        library=PROMPT_GROUPS_CODE,
         seeds=by_arch("seeds"),
         promptsets=PROMPT_SETS,
         prompt_groups=STATISTICS["prompt_groups"],

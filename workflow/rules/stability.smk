@@ -52,6 +52,7 @@ rule stability_tables:
         mem_mb=by_arch("statistics_mem_mb"),
         runtime=30,
     params:
+        library=INFERENCE_CODE,
         promptsets=PROMPT_SETS,
         layer_std_ddof=config["analysis"]["layer_std_ddof"],
         statistics=STATISTICS,

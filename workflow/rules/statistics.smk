@@ -61,6 +61,7 @@ rule seeds_needed:
         mem_mb=by_arch("statistics_mem_mb"),
         runtime=60,
     params:
+        library=INFERENCE_CODE,
         statistics=STATISTICS,
     script:
         "../scripts/seeds_needed.py"
@@ -82,6 +83,7 @@ rule optimizer_tests:
         mem_mb=by_arch("statistics_mem_mb"),
         runtime=30,
     params:
+        library=INFERENCE_CODE,
         statistics=STATISTICS,
     script:
         "../scripts/optimizer_tests.py"

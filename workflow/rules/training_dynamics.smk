@@ -56,6 +56,7 @@ rule stability_along_training:
         steps=by_dynamics("steps"),
         promptset=PRIMARY,
         statistics={key: STATISTICS[key] for key in ("n_boot", "seed", "confidence")},
+        library=INFERENCE_CODE,
         configuration=by_arch("configuration"),
     script:
         "../scripts/stability_along_training.py"
