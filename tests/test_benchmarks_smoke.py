@@ -92,6 +92,14 @@ def test_paper_scale_benchmark_runs_both_jobs(tmp_path):
     assert set(result["paper_scale_similarity_seconds"]["by_promptset"]) == set(lengths)
 
 
+def test_published_cache_benchmark_writes_the_published_defaults(tmp_path):
+    bench = pytest.importorskip("bench_cache_published")
+    result = bench.bench_cache_published(tmp_path, architecture="l2_h8_attn", n_primary=2, n_sweep=1)
+    assert result["cache_published_l2_h8_attn_seconds"] > 0 and result["cache_published_l2_h8_attn_mb"] > 0
+    assert "'activation_sets': ['primary']" in result["cache_published_l2_h8_attn_setup"]
+    assert {"hook_pattern", "hook_z", "hook_resid_post"} <= set(result["cache_published_l2_h8_attn_mb_by_dataset"])
+
+
 def test_train_benchmark_runs_both_loops(tmp_path):
     bench_train = pytest.importorskip("bench_train")
     result = bench_train.bench_train(tmp_path, repeats=1, steps=2)

@@ -242,6 +242,19 @@ def test_command_line_strings_become_the_numbers_the_schema_asks_for(demo):
     assert config["architectures"]["l4_h8"]["seeds"] == {"first": 1, "last": 2}
 
 
+@pytest.mark.parametrize("value", [None, "all", ["primary", "len50"]])
+def test_cache_activation_sets_takes_null_all_or_set_names(demo, value):
+    demo["cache"] = {**demo.get("cache", {}), "activation_sets": value}
+    assert validate_config(demo)["cache"]["activation_sets"] == value
+
+
+@pytest.mark.parametrize("value", ["primary", ["primary", "primary"], [""], 3])
+def test_a_bad_cache_activation_sets_fails_naming_the_key(demo, value):
+    demo["cache"] = {**demo.get("cache", {}), "activation_sets": value}
+    with pytest.raises(ConfigError, match="activation_sets"):
+        validate_config(demo)
+
+
 def test_a_string_that_is_no_number_still_fails_naming_the_key(demo):
     demo["run"]["seeds"] = ["1", "two"]
     assert "config key 'run.seeds'" in _error(demo)

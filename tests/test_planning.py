@@ -12,6 +12,7 @@ from headstab.config import architecture_spec, load_config, selected_architectur
 from headstab.layout import Layout
 from headstab.planning import (
     HELDOUT_HUB_DATASET,
+    activation_sets,
     cache_options,
     corpus_job_entry,
     corpus_source_inputs,
@@ -102,10 +103,24 @@ def test_one_prompt_check_per_tokenizer_and_context(paper):
 
 
 def test_cache_options_change_only_when_another_residual_hook_is_stored(demo):
-    assert extra_resid_hooks(demo) == [] and cache_options(demo) == demo["cache"]
-    other = {**demo, "analysis": {**demo["analysis"], "cka_hook": "hook_resid_pre"}}
+    every_set = {**demo, "cache": {**demo["cache"], "activation_sets": "all"}}
+    before = {key: value for key, value in demo["cache"].items() if key != "activation_sets"}
+    assert extra_resid_hooks(demo) == [] and cache_options(every_set) == before
+    other = {**every_set, "analysis": {**demo["analysis"], "cka_hook": "hook_resid_pre"}}
     assert extra_resid_hooks(other) == ["hook_resid_pre"]
-    assert cache_options(other) == {**demo["cache"], "extra_resid_hooks": ["hook_resid_pre"]}
+    assert cache_options(other) == {**before, "extra_resid_hooks": ["hook_resid_pre"]}
+    # a snapshot's patterns-only cache: the same options as before activation_sets existed
+    assert cache_options(demo, patterns_only=True) == {**before, "patterns_only": True}
+
+
+def test_cache_options_store_activations_for_the_sets_the_analyses_read(demo):
+    assert demo["cache"]["activation_sets"] is None  # the schema's default
+    assert activation_sets(demo) == ["primary"] and cache_options(demo)["activation_sets"] == ["primary"]
+    other_primary = {**demo, "analysis": {**demo["analysis"], "promptset": "len50"}}
+    assert cache_options(other_primary)["activation_sets"] == ["len50"]
+    listed = {**demo, "cache": {**demo["cache"], "activation_sets": ["len20"]}}
+    assert activation_sets(listed) == ["len20", "primary"]  # the analyses' set is always added
+    assert "activation_sets" not in cache_options({**demo, "cache": {**demo["cache"], "activation_sets": "all"}})
 
 
 def test_heldout_shards_are_wikitext_per_tokenizer_or_the_configured_corpus(paper, demo):

@@ -115,11 +115,35 @@ def extra_resid_hooks(config: Mapping[str, Any]) -> list[str]:
     return [] if hook == "hook_resid_mid" else [hook]
 
 
-def cache_options(config: Mapping[str, Any]) -> dict[str, Any]:
+def activation_sets(config: Mapping[str, Any]) -> list[str] | None:
+    """The prompt sets whose hook_z and residual hooks the caches store (None: every set).
+
+    cache.activation_sets null (the default): the sets the configured analyses read them from, i.e.
+    analysis.promptset (meta-SNE, activation norms and the residual CKA read that set alone; stability,
+    similarity and prompt length read hook_pattern, stored for every set); "all": every set; a list:
+    those sets, analysis.promptset added when missing.
+    """
+    wanted = config["cache"].get("activation_sets")
+    if wanted == "all":
+        return None
+    primary = config["analysis"]["promptset"]
+    listed = [] if wanted is None else list(wanted)
+    return listed + ([primary] if primary not in listed else [])
+
+
+def cache_options(config: Mapping[str, Any], patterns_only: bool = False) -> dict[str, Any]:
     """The cache writer's options: config["cache"], with `extra_resid_hooks` only when there are any, so
-    the default cka_hook leaves the params (and so the caches) as they are and another hook rebuilds them."""
+    the default cka_hook leaves the params (and so the caches) as they are and another hook rebuilds them,
+    and `activation_sets` resolved (`activation_sets`; left out for "all", as before the key existed).
+    patterns_only: a patterns-only cache's options (a training snapshot's), without activation_sets."""
+    options = {key: value for key, value in config["cache"].items() if key != "activation_sets"}
     extra = extra_resid_hooks(config)
-    return {**config["cache"], "extra_resid_hooks": extra} if extra else dict(config["cache"])
+    if extra:
+        options["extra_resid_hooks"] = extra
+    if patterns_only:
+        return {**options, "patterns_only": True}
+    sets = activation_sets(config)
+    return options if sets is None else {**options, "activation_sets": sets}
 
 
 def heldout_shards(

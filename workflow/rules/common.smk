@@ -35,6 +35,11 @@ try:
         raise ValueError(
             f"config key 'analysis.promptset': {PRIMARY!r} is not a prompt set; choose from {list(_prompt_sets)}"
         )
+    _unknown = [name for name in planning.activation_sets(config) or () if name not in _prompt_sets]
+    if _unknown:
+        raise ValueError(
+            f"config key 'cache.activation_sets': {_unknown} are not prompt sets; choose from {list(_prompt_sets)}"
+        )
 except (OSError, ValueError) as error:
     raise WorkflowError(f"Invalid prompt sets: {error}") from None
 PROMPT_SETS = list(_prompt_sets)  # primary, len5 ... len50, the user's sets

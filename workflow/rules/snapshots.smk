@@ -78,5 +78,5 @@ use rule cache_activations as cache_snapshot_activations with:
         step=r"\d+",
     params:
         # Only the prompt-group similarity reads a snapshot's cache: hook_pattern alone.
-        cache={**planning.cache_options(config), "patterns_only": True},
+        cache=planning.cache_options(config, patterns_only=True),
         spec=by_model_spec(),

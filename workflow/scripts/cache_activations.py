@@ -46,6 +46,7 @@ def main():
         prompt_files=prompt_files,
         extra_resid_hooks=options.get("extra_resid_hooks", ()),  # from analysis.cka_hook (cache_options)
         patterns_only=options.get("patterns_only", False),  # rule cache_snapshot_activations
+        activation_sets=options.get("activation_sets"),  # hook_z, residual hooks: these sets only (cache_options)
         attrs={
             "architecture": arch,
             "seed": seed,

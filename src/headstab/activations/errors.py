@@ -5,7 +5,15 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-__all__ = ["CacheChecksumError", "CacheError", "forcerun_hint", "fix_hint", "is_filter_failure", "rebuild_command"]
+__all__ = [
+    "CacheChecksumError",
+    "CacheError",
+    "activation_sets_message",
+    "forcerun_hint",
+    "fix_hint",
+    "is_filter_failure",
+    "rebuild_command",
+]
 
 
 class CacheError(ValueError):
@@ -31,6 +39,17 @@ def forcerun_hint(path: str | Path, hook: str) -> str:
         f"set analysis.cka_hook: {hook} in the config and rebuild the caches with "
         f"`snakemake {shlex.quote(str(path))} --forcerun cache_activations` (with the --configfile/--profile of "
         "the run that made it)"
+    )
+
+
+def activation_sets_message(path: str | Path, promptset: str, hook: str, stored: object) -> str:
+    """Why /{promptset}/{hook} is missing from a cache whose prompt set stores hook_pattern alone, and the fix."""
+    return (
+        f"activation cache {path} stores hook_pattern only for prompt set '{promptset}', so no /{promptset}/{hook} "
+        f"(hook_z and the residual hooks are stored for the prompt sets {stored} only: config key "
+        f"cache.activation_sets); add '{promptset}' to cache.activation_sets in the config and rebuild the caches "
+        f"with `snakemake {shlex.quote(str(path))} --forcerun cache_activations` (with the --configfile/--profile "
+        "of the run that made it)"
     )
 
 

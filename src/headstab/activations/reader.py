@@ -8,7 +8,6 @@ fletcher32 checksums of the chunks it touches.
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,11 +20,13 @@ from headstab.activations.capture import ATTENTION_HOOKS, RESID_HOOKS, check_res
 from headstab.activations.errors import (
     CacheChecksumError,
     CacheError,
+    activation_sets_message,
     fix_hint,
     forcerun_hint,
     is_filter_failure,
     rebuild_command,
 )
+from headstab.activations.h5util import decode_attr, with_chunk_cache
 from headstab.activations.packing import lower_triangle_offsets, unpack_lower_triangles
 from headstab.formats import CACHE_FORMAT, CACHE_FORMAT_VERSION
 
@@ -40,17 +41,6 @@ __all__ = [
 ]
 
 SMALL_DATASETS = ("tokens", "lengths", "prompts", "pattern_offsets")
-
-
-def _decode_attr(value: Any) -> Any:
-    if isinstance(value, bytes):
-        value = value.decode("utf-8")
-    if isinstance(value, str) and value[:1] in "[{":
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return value
-    return value.item() if isinstance(value, np.generic) else value
 
 
 class CacheReader:
@@ -71,7 +61,7 @@ class CacheReader:
                 + fix_hint(self.path)
             ) from err
         try:
-            self.attrs: dict[str, Any] = {key: _decode_attr(value) for key, value in self._file.attrs.items()}
+            self.attrs: dict[str, Any] = {key: decode_attr(value) for key, value in self._file.attrs.items()}
             self._offsets: dict[str, np.ndarray] = {}
             self._patterns: dict[str, h5py.Dataset] = {}
             self._validate()
@@ -110,8 +100,13 @@ class CacheReader:
             raise self._fail(f"has an invalid resid_hook attribute {self.attrs['resid_hook']!r}")
         if not isinstance(extra, list) or not set(extra) <= set(RESID_HOOKS):
             raise self._fail(f"has an invalid extra_resid_hooks attribute {extra!r}")
-        activations = ["hook_pattern"] if self.patterns_only else [*ATTENTION_HOOKS, self.resid_hook, *extra]
         for name in sets:
+            group = self._file.get(name)
+            marker = group.attrs.get("activations", "all") if isinstance(group, h5py.Group) else "all"
+            if marker not in ("all", "hook_pattern"):
+                raise self._fail(f"has /{name} with an invalid activations attribute {marker!r}")
+            full = marker == "all" and not self.patterns_only
+            activations = [*ATTENTION_HOOKS, self.resid_hook, *extra] if full else ["hook_pattern"]
             self._validate_set(name, [*SMALL_DATASETS, *activations])
 
     def _validate_set(self, name: str, required: list[str]) -> None:
@@ -130,7 +125,7 @@ class CacheReader:
             raise self._fail(
                 f"has /{name}/pattern_offsets that do not match its lengths (packed hook_pattern is unreadable)"
             )
-        self._patterns[name] = _with_chunk_cache(group, "hook_pattern", n_chunks=self.n_layers + 2)
+        self._patterns[name] = with_chunk_cache(group, "hook_pattern", n_chunks=self.n_layers + 2)
         n_layers, n_heads, d_model = self.n_layers, self.n_heads, int(self.attrs["d_model"])
         expected = {
             "lengths": (n_prompts,),
@@ -179,6 +174,12 @@ class CacheReader:
         """The residual hook always stored: `hook_resid_mid`, or `hook_resid_post` for attention-only models."""
         return str(self.attrs["resid_hook"])
 
+    def stores_activations(self, promptset: str) -> bool:
+        """Whether prompt set `promptset` holds hook_z and the residual hooks (else hook_pattern alone: a
+        patterns-only cache, or a set left out of cache.activation_sets)."""
+        marker = self._group(promptset).attrs.get("activations", "all")
+        return not self.patterns_only and marker == "all"
+
     def resid_hooks(self) -> list[str]:
         """Residual hooks `resid` hands out (RESID_HOOKS order); an attention-only model's
         `hook_resid_post` also serves `hook_resid_mid`."""
@@ -191,7 +192,7 @@ class CacheReader:
         return [hook for hook in RESID_HOOKS if hook in served]
 
     def group_attrs(self, promptset: str) -> dict[str, Any]:
-        return {key: _decode_attr(value) for key, value in self._group(promptset).attrs.items()}
+        return {key: decode_attr(value) for key, value in self._group(promptset).attrs.items()}
 
     def shapes(self, promptset: str) -> dict[str, tuple[int, ...]]:
         """Shape of every dataset of one prompt set, in contract order (the small ones first)."""
@@ -313,7 +314,9 @@ class CacheReader:
         return self._per_token(promptset, "hook_z", layer, prompts)
 
     def _require_activations(self, promptset: str, hook: str) -> None:
-        """CacheError when the cache stores hook_pattern alone (patterns_only) and `hook` is asked for."""
+        """CacheError when the cache, or this prompt set of it, stores hook_pattern alone and `hook` is asked for."""
+        if not self.patterns_only and not self.stores_activations(promptset):
+            raise CacheError(activation_sets_message(self.path, promptset, hook, self.attrs.get("activation_sets")))
         if self.patterns_only:
             self._group(promptset)  # a clear KeyError for an unknown set
             raise CacheError(f"activation cache {self.path} holds hook_pattern only (patterns_only, as a training "
@@ -339,24 +342,6 @@ class CacheReader:
                 f"{', '.join(self.resid_hooks())} only); " + forcerun_hint(self.path, hook)
             )
         return self._per_token(promptset, key, layer, prompts)
-
-
-def _with_chunk_cache(group: h5py.Group, name: str, n_chunks: int) -> h5py.Dataset:
-    """Dataset `name` of `group` opened with a chunk cache of `n_chunks` of its chunks.
-
-    hook_pattern needs n_layers + 2: a prompt range of all layers ends in one chunk per layer that the
-    next range starts in, plus room for the chunks it passes through; with fewer, those chunks are read
-    and verified twice. w0 keeps HDF5's default (with w0 = 1 HDF5 2.0 kept every partly read chunk).
-    """
-    dataset = group[name]
-    if dataset.chunks is None:
-        return dataset
-    chunk_bytes = int(np.prod(dataset.chunks)) * dataset.dtype.itemsize
-    del dataset  # HDF5 applies a chunk cache only when it opens a dataset that no handle holds open
-    access = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
-    nslots, _, w0 = access.get_chunk_cache()
-    access.set_chunk_cache(nslots, n_chunks * chunk_bytes, w0)
-    return h5py.Dataset(h5py.h5d.open(group.id, name.encode(), dapl=access))
 
 
 def open_cache(path: str | Path) -> CacheReader:

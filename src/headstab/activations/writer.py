@@ -84,6 +84,7 @@ def _check_arguments(
     batch_size: int,
     compression_level: int | None,
     set_attrs: Mapping[str, Mapping[str, Any]],
+    activation_sets: Sequence[str] | None = None,
 ) -> None:
     if dtype not in ("float32", "float16"):
         raise ValueError(f"cache dtype {dtype!r} is not supported; use float32 or float16 (config key cache.dtype)")
@@ -97,6 +98,14 @@ def _check_arguments(
         if len(token_lists) == 0:
             raise ValueError(f"prompt set '{name}' has no prompts; add prompts to it or remove it from prompt_sets")
         check_prompt_lengths(token_lists, n_ctx, name, set_attrs.get(name, {}).get("prompt_file"))
+    if isinstance(activation_sets, str):
+        raise TypeError(f"activation_sets must be a sequence of prompt set names, got the string {activation_sets!r}")
+    unknown = [name for name in activation_sets or () if name not in token_sets]
+    if unknown:
+        raise ValueError(
+            f"activation_sets names prompt sets {unknown} that are not among the cached sets {list(token_sets)} "
+            "(config key cache.activation_sets)"
+        )
 
 
 def write_activation_cache(
@@ -115,6 +124,7 @@ def write_activation_cache(
     show_progress: bool = True,
     checksum: bool = True,
     patterns_only: bool = False,
+    activation_sets: Sequence[str] | None = None,
 ) -> Path:
     """Run every prompt set through `model` in right-padded, length-sorted batches and write the cache.
 
@@ -130,10 +140,16 @@ def write_activation_cache(
     checksum: fletcher32 on every dataset (the format's contract); False only to measure its cost.
     patterns_only: store `hook_pattern` alone (no hook_z, no residual hooks; file attribute
     `patterns_only`), e.g. the snapshots along training, which only the prompt-group similarity reads.
+    activation_sets: the prompt sets whose hook_z and residual hooks are stored (None: every set); the
+    others store hook_pattern alone (group attribute `activations`, file attribute `activation_sets`),
+    since only the analyses of one set read them (config key cache.activation_sets).
     Written through a temporary file, `complete=True` last; returns the path.
     """
     set_attrs = set_attrs or {}
-    _check_arguments(token_sets, int(model.cfg.n_ctx), dtype, batch_size, compression_level, set_attrs)
+    _check_arguments(token_sets, int(model.cfg.n_ctx), dtype, batch_size, compression_level, set_attrs, activation_sets)
+    full_sets = (
+        [] if patterns_only else [name for name in token_sets if activation_sets is None or name in activation_sets]
+    )
     path = Path(path)
     resid_hook = resid_hook_name(model)
     extra = [] if patterns_only else extra_resid_hooks_for(extra_resid_hooks, resid_hook)
@@ -148,6 +164,7 @@ def write_activation_cache(
         "cache_dtype": dtype, "compression": "none" if compression_level is None else f"shuffle+gzip{compression_level}",
         "checksum": "fletcher32" if checksum else "none", "batch_size": batch_size, "pad_token_id": pad_token_id,
         **({"patterns_only": True} if patterns_only else {}),
+        **({} if patterns_only or activation_sets is None else {"activation_sets": full_sets}),
         **{key: int(getattr(model.cfg, key)) for key in ("n_layers", "n_heads", "d_model", "d_head", "n_ctx")},
     }  # fmt: skip
     with (
@@ -163,7 +180,9 @@ def write_activation_cache(
             group = handle.create_group(name)
             for key, value in (set_attrs.get(name) or {}).items():
                 group.attrs[key] = _json_attr(value)
-            writer.write_set(group, tokens, lengths, texts, progress)
+            if activation_sets is not None and not patterns_only:
+                group.attrs["activations"] = "all" if name in full_sets else "hook_pattern"
+            writer.write_set(group, tokens, lengths, texts, progress, patterns_only=name not in full_sets)
         handle.attrs["complete"] = True  # last: a file without it was interrupted
     log.info("wrote activation cache %s (%s prompt sets, %s)", path, len(token_sets), dtype)
     return path
@@ -188,17 +207,27 @@ class _SetWriter:
         self.dtype = np.dtype(dtype)
         self.filters, self.plain = filters, plain
         self.patterns_only = patterns_only
-        self.hooks = ["hook_pattern"] if patterns_only else stored_hooks(resid_hook_name(model), extra_resid_hooks)
+        self.all_hooks = ["hook_pattern"] if patterns_only else stored_hooks(resid_hook_name(model), extra_resid_hooks)
         self._buffer = np.empty(0, dtype=self.dtype)
-        self.shapes = {
+        self.all_shapes = {
             hook: (int(cfg.n_heads), int(cfg.d_head)) if hook == "hook_z" else (int(cfg.d_model),)
-            for hook in self.hooks
+            for hook in self.all_hooks
             if hook != "hook_pattern"
         }
 
     def write_set(
-        self, group: h5py.Group, tokens: np.ndarray, lengths: np.ndarray, texts: list[str], progress: Any
+        self,
+        group: h5py.Group,
+        tokens: np.ndarray,
+        lengths: np.ndarray,
+        texts: list[str],
+        progress: Any,
+        patterns_only: bool = False,
     ) -> None:
+        """patterns_only: this set stores hook_pattern alone (not in activation_sets)."""
+        patterns_only = patterns_only or self.patterns_only
+        hooks = ["hook_pattern"] if patterns_only else self.all_hooks
+        shapes = {} if patterns_only else self.all_shapes
         n_prompts, n_pos = tokens.shape
         name = group.name.lstrip("/")
         if len(texts) != n_prompts:
@@ -223,14 +252,14 @@ class _SetWriter:
                 fillvalue=0,
                 **self.filters,
             )
-            for hook, rest in self.shapes.items()
+            for hook, rest in shapes.items()
         }
         packed = self._packed_buffer(int(offsets[-1]))
         order = np.argsort(lengths, kind="stable")  # similar lengths per batch: less padding
         for start in range(0, n_prompts, self.batch_size):
             rows = order[start : start + self.batch_size]
             width = int(lengths[rows].max())
-            acts = collect_activations(self.model, tokens[rows, :width], self.extra_resid_hooks, self.patterns_only)
+            acts = collect_activations(self.model, tokens[rows, :width], self.extra_resid_hooks, patterns_only)
             for position, row in enumerate(rows):
                 self._write_prompt(acts, position, int(lengths[row]), packed[..., offsets[row] : offsets[row + 1]])
                 for hook, dataset in datasets.items():
@@ -245,7 +274,7 @@ class _SetWriter:
             "row-major lower triangle (diagonal included) of each prompt's length x length block, "
             "prompts in file order, prompt p at pattern_offsets[p]:pattern_offsets[p+1]"
         )
-        for hook in self.hooks:
+        for hook in hooks:
             group[hook].attrs.update({"dims": dataset_dims(hook), "hook": hook_template(hook)})
 
     def _packed_buffer(self, n_entries: int) -> np.ndarray:
