@@ -6,8 +6,9 @@
 
 
 rule cache_activations:
-    """hook_pattern, hook_z and hook_resid_mid (hook_resid_post without an MLP) of one refit on every prompt
-    set (HDF5), plus the residual hook analysis.cka_hook names when it is another (cache.extra_resid_hooks)."""
+    """hook_pattern of one refit on every prompt set (HDF5); hook_z and hook_resid_mid (hook_resid_post without
+    an MLP), plus the residual hook analysis.cka_hook names when it is another (cache.extra_resid_hooks), on
+    the sets of cache.activation_sets (default: analysis.promptset, the set the analyses read them from)."""
     input:
         weights=final_weights("{arch}", "{seed}"),
         tokenizer=by_arch("train_inputs", "tokenizer"),
@@ -27,7 +28,7 @@ rule cache_activations:
         runtime=by_arch("cache_runtime"),
     params:
         prompt_sets=config["prompt_sets"],
-        cache=planning.cache_options(config),  # config["cache"] (+ extra_resid_hooks from analysis.cka_hook)
+        cache=planning.cache_options(config),  # config["cache"] (+ extra_resid_hooks, activation_sets resolved)
         # A new cache layout changes this param, so Snakemake rebuilds caches written by older code.
         format_version=CACHE_FORMAT_VERSION,
         weight_processing=config["analysis"]["weight_processing"],  # TL2 steps applied on load (docs/fidelity.md)
