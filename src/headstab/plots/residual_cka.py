@@ -14,6 +14,20 @@ from headstab.tables import pearson_or_nan, select_rows
 __all__ = ["plot_residual_stream"]
 
 
+def _with_intervals(data: pd.DataFrame, layer_intervals: pd.DataFrame, promptset: str) -> pd.DataFrame:
+    rows = select_rows(layer_intervals, "residual CKA layers table", promptset=promptset)
+    return data.merge(rows[["layer", "ci_low", "ci_high"]], on="layer", how="left")
+
+
+def _interval_bars(ax, x: np.ndarray, data: pd.DataFrame) -> None:
+    """The mean CKA's bootstrap interval as error bars, when the data has it."""
+    if "ci_low" not in data:
+        return
+    low, high = data["cka_mean"] - data["ci_low"], data["ci_high"] - data["cka_mean"]
+    ax.errorbar(x, data["cka_mean"], yerr=[low.clip(lower=0), high.clip(lower=0)], fmt="none", ecolor="tab:purple",
+                capsize=3, label="CKA mean, 95% bootstrap interval (refits)")  # fmt: skip
+
+
 def plot_residual_stream(
     cka: pd.DataFrame,
     layer_stability: pd.DataFrame,
@@ -43,8 +57,7 @@ def plot_residual_stream(
         on="layer",
     )
     if layer_intervals is not None:
-        rows = select_rows(layer_intervals, "residual CKA layers table", promptset=promptset)
-        data = data.merge(rows[["layer", "ci_low", "ci_high"]], on="layer", how="left")
+        data = _with_intervals(data, layer_intervals, promptset)
     n_layers = len(data)
     n_pairs = int(data["n_pairs"].iloc[0])
     pairing = "distinct refit pairs" if pairs == "distinct" else "ordered refit pairs incl. self-pairs"
@@ -59,10 +72,7 @@ def plot_residual_stream(
         mean, std = data[f"{column}_mean"], data[f"{column}_std"]
         line_ax.fill_between(x, mean - std, mean + std, color=colour, alpha=0.2, linewidth=0)
         line_ax.plot(x, mean, marker="o", color=colour, label=label + " ±1 s.d.")
-    if "ci_low" in data:
-        low, high = data["cka_mean"] - data["ci_low"], data["ci_high"] - data["cka_mean"]
-        line_ax.errorbar(x, data["cka_mean"], yerr=[low.clip(lower=0), high.clip(lower=0)], fmt="none",
-                         ecolor="tab:purple", capsize=3, label="CKA mean, 95% bootstrap interval (refits)")  # fmt: skip
+    _interval_bars(line_ax, x, data)
     layer_ticks(line_ax, n_layers)
     line_ax.set_ylabel("similarity (CKA or cosine, unitless)")
     line_ax.set_ylim(bottom=min(0.0, line_ax.get_ylim()[0]), top=1.05)
