@@ -44,7 +44,9 @@ def bench_spec(steps: int, architecture: str = "l4_h8") -> Any:
     from headstab.config import architecture_spec, load_config
 
     spec = architecture_spec(load_config(common.REPO / "config" / "demo.yaml"), architecture)
-    return dataclasses.replace(spec, n_tokens=None, epochs=1, checkpoint_every=max(1, steps // 2), log_every=8)
+    return dataclasses.replace(
+        spec, n_tokens=None, epochs=1, checkpoint_every=max(1, steps // 2), log_every=8, snapshot_steps=()
+    )
 
 
 class WindowDataset:
