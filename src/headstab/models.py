@@ -15,7 +15,7 @@ import logging
 import math
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -167,6 +167,23 @@ def save_weights(model: TransformerBridge, path: str | Path) -> None:
     save_torch_atomic(state, path)
 
 
+def shape_mismatch(expected: Mapping[str, tuple], found: Mapping[str, tuple], architecture: str) -> str | None:
+    """How the tensor shapes `found` ({name: shape}) differ from `expected`: the first missing and unexpected
+    names (sorted) and the first tensor of the wrong shape; None when they match."""
+    missing = sorted(set(expected) - set(found))
+    unexpected = sorted(set(found) - set(expected))
+    wrong_shape = sorted(n for n in set(expected) & set(found) if expected[n] != found[n])
+    details = []
+    if missing:
+        details.append(f"missing {missing[:3]}{' ...' if len(missing) > 3 else ''}")
+    if unexpected:
+        details.append(f"unexpected {unexpected[:3]}{' ...' if len(unexpected) > 3 else ''}")
+    if wrong_shape:
+        n = wrong_shape[0]
+        details.append(f"{n} has shape {found[n]}, architecture '{architecture}' needs {expected[n]}")
+    return "; ".join(details) or None
+
+
 def load_trained_model(
     spec: ArchitectureSpec,
     weights_path: str | Path,
@@ -198,20 +215,10 @@ def load_trained_model(
     model = build_model(spec, seed=0, tokenizer=tokenizer, legacy_gpt2_init=False)
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     found = {name: tuple(t.shape) for name, t in state.items() if hasattr(t, "shape")}
-    missing = sorted(set(expected) - set(found))
-    unexpected = sorted(set(found) - set(expected))
-    wrong_shape = sorted(n for n in set(expected) & set(found) if expected[n] != found[n])
-    if missing or unexpected or wrong_shape:
-        details = []
-        if missing:
-            details.append(f"missing {missing[:3]}{' ...' if len(missing) > 3 else ''}")
-        if unexpected:
-            details.append(f"unexpected {unexpected[:3]}{' ...' if len(unexpected) > 3 else ''}")
-        if wrong_shape:
-            n = wrong_shape[0]
-            details.append(f"{n} has shape {found[n]}, architecture '{spec.name}' needs {expected[n]}")
+    mismatch = shape_mismatch(expected, found, spec.name)
+    if mismatch:
         raise CheckpointError(
-            f"weights file {weights_path} does not fit architecture '{spec.name}' ({'; '.join(details)}); "
+            f"weights file {weights_path} does not fit architecture '{spec.name}' ({mismatch}); "
             f"was it trained with another configuration? {_rebuild_hint(weights_path)}"
         )
     model.load_state_dict(process_weights(state, spec, weight_processing))

@@ -25,6 +25,7 @@ import torch
 
 from headstab.config import ArchitectureSpec
 from headstab.fileio import save_torch_atomic, sha256_file, write_json_atomic
+from headstab.models import shape_mismatch
 from headstab.sources import PUBLISHED, CheckpointSource
 
 CONVERSION = "transformer_lens2_hooked_transformer_to_bridge/1"
@@ -93,23 +94,11 @@ def tl2_shapes(spec: ArchitectureSpec) -> dict[str, tuple[int, ...]]:
 
 
 def _check_shapes(state: Mapping[str, torch.Tensor], spec: ArchitectureSpec, path: Path) -> None:
-    expected = tl2_shapes(spec)
     found = {name: tuple(tensor.shape) for name, tensor in state.items()}
-    missing = [name for name in expected if name not in found]
-    unexpected = [name for name in found if name not in expected]
-    wrong = [name for name in expected if name in found and found[name] != expected[name]]
-    if missing or unexpected or wrong:
-        details = []
-        if missing:
-            details.append(f"missing {missing[:3]}{' ...' if len(missing) > 3 else ''}")
-        if unexpected:
-            details.append(f"unexpected {unexpected[:3]}{' ...' if len(unexpected) > 3 else ''}")
-        if wrong:
-            details.append(
-                f"{wrong[0]} has shape {found[wrong[0]]}, architecture '{spec.name}' needs {expected[wrong[0]]}"
-            )
+    mismatch = shape_mismatch(tl2_shapes(spec), found, spec.name)
+    if mismatch:
         raise PublishedRefitError(
-            f"published refit {path} does not fit architecture '{spec.name}' ({'; '.join(details)}); check the "
+            f"published refit {path} does not fit architecture '{spec.name}' ({mismatch}); check the "
             f"architecture's entry (n_layers, n_heads, d_model, d_head, d_mlp, n_ctx, d_vocab, attn_only) or its refit_file"
         )
 
