@@ -26,9 +26,12 @@ __all__ = [
     "SimilarityChecksumError",
     "SimilarityFileError",
     "gram_to_pair_similarity",
+    "finish_result_file",
     "normalize_lower_features",
+    "open_result_file",
     "pair_similarity_from_caches",
     "read_pair_similarity",
+    "rebuild_hint",
     "write_pair_similarity",
 ]
 
@@ -215,11 +218,44 @@ class SimilarityChecksumError(SimilarityFileError):
     """A pair-similarity file's data fails its fletcher32 checksum: the file is corrupt."""
 
 
-def _rebuild_hint(path: Path) -> str:
+def rebuild_hint(path: Path, rule: str = "pair_similarity") -> str:
+    """How to rebuild the result file `path`: remove it and ask for it again, or force `rule`."""
     quoted = shlex.quote(str(path))
-    return (
-        f"rebuild it with `rm -f {quoted} && snakemake {quoted}` (or `snakemake {quoted} --forcerun pair_similarity`)"
-    )
+    return f"rebuild it with `rm -f {quoted} && snakemake {quoted}` (or `snakemake {quoted} --forcerun {rule}`)"
+
+
+def finish_result_file(handle, file_format: str, version: int, seeds: Sequence[int], attrs: dict | None) -> None:
+    """Label an HDF5 result file being written (h5py handle): its seeds, format and version, the job's attrs
+    (JSON unless a scalar), and last `complete`, which readers require (`open_result_file`)."""
+    handle.attrs["seeds"] = np.asarray(seeds, dtype=np.int64)
+    handle.attrs["format"] = file_format
+    handle.attrs["format_version"] = version
+    for key, value in (attrs or {}).items():
+        handle.attrs[key] = value if isinstance(value, (int, float, str)) else json.dumps(value, default=str)
+    handle.attrs["complete"] = True
+
+
+def open_result_file(
+    path: Path, file_format: str, required: Sequence[str], what: str, error: type[Exception], rule: str
+):
+    """An open h5py handle on the result file `path` that `finish_result_file` completed, with the datasets
+    `required`; raises `error` naming the file (described as `what`) and the command that rebuilds it
+    with `rule` when it is missing, unreadable, not of `file_format` or incomplete."""
+    import h5py
+
+    if not path.is_file():
+        raise error(f"{what} file {path} does not exist; build it with `snakemake {shlex.quote(str(path))}`")
+    try:
+        handle = h5py.File(path, "r")
+    except OSError as err:
+        raise error(f"{what} file {path} is not a readable HDF5 file ({err}); {rebuild_hint(path, rule)}") from err
+    if handle.attrs.get("format") != file_format or any(name not in handle for name in required):
+        handle.close()
+        raise error(f"{path} is not a headstab {what} file; {rebuild_hint(path, rule)}")
+    if not bool(handle.attrs.get("complete", False)):
+        handle.close()
+        raise error(f"{what} file {path} is incomplete (interrupted write); {rebuild_hint(path, rule)}")
+    return handle
 
 
 def write_pair_similarity(
@@ -245,47 +281,27 @@ def write_pair_similarity(
             fletcher32=True,
         )
         handle["pair_similarity"].attrs["dims"] = "seed_a,seed_b,layer_a,head_a,layer_b,head_b"
-        handle.attrs["seeds"] = np.asarray(seeds, dtype=np.int64)
-        handle.attrs["format"] = SIMILARITY_FORMAT
-        handle.attrs["format_version"] = SIMILARITY_FORMAT_VERSION
-        for key, value in (attrs or {}).items():
-            handle.attrs[key] = value if isinstance(value, (int, float, str)) else json.dumps(value, default=str)
-        handle.attrs["complete"] = True
+        finish_result_file(handle, SIMILARITY_FORMAT, SIMILARITY_FORMAT_VERSION, seeds, attrs)
 
 
 def read_pair_similarity(path: str | Path) -> tuple[np.ndarray, list[int]]:
     """Read (S, seeds) from a pair-similarity file, failing with the file's name and the rebuild command."""
-    import h5py
-
     path = Path(path)
-    if not path.is_file():
-        raise SimilarityFileError(
-            f"pair-similarity file {path} does not exist; build it with `snakemake {shlex.quote(str(path))}`"
-        )
-    try:
-        handle = h5py.File(path, "r")
-    except OSError as err:
-        raise SimilarityFileError(
-            f"pair-similarity file {path} is not a readable HDF5 file ({err}); {_rebuild_hint(path)}"
-        ) from err
+    handle = open_result_file(
+        path, SIMILARITY_FORMAT, ["pair_similarity"], "pair-similarity", SimilarityFileError, "pair_similarity"
+    )
     with handle:
-        if handle.attrs.get("format") != SIMILARITY_FORMAT or "pair_similarity" not in handle:
-            raise SimilarityFileError(f"{path} is not a headstab pair-similarity file; {_rebuild_hint(path)}")
-        if not bool(handle.attrs.get("complete", False)):
-            raise SimilarityFileError(
-                f"pair-similarity file {path} is incomplete (interrupted write); {_rebuild_hint(path)}"
-            )
         seeds = [int(s) for s in handle.attrs["seeds"]]
         try:
             similarity = handle["pair_similarity"][()]
         except OSError as err:
             if is_filter_failure(err):
                 raise SimilarityChecksumError(
-                    f"pair-similarity file {path} is corrupt (checksum mismatch; HDF5: {err}); {_rebuild_hint(path)}"
+                    f"pair-similarity file {path} is corrupt (checksum mismatch; HDF5: {err}); {rebuild_hint(path)}"
                 ) from err
-            raise SimilarityFileError(f"pair-similarity file {path} is damaged ({err}); {_rebuild_hint(path)}") from err
+            raise SimilarityFileError(f"pair-similarity file {path} is damaged ({err}); {rebuild_hint(path)}") from err
     if similarity.shape[:2] != (len(seeds), len(seeds)):
         raise SimilarityFileError(
-            f"pair-similarity file {path}: shape {similarity.shape} does not match seeds {seeds}; {_rebuild_hint(path)}"
+            f"pair-similarity file {path}: shape {similarity.shape} does not match seeds {seeds}; {rebuild_hint(path)}"
         )
     return similarity, seeds

@@ -14,7 +14,6 @@ unrelated patterns of these lengths; the same mean -> max -> mean turns it into 
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ import numpy as np
 
 from headstab.activations.packing import n_lower_entries
 from headstab.activations.reader import check_consistent_shapes, is_filter_failure, open_cache
-from headstab.similarity import normalize_lower_features
+from headstab.similarity import finish_result_file, normalize_lower_features, open_result_file, rebuild_hint
 
 __all__ = [
     "GroupedSimilarity",
@@ -201,15 +200,8 @@ class GroupedSimilarityError(ValueError):
     """A prompt-group similarity file is missing, incomplete, corrupt or not ours; the message names it and the fix."""
 
 
-def _rebuild_hint(path: Path) -> str:
-    quoted = shlex.quote(str(path))
-    return f"rebuild it with `rm -f {quoted} && snakemake {quoted}`"
-
-
 def write_grouped_similarity(path: str | Path, grouped: GroupedSimilarity, attrs: dict | None = None) -> None:
     """Write `grouped` (fletcher32 checksums, one chunk per group) through a temporary file and a rename."""
-    import json
-
     import h5py
 
     from headstab.fileio import atomic_path
@@ -221,37 +213,23 @@ def write_grouped_similarity(path: str | Path, grouped: GroupedSimilarity, attrs
             handle[name].attrs["dims"] = "group,seed_a,seed_b,layer,head_a,head_b"
         for name in ("group_sizes", "partners", "lengths"):
             handle.create_dataset(name, data=np.asarray(getattr(grouped, name), dtype=np.int64), fletcher32=True)
-        handle.attrs["seeds"] = np.asarray(grouped.seeds, dtype=np.int64)
-        handle.attrs["format"], handle.attrs["format_version"] = GROUPED_FORMAT, GROUPED_FORMAT_VERSION
-        for key, value in (attrs or {}).items():
-            handle.attrs[key] = value if isinstance(value, (int, float, str)) else json.dumps(value, default=str)
-        handle.attrs["complete"] = True
+        finish_result_file(handle, GROUPED_FORMAT, GROUPED_FORMAT_VERSION, grouped.seeds, attrs)
 
 
 def read_grouped_similarity(path: str | Path) -> GroupedSimilarity:
     """Read a prompt-group similarity file, failing with the file's name and the rebuild command."""
-    import h5py
-
     path = Path(path)
-    if not path.is_file():
-        raise GroupedSimilarityError(
-            f"prompt-group similarity file {path} does not exist; build it with `snakemake {shlex.quote(str(path))}`"
-        )
-    try:
-        handle = h5py.File(path, "r")
-    except OSError as err:
-        raise GroupedSimilarityError(f"{path} is not a readable HDF5 file ({err}); {_rebuild_hint(path)}") from err
+    names = ("observed", "null", "group_sizes", "partners", "lengths")
+    handle = open_result_file(
+        path, GROUPED_FORMAT, names, "prompt-group similarity", GroupedSimilarityError, "prompt_group_similarity"
+    )
     with handle:
-        if handle.attrs.get("format") != GROUPED_FORMAT or not bool(handle.attrs.get("complete", False)):
-            raise GroupedSimilarityError(
-                f"{path} is not a complete prompt-group similarity file; {_rebuild_hint(path)}"
-            )
         try:
-            arrays = {name: handle[name][()] for name in ("observed", "null", "group_sizes", "partners", "lengths")}
-        except (OSError, KeyError) as err:
-            kind = "corrupt (checksum mismatch)" if isinstance(err, OSError) and is_filter_failure(err) else "damaged"
+            arrays = {name: handle[name][()] for name in names}
+        except OSError as err:
+            kind = "corrupt (checksum mismatch)" if is_filter_failure(err) else "damaged"
             raise GroupedSimilarityError(
-                f"prompt-group similarity file {path} is {kind} ({err}); {_rebuild_hint(path)}"
+                f"prompt-group similarity file {path} is {kind} ({err}); {rebuild_hint(path, 'prompt_group_similarity')}"
             ) from err
         seeds = [int(s) for s in handle.attrs["seeds"]]
     grouped = GroupedSimilarity(seeds=seeds, **arrays)
@@ -261,6 +239,7 @@ def read_grouped_similarity(path: str | Path) -> GroupedSimilarity:
         len(seeds),
     ):
         raise GroupedSimilarityError(
-            f"{path}: shapes {grouped.observed.shape} do not match its groups and seeds; {_rebuild_hint(path)}"
+            f"{path}: shapes {grouped.observed.shape} do not match its groups and seeds; "
+            f"{rebuild_hint(path, 'prompt_group_similarity')}"
         )
     return grouped
