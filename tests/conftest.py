@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -10,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from workflow_runs import snakemake_env
 
 from headstab.config import ArchitectureSpec
 
@@ -74,12 +74,7 @@ def tiny_snakemake(results: Path, *args: str, timeout: int = 900) -> subprocess.
 
     Targets go first in `args`: an option taking several values (--forcerun) swallows what follows it.
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "HEADSTAB_GPU_"))}
-    env.update(
-        HF_HUB_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
-    )
+    env = snakemake_env()
     command = [
         sys.executable,
         "-m",

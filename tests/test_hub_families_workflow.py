@@ -4,38 +4,23 @@ per-architecture DAG runs on tiny random GPT-2 and GPT-NeoX families saved with 
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 from hub_family_models import N_CTX, SEEDS, hf_layer0_patterns, write_family
+from workflow_runs import REPO, job_counts, run_snakemake
 
 from headstab.config import load_yaml, validate_config
 
-REPO = Path(__file__).resolve().parents[1]
 FAMILIES = {"gpt2_fam": "gpt2", "neox_fam": "neox"}
-
-
-def snakemake(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "HEADSTAB_GPU_"))}
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", PATH=f"{Path(sys.executable).parent}:{env['PATH']}")
-    command = [sys.executable, "-m", "snakemake", *args]
-    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=timeout)
-
-
-def job_counts(output: str) -> dict[str, int]:
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s*([A-Za-z_]\w*)\s+(\d+)\s*$", output, re.M)}
 
 
 def test_hub_families_config_validates_and_plans_fetches_without_training():
     config = validate_config(load_yaml(REPO / "config/hub_families.yaml"))
     assert config["architecture_defaults"]["source"] == "hub_family"
-    result = snakemake("-n", "--quiet", "rules", "--configfile", "config/hub_families.yaml")
+    result = run_snakemake("-n", "--quiet", "rules", "--configfile", "config/hub_families.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout + result.stderr)
     assert counts.get("fetch_family") == 5 * 9 + 5, counts
@@ -46,7 +31,7 @@ def test_hub_families_config_validates_and_plans_fetches_without_training():
 
 
 def test_network_inputs_of_the_hub_families_are_the_model_downloads():
-    result = snakemake("network_inputs", "-n", "--quiet", "rules", "--configfile", "config/hub_families.yaml")
+    result = run_snakemake("network_inputs", "-n", "--quiet", "rules", "--configfile", "config/hub_families.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout + result.stderr)
     assert counts.get("fetch_family") == 50 and "cache_activations" not in counts, counts
@@ -89,7 +74,7 @@ def test_the_architecture_dag_runs_on_tiny_gpt2_and_gpt_neox_families(tmp_path):
     )
     compare = tmp_path / "results/compare/gpt2_fam"  # analysis.optimizer_pairs: GPT-2 family vs NeoX family
     targets = [f"arch_{name}" for name in FAMILIES] + [str(compare / "tables/perplexity.csv")]
-    result = snakemake(*targets, "--cores", "2", "--configfile", str(config_path), timeout=1500)
+    result = run_snakemake(*targets, "--cores", "2", "--configfile", str(config_path), timeout=1500)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     counts = job_counts(result.stdout + result.stderr)
     assert counts.get("fetch_family") == 6 and "train" not in counts and "init_weights" not in counts, counts

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from workflow_runs import snakemake_env
 
 from headstab.fileio import temporary_path
 from headstab.layout import ANALYSIS_ROOT_RULES, GPU_RULES
@@ -43,18 +44,8 @@ def snakemake(results: Path, *args: str, timeout: int = 900) -> subprocess.Compl
     """
     return subprocess.run(
         [sys.executable, "-m", "snakemake", *args, "--configfile", str(TINY), "--config", f"results_dir={results}"],
-        cwd=REPO, capture_output=True, text=True, env=_env(), timeout=timeout,
+        cwd=REPO, capture_output=True, text=True, env=snakemake_env(), timeout=timeout,
     )  # fmt: skip
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "HEADSTAB_GPU_"))}
-    return {
-        **env,
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "PATH": f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
-    }
 
 
 def _failure(result: subprocess.CompletedProcess, results: Path) -> str:
@@ -186,7 +177,7 @@ def test_prompt_longer_than_the_context_fails_before_any_training(tmp_path: Path
 
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", str(configfile)],
-        cwd=REPO, capture_output=True, text=True, env=_env(), timeout=900,
+        cwd=REPO, capture_output=True, text=True, env=snakemake_env(), timeout=900,
     )  # fmt: skip
     console = result.stdout + result.stderr
     assert result.returncode != 0
@@ -234,7 +225,7 @@ def test_documented_params_check_plans_nothing_after_a_run_and_only_the_jobs_who
     changed = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--rerun-triggers", "params", "--configfile", str(TINY),
          "--config", f"results_dir={tiny_run}", "analysis={meta_sne_perplexity: 4}"],
-        cwd=REPO, capture_output=True, text=True, env=_env(), timeout=300,
+        cwd=REPO, capture_output=True, text=True, env=snakemake_env(), timeout=300,
     )  # fmt: skip
     assert changed.returncode == 0, changed.stderr[-3000:]
     # meta_sne reads the perplexity; report_configuration records the whole configuration; `all` collects them
@@ -251,7 +242,7 @@ def test_documented_params_check_plans_nothing_after_a_run_and_only_the_jobs_who
 def test_provenance_chain_reaches_the_corpus_shards(tiny_run: Path, output: str) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "headstab.provenance", "--verify", "--json", str(tiny_run / output)],
-        capture_output=True, text=True, env=_env(), timeout=120,
+        capture_output=True, text=True, env=snakemake_env(), timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     nodes, stack = [], [json.loads(result.stdout)]
@@ -362,13 +353,15 @@ def test_second_snakemake_on_the_same_directory_gets_the_lock_error_and_loses_no
     ]  # fmt: skip
     first_log = tmp_path / "first.log"
     with open(first_log, "w") as log:
-        first = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True, env=_env())
+        first = subprocess.Popen(
+            command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True, env=snakemake_env()
+        )
     try:
         deadline = time.monotonic() + 120
         while "rule pair_similarity:" not in first_log.read_text():
             assert first.poll() is None and time.monotonic() < deadline, first_log.read_text()[-3000:]
             time.sleep(0.2)
-        second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=_env(), timeout=300)
+        second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=snakemake_env(), timeout=300)
         assert first.poll() is None, "the first run ended before the second could collide with it"
     finally:
         first.wait(timeout=600)
@@ -408,7 +401,7 @@ def slurm_dry_run(*args: str, **env: str) -> str:
     (no Slurm is needed for a dry run: the executor plugin submits nothing)."""
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--profile", "slurm", *args],
-        cwd=REPO, capture_output=True, text=True, env={**_env(), **env}, timeout=600,
+        cwd=REPO, capture_output=True, text=True, env={**snakemake_env(), **env}, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout + result.stderr

@@ -4,10 +4,6 @@ the per-architecture DAG runs from a local mirror in the published repository's 
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,26 +11,15 @@ import pytest
 import torch
 import yaml
 from published_refits import numpy_layer0_patterns, tl2_state_dict, write_mirror
+from workflow_runs import REPO, job_counts, run_snakemake
 
 from headstab.config import architecture_spec, load_yaml
 
-REPO = Path(__file__).resolve().parents[1]
 SEEDS = (1, 2, 3)
 
 
-def snakemake(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "HEADSTAB_GPU_"))}
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", PATH=f"{Path(sys.executable).parent}:{env['PATH']}")
-    command = [sys.executable, "-m", "snakemake", *args]
-    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=timeout)
-
-
-def job_counts(output: str) -> dict[str, int]:
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s*([A-Za-z_]\w*)\s+(\d+)\s*$", output, re.M)}
-
-
 def test_published_config_plans_the_paper_with_1210_fetch_jobs_and_no_training():
-    result = snakemake("-n", "--quiet", "rules", "--configfile", "config/published.yaml")
+    result = run_snakemake("-n", "--quiet", "rules", "--configfile", "config/published.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout + result.stderr)
     assert counts.get("fetch_published") == 24 * 50 + 2 * 5, counts
@@ -44,7 +29,7 @@ def test_published_config_plans_the_paper_with_1210_fetch_jobs_and_no_training()
 
 
 def test_network_inputs_of_the_published_config_are_the_downloads():
-    result = snakemake("network_inputs", "-n", "--quiet", "rules", "--configfile", "config/published.yaml")
+    result = run_snakemake("network_inputs", "-n", "--quiet", "rules", "--configfile", "config/published.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout + result.stderr)
     assert counts.get("fetch_published") == 1210 and counts.get("fetch_tokenizer") == 2, counts
@@ -71,7 +56,7 @@ def test_the_architecture_dag_runs_from_a_local_mirror_of_published_refits(tmp_p
     config_path = mirror_config(tmp_path, tmp_path / "chkpts")
     spec = architecture_spec(load_config(config_path), "l2_h4")
     write_mirror(tmp_path / "chkpts", spec, SEEDS)
-    result = snakemake("arch_l2_h4", "--cores", "2", "--configfile", str(config_path), timeout=1200)
+    result = run_snakemake("arch_l2_h4", "--cores", "2", "--configfile", str(config_path), timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     counts = job_counts(result.stdout + result.stderr)
     assert counts.get("fetch_published") == 3 and "train" not in counts, counts

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import yaml
-from test_workflow_plan import REPO, _dry_run, _job_counts
+from test_workflow_plan import REPO, _dry_run
+from workflow_runs import job_counts
 
 from headstab.config import architecture_spec, load_config, validate_config
 from headstab.planning import job_spec
@@ -12,7 +13,7 @@ from headstab.planning import job_spec
 def test_the_demo_plans_step_0_for_every_refit_and_three_steps_for_l4_h8():
     result = _dry_run("--configfile", "config/demo.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
-    counts = _job_counts(result.stdout + result.stderr)
+    counts = job_counts(result.stdout + result.stderr)
     # 8 architectures x 4 seeds at step 0 (statistics.init_baseline); l4_h8 also at steps 36 and 72.
     assert counts["init_weights"] == 32 and counts["snapshot_weights"] == 2 * 4
     assert counts["cache_snapshot_activations"] == 32 + 2 * 4

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from workflow_runs import job_counts
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -26,26 +27,17 @@ def _dry_run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     )
 
 
-def _job_counts(output: str) -> dict[str, int]:
-    counts = {}
-    for line in output.splitlines():
-        match = re.match(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s+(\d+)\s*$", line)
-        if match:
-            counts[match.group(1)] = int(match.group(2))
-    return counts
-
-
 def test_full_paper_plans_1210_train_jobs():
     result = _dry_run("--configfile", "config/config.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
-    counts = _job_counts(result.stdout + result.stderr)
+    counts = job_counts(result.stdout + result.stderr)
     assert counts.get("train") == 24 * 50 + 2 * 5, counts
 
 
 def test_default_config_is_the_full_paper():
     result = _dry_run()
     assert result.returncode == 0, result.stderr[-3000:]
-    assert _job_counts(result.stdout + result.stderr).get("train") == 1210
+    assert job_counts(result.stdout + result.stderr).get("train") == 1210
 
 
 def test_one_architecture_with_a_seed_override(tmp_path):
@@ -55,7 +47,7 @@ def test_one_architecture_with_a_seed_override(tmp_path):
     path.write_text(yaml.safe_dump(config))
     result = _dry_run("--configfile", str(path))
     assert result.returncode == 0, result.stderr[-3000:]
-    assert _job_counts(result.stdout + result.stderr).get("train") == 3
+    assert job_counts(result.stdout + result.stderr).get("train") == 3
 
 
 def _failing_run(tmp_path: Path, mutate) -> str:
@@ -168,7 +160,7 @@ def test_network_inputs_plans_exactly_the_jobs_that_download():
     """README "Offline clusters": `snakemake network_inputs` on the paper builds the hub tokenizers, the hub
     corpora's shards and wikitext-2, and nothing else; the full plan has no other job of those rules."""
     result = _dry_run("--", "network_inputs")
-    network = _job_counts(result.stdout + result.stderr)
+    network = job_counts(result.stdout + result.stderr)
     assert network == {
         "fetch_tokenizer": 2,
         "tokenize_shard": 20,
@@ -178,7 +170,7 @@ def test_network_inputs_plans_exactly_the_jobs_that_download():
         "total": 27,
     }
     result = _dry_run()
-    everything = _job_counts(result.stdout + result.stderr)
+    everything = job_counts(result.stdout + result.stderr)
     assert all(everything[rule] == count for rule, count in network.items() if rule not in ("network_inputs", "total"))
     for doc in ("README.md", "docs/slurm.md"):
         assert "snakemake network_inputs --cores 4" in (REPO / doc).read_text(), doc
@@ -223,7 +215,7 @@ def test_a_second_worktree_plans_in_its_own_directory(tmp_path):
     try:
         result = _dry_run(cwd=worktree)
         assert result.returncode == 0, result.stderr[-3000:]
-        assert _job_counts(result.stdout + result.stderr).get("train") == 1210
+        assert job_counts(result.stdout + result.stderr).get("train") == 1210
         assert (worktree / ".snakemake").is_dir()
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, capture_output=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import jinja2
 import yaml
+from workflow_runs import job_counts
 
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = (
@@ -62,12 +63,7 @@ def _dry_run(tmp_path: Path, mutate=None, *targets: str) -> subprocess.Completed
 
 def _job_counts(result: subprocess.CompletedProcess) -> dict[str, int]:
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    counts = {}
-    for line in (result.stdout + result.stderr).splitlines():
-        match = re.match(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s+(\d+)\s*$", line)
-        if match:
-            counts[match.group(1)] = int(match.group(2))
-    return counts
+    return job_counts(result.stdout + result.stderr)
 
 
 def test_demo_plans_one_job_per_section_rule_and_architecture_and_one_comparison_per_adam_adamw_pair(tmp_path):
