@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from headstab.inference.prompt_groups import group_mean
+
 __all__ = [
     "Resamples",
     "best_match",
@@ -139,8 +141,7 @@ def stability_replicates(
         for part, batch_best in batches:
             head[part] = _head_means(batch_best, resamples.pair_counts[part])
             layer[part] = _pooled_layers(batch_best, pair_weights[part])
-        sizes = np.asarray(group_sizes, dtype=np.float64)
-        pair_best = best_match(np.tensordot(sizes / sizes.sum(), grouped.astype(np.float64), axes=1))
+        pair_best = best_match(group_mean(grouped, group_sizes))
     off_diagonal = 1.0 - np.eye(n_seeds)
     head_estimate = np.einsum("ab,abli->ali", off_diagonal, pair_best) / (n_seeds - 1)
     layer_estimate = np.einsum("ab,abl->l", off_diagonal, pair_best.mean(axis=-1)) / (n_seeds * (n_seeds - 1))

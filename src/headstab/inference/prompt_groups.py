@@ -27,6 +27,7 @@ from headstab.similarity import finish_result_file, normalize_lower_features, op
 __all__ = [
     "GroupedSimilarity",
     "GroupedSimilarityError",
+    "group_mean",
     "grouped_similarity_from_caches",
     "layer_group_similarity",
     "null_partners",
@@ -179,6 +180,12 @@ def _check_groups(groups: Sequence[np.ndarray], partners: np.ndarray, n_prompts:
         raise ValueError(f"partners must give each of the {n_prompts} prompts another prompt; got {partners}")
 
 
+def group_mean(grouped: np.ndarray, group_sizes: np.ndarray) -> np.ndarray:
+    """The mean over every prompt of per-group means [group, ...] (groups weighted by their sizes): float64 [...]."""
+    sizes = np.asarray(group_sizes, dtype=np.float64)
+    return np.tensordot(sizes / sizes.sum(), np.asarray(grouped, dtype=np.float64), axes=1)
+
+
 @dataclass(frozen=True)
 class GroupedSimilarity:
     """Contents of a prompt-group similarity file (arrays as `grouped_similarity_from_caches` returns)."""
@@ -192,8 +199,7 @@ class GroupedSimilarity:
 
     def mean(self, which: str = "observed") -> np.ndarray:
         """Mean over all prompts (groups weighted by size): float64 [seed_a, seed_b, layer, head_a, head_b]."""
-        values = getattr(self, which)
-        return np.tensordot(self.group_sizes / self.group_sizes.sum(), values.astype(np.float64), axes=1)
+        return group_mean(getattr(self, which), self.group_sizes)
 
 
 class GroupedSimilarityError(ValueError):
