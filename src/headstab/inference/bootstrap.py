@@ -25,6 +25,7 @@ __all__ = [
     "best_match",
     "draw_resamples",
     "percentile_interval",
+    "prompt_weights",
     "replicate_best_matches",
     "stability_replicates",
 ]
@@ -75,6 +76,13 @@ def draw_resamples(n_boot: int, n_seeds: int, n_groups: int, seed: int) -> Resam
     return Resamples(prompt_counts, pair_counts, _counts(refits, n_seeds))
 
 
+def prompt_weights(prompt_counts: np.ndarray, group_sizes: np.ndarray) -> np.ndarray:
+    """float64 [boot, group]: each resample's weight on each group's mean, c_g n_g / sum_g c_g n_g, so the
+    weighted sum is the mean over the resample's prompts."""
+    weights = prompt_counts * np.asarray(group_sizes, dtype=np.float64)[None, :]
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
 def best_match(similarity: np.ndarray) -> np.ndarray:
     """Best match over candidate heads (Eq. 3): [..., head_a, head_b] -> [..., head_a]."""
     return similarity.max(axis=-1)
@@ -89,8 +97,7 @@ def replicate_best_matches(
 
     n_groups = grouped.shape[0]
     flat = torch.from_numpy(np.ascontiguousarray(grouped, dtype=np.float32).reshape(n_groups, -1))
-    weights = prompt_counts * np.asarray(group_sizes, dtype=np.float64)[None, :]
-    weights = (weights / weights.sum(axis=1, keepdims=True)).astype(np.float32)
+    weights = prompt_weights(prompt_counts, group_sizes).astype(np.float32)
     for start in range(0, weights.shape[0], batch_size):
         stop = min(start + batch_size, weights.shape[0])
         mixed = (torch.from_numpy(weights[start:stop]) @ flat).reshape(stop - start, *grouped.shape[1:])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headstab.inference.bootstrap import draw_resamples, percentile_interval
+from headstab.inference.bootstrap import draw_resamples, percentile_interval, prompt_weights
 
 __all__ = ["commonness_replicates", "mean_interval", "pair_mean_interval", "pearson_interval"]
 
@@ -83,6 +83,4 @@ def commonness_replicates(grouped: np.ndarray, group_sizes: np.ndarray, prompt_c
     resampling: grouped [group, seed_a, seed_b, layer, head_a, head_b] -> float64 [boot, seed, layer, head]."""
     within = np.diagonal(grouped, axis1=1, axis2=2)  # [group, layer, head_a, head_b, seed]
     per_group = np.moveaxis(within.mean(axis=-2, dtype=np.float64), -1, 1)  # [group, seed, layer, head]
-    weights = prompt_counts * np.asarray(group_sizes, dtype=np.float64)[None, :]
-    weights /= weights.sum(axis=1, keepdims=True)
-    return np.tensordot(weights, per_group, axes=1)
+    return np.tensordot(prompt_weights(prompt_counts, group_sizes), per_group, axes=1)
