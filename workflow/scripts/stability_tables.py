@@ -49,9 +49,10 @@ def main():
             ("layer_stability", "layer"),
             ("commonness", "commonness"),
         ):
+            # A left merge keeps the table's rows; a row without its interval would read as a NaN interval.
             merged = tables[name].merge(intervals[interval_name], on=KEYS[name], how="left", validate="one_to_one")
-            if len(merged) != len(tables[name]):
-                raise AssertionError(f"{name}: intervals do not match the table's rows")
+            if merged["n_boot"].isna().any():
+                raise ValueError(f"{name} ({promptset}): some rows have no bootstrap interval; rebuild {grouped_path}")
             tables[name] = merged
         tables["layer_stability_pooled"] = intervals["pooled"]
         tables["stability_gap_intervals"] = intervals["gap"]
