@@ -22,6 +22,7 @@ if not workflow.overwrite_configfiles:
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/functions.smk"
 include: "workflow/rules/published.smk"
 include: "workflow/rules/hub_families.smk"
 include: "workflow/rules/data.smk"

@@ -21,16 +21,6 @@ FAMILIES = {
 }
 
 
-def family_seed_source(wildcards):
-    """The seed's own model (its params: adding seeds to a family refetches none of the others)."""
-    return SOURCES[wildcards.arch].to_dict(seeds=[int(wildcards.seed)])
-
-
-def family_model_files(wildcards):
-    """A local model's config.json (an input, so a changed model refetches); a hub model: none."""
-    return SOURCES[wildcards.arch].local_inputs(wildcards.seed)
-
-
 rule fetch_family:
     """One seed of a seeded family trained elsewhere (a Hugging Face causal LM from the hub or a local
     save_pretrained directory), kept as it is for the analyses of §4.1-4.9."""

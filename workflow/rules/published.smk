@@ -9,7 +9,7 @@
 # file's sha256, the conversion and the refit's identity. Every rule downstream of final.pt runs
 # unchanged; nothing reads train_log.csv, which a published refit does not have.
 
-from headstab.sources import fetch_mem_mb, published_inputs
+from headstab.sources import fetch_mem_mb
 
 TRAINED_ARCHITECTURES = [arch for arch in ARCHITECTURES if SOURCES[arch].trained]
 PUBLISHED_ARCHITECTURES = [arch for arch in ARCHITECTURES if SOURCES[arch].kind in ("published", "published_local")]
@@ -27,11 +27,6 @@ CHECKPOINT_OUTPUTS = {
 PUBLISHED = {
     arch: {"source": SOURCES[arch].to_dict(), "mem_mb": fetch_mem_mb(SPECS[arch])} for arch in PUBLISHED_ARCHITECTURES
 }
-
-
-def published_refit_file(wildcards):
-    """source published_local: the seed's file in the local copy (an input, so a changed file refetches); hub: none."""
-    return published_inputs(SOURCES[wildcards.arch], SPECS[wildcards.arch], wildcards.seed)
 
 
 rule fetch_published:

@@ -54,11 +54,6 @@ rule prompt_group_similarity:
         "../scripts/prompt_group_similarity.py"
 
 
-def snapshot_caches(wildcards):
-    """The pattern-only caches of every refit of {arch} at training step {step}."""
-    return [LAYOUT.snapshot_cache_path(wildcards.arch, wildcards.step, seed) for seed in SEEDS[wildcards.arch]]
-
-
 use rule prompt_group_similarity as snapshot_prompt_group_similarity with:
     input:
         caches=snapshot_caches,
