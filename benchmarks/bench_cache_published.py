@@ -43,8 +43,9 @@ PUBLISHED = common.REPO / "config" / "published.yaml"
 # The layouts the published defaults replace, as changes to them (the last: the defaults before activation_sets).
 VARIANTS = {
     "published defaults": {},
-    "uncompressed": {"compression_level": None},
-    "every set, uncompressed": {"activation_sets": "all", "compression_level": None},
+    "patterns uncompressed": {"pattern_compression_level": None},
+    "uncompressed": {"compression_level": None, "pattern_compression_level": None},
+    "every set, uncompressed": {"activation_sets": "all", "compression_level": None, "pattern_compression_level": None},
 }
 # One architecture per distinct stored shape: layers x heads (the _wd twins have the same shapes; an
 # attention-only model stores hook_resid_post where the others store hook_resid_mid, of the same size).
@@ -59,7 +60,14 @@ def published_options(changes: dict[str, Any] | None = None) -> tuple[dict[str, 
     config = load_config(PUBLISHED)
     config["cache"] = {**config["cache"], **(changes or {})}
     options = cache_options(config)
-    keys = ("batch_size", "dtype", "compression_level", "extra_resid_hooks", "activation_sets")
+    keys = (
+        "batch_size",
+        "dtype",
+        "compression_level",
+        "pattern_compression_level",
+        "extra_resid_hooks",
+        "activation_sets",
+    )
     return {key: options[key] for key in keys if key in options}, int(config["compute"]["cache_threads"])
 
 

@@ -104,13 +104,26 @@ def test_one_prompt_check_per_tokenizer_and_context(paper):
 
 def test_cache_options_change_only_when_another_residual_hook_is_stored(demo):
     every_set = {**demo, "cache": {**demo["cache"], "activation_sets": "all"}}
-    before = {key: value for key, value in demo["cache"].items() if key != "activation_sets"}
+    before = {
+        key: value
+        for key, value in demo["cache"].items()
+        if key not in ("activation_sets", "pattern_compression_level")
+    }
     assert extra_resid_hooks(demo) == [] and cache_options(every_set) == before
     other = {**every_set, "analysis": {**demo["analysis"], "cka_hook": "hook_resid_pre"}}
     assert extra_resid_hooks(other) == ["hook_resid_pre"]
     assert cache_options(other) == {**before, "extra_resid_hooks": ["hook_resid_pre"]}
     # a snapshot's patterns-only cache: the same options as before activation_sets existed
     assert cache_options(demo, patterns_only=True) == {**before, "patterns_only": True}
+
+
+def test_cache_options_name_pattern_compression_only_when_it_is_set(demo):
+    # unset (the schema's default): the params of caches written before the key existed stay as they were
+    assert demo["cache"]["pattern_compression_level"] is None
+    assert "pattern_compression_level" not in cache_options(demo)
+    compressed = {**demo, "cache": {**demo["cache"], "pattern_compression_level": 1}}
+    assert cache_options(compressed)["pattern_compression_level"] == 1
+    assert cache_options(compressed, patterns_only=True)["pattern_compression_level"] == 1
 
 
 def test_cache_options_store_activations_for_the_sets_the_analyses_read(demo):

@@ -135,8 +135,13 @@ def cache_options(config: Mapping[str, Any], patterns_only: bool = False) -> dic
     """The cache writer's options: config["cache"], with `extra_resid_hooks` only when there are any, so
     the default cka_hook leaves the params (and so the caches) as they are and another hook rebuilds them,
     and `activation_sets` resolved (`activation_sets`; left out for "all", as before the key existed).
+    `pattern_compression_level` likewise only when set, so caches written before the key keep their params.
     patterns_only: a patterns-only cache's options (a training snapshot's), without activation_sets."""
-    options = {key: value for key, value in config["cache"].items() if key != "activation_sets"}
+    options = {
+        key: value
+        for key, value in config["cache"].items()
+        if key != "activation_sets" and not (key == "pattern_compression_level" and value is None)
+    }
     extra = extra_resid_hooks(config)
     if extra:
         options["extra_resid_hooks"] = extra

@@ -149,6 +149,30 @@ def test_uncompressed_default_round_trips(tmp_path, cache_path, model, token_set
         assert handle["primary/hook_z"].compression is None and handle["primary/hook_z"].fletcher32
 
 
+def test_compressed_patterns_round_trip_exactly_and_take_less_disk(tmp_path, cache_path, model, token_sets):
+    path = tmp_path / "patterns_gzip.h5"
+    write_activation_cache(path, model, token_sets, pad_token_id=0, batch_size=3, compression_level=1,
+                           pattern_compression_level=1, show_progress=False)  # fmt: skip
+    with open_cache(path) as packed, open_cache(cache_path) as plain:
+        assert packed.attrs["pattern_compression"] == "shuffle+gzip1" and plain.attrs["pattern_compression"] == "none"
+        for key, values in read_all(plain).items():  # lossless: every dataset bit for bit
+            np.testing.assert_array_equal(read_all(packed)[key], values)
+        np.testing.assert_array_equal(packed.hook_pattern_lower("primary"), plain.hook_pattern_lower("primary"))
+    with h5py.File(path) as handle, h5py.File(cache_path) as reference:
+        pattern = handle["primary/hook_pattern"]
+        assert pattern.compression == "gzip" and pattern.shuffle and pattern.fletcher32
+        assert pattern.id.get_storage_size() < reference["primary/hook_pattern"].id.get_storage_size()
+
+
+def test_pattern_compression_level_out_of_range_names_the_config_key(tmp_path, model, token_sets):
+    with pytest.raises(
+        ValueError, match=r"pattern_compression_level must be 1-9.*got 0.*cache\.pattern_compression_level"
+    ):
+        write_activation_cache(tmp_path / "x.h5", model, token_sets, pad_token_id=0, pattern_compression_level=0,
+                               show_progress=False)  # fmt: skip
+    assert not (tmp_path / "x.h5").exists()
+
+
 def test_prompt_longer_than_context_names_set_index_and_length(tmp_path, model):
     too_long = {"primary": [[1, 2, 3], [1] * (N_CTX + 1)]}
     with pytest.raises(ValueError, match=rf"prompt set 'primary'.*prompt 1 has {N_CTX + 1} tokens.*n_ctx={N_CTX}"):

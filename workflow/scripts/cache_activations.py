@@ -42,7 +42,8 @@ def main():
         prepend_bos=options["prepend_bos"],
         batch_size=options["batch_size"],
         dtype=options["dtype"],
-        compression_level=options["compression_level"],  # hook_z, residual hooks; never hook_pattern
+        compression_level=options["compression_level"],  # hook_z, residual hooks
+        pattern_compression_level=options.get("pattern_compression_level"),  # hook_pattern (cache_options)
         prompt_files=prompt_files,
         extra_resid_hooks=options.get("extra_resid_hooks", ()),  # from analysis.cka_hook (cache_options)
         patterns_only=options.get("patterns_only", False),  # rule cache_snapshot_activations

@@ -73,6 +73,15 @@ def _filters(compression_level: int | None, checksum: bool) -> dict[str, Any]:
     return filters
 
 
+def _check_level(level: int | None, key: str) -> None:
+    if level is not None and not 1 <= level <= 9:
+        raise ValueError(f"{key} must be 1-9 or None (uncompressed), got {level} (config key cache.{key})")
+
+
+def _compression_attr(level: int | None) -> str:
+    return "none" if level is None else f"shuffle+gzip{level}"
+
+
 def _json_attr(value: Any) -> Any:
     return json.dumps(value, sort_keys=True, default=str) if isinstance(value, (dict, list, tuple)) else value
 
@@ -90,8 +99,7 @@ def _check_arguments(
         raise ValueError(f"cache dtype {dtype!r} is not supported; use float32 or float16 (config key cache.dtype)")
     if batch_size < 1:
         raise ValueError(f"cache batch_size must be >= 1, got {batch_size} (config key cache.batch_size)")
-    if compression_level is not None and not 1 <= compression_level <= 9:
-        raise ValueError(f"compression_level must be 1-9 or None (uncompressed), got {compression_level}")
+    _check_level(compression_level, "compression_level")
     for name, token_lists in token_sets.items():
         if "/" in name or not name:
             raise ValueError(f"prompt set name {name!r} cannot be an HDF5 group name; rename it in the config")
@@ -120,6 +128,7 @@ def write_activation_cache(
     set_attrs: Mapping[str, Mapping[str, Any]] | None = None,
     attrs: Mapping[str, Any] | None = None,
     compression_level: int | None = None,
+    pattern_compression_level: int | None = None,
     extra_resid_hooks: Sequence[str] = (),
     show_progress: bool = True,
     checksum: bool = True,
@@ -134,7 +143,9 @@ def write_activation_cache(
     (dicts and lists stored as JSON strings).
     compression_level: gzip level 1-9 behind shuffle for the per-token datasets (`hook_z` and the
     residual hooks); None (the default): uncompressed, since gzip saves about 5% of the file for a
-    third more cache time (docs/caches.md); `hook_pattern` is never compressed.
+    third more cache time (docs/caches.md).
+    pattern_compression_level: the same for `hook_pattern` (packed lower triangles); None (the
+    default): uncompressed, as the similarity reads it most (docs/caches.md "Disk").
     extra_resid_hooks: residual hooks to store besides `hook_resid_mid` (`hook_resid_post` for
     attention-only models), e.g. ("hook_resid_pre",); hooks already stored add nothing.
     checksum: fletcher32 on every dataset (the format's contract); False only to measure its cost.
@@ -147,6 +158,7 @@ def write_activation_cache(
     """
     set_attrs = set_attrs or {}
     _check_arguments(token_sets, int(model.cfg.n_ctx), dtype, batch_size, compression_level, set_attrs, activation_sets)
+    _check_level(pattern_compression_level, "pattern_compression_level")
     full_sets = (
         [] if patterns_only else [name for name in token_sets if activation_sets is None or name in activation_sets]
     )
@@ -157,11 +169,13 @@ def write_activation_cache(
     n_batches = sum(-(-len(lengths) // batch_size) for _, lengths in padded.values())
     model.eval()
     writer = _SetWriter(
-        model, dtype, _filters(compression_level, checksum), _filters(None, checksum), extra, batch_size, patterns_only
-    )
+        model, dtype, _filters(compression_level, checksum), _filters(None, checksum), extra, batch_size, patterns_only,
+        pattern_filters=_filters(pattern_compression_level, checksum),
+    )  # fmt: skip
     file_attrs = {
         **(attrs or {}), "prompt_sets": list(token_sets), "resid_hook": resid_hook, "extra_resid_hooks": extra,
-        "cache_dtype": dtype, "compression": "none" if compression_level is None else f"shuffle+gzip{compression_level}",
+        "cache_dtype": dtype, "compression": _compression_attr(compression_level),
+        "pattern_compression": _compression_attr(pattern_compression_level),
         "checksum": "fletcher32" if checksum else "none", "batch_size": batch_size, "pad_token_id": pad_token_id,
         **({"patterns_only": True} if patterns_only else {}),
         **({} if patterns_only or activation_sets is None else {"activation_sets": full_sets}),
@@ -200,12 +214,14 @@ class _SetWriter:
         extra_resid_hooks: list[str],
         batch_size: int,
         patterns_only: bool = False,
+        pattern_filters: dict[str, Any] | None = None,
     ):
         cfg = model.cfg
         self.model, self.batch_size, self.extra_resid_hooks = model, batch_size, extra_resid_hooks
         self.n_layers, self.n_heads = int(cfg.n_layers), int(cfg.n_heads)
         self.dtype = np.dtype(dtype)
         self.filters, self.plain = filters, plain
+        self.pattern_filters = plain if pattern_filters is None else pattern_filters
         self.patterns_only = patterns_only
         self.all_hooks = ["hook_pattern"] if patterns_only else stored_hooks(resid_hook_name(model), extra_resid_hooks)
         self._buffer = np.empty(0, dtype=self.dtype)
@@ -268,7 +284,7 @@ class _SetWriter:
                     )
             progress.update(1)
         pattern = group.create_dataset(
-            "hook_pattern", data=packed, chunks=self._pattern_chunks(packed.shape[-1]), **self.plain
+            "hook_pattern", data=packed, chunks=self._pattern_chunks(packed.shape[-1]), **self.pattern_filters
         )
         pattern.attrs["packing"] = (
             "row-major lower triangle (diagonal included) of each prompt's length x length block, "
