@@ -1,0 +1,143 @@
+"""`python -m headstab.status`: counts from files, failed jobs from Snakemake's logs, incomplete markers;
+on the paper plan (fast) and on the tiny configuration, finished and stopped part-way by a failed job."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import h5py
+import pytest
+from conftest import TINY_CONFIG, tiny_snakemake
+from workflow_runs import snakemake_env
+
+from headstab.config import load_config
+from headstab.status import failed_jobs, incomplete_outputs, parse_failures, run_status
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A record as Snakemake 9 writes it (slurm executor adds external_jobid), between two other lines.
+LOG = """\
+[Mon Nov 23 00:34:28 2026]
+Error in rule cache_activations:
+    message: None
+    jobid: 7
+    input: {r}/l2_h4/checkpoints/seed2/final.pt
+    output: {r}/l2_h4/caches/seed2.h5
+    log: {r}/logs/cache/l2_h4/seed2.log (check log file(s) for error details)
+    wildcards: arch=l2_h4, seed=2
+[Mon Nov 23 00:34:29 2026]
+Finished jobid: 15 (Rule: tokenize_shard)
+"""
+
+
+def status_command(*args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "headstab.status", *args]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=snakemake_env(), timeout=60)
+
+
+def test_a_failure_record_gives_rule_time_wildcards_log_and_outputs():
+    (job,) = parse_failures(LOG.format(r="res"), "x.snakemake.log")
+    assert (job.rule, job.when, job.wildcards) == (
+        "cache_activations",
+        "Mon Nov 23 00:34:28 2026",
+        "arch=l2_h4, seed=2",
+    )
+    assert job.log == ["res/logs/cache/l2_h4/seed2.log"] and job.output == ["res/l2_h4/caches/seed2.h5"]
+
+
+def test_failed_jobs_are_those_of_this_results_dir_whose_outputs_are_still_missing(tmp_path):
+    (tmp_path / ".snakemake/log").mkdir(parents=True)
+    results, other = tmp_path / "results", tmp_path / "other"
+    (tmp_path / ".snakemake/log/2026-11-23T003428.snakemake.log").write_text(
+        LOG.format(r=results) + LOG.format(r=other)
+    )
+    assert [job.rule for job in failed_jobs(tmp_path / ".snakemake", str(results))] == ["cache_activations"]
+    (results / "l2_h4/caches").mkdir(parents=True)
+    (results / "l2_h4/caches/seed2.h5").touch()  # a later run made it
+    assert failed_jobs(tmp_path / ".snakemake", str(results)) == []
+
+
+def test_incomplete_markers_are_decoded_as_snakemake_encodes_them(tmp_path):
+    from snakemake.persistence.file import FilePersistence
+
+    marked = [str(tmp_path / "results/l2_h4/caches/seed1.h5"), str(tmp_path / ("results/" + "x" * 120 + ".h5"))]
+    for path in [*marked, str(tmp_path / "elsewhere.h5")]:
+        # max_len 40: the long name is split into '@' directories, as on a file system with short names
+        record = Path(FilePersistence._record_path(SimpleNamespace(_fetch_max_len=lambda _: 40), "", path))
+        (tmp_path / ".snakemake/incomplete" / record).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / ".snakemake/incomplete" / record).touch()
+    assert incomplete_outputs(tmp_path / ".snakemake", str(tmp_path / "results")) == sorted(marked)
+
+
+def test_counts_read_weights_meta_seed_cache_completeness_and_similarity_seeds(tmp_path):
+    config = load_config(TINY_CONFIG)
+    config["results_dir"] = str(tmp_path / "results")
+    results = tmp_path / "results/l2_h4"
+    for seed, meta_seed in ((1, 1), (2, 3)):  # seed 2's meta.json names another refit: not trained
+        (results / f"checkpoints/seed{seed}").mkdir(parents=True)
+        (results / f"checkpoints/seed{seed}/final.pt").touch()
+        (results / f"checkpoints/seed{seed}/meta.json").write_text(json.dumps({"seed": meta_seed}))
+    (results / "caches").mkdir()
+    for seed, complete in ((1, True), (2, False)):
+        with h5py.File(results / f"caches/seed{seed}.h5", "w") as handle:
+            handle.attrs["complete"] = complete
+    (results / "similarity").mkdir()
+    with h5py.File(results / "similarity/primary.h5", "w") as handle:
+        handle.attrs.update(seeds=[1, 2], complete=True)
+    status = run_status(config, tmp_path)
+    first = status.architectures[0]
+    assert (first.name, first.refits, first.trained, first.cached, first.analysed) == ("l2_h4", 2, 1, 1, 2)
+    assert (status.architectures[1].trained, status.failed, status.incomplete) == (0, [], [])
+
+
+def test_the_paper_plan_status_returns_in_seconds_as_a_table_and_as_json():
+    started = time.perf_counter()
+    table = status_command()
+    seconds = time.perf_counter() - started
+    assert table.returncode == 0, table.stderr
+    assert seconds < 10, f"{seconds:.1f} s"
+    total = next(line for line in table.stdout.splitlines() if line.startswith("total"))
+    assert total.split()[1] == "1210"
+    as_json = json.loads(status_command("--json").stdout)
+    assert len(as_json["architectures"]) == 26 and sum(a["refits"] for a in as_json["architectures"]) == 1210
+
+
+def test_a_missing_config_file_is_named():
+    result = status_command("--configfile", "config/nothere.yaml")
+    assert result.returncode == 2 and "config file config/nothere.yaml does not exist" in result.stderr
+
+
+@pytest.mark.integration
+def test_status_of_the_finished_tiny_run(tiny_run):
+    result = status_command("--configfile", str(TINY_CONFIG), "--results-dir", str(tiny_run), "--json")
+    status = json.loads(result.stdout)
+    for arch in status["architectures"]:
+        assert (arch["refits"], arch["trained"], arch["cached"], arch["analysed"]) == (2, 2, 2, 2), arch
+        assert arch["tables"] > 0 and arch["figures"] > 0
+    assert status["failed"] == [] and status["incomplete"] == []
+
+
+@pytest.mark.integration
+def test_status_of_a_tiny_run_stopped_by_a_failed_job(tiny_run, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(tiny_run, results, copy_function=shutil.copy2)
+    shutil.rmtree(results / "l2_h4_wd/similarity")
+    (results / "l2_h4_wd/caches/seed2.h5").write_bytes(b"not a cache")  # pair_similarity fails on it
+    target = str(results / "l2_h4_wd/similarity/primary.h5")
+    run = tiny_snakemake(results, target, "--cores", "1")
+    assert run.returncode != 0 and "Error in rule pair_similarity" in run.stderr
+    result = status_command("--configfile", str(TINY_CONFIG), "--results-dir", str(results))
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[2:4]}
+    assert rows == {
+        "l2_h4": ["2", "2", "2", "2", *rows["l2_h4"][4:]],
+        "l2_h4_wd": ["2", "2", "1", "0", *rows["l2_h4_wd"][4:]],
+    }
+    assert "failed jobs (outputs still missing): 1" in result.stdout
+    assert "pair_similarity at " in result.stdout and f"log {results}/logs/similarity/l2_h4_wd.log" in result.stdout
