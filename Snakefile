@@ -41,6 +41,7 @@ include: "workflow/rules/meta_sne.smk"
 include: "workflow/rules/statistics.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/training_dynamics.smk"
+include: "workflow/rules/training_curves.smk"
 include: "workflow/rules/targets.smk"
 
 

@@ -26,6 +26,7 @@ SECTIONS = (
     "meta_sne",
     "statistics",
     "training_dynamics",
+    "training_curves",
 )
 RULE_FILES = [REPO / f"workflow/rules/{section}.smk" for section in SECTIONS] + [REPO / "workflow/rules/report.smk"]
 
@@ -82,7 +83,8 @@ def test_demo_plans_one_job_per_section_rule_and_architecture_and_one_comparison
     )
     assert {rule: counts.get(rule) for rule in per_architecture} == dict.fromkeys(per_architecture, 8)
     # l2_h8, l2_h8_attn, l4_h8, l4_h8_attn each have a _wd twin in the demo
-    assert counts.get("optimizer_comparison") == 4
+    assert counts.get("optimizer_comparison") == counts.get("optimizer_training_curves") == 4
+    assert counts.get("training_curves") == 8
     assert [
         counts.get(rule) for rule in ("stability_gap", "weight_norm_summary", "meta_sne", "report_configuration")
     ] == [1] * 4

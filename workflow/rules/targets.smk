@@ -26,6 +26,7 @@ ARCHITECTURE_TARGETS = {
     + ABLATION_TARGETS[arch]
     + STATISTICS_TARGETS[arch]
     + TRAINING_DYNAMICS_TARGETS[arch]
+    + TRAINING_CURVES_TARGETS[arch]
     for arch in ARCHITECTURES
 }
 # Outputs an analysis rerun must never rebuild: the weights and caches.
@@ -35,6 +36,7 @@ ALL_TARGETS = (
     [target for arch in ARCHITECTURES for target in ARCHITECTURE_TARGETS[arch]]
     + WEIGHT_NORMS_SUMMARY_TARGETS
     + OPTIMIZERS_COMPARISON_TARGETS
+    + OPTIMIZER_TRAINING_CURVES_TARGETS
     + STABILITY_GAP_TARGETS
     + META_SNE_TARGETS
     + OPTIMIZER_TESTS_TARGETS

@@ -1,0 +1,25 @@
+"""Rule optimizer_training_curves: an architecture's and its AdamW twin's training curves ->
+compare/{arch}/tables/optimizer_final_loss.csv, figures/optimizer_training_curves.png."""
+
+import pandas as pd
+
+from headstab.joblog import run_job
+from headstab.plots.training_curves import plot_optimizer_training_curves
+
+
+def main():
+    inp = snakemake.input
+    curves = {"Adam": pd.read_csv(inp.adam_training_curves), "AdamW": pd.read_csv(inp.adamw_training_curves)}
+    adam, adamw = snakemake.wildcards.arch, snakemake.params.adamw
+    finals = pd.concat(
+        [
+            pd.read_csv(inp.adam_training_final_loss).assign(architecture=adam, optimizer="Adam"),
+            pd.read_csv(inp.adamw_training_final_loss).assign(architecture=adamw, optimizer="AdamW"),
+        ],
+        ignore_index=True,
+    )
+    finals.to_csv(snakemake.output.finals, index=False)
+    plot_optimizer_training_curves(curves, finals, snakemake.output.figure, adam, adamw)
+
+
+run_job(main, "optimizer_training_curves", snakemake.log[0])
