@@ -42,6 +42,8 @@ include: "workflow/rules/statistics.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/training_dynamics.smk"
 include: "workflow/rules/training_curves.smk"
+include: "workflow/rules/effective_rank.smk"
+include: "workflow/rules/layer_robustness.smk"
 include: "workflow/rules/targets.smk"
 
 

@@ -27,6 +27,8 @@ SECTIONS = (
     "statistics",
     "training_dynamics",
     "training_curves",
+    "effective_rank",
+    "layer_robustness",
 )
 RULE_FILES = [REPO / f"workflow/rules/{section}.smk" for section in SECTIONS] + [REPO / "workflow/rules/report.smk"]
 
@@ -80,14 +82,25 @@ def test_demo_plans_one_job_per_section_rule_and_architecture_and_one_comparison
         "residual_cka",
         "ablation_perplexity",
         "ablation",
+        "effective_rank",
+        "layer_drop_swap",
+        "layer_robustness",
     )
     assert {rule: counts.get(rule) for rule in per_architecture} == dict.fromkeys(per_architecture, 8)
     # l2_h8, l2_h8_attn, l4_h8, l4_h8_attn each have a _wd twin in the demo
     assert counts.get("optimizer_comparison") == counts.get("optimizer_training_curves") == 4
     assert counts.get("training_curves") == 8
     assert [
-        counts.get(rule) for rule in ("stability_gap", "weight_norm_summary", "meta_sne", "report_configuration")
-    ] == [1] * 4
+        counts.get(rule)
+        for rule in (
+            "stability_gap",
+            "weight_norm_summary",
+            "meta_sne",
+            "report_configuration",
+            "effective_rank_summary",
+            "layer_robustness_summary",
+        )
+    ] == [1] * 6
     # the demo's held-out text is its synthetic_heldout corpus, not wikitext
     assert "heldout_wikitext" not in counts
 

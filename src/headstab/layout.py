@@ -12,7 +12,14 @@ from pathlib import PurePath
 # The rules that run a model: training, the activation caches, the validation perplexity of every
 # refit (optimizers.smk, §4.5), the anchor's head ablations (ablation.smk, §4.8) and the training
 # snapshots' caches (snapshots.smk).
-GPU_RULES = ("train", "cache_activations", "validation_perplexity", "ablation_perplexity", "cache_snapshot_activations")
+GPU_RULES = (
+    "train",
+    "cache_activations",
+    "validation_perplexity",
+    "ablation_perplexity",
+    "cache_snapshot_activations",
+    "layer_drop_swap",
+)
 # The rules that start an architecture's analyses from its weights and caches: forcing them reruns every
 # analysis of analyses_<arch> and nothing upstream (docs/operations.md; tests/test_operations.py checks
 # them against the DAG).
@@ -24,6 +31,7 @@ ANALYSIS_ROOT_RULES = (
     "validation_perplexity",
     "activation_norms",
     "ablation_perplexity",
+    "layer_drop_swap",
 )
 
 

@@ -27,6 +27,8 @@ ARCHITECTURE_TARGETS = {
     + STATISTICS_TARGETS[arch]
     + TRAINING_DYNAMICS_TARGETS[arch]
     + TRAINING_CURVES_TARGETS[arch]
+    + EFFECTIVE_RANK_TARGETS[arch]
+    + LAYER_ROBUSTNESS_TARGETS[arch]
     for arch in ARCHITECTURES
 }
 # Outputs an analysis rerun must never rebuild: the weights and caches.
@@ -41,6 +43,8 @@ ALL_TARGETS = (
     + META_SNE_TARGETS
     + OPTIMIZER_TESTS_TARGETS
     + CHANCE_SUMMARY_TARGETS
+    + EFFECTIVE_RANK_SUMMARY_TARGETS
+    + LAYER_ROBUSTNESS_SUMMARY_TARGETS
     + [LAYOUT.report_configuration_path()]
 )
 

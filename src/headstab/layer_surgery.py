@@ -1,0 +1,103 @@
+"""Layer drop and swap at inference (issue 14 part 3): one intact pass, then every condition from it.
+
+Conditions of a model with L layers: drop layer l (its residual update is skipped: block l's output is its
+input), l in 0..L-1; swap layers l and l+1 (block l+1 runs before block l), l in 0..L-2. The model is never
+copied: the intact pass (`run_with_cache`) keeps every layer's `hook_resid_pre`, and a condition starting at
+layer l runs the bridge's own blocks, in the condition's order, from `blocks.{l}.hook_resid_pre`, then
+`ln_final` and `unembed`. So the layers before l are not recomputed: the L + (L - 1) conditions cost about
+L² / 2 + L block passes plus 2L - 1 unembeddings, instead of (2L - 1) full passes.
+
+Measured per condition over the held-out windows: the summed next-token loss (ΔPPL against the intact
+model) and how many predictions keep the intact model's top-1 token.
+torch and transformer_lens are imported lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["CONDITIONS", "conditions", "block_order", "drop_swap_counts"]
+
+CONDITIONS = ("drop", "swap")
+
+
+def conditions(n_layers: int) -> list[tuple[str, int]]:
+    """(condition, layer) of every drop (layers 0..L-1) and swap (layers l, l+1 for l in 0..L-2)."""
+    return [("drop", layer) for layer in range(n_layers)] + [("swap", layer) for layer in range(n_layers - 1)]
+
+
+def block_order(condition: str, layer: int, n_layers: int) -> list[int]:
+    """The blocks run, in order, from `blocks.{layer}.hook_resid_pre` on under a condition."""
+    if condition == "drop" and 0 <= layer < n_layers:
+        return list(range(layer + 1, n_layers))
+    if condition == "swap" and 0 <= layer < n_layers - 1:
+        return [layer + 1, layer, *range(layer + 2, n_layers)]
+    raise ValueError(
+        f"condition ({condition!r}, layer {layer}) does not exist in a {n_layers}-layer model; "
+        f"drop takes layers 0..{n_layers - 1}, swap 0..{n_layers - 2}"
+    )
+
+
+def _run_from(model: Any, resid: Any, order: Sequence[int]) -> Any:
+    """Logits of the blocks `order` applied to the residual stream `resid`, then the final norm and unembedding."""
+    for index in order:
+        resid = model.blocks[index](resid)
+        resid = resid[0] if isinstance(resid, tuple) else resid  # a BlockBridge returns (resid, ...)
+    return model.unembed(model.ln_final(resid))
+
+
+def drop_swap_counts(model: Any, windows: np.ndarray, batch_size: int = 16) -> dict[str, Any]:
+    """Intact and per-condition next-token loss sums and top-1 agreements over held-out windows.
+
+    windows: int [window, seq_len] token ids, every position real (`headstab.evaluation.heldout_windows`);
+    position t predicts token t + 1, so each window gives seq_len - 1 predictions.
+    Returns {"n_predictions": int, "intact_loss": float (nats, summed), "conditions": [(condition, layer)],
+    "loss": float64 [condition] (summed nats), "agree": int64 [condition] (predictions whose argmax equals the
+    intact model's)}.
+    """
+    import torch
+
+    windows = np.asarray(windows)
+    if windows.ndim != 2 or windows.shape[1] < 2:
+        raise ValueError(f"windows must be [window, seq_len >= 2]; got shape {windows.shape}")
+    model.eval()
+    n_layers = model.cfg.n_layers
+    plan = conditions(n_layers)
+    device = next(model.parameters()).device
+    loss = np.zeros(len(plan))
+    agree = np.zeros(len(plan), dtype=np.int64)
+    intact_loss, n_predictions = 0.0, 0
+    names = {f"blocks.{layer}.hook_resid_pre" for layer in range(n_layers)}
+
+    def scores(logits: Any, targets: Any, reference: Any | None) -> tuple[float, int, Any]:
+        log_probs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        nll = -log_probs.gather(-1, targets[..., None]).sum()
+        top1 = logits[:, :-1].argmax(dim=-1)
+        agreeing = 0 if reference is None else int((top1 == reference).sum())
+        return float(nll), agreeing, top1
+
+    with torch.no_grad():
+        for start in range(0, len(windows), batch_size):
+            batch = torch.as_tensor(windows[start : start + batch_size], dtype=torch.long, device=device)
+            targets = batch[:, 1:]
+            logits, cache = model.run_with_cache(batch, names_filter=lambda name: name in names)
+            nll, _, reference = scores(logits, targets, None)
+            intact_loss += nll
+            n_predictions += targets.numel()
+            for index, (condition, layer) in enumerate(plan):
+                resid = cache[f"blocks.{layer}.hook_resid_pre"]
+                nll, agreeing, _ = scores(
+                    _run_from(model, resid, block_order(condition, layer, n_layers)), targets, reference
+                )
+                loss[index] += nll
+                agree[index] += agreeing
+    return {
+        "n_predictions": n_predictions,
+        "intact_loss": intact_loss,
+        "conditions": plan,
+        "loss": loss,
+        "agree": agree,
+    }

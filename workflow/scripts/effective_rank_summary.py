@@ -1,0 +1,21 @@
+"""Rule effective_rank_summary: effective_rank_correlation.csv of every architecture ->
+summary/tables/effective_rank.csv and summary/figures/effective_rank_by_layer.png (issue 14 part 2)."""
+
+import pandas as pd
+
+from headstab.joblog import run_job
+from headstab.plots.effective_rank import plot_rank_by_layer
+
+
+def main():
+    facts = snakemake.params.architectures
+    tables = [
+        pd.read_csv(path).assign(architecture=arch)
+        for arch, path in zip(facts, snakemake.input.correlation, strict=True)
+    ]
+    summary = pd.concat(tables, ignore_index=True)
+    summary.to_csv(snakemake.output.table, index=False)
+    plot_rank_by_layer(summary, facts, snakemake.output.figure)
+
+
+run_job(main, "effective_rank_summary", snakemake.log[0])

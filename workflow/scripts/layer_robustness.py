@@ -1,0 +1,40 @@
+"""Rule layer_robustness: layer_drop_swap.csv + layer_stability.csv + layer_stability_pooled.csv ->
+tables/layer_robustness.csv (per condition and layer, mean over refits with intervals), layer_robustness_correlation.csv
+(r with layer stability within and across refits), layer_robustness_depth.csv (r = l/L of the most and least robust
+and stable layers) and figures/layer_robustness_stability.png (issue 14 part 3)."""
+
+import logging
+
+import pandas as pd
+
+from headstab.joblog import run_job
+from headstab.plots.layer_robustness import plot_robustness_vs_stability
+from headstab.sections.layer_robustness import (
+    extreme_depths,
+    robustness_by_layer,
+    robustness_correlation,
+    robustness_with_stability,
+)
+from headstab.tables import select_rows
+
+
+def main():
+    inp, out, params = snakemake.input, snakemake.output, snakemake.params
+    chosen = {"promptset": params.promptset, "scope": "same_layer"}
+    stability = select_rows(pd.read_csv(inp.layer_stability), "layer stability", **chosen)
+    pooled = select_rows(pd.read_csv(inp.layer_stability_pooled), "pooled layer stability", **chosen)
+    table = robustness_with_stability(pd.read_csv(inp.drop_swap), stability)
+    options = params.statistics
+    by_layer = robustness_by_layer(table, params.n_layers, options["n_boot"], options["seed"], options["confidence"])
+    by_layer.to_csv(out.table, index=False)
+    correlation = robustness_correlation(table, options["n_boot"], options["seed"], options["confidence"])
+    correlation.to_csv(out.correlation, index=False)
+    depths = pd.DataFrame(
+        [{"architecture": snakemake.wildcards.arch, **extreme_depths(by_layer, pooled, params.n_layers)}]
+    )
+    depths.to_csv(out.depth, index=False)
+    logging.info("robustness by layer:\n%s\nextreme depths:\n%s", by_layer.round(4).to_string(), depths.to_string())
+    plot_robustness_vs_stability(table, out.figure, snakemake.wildcards.arch)
+
+
+run_job(main, "layer_robustness", snakemake.log[0])

@@ -1,0 +1,22 @@
+"""Rule layer_robustness_summary: every architecture's layer_robustness.csv and layer_robustness_depth.csv ->
+summary/tables/layer_robustness.csv, summary/tables/layer_robustness_depth.csv and
+summary/figures/layer_robustness_stages.png (issue 14 part 3)."""
+
+import pandas as pd
+
+from headstab.joblog import run_job
+from headstab.plots.layer_robustness import plot_robustness_stages
+
+
+def main():
+    archs, inp, out = snakemake.params.architectures, snakemake.input, snakemake.output
+    summary = pd.concat(
+        [pd.read_csv(path).assign(architecture=arch) for arch, path in zip(archs, inp.tables, strict=True)],
+        ignore_index=True,
+    )
+    summary.to_csv(out.table, index=False)
+    pd.concat([pd.read_csv(path) for path in inp.depths], ignore_index=True).to_csv(out.depth, index=False)
+    plot_robustness_stages(summary, out.figure)
+
+
+run_job(main, "layer_robustness_summary", snakemake.log[0])
