@@ -1,10 +1,14 @@
-"""Shared by the §4.4-4.9 figure tests: noisy layer-stability tables and a check that a PNG was written."""
+"""Shared by the figure tests: noisy layer-stability tables, a check that a PNG was written, and a check,
+on every figure any of them saves, that no text leaves the canvas."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.figure import Figure
+
+from headstab.plots import text_outside_canvas
 
 SEEDS = (1, 2, 3, 4)
 N_LAYERS, N_HEADS = 4, 8
@@ -51,3 +55,18 @@ def assert_written():
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
     return check
+
+
+@pytest.fixture(autouse=True)
+def text_inside_the_canvas(monkeypatch):
+    """Every figure a test saves keeps its titles, labels, tick labels and legends inside the canvas."""
+    clipped: list[str] = []
+    savefig = Figure.savefig
+
+    def check_and_save(figure, path, *args, **kwargs):
+        clipped.extend(f"{path}: {text}" for text in text_outside_canvas(figure))
+        return savefig(figure, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", check_and_save)
+    yield
+    assert not clipped, f"text outside the canvas: {clipped}"

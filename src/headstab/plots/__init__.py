@@ -17,6 +17,7 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 DPI = 150
 
@@ -32,9 +33,52 @@ def new_figure(figsize: tuple[float, float]) -> Figure:
     return figure
 
 
+def text_outside_canvas(figure: Figure, tolerance: float = 1.0) -> list[str]:
+    """The visible texts of `figure` (titles, labels, tick labels, legends) whose tight bounding box leaves
+    the canvas by more than `tolerance` pixels, as "'text' by N px", drawn at the saved resolution."""
+    figure.set_dpi(DPI)
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    width, height = figure.bbox.width, figure.bbox.height
+    # Tick labels beyond the view limits keep stale positions but are not drawn (Axis._update_ticks: drawn ones).
+    undrawn = set()
+    for ax in figure.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            drawn = {id(label) for tick in axis._update_ticks() for label in (tick.label1, tick.label2)}
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                undrawn.update(label for label in (tick.label1, tick.label2) if id(label) not in drawn)
+    outside = []
+    for text in figure.findobj(Text):
+        if not text.get_visible() or not text.get_text().strip() or text in undrawn:
+            continue
+        box = text.get_window_extent(renderer)
+        overflow = max(-box.x0, box.x1 - width, -box.y0, box.y1 - height)
+        if overflow > tolerance:
+            outside.append(f"{text.get_text()!r} by {overflow:.0f} px")
+    return outside
+
+
+def fit_canvas(figure: Figure, attempts: int = 3) -> None:
+    """Grow `figure` until its text fits the canvas: a title wider than the panels (a 2-layer heatmap) or a
+    legend beside the axes; constrained layout then places the panels in the larger canvas."""
+    for _ in range(attempts):
+        figure.set_dpi(DPI)
+        figure.canvas.draw()
+        box = figure.get_tightbbox(figure.canvas.get_renderer())  # inches
+        width, height = figure.get_size_inches()
+        # Twice the larger side's overflow: a centred title overflows both sides equally.
+        grow_x = 2 * max(0.0, -box.x0, box.x1 - width)
+        grow_y = 2 * max(0.0, -box.y0, box.y1 - height)
+        if grow_x <= 1 / DPI and grow_y <= 1 / DPI:
+            return
+        figure.set_size_inches(width + grow_x + 0.1 * (grow_x > 0), height + grow_y + 0.1 * (grow_y > 0))
+
+
 def save_figure(figure: Figure, path: str | Path) -> None:
+    """Save `figure` as a PNG at DPI, grown first so that no text is cut at the canvas edge."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    fit_canvas(figure)
     figure.savefig(path, dpi=DPI)
 
 

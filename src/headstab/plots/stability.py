@@ -232,7 +232,7 @@ def plot_pair_stability(
     mappable = axes[0].collections[0]  # every panel shares vmin/vmax, so one colorbar serves all
     figure.colorbar(mappable, ax=axes[: len(layers)].tolist(), label=f"best-match {SIMILARITY_LABEL}", shrink=0.8)
     figure.suptitle(
-        f"{arch}: best match of each head of anchor seed {anchor} (first seed) in every other refit, "
+        f"{arch}: best match of each head of anchor seed {anchor} (first seed) in every other refit,\n"
         f"{scope.replace('_', '-')} (prompts: {promptset})",
         fontsize=10,
     )
