@@ -2,6 +2,7 @@
 #   make demo   offline toy-scale reproduction (config/demo.yaml), ~15 min on 2 cores
 #   make test   style checks (make lint), unit + integration tests (and the real-Slurm test when Slurm is installed)
 #   make bench  side-by-side benchmarks -> results/bench/summary.json
+#   make mutation  mutation testing of the scientific modules -> results/mutation/summary.json (not part of make test)
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -9,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.headstab-installed
 CORES ?= all
 
-.PHONY: demo test lint bench venv clean-demo
+.PHONY: demo test lint bench mutation venv clean-demo
 
 venv: $(STAMP)
 
@@ -41,6 +42,12 @@ test: $(STAMP) lint
 
 bench: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/run_all.py
+
+# mutmut is a tool of this target only, so it is installed here rather than in every venv.
+# MODULES="cka stability" limits the run; the summary keeps the other modules' last results.
+mutation: $(STAMP)
+	test -x $(BIN)/mutmut || $(BIN)/python -m pip install --quiet mutmut==3.8.1
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python mutation/run.py $(MODULES)
 
 clean-demo:
 	rm -rf results/demo
