@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -434,3 +436,163 @@ def test_bad_inputs_fail_clearly():
         alignment_map_table(pair_stability_table(hand_similarity(), [1, 2, 3], "p", scopes=["same_layer"]))
     with pytest.raises(ValueError, match="lacks columns"):
         head_stability_table(pd.DataFrame({"similarity": [1.0]}))
+
+
+def test_a_layer_that_is_nobodys_best_match_keeps_zero_rows():
+    # Every head's best match lies in layer 0 or 1, never 2: layer 2's cells are 0, not missing or NaN.
+    similarity = hand_similarity(n_seeds=2, n_layers=3, n_heads=2)
+    similarity[0, 1, :, :, 0, 0] = 0.9  # anchor 0: all heads match layer 0
+    similarity[1, 0, :, :, 1, 1] = 0.9  # anchor 1: all heads match layer 1
+    similarity[1, 0, 2, 0, 0, 1] = 0.95  # except layer 2 head 0, which matches layer 0
+    pairs = pair_stability_table(similarity, [4, 3], "p", scopes=["cross_layer"])
+    alignment = alignment_map_table(pairs)
+    assert len(alignment) == 2 * 3 * 3  # anchors x layers x match layers
+    assert not alignment["fraction"].isna().any()
+    by_row = alignment.set_index(["anchor_seed", "layer", "match_layer"])["fraction"]
+    assert by_row.loc[4].unstack().to_numpy().tolist() == [[1, 0, 0]] * 3
+    assert by_row.loc[3].unstack().to_numpy().tolist() == [[0, 1, 0], [0, 1, 0], [0.5, 0.5, 0]]
+    # rows keep the pair table's order: the anchors as given (4 before 3), layers ascending
+    assert alignment[["anchor_seed", "layer"]].drop_duplicates().to_numpy().tolist() == [
+        [4, 0], [4, 1], [4, 2], [3, 0], [3, 1], [3, 2]
+    ]  # fmt: skip
+    dispersion = alignment_dispersion_table(alignment)
+    np.testing.assert_allclose(dispersion["diagonal_share"], [1, 0, 0, 0, 1, 0], atol=HAND_ATOL)
+    np.testing.assert_allclose(dispersion["mean_layer_distance"], [0, 1, 2, 1, 0, 1.5], rtol=HAND_RTOL)
+    assert dispersion["kurtosis"].iloc[:5].isna().all()
+    np.testing.assert_allclose(dispersion["kurtosis"].iloc[5], -2.0, rtol=HAND_RTOL)
+
+
+def test_stability_tables_is_the_six_tables_of_one_prompt_set():
+    rng = np.random.default_rng(11)
+    similarity = rng.uniform(0.0, 1.0, size=(3, 3, 2, 2, 2, 2)).astype(np.float32)
+    seeds = [9, 2, 5]
+    tables = stability_tables(similarity, seeds, "len20")
+    assert tuple(tables) == TABLE_NAMES
+    pairs = pair_stability_table(similarity, seeds, "len20")
+    heads = head_stability_table(pairs)
+    alignment = alignment_map_table(pairs)
+    expected = {
+        "pair_stability": pairs,
+        "head_stability": heads,
+        "layer_stability": layer_stability_table(heads),
+        "alignment_map": alignment,
+        "alignment_dispersion": alignment_dispersion_table(alignment),
+        "commonness": commonness_table(similarity, seeds, "len20"),
+    }
+    for name in TABLE_NAMES:
+        pd.testing.assert_frame_equal(tables[name], expected[name])
+        assert set(tables[name]["promptset"]) == {"len20"}
+    assert set(tables["pair_stability"]["scope"]) == {"same_layer", "cross_layer"}
+    assert list(tables["commonness"]["seed"].unique()) == seeds
+
+
+def test_tables_keep_the_input_order_of_scopes_and_seeds():
+    # The CSVs list same_layer before cross_layer and the seeds as given, not sorted.
+    rng = np.random.default_rng(12)
+    similarity = rng.uniform(0.0, 1.0, size=(3, 3, 2, 2, 2, 2)).astype(np.float32)
+    pairs = pair_stability_table(similarity, [9, 2, 5], "p")
+    assert pairs.index.equals(pd.RangeIndex(len(pairs)))
+    heads = head_stability_table(pairs)
+    layers = layer_stability_table(heads)
+    for table in (heads, layers):
+        assert list(dict.fromkeys(table["scope"])) == ["same_layer", "cross_layer"]
+        assert list(dict.fromkeys(table["anchor_seed"])) == [9, 2, 5]
+    first = heads.iloc[0]
+    expected = pairs[(pairs["scope"] == "same_layer") & (pairs["anchor_seed"] == 9)]
+    expected = expected[(expected["layer"] == 0) & (expected["head"] == 0)]["similarity"].mean()
+    assert (first["scope"], first["anchor_seed"], first["layer"], first["head"]) == ("same_layer", 9, 0, 0)
+    assert first["stability"] == pytest.approx(expected, rel=HAND_RTOL)
+
+
+def test_dispersion_rows_keep_the_maps_order_and_accept_counts():
+    # Rows of counts (not yet normalised) give the same dispersion as their fractions.
+    counts = pd.concat(
+        [
+            hand_alignment_map({0: [3.0, 1.0, 0.0], 1: [0.0, 2.0, 2.0]}, anchor_seed=9),
+            hand_alignment_map({0: [1.0, 1.0, 2.0]}, anchor_seed=2),
+        ],
+        ignore_index=True,
+    )
+    fractions = counts.copy()
+    fractions["fraction"] = counts["fraction"] / counts.groupby(["anchor_seed", "layer"])["fraction"].transform("sum")
+    from_counts = alignment_dispersion_table(counts)
+    pd.testing.assert_frame_equal(from_counts, alignment_dispersion_table(fractions), rtol=HAND_RTOL)
+    assert from_counts[["anchor_seed", "layer"]].to_numpy().tolist() == [[9, 0], [9, 1], [2, 0]]
+    np.testing.assert_allclose(from_counts["diagonal_share"], [0.75, 0.5, 0.25], rtol=HAND_RTOL)
+    np.testing.assert_allclose(from_counts["mean_layer_distance"], [0.25, 0.5, 1.25], rtol=HAND_RTOL)
+    # H(0.75, 0.25) / ln 3; H(0.5, 0.5) / ln 3; H(0.25, 0.25, 0.5) / ln 3
+    entropy = [scipy.stats.entropy(p) / np.log(3) for p in ([0.75, 0.25], [0.5, 0.5], [0.25, 0.25, 0.5])]
+    np.testing.assert_allclose(from_counts["normalized_entropy"], entropy, rtol=HAND_RTOL)
+    kurtosis = [scipy.stats.kurtosis(k) for k in ([0, 0, 0, 1], [1, 1, 2, 2], [0, 1, 2, 2])]
+    np.testing.assert_allclose(from_counts["kurtosis"], kurtosis, rtol=HAND_RTOL)
+
+
+def test_dispersion_of_float32_fractions_is_computed_in_float64():
+    alignment = hand_alignment_map({0: [0.1, 0.3, 0.6], 1: [0.2, 0.2, 0.6]})
+    single = alignment.astype({"fraction": np.float32})
+    double = single.astype({"fraction": np.float64})
+    pd.testing.assert_frame_equal(
+        alignment_dispersion_table(single), alignment_dispersion_table(double), rtol=HAND_RTOL, check_exact=False
+    )
+    assert (alignment_dispersion_table(single).dtypes.iloc[3:] == np.float64).all()
+
+
+@pytest.mark.parametrize("n_heads", [1, 2])
+def test_commonness_of_one_and_two_head_layers(n_heads):
+    similarity = hand_similarity(n_seeds=2, n_layers=2, n_heads=n_heads)
+    if n_heads == 2:
+        similarity[1, 1, 0, 0, 0, 1] = similarity[1, 1, 0, 1, 0, 0] = 0.6
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a 1-head layer must not divide 0 by 0
+        table = commonness_table(similarity, [2, 1], "q")
+    assert len(table) == 2 * 2 * n_heads
+    assert table["seed"].tolist()[: 2 * n_heads] == [2] * (2 * n_heads)
+    if n_heads == 1:
+        np.testing.assert_allclose(table["commonness"], 1.0)
+        assert table["commonness_excl_self"].isna().all()
+    else:
+        seed1_layer0 = table[(table["seed"] == 1) & (table["layer"] == 0)]
+        np.testing.assert_allclose(seed1_layer0["commonness"], (1 + 0.6) / 2, rtol=reduction_rtol(np.float32, 2))
+        np.testing.assert_allclose(seed1_layer0["commonness_excl_self"], 0.6, rtol=reduction_rtol(np.float32, 2))
+        others = table[(table["seed"] == 2) | (table["layer"] == 1)]
+        np.testing.assert_allclose(others["commonness_excl_self"], 0.1, rtol=reduction_rtol(np.float32, 2))
+
+
+def test_bad_tensors_and_tables_name_the_problem():
+    with pytest.raises(
+        ValueError,
+        match=r"pair similarity must be \[seed_a, seed_b, layer_a, head_a, layer_b, head_b\] with matching layer/head axes; got shape \(2, 2, 3, 2, 2, 2\)",
+    ):
+        pair_stability_table(np.zeros((2, 2, 3, 2, 2, 2)), [1, 2], "p")
+    with pytest.raises(
+        ValueError,
+        match=r"same-layer similarity must be \[seed_a, seed_b, layer, head_a, head_b\]; got shape \(2, 2, 3, 2, 3\)",
+    ):
+        pair_stability_table(np.zeros((2, 2, 3, 2, 3)), [1, 2], "p")
+    with pytest.raises(
+        ValueError,
+        match=r"pair similarity must be \[seed_a, seed_b, layer_a, head_a, layer_b, head_b\] \(6 axes\) or same-layer",
+    ):
+        commonness_table(np.zeros((2, 2, 3)), [1, 2], "p")
+    with pytest.raises(ValueError, match=r"pair similarity has 2 x 2 refits but 3 seeds were given \(\[1, 2, 3\]\)"):
+        pair_stability_table(hand_similarity(n_seeds=2), [1, 2, 3], "p")
+    with pytest.raises(
+        ValueError,
+        match=r"scope 'cross_layer' is not available for a similarity tensor of shape \(3, 3, 3, 2, 2\); choose from \['same_layer'\]",
+    ):
+        pair_stability_table(np.zeros((3, 3, 3, 2, 2)), [1, 2, 3], "p", scopes=["cross_layer"])
+    with pytest.raises(
+        ValueError,
+        match=r"pair_table has no scope 'cross_layer' rows; build it with pair_stability_table on the full \[seed_a, seed_b, layer_a, head_a, layer_b, head_b\] tensor",
+    ):
+        alignment_map_table(pair_stability_table(hand_similarity(), [1, 2, 3], "p", scopes=["same_layer"]))
+    missing = r"lacks columns \['similarity'\]; expected \['promptset'"
+    pairs = pair_stability_table(hand_similarity(), [1, 2, 3], "p").drop(columns="similarity")
+    with pytest.raises(ValueError, match="pair_table " + missing):
+        head_stability_table(pairs)
+    with pytest.raises(ValueError, match="pair_table " + missing):
+        alignment_map_table(pairs)
+    with pytest.raises(ValueError, match=r"head_table lacks columns \['n_pairs'\]"):
+        layer_stability_table(hand_heads().drop(columns="n_pairs"))
+    with pytest.raises(ValueError, match=r"alignment_map lacks columns \['fraction'\]"):
+        alignment_dispersion_table(hand_alignment_map({0: [1.0]}).drop(columns="fraction"))
