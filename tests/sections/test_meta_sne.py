@@ -100,11 +100,11 @@ def test_frame_rejects_mismatched_feature_counts():
 
 
 def test_embedding_shape_and_determinism():
-    frame = meta_sne_table(_descriptions(), FACTS, perplexity=30.0, seed=0)
+    frame = meta_sne_table(_descriptions(), FACTS, perplexity=30.0)
     assert {"tsne_x", "tsne_y"} <= set(frame.columns)
     assert np.isfinite(frame[["tsne_x", "tsne_y"]].to_numpy()).all()
-    again = meta_sne_embedding(meta_sne_frame(_descriptions_fixed(), FACTS)[1], seed=0)
-    np.testing.assert_array_equal(again, meta_sne_embedding(meta_sne_frame(_descriptions_fixed(), FACTS)[1], seed=0))
+    again = meta_sne_embedding(meta_sne_frame(_descriptions_fixed(), FACTS)[1])
+    np.testing.assert_array_equal(again, meta_sne_embedding(meta_sne_frame(_descriptions_fixed(), FACTS)[1]))
 
 
 def test_perplexity_is_clipped_to_what_the_heads_allow_and_passed_through(monkeypatch):
@@ -121,20 +121,20 @@ def test_perplexity_is_clipped_to_what_the_heads_allow_and_passed_through(monkey
     features = meta_sne_frame(_descriptions(), FACTS)[1]
     n_heads = features.shape[0]
     assert n_heads == 48
-    xy = meta_sne_embedding(features, perplexity=10_000, seed=0)  # the authors' value: above n, unclipped it fails
+    xy = meta_sne_embedding(features, perplexity=10_000)  # the authors' value: above n, unclipped it fails
     assert used == [(n_heads - 1) / 3] and np.isfinite(xy).all()
-    meta_sne_embedding(features, perplexity=5, seed=0)
+    meta_sne_embedding(features, perplexity=5)
     assert used[-1] == 5  # below the cap: passed through unchanged
 
 
 def test_per_optimizer_embedding_embeds_each_optimizer_alone():
     descriptions = _descriptions()
-    joint = meta_sne_table(descriptions, FACTS, perplexity=5, seed=0)
-    separate = meta_sne_table(descriptions, FACTS, perplexity=5, seed=0, embedding="per_optimizer")
+    joint = meta_sne_table(descriptions, FACTS, perplexity=5)
+    separate = meta_sne_table(descriptions, FACTS, perplexity=5, embedding="per_optimizer")
     frame, features = meta_sne_frame(descriptions, FACTS)
     for optimizer in ("Adam", "AdamW"):
         rows = np.flatnonzero(frame["optimizer"] == optimizer)
-        alone = meta_sne_embedding(features[rows], perplexity=5, seed=0)
+        alone = meta_sne_embedding(features[rows], perplexity=5)
         np.testing.assert_array_equal(separate.iloc[rows][["tsne_x", "tsne_y"]].to_numpy(), alone)
     assert not np.array_equal(joint[["tsne_x", "tsne_y"]].to_numpy(), separate[["tsne_x", "tsne_y"]].to_numpy())
     assert set(separate["embedding"]) == {"per_optimizer"} and set(joint["embedding"]) == {"joint"}
@@ -145,7 +145,7 @@ def test_per_optimizer_embedding_embeds_each_optimizer_alone():
 def test_embedding_separates_distinct_groups():
     group_rng = np.random.default_rng(5)
     features = np.concatenate([group_rng.normal(0, 0.1, (15, 6)), group_rng.normal(5, 0.1, (15, 6))])
-    xy = meta_sne_embedding(features, perplexity=5, seed=0)
+    xy = meta_sne_embedding(features, perplexity=5)
     within = np.linalg.norm(xy[:15] - xy[:15].mean(0), axis=1).max()
     between = np.linalg.norm(xy[:15].mean(0) - xy[15:].mean(0))
     assert between > 2 * within
@@ -171,3 +171,105 @@ def test_refit_descriptions_read_one_layer_of_hook_z_at_a_time(fake_cache):
     desc = refit_descriptions(cache, "primary")
     np.testing.assert_array_equal(desc, head_descriptions(z.astype(np.float32), lengths))
     assert cache.reads == [("hook_z", 0), ("hook_z", 1)]
+
+
+def test_table_columns_are_the_embeddings_x_and_y_with_the_perplexity_given():
+    descriptions = _descriptions_fixed()
+    frame, features = meta_sne_frame(descriptions, FACTS)
+    table = meta_sne_table(descriptions, FACTS, perplexity=2)
+    xy = meta_sne_embedding(features, perplexity=2)
+    np.testing.assert_array_equal(table["tsne_x"].to_numpy(), xy[:, 0])
+    np.testing.assert_array_equal(table["tsne_y"].to_numpy(), xy[:, 1])
+    assert not np.array_equal(xy, meta_sne_embedding(features, perplexity=4))  # the perplexity matters
+    assert list(table.columns[: len(frame.columns)]) == list(frame.columns)
+
+
+def test_per_optimizer_groups_follow_the_facts_so_adamw_is_not_relabelled():
+    # Every architecture trained with AdamW per the facts: one group, the same as the joint embedding.
+    facts = {name: {**fact, "optimizer": "AdamW"} for name, fact in FACTS.items()}
+    descriptions = _descriptions_fixed()
+    separate = meta_sne_table(descriptions, facts, perplexity=2, embedding="per_optimizer")
+    joint = meta_sne_table(descriptions, facts, perplexity=2)
+    assert set(separate["optimizer"]) == {"AdamW"}
+    np.testing.assert_array_equal(separate[["tsne_x", "tsne_y"]].to_numpy(), joint[["tsne_x", "tsne_y"]].to_numpy())
+
+
+def test_embedding_has_no_seed_and_is_a_function_of_the_features():
+    # PCA initialisation: scikit-learn's t-SNE draws no random numbers, so there is nothing to seed.
+    import inspect
+
+    assert "seed" not in inspect.signature(meta_sne_embedding).parameters
+    assert "seed" not in inspect.signature(meta_sne_table).parameters
+    features = np.random.default_rng(3).normal(size=(12, 4))
+    np.testing.assert_array_equal(
+        meta_sne_embedding(features, perplexity=3), meta_sne_embedding(features, perplexity=3)
+    )
+
+
+def test_smallest_embeddings_three_heads_and_two_prompts(monkeypatch):
+    import sklearn.manifold
+
+    used = []
+    real_tsne = sklearn.manifold.TSNE
+
+    def spy(*args, **kwargs):
+        used.append(kwargs["perplexity"])
+        return real_tsne(*args, **kwargs)
+
+    monkeypatch.setattr(sklearn.manifold, "TSNE", spy)
+    # Two prompts: one distance per head, the description of a head is a single number.
+    z, lengths = _padded_hook_z(n_layers=1, n_prompts=2, n_heads=3, lengths=np.array([2, 1]))
+    desc = head_descriptions(z, lengths)
+    assert desc.shape == (1, 3, 1)
+    xy = meta_sne_embedding(desc[0], perplexity=30)
+    assert xy.shape == (3, 2) and np.isfinite(xy).all()
+    assert (xy[:, 1] == 0).all()  # one feature: the heads lie on a line
+    assert used == [1.0]  # (3 - 1) / 3 < 1: clipped to 1
+    nine = np.random.default_rng(8).normal(size=(9, 2))
+    meta_sne_embedding(nine, perplexity=2.5)
+    assert used[-1] == 2.5  # below (9 - 1) / 3: passed through
+    meta_sne_embedding(nine, perplexity=3.0)
+    assert used[-1] == 8 / 3
+    with pytest.raises(ValueError, match=r"t-SNE needs \[n_heads >= 3, n_features\] input, got shape \(2, 1\)"):
+        meta_sne_embedding(desc[0, :2])
+    with pytest.raises(ValueError, match=r"got shape \(3,\)"):
+        meta_sne_embedding(desc[0, :, 0])
+    with pytest.raises(ValueError, match="need at least two prompts to describe a head, got 1"):
+        head_descriptions(z[:, :1], lengths[:1])
+
+
+def test_token_means_weight_each_prompt_by_its_own_length():
+    z = np.zeros((1, 2, 3, 1, 1))
+    z[0, 0, :, 0, 0] = [1.0, 2.0, 6.0]  # length 3: mean 3
+    z[0, 1, :, 0, 0] = [4.0, 8.0, 100.0]  # length 2: mean 6, the 100 is padding
+    means = token_mean_head_output(z.astype(np.float32), np.array([3, 2]))
+    assert means.shape == (1, 1, 2, 1)
+    assert means.dtype == np.float64
+    assert means[0, 0, :, 0].tolist() == [3.0, 6.0]
+    assert head_descriptions(z, np.array([3, 2]))[0, 0].tolist() == [3.0]
+
+
+def test_guards_name_the_shapes():
+    with pytest.raises(ValueError, match=r"hook_z must be \[layer, prompt, pos, head, d_head\], got \(2, 3, 1, 1\)"):
+        token_mean_head_output(np.zeros((2, 3, 1, 1)), np.array([1, 1]))
+    with pytest.raises(ValueError, match=r"lengths must be \[prompt\] = \(2,\) with values in 1\.\.3, got \[0 3\]"):
+        token_mean_head_output(np.zeros((1, 2, 3, 1, 1)), np.array([0, 3]))
+    with pytest.raises(ValueError, match=r"values in 1\.\.3, got \[1 4\]"):
+        token_mean_head_output(np.zeros((1, 2, 3, 1, 1)), np.array([1, 4]))
+    with pytest.raises(ValueError, match=r"= \(2,\) with values"):
+        token_mean_head_output(np.zeros((1, 2, 3, 1, 1)), np.array([1, 1, 1]))
+    with pytest.raises(ValueError, match="no head descriptions given"):
+        meta_sne_frame({}, FACTS)
+    with pytest.raises(
+        ValueError, match=r"descriptions of l2_h8 seed 4 must be \[layer, head, n_features\], got \(2, 3\)"
+    ):
+        meta_sne_frame({("l2_h8", 4): np.zeros((2, 3))}, FACTS)
+    with pytest.raises(ValueError, match=r"descriptions of l2_h8 seed 2 have 4 features, others 3; all refits"):
+        meta_sne_frame({("l2_h8", 1): np.zeros((1, 2, 3)), ("l2_h8", 2): np.zeros((1, 2, 4))}, FACTS)
+    with pytest.raises(ValueError, match=r"facts cover \['l2_h8', 'l2_h8_wd', 'l4_h8_attn'\]"):
+        meta_sne_frame({("other", 1): np.zeros((1, 2, 3))}, FACTS)
+    with pytest.raises(
+        ValueError,
+        match=r"embedding must be one of \['joint', 'per_optimizer'\] \(config key analysis\.meta_sne_embedding\); got 'both'",
+    ):
+        meta_sne_table(_descriptions_fixed(), FACTS, embedding="both")

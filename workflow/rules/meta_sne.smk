@@ -42,7 +42,6 @@ rule meta_sne:
         architectures=ARCHITECTURE_FACTS,
         promptset=PRIMARY,
         perplexity=config["analysis"]["meta_sne_perplexity"],
-        seed=config["analysis"]["meta_sne_seed"],
         embedding=config["analysis"]["meta_sne_embedding"],
     script:
         "../scripts/meta_sne.py"

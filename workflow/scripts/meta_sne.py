@@ -17,7 +17,6 @@ def main():
         descriptions,
         params.architectures,
         perplexity=params.perplexity,
-        seed=params.seed,
         n_threads=snakemake.threads,
         embedding=params.embedding,
     )

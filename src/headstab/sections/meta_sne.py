@@ -133,12 +133,20 @@ def meta_sne_frame(
     return pd.concat(frames, ignore_index=True), np.concatenate(blocks, axis=0)
 
 
-def meta_sne_embedding(features: np.ndarray, perplexity: float = 30.0, seed: int = 0, n_threads: int = 1) -> np.ndarray:
-    """2-D t-SNE of head descriptions (scikit-learn, Barnes-Hut, PCA initialisation).
+# Reaches only the randomized SVD of the PCA initialisation (see meta_sne_embedding).
+PCA_RANDOM_STATE = 0
+
+
+def meta_sne_embedding(features: np.ndarray, perplexity: float = 30.0, n_threads: int = 1) -> np.ndarray:
+    """2-D t-SNE of head descriptions (scikit-learn, Barnes-Hut, PCA initialisation; see `_initial_embedding`).
 
     features: [n_heads_total, n_features]. perplexity is clipped to (n - 1) / 3 (at least 1), since
     t-SNE needs perplexity < n. n_threads caps OpenMP/BLAS threads: 1 by default, because sklearn's
     OpenMP gradient spin-waits on a shared machine; raise it on a dedicated node. Returns [n_heads_total, 2].
+
+    There is no seed: from a PCA start, scikit-learn's t-SNE draws no random numbers (its random_state
+    reaches only the PCA's SVD solver, which finds the same components whatever the state), so the
+    embedding is a function of the features alone. PCA_RANDOM_STATE pins the solver for bit-identical reruns.
     """
     from sklearn.manifold import TSNE
     from threadpoolctl import threadpool_limits
@@ -150,9 +158,23 @@ def meta_sne_embedding(features: np.ndarray, perplexity: float = 30.0, seed: int
     used = min(float(perplexity), max(1.0, (n - 1) / 3))
     if used != perplexity:
         log.info("meta-SNE: perplexity %.1f clipped to %.1f for %d heads", perplexity, used, n)
-    tsne = TSNE(n_components=2, perplexity=used, init="pca", random_state=seed)
+    tsne = TSNE(n_components=2, perplexity=used, init=_initial_embedding(features), random_state=PCA_RANDOM_STATE)
     with threadpool_limits(limits=n_threads):
         return tsne.fit_transform(features)
+
+
+def _initial_embedding(features: np.ndarray) -> str | np.ndarray:
+    """ "pca", or for one feature (descriptions from two prompts, where PCA has no second component)
+    the feature itself on the x axis, scaled as scikit-learn scales PC1 (s.d. 1e-4), and y = 0.
+
+    The y gradient of every head is then 0, so the map is the 1-D t-SNE of the one feature, drawn on a line.
+    """
+    if features.shape[1] >= 2:
+        return "pca"
+    x = features[:, 0] - features[:, 0].mean()
+    spread = x.std()
+    x = x / spread * 1e-4 if spread > 0 else x
+    return np.column_stack([x, np.zeros_like(x)]).astype(np.float32)
 
 
 META_SNE_EMBEDDINGS = ("joint", "per_optimizer")
@@ -162,7 +184,6 @@ def meta_sne_table(
     descriptions: Mapping[tuple[str, int], np.ndarray],
     facts: Mapping[str, Mapping[str, Any]],
     perplexity: float = 30.0,
-    seed: int = 0,
     n_threads: int = 1,
     embedding: str = "joint",
 ) -> pd.DataFrame:
@@ -184,5 +205,5 @@ def meta_sne_table(
         else [np.flatnonzero(frame["optimizer"].to_numpy() == optimizer) for optimizer in frame["optimizer"].unique()]
     )
     for rows in groups:
-        xy[rows] = meta_sne_embedding(features[rows], perplexity=perplexity, seed=seed, n_threads=n_threads)
+        xy[rows] = meta_sne_embedding(features[rows], perplexity=perplexity, n_threads=n_threads)
     return frame.assign(tsne_x=xy[:, 0], tsne_y=xy[:, 1], embedding=embedding)
