@@ -39,16 +39,16 @@ include: "workflow/rules/residual_cka.smk"
 include: "workflow/rules/ablation.smk"
 include: "workflow/rules/meta_sne.smk"
 include: "workflow/rules/statistics.smk"
-include: "workflow/rules/report.smk"
 include: "workflow/rules/training_dynamics.smk"
 include: "workflow/rules/training_curves.smk"
 include: "workflow/rules/effective_rank.smk"
 include: "workflow/rules/layer_robustness.smk"
 include: "workflow/rules/targets.smk"
+include: "workflow/rules/report.smk"
 
 
 # Everything this configuration's run selects.
 rule all:
     default_target: True
     input:
-        ALL_TARGETS,
+        ALL_TARGETS + REPORT_TARGETS,

@@ -1,7 +1,10 @@
 # The HTML report (`snakemake --report {RESULTS}/report.html`): every figure is marked with report(...)
 # in its own rule, with a caption under workflow/report/; the front page is workflow/report/workflow.rst
 # (the `report:` directive in the Snakefile). This file adds the run's resolved configuration, so a
-# reader of the report sees every setting (schema defaults filled in) that produced its figures.
+# reader of the report sees every setting (schema defaults filled in) that produced its figures, and the
+# tables behind the figures as pages. Included after targets.smk, whose table lists it renders.
+
+from headstab import report_tables
 
 
 rule report_configuration:
@@ -24,3 +27,125 @@ rule report_configuration:
         config=config,
     script:
         "../scripts/report_configuration.py"
+
+
+# The tables behind the figures, one HTML page each (headstab.report_tables), filed under the category and
+# subcategory of their figures: <category>/<subcategory>/<name>.html, read back by report(patterns=...).
+REPORT_TABLE_PATTERN = "{category}/{subcategory}/{name}.html"
+REPORT_TABLES = {arch: f"{RESULTS}/{arch}/report_tables" for arch in ARCHITECTURES}
+REPORT_TARGETS = list(REPORT_TABLES.values()) + ([f"{RESULTS}/summary/report_tables"] if ARCHITECTURES else [])
+
+
+rule report_tables:
+    """The CSV tables of one architecture as sortable HTML pages for the report (the first rows of each)."""
+    input:
+        tables=lookup(dpath="{arch}", within=TABLE_SOURCES),
+    output:
+        report(
+            directory(f"{RESULTS}/{{arch}}/report_tables"),
+            patterns=[REPORT_TABLE_PATTERN],
+            caption="../report/report_tables.rst",
+            category="{category}",
+            subcategory="{subcategory}",
+        ),
+    log:
+        f"{RESULTS}/logs/report_tables/{{arch}}.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        descriptions=report_tables.DESCRIPTIONS,
+        max_rows=report_tables.MAX_ROWS,
+    script:
+        "../scripts/report_tables.py"
+
+
+rule report_summary_tables:
+    """The cross-architecture and Adam/AdamW tables as sortable HTML pages for the report."""
+    input:
+        tables=SUMMARY_TABLE_SOURCES,
+    output:
+        report(
+            directory(f"{RESULTS}/summary/report_tables"),
+            patterns=[REPORT_TABLE_PATTERN],
+            caption="../report/report_summary_tables.rst",
+            category="{category}",
+            subcategory="{subcategory}",
+        ),
+    log:
+        f"{RESULTS}/logs/report_tables/summary.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        descriptions=report_tables.DESCRIPTIONS,
+        max_rows=report_tables.MAX_ROWS,
+    script:
+        "../scripts/report_summary_tables.py"
+
+
+# The report's summary, its first category (the report lists categories alphabetically: a digit sorts first).
+SUMMARY_CATEGORY = "1. Summary"
+HEADLINE_TABLES = ("layer_stability_pooled", "stability_gap_intervals", "residual_cka_layers", "training_final_loss")
+HEADLINE_SOURCES = [
+    path for arch in ARCHITECTURES for path in TABLE_SOURCES[arch] if Path(path).stem in HEADLINE_TABLES
+] + [path for path in SUMMARY_TABLE_SOURCES if Path(path).stem in ("optimizer_tests", "weight_norm_correlation")]
+HEADLINE_TARGETS = (
+    [summary_table_path("headline"), summary_figure_path("layer_stability_by_depth"), f"{RESULTS}/summary/headline"]
+    if ARCHITECTURES
+    else []
+)
+REPORT_TARGETS += HEADLINE_TARGETS
+
+
+rule headline_summary:
+    """Per architecture the headline numbers (layer stability with interval, null and step-0 baseline; ΔS
+    and the depth of its extreme layers; residual CKA; AdamW - Adam; Table B.5's r; final loss) beside
+    where the paper reports them, and layer stability against relative depth for all architectures."""
+    input:
+        tables=HEADLINE_SOURCES,
+        paper="resources/paper_values.yaml",
+    output:
+        table=summary_table_path("headline"),
+        figure=report(
+            summary_figure_path("layer_stability_by_depth"),
+            caption="../report/layer_stability_by_depth.rst",
+            category=SUMMARY_CATEGORY,
+            subcategory="All architectures",
+        ),
+        pages=report(
+            directory(f"{RESULTS}/summary/headline"),
+            patterns=["{architecture}.html"],
+            caption="../report/headline.rst",
+            category=SUMMARY_CATEGORY,
+            subcategory="Headline numbers per architecture",
+        ),
+    log:
+        f"{RESULTS}/logs/headline_summary/summary.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        architectures=ARCHITECTURES,
+        facts=ARCHITECTURE_FACTS,
+        configurations={arch: ARCH[arch]["configuration"] for arch in ARCHITECTURES},
+        pairs=OPTIMIZER_PAIRS,
+        promptset=PRIMARY,
+        confidence=STATISTICS["confidence"],
+        legend=(
+            "Rows: statistic and layer (0-based; -1: one number per architecture). estimate with ci_low/ci_high "
+            "(interval says which); null: chance level (prompts permuted); init: the same refits at step 0; "
+            "p_value of the AdamW - Adam test; paper_source: where the paper reports the statistic, paper_value: "
+            "its number where resources/paper_values.yaml gives one."
+        ),
+    script:
+        "../scripts/headline_summary.py"

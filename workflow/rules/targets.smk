@@ -1,5 +1,6 @@
-# Per-architecture targets (partial reruns; docs/operations.md). Included last, so every stage's
-# target lists are complete. For each selected architecture <arch>:
+# Per-architecture targets (partial reruns; docs/operations.md). Included after every stage's rule file, so
+# their target lists are complete; report.smk, which renders their tables, comes after. For each selected
+# architecture <arch>:
 #
 #   snakemake arch_<arch>        every output of <arch>: weights (trained or fetched), caches, similarity, tables, figures
 #   snakemake analyses_<arch>    only its post-training outputs (similarity, tables, figures, analyses)
@@ -47,6 +48,16 @@ ALL_TARGETS = (
     + LAYER_ROBUSTNESS_SUMMARY_TARGETS
     + [LAYOUT.report_configuration_path()]
 )
+# The CSV tables the report shows as pages (report.smk): each architecture's, and the rest (compare/, summary/).
+TABLE_SOURCES = {
+    arch: [path for path in ARCHITECTURE_TARGETS[arch] if path.startswith(f"{RESULTS}/{arch}/tables/")]
+    for arch in ARCHITECTURES
+}
+SUMMARY_TABLE_SOURCES = [
+    path
+    for path in ALL_TARGETS
+    if path.endswith(".csv") and path.startswith((f"{RESULTS}/compare/", f"{RESULTS}/summary/tables/"))
+]
 
 
 rule network_inputs:

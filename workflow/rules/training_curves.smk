@@ -49,18 +49,8 @@ rule training_curves:
     input:
         logs=lookup(dpath="{arch}", within=TRAIN_LOGS),
     output:
-        curves=report(
-            table_path("{arch}", "training_curves"),
-            caption="../report/tables/training_curves.rst",
-            category="{arch}",
-            subcategory="Training",
-        ),
-        finals=report(
-            table_path("{arch}", "training_final_loss"),
-            caption="../report/tables/training_final_loss.rst",
-            category="{arch}",
-            subcategory="Training",
-        ),
+        curves=table_path("{arch}", "training_curves"),
+        finals=table_path("{arch}", "training_final_loss"),
         figure=report(
             figure_path("{arch}", "training_curves"),
             caption="../report/training_curves.rst",
@@ -88,12 +78,7 @@ rule optimizer_training_curves:
     input:
         unpack(lookup(dpath="{arch}", within=TRAINING_CURVES_INPUTS)),
     output:
-        finals=report(
-            compare_table_path("{arch}", "optimizer_final_loss"),
-            caption="../report/tables/optimizer_final_loss.rst",
-            category="Adam vs AdamW (§4.5)",
-            subcategory="{arch}",
-        ),
+        finals=compare_table_path("{arch}", "optimizer_final_loss"),
         figure=report(
             compare_figure_path("{arch}", "optimizer_training_curves"),
             caption="../report/optimizer_training_curves.rst",

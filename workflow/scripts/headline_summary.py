@@ -1,0 +1,53 @@
+"""Rule headline_summary: the sections' tables -> summary/tables/headline.csv, one HTML page per architecture
+(summary/headline/<arch>.html) and summary/figures/layer_stability_by_depth.png, the report's summary."""
+
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from headstab.joblog import run_job
+from headstab.plots.headline import plot_stability_by_depth
+from headstab.report_tables import table_kind, table_page
+from headstab.sections.headline import headline_table, paper_values_frame
+
+# The table each headline_table argument reads, by the name of its CSV.
+ARGUMENTS = {
+    "layer_stability_pooled": "pooled",
+    "stability_gap_intervals": "gap",
+    "residual_cka_layers": "cka",
+    "optimizer_tests": "tests",
+    "weight_norm_correlation": "weight_norms",
+    "training_final_loss": "finals",
+}
+
+
+def main():
+    params, out = snakemake.params, snakemake.output
+    by_arch, shared = {}, {}
+    for path in snakemake.input.tables:
+        kind, arch, name = table_kind(path)
+        if kind == "arch":
+            by_arch.setdefault(arch, {})[ARGUMENTS[name]] = pd.read_csv(path)
+        elif kind == "compare":  # both members of the pair read its tests
+            for member in (arch, params.pairs[arch]):
+                by_arch.setdefault(member, {})["tests"] = pd.read_csv(path)
+        else:
+            shared[ARGUMENTS[name]] = pd.read_csv(path)
+    paper = paper_values_frame(yaml.safe_load(Path(snakemake.input.paper).read_text())["values"] or [])
+    tables = [
+        headline_table(arch, params.promptset, params.confidence, **by_arch.get(arch, {}), **shared, paper=paper)
+        for arch in params.architectures
+    ]
+    headline = pd.concat(tables, ignore_index=True)
+    headline.to_csv(out.table, index=False)
+    pages = Path(out.pages)
+    pages.mkdir(parents=True, exist_ok=True)
+    for arch, table in zip(params.architectures, tables):
+        title = f"{arch}: headline numbers ({params.configurations[arch]})"
+        text = table_page(table.drop(columns="architecture"), title, out.table, len(table), params.legend)
+        (pages / f"{arch}.html").write_text(text)
+    plot_stability_by_depth(headline, params.facts, out.figure)
+
+
+run_job(main, "headline_summary", snakemake.log[0])
