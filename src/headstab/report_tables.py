@@ -125,15 +125,18 @@ document.querySelectorAll("th").forEach((th, column) => th.addEventListener("cli
 _STYLE = (
     "body{font-family:sans-serif;font-size:13px}table{border-collapse:collapse}"
     "th,td{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#eee;cursor:pointer;position:sticky;top:0}"
-    "td:first-child,th:first-child{text-align:left}"
+    "td:first-child,th:first-child{text-align:left;white-space:nowrap}"
 )
 
 
-def table_page(table: pd.DataFrame, title: str, source: str, n_rows: int, description: str = "") -> str:
+def table_page(
+    table: pd.DataFrame, title: str, source: str, n_rows: int, description: str = "", digits: int = 6
+) -> str:
     """A self-contained HTML page of `table` (the first rows of the CSV `source`, which has `n_rows` rows):
-    title, description, how many rows are shown, and a table sortable by clicking its headers."""
+    title, description, how many rows are shown, and a table sortable by clicking its headers; numbers to
+    `digits` significant digits."""
     shown = f"all {n_rows} rows" if len(table) >= n_rows else f"the first {len(table)} of {n_rows} rows"
-    body = table.to_html(index=False, na_rep="", float_format=lambda value: f"{value:.6g}", border=0)
+    body = table.to_html(index=False, na_rep="", float_format=lambda value: f"{value:.{digits}g}", border=0)
     return (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{_STYLE}</style></head><body><h3>{html.escape(title)}</h3>"

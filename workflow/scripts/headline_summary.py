@@ -45,7 +45,8 @@ def main():
     pages.mkdir(parents=True, exist_ok=True)
     for arch, table in zip(params.architectures, tables):
         title = f"{arch}: headline numbers ({params.configurations[arch]})"
-        text = table_page(table.drop(columns="architecture"), title, out.table, len(table), params.legend)
+        source = f"{out.table} (its rows of {arch})"
+        text = table_page(table.drop(columns="architecture"), title, source, len(table), params.legend, digits=4)
         (pages / f"{arch}.html").write_text(text)
     plot_stability_by_depth(headline, params.facts, out.figure)
 
