@@ -108,3 +108,52 @@ def test_correlation_table_puts_the_trend_beside_every_layer():
         "trend_p_value",
     ]
     assert table["trend_slope"].tolist() == [-1.0, -1.0] and (table["seed"] == 3).all()
+
+
+def test_ablation_table_picks_same_layer_rows_of_the_anchor_from_a_full_table():
+    # The workflow's head table holds both scopes and several prompt sets; the default scope is same_layer.
+    stab = pd.concat(
+        [
+            _stability([[0.1, 0.2]]),
+            _stability([[0.8, 0.9]]).assign(scope="cross_layer"),
+            _stability([[0.5, 0.6]]).assign(promptset="len5"),
+            _stability([[0.0, 0.0]]).assign(anchor_seed=8),
+        ]
+    )
+    table = ablation_table(np.array([[3.0, 5.0]]), 2.0, stab, seed=7, promptset="primary")
+    assert table["stability"].tolist() == [0.1, 0.2]
+    assert table["delta_ppl"].tolist() == [1.0, 3.0]
+    assert table["seed"].tolist() == [7, 7]
+    cross = ablation_table(np.array([[3.0, 5.0]]), 2.0, stab, seed=7, promptset="primary", scope="cross_layer")
+    assert cross["stability"].tolist() == [0.8, 0.9]
+
+
+def test_ablation_table_rejects_duplicate_and_missing_heads():
+    duplicated = pd.concat([_stability([[0.1, 0.2]]), _stability([[0.1, 0.2]])])
+    with pytest.raises(ValueError, match=r"several rows per \(layer, head\) for this anchor; pass promptset and scope"):
+        ablation_table(np.ones((1, 2)), 1.0, duplicated, seed=7)
+    missing = _stability([[0.1, 0.2]]).iloc[:1]
+    with pytest.raises(ValueError, match=r"head stability lacks \(layer, head\) \[\[0, 1\]\] for anchor_seed=7"):
+        ablation_table(np.ones((1, 2)), 1.0, missing, seed=7)
+    with pytest.raises(ValueError, match=r"ppl_ablated must be \[layer, head\], got shape \(2,\)"):
+        ablation_table(np.ones(2), 1.0, _stability([[0.1, 0.2]]), seed=7)
+
+
+def test_ablation_correlation_trend_values_and_fewer_than_two_finite_layers():
+    stability = np.array([[0.1, 0.5, 0.9], [0.2, 0.4, 0.8], [0.3, 0.6, 0.2]])
+    delta = np.array([stability[0], -stability[1], [1.0, 1.0, 1.0]])  # layer 2: constant ΔPPL, r undefined
+    per_layer, trend = ablation_correlation(ablation_table(delta + 10.0, 10.0, _stability(stability), seed=7))
+    assert list(per_layer.columns) == ["layer", "pearson_r", "p_value", "n_heads"]
+    assert per_layer["p_value"].iloc[0] == pytest.approx(0.0, abs=1e-6)  # a perfect correlation
+    assert math.isnan(per_layer["p_value"].iloc[2])
+    # Two finite layers: the line through (0, 1) and (1, -1) fits exactly, r_value -1, p_value 0.
+    assert set(trend) == {"slope", "intercept", "r_value", "p_value"}
+    assert trend["r_value"] == pytest.approx(-1.0)
+    assert trend["p_value"] == pytest.approx(0.0, abs=1e-6)
+    # One layer with a finite r: the trend is undefined, all NaN, and correlation_table still writes it.
+    one = ablation_table(delta[:1] + 10.0, 10.0, _stability(stability[:1]), seed=7)
+    per_layer, trend = ablation_correlation(one)
+    assert per_layer["pearson_r"].tolist() == pytest.approx([1.0])
+    assert set(trend) == {"slope", "intercept", "r_value", "p_value"}
+    assert all(math.isnan(value) for value in trend.values())
+    assert correlation_table(per_layer, trend, seed=7)["trend_slope"].isna().all()
