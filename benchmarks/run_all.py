@@ -52,8 +52,10 @@ TARGETS: dict[str, tuple[str, float] | None] = {
     "bootstrap_peak_rss_gb": None,
     "train_vs_transformer_lens": (">=", 0.95),
     "demo_wall_seconds": ("<=", 900.0),
+    "drop_swap_seconds_per_refit": None,
+    "drop_swap_vs_intact": ("<=", 10.0),
 }
-STAGES = ("similarity", "cache", "paper_scale", "bootstrap", "train")
+STAGES = ("similarity", "cache", "paper_scale", "bootstrap", "train", "drop_swap")
 
 
 def run_demo(work_dir: Path, cores: str = "all") -> dict[str, Any]:
@@ -129,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     import bench_bootstrap
     import bench_cache
     import bench_cache_published
+    import bench_drop_swap
     import bench_paper_scale
     import bench_similarity
     import bench_train
@@ -206,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
                                                   threads=args.train_threads))  # fmt: skip
             summary["train_vs_transformer_lens"] = train["train_vs_transformer_lens"]
             details["train"] = train
+        if "drop_swap" in stages:
+            log.info("drop_swap: every layer drop and swap of one l8_h8 refit vs one intact pass (issue 14)")
+            drop_swap = bench_drop_swap.bench_drop_swap(**({"n_tokens": 2048, "repeats": 1} if args.quick else {}))
+            for key in ("drop_swap_seconds_per_refit", "drop_swap_vs_intact"):
+                summary[key] = drop_swap[key]
+            details["drop_swap"] = drop_swap
         if args.demo:
             log.info("demo: the whole `make demo` DAG from scratch")
             demo = run_demo(work_dir)

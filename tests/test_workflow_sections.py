@@ -29,6 +29,7 @@ SECTIONS = (
     "training_curves",
     "effective_rank",
     "layer_robustness",
+    "seed_grid",
 )
 RULE_FILES = [REPO / f"workflow/rules/{section}.smk" for section in SECTIONS] + [REPO / "workflow/rules/report.smk"]
 
@@ -101,6 +102,8 @@ def test_demo_plans_one_job_per_section_rule_and_architecture_and_one_comparison
             "layer_robustness_summary",
         )
     ] == [1] * 6
+    # issue 14's 3 x 3 seed grid of l2_h8: nine refits, one decomposition, no paper section
+    assert counts.get("train_seed_grid") == 9 and counts.get("seed_grid") == 1
     # the demo's held-out text is its synthetic_heldout corpus, not wikitext
     assert "heldout_wikitext" not in counts
 
@@ -131,7 +134,9 @@ def test_every_cka_hook_plans_the_caches_and_residual_cka(tmp_path):
     for hook in ("hook_resid_pre", "hook_resid_post"):
         (tmp_path / hook).mkdir()
         counts = _job_counts(_dry_run(tmp_path / hook, lambda c: c["analysis"].update(cka_hook=hook)))
-        assert counts.get("cache_activations") == 32 and counts.get("residual_cka") == 8  # 8 archs x 4 seeds
+        assert (
+            counts.get("cache_activations") == 32 + 9 and counts.get("residual_cka") == 8
+        )  # 8 archs x 4 seeds + the 3x3 grid
 
 
 def test_every_report_caption_exists_and_is_valid_jinja():

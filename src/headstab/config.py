@@ -59,7 +59,7 @@ class ArchitectureSpec:
     checkpoint_every: int
     log_every: int
     divergence_factor: float  # training stops when a loss exceeds divergence_factor x ln(d_vocab)
-    seeds: tuple[int, ...]
+    seeds: tuple[int | str, ...]  # a seed_grid refit is named "{init}-{data}" (headstab.seed_design)
     # Steps whose weights train keeps (headstab.snapshots); no effect on the weights at any step, and left out
     # of to_dict() when empty, so the train and cache params of an architecture without snapshots stay as they were.
     snapshot_steps: tuple[int, ...] = ()
@@ -343,6 +343,13 @@ def architecture_spec(config: dict[str, Any], name: str) -> ArchitectureSpec:
         override if override is not None else merged["seeds"],
         "run.seeds" if override is not None else f"architectures.{name}.seeds",
     )
+    grid = config["architectures"][name].get("seed_grid")
+    if grid:  # issue 14: init seed x data-order seed, refits named {init}-{data} (headstab.seed_design)
+        from headstab.seed_design import grid_refits
+
+        if merged.get("source", "train") != "train":
+            raise ConfigError(f"config key 'architectures.{name}.seed_grid': only refits trained here have a data seed")
+        merged["seeds"] = grid_refits(grid["init_seeds"], grid["data_seeds"])
     if merged["seq_len"] is None:
         merged["seq_len"] = merged["n_ctx"]
     merged["snapshot_steps"] = tuple(sorted(int(step) for step in merged["snapshot_steps"]))

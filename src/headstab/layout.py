@@ -19,6 +19,7 @@ GPU_RULES = (
     "ablation_perplexity",
     "cache_snapshot_activations",
     "layer_drop_swap",
+    "train_seed_grid",
 )
 # The rules that start an architecture's analyses from its weights and caches: forcing them reruns every
 # analysis of analyses_<arch> and nothing upstream (docs/operations.md; tests/test_operations.py checks

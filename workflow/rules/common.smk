@@ -19,6 +19,7 @@ from headstab.formats import CACHE_FORMAT_VERSION
 from headstab.layout import ANALYSIS_ROOT_RULES, Layout
 from headstab.prompts import load_prompt_sets
 from headstab.sections import architecture_facts, architecture_summary
+from headstab.seed_design import SEED_WILDCARD
 from headstab.sources import checkpoint_sources
 
 # One environment for every rule with `--sdm conda` (the pins of requirements.txt), relative to the rule files.
@@ -48,15 +49,19 @@ PROMPT_FILES = list(config["prompt_sets"].values())
 
 LAYOUT = Layout(config)
 RESULTS = LAYOUT.results
-ARCHITECTURES = selected_architectures(config)
-SPECS = {arch: architecture_spec(config, arch) for arch in ARCHITECTURES}
-SOURCES = checkpoint_sources(config, ARCHITECTURES)  # trained here, or fetched (published.smk)
+SELECTED_ARCHITECTURES = selected_architectures(config)
+# An architecture with a seed_grid (init seed x data-order seed, issue 14) is trained, cached and decomposed
+# by seed_grid.smk alone; ARCHITECTURES, the ones every paper section runs on, leave it out.
+SEED_GRID_ARCHITECTURES = [a for a in SELECTED_ARCHITECTURES if config["architectures"][a].get("seed_grid")]
+ARCHITECTURES = [arch for arch in SELECTED_ARCHITECTURES if arch not in SEED_GRID_ARCHITECTURES]
+SPECS = {arch: architecture_spec(config, arch) for arch in SELECTED_ARCHITECTURES}
+SOURCES = checkpoint_sources(config, SELECTED_ARCHITECTURES)  # trained here, or fetched (published.smk)
 COMPUTE = config["compute"]
 STATISTICS = config["statistics"]
 # In the params of the rules whose numbers this library code computes: editing it reruns them.
 INFERENCE_CODE = planning.library_digest("inference", "stability.py")
 PROMPT_GROUPS_CODE = planning.library_digest("inference/prompt_groups.py")
-ARCHITECTURE_FACTS = {arch: architecture_facts(spec) for arch, spec in SPECS.items()}
+ARCHITECTURE_FACTS = {arch: architecture_facts(SPECS[arch]) for arch in ARCHITECTURES}
 RUN_SUMMARY = f"{len(ARCHITECTURES)} architectures ({', '.join(ARCHITECTURES)}), results_dir {RESULTS}"
 
 # Paths, one way for every rule file (headstab.layout.Layout).
@@ -129,7 +134,7 @@ by_arch = partial(planning.WildcardLookup, ARCH, "arch")
 
 wildcard_constraints:
     arch=planning.names_regex(config["architectures"]),
-    seed=r"\d+",
+    seed=SEED_WILDCARD,  # a seed, or a seed grid's {init}-{data} (headstab.seed_design)
     corpus=planning.names_regex(config["corpora"]),
     tokenizer=planning.names_regex(config["tokenizers"]),
     shard=r"\d{3}",

@@ -46,6 +46,7 @@ ALL_TARGETS = (
     + CHANCE_SUMMARY_TARGETS
     + EFFECTIVE_RANK_SUMMARY_TARGETS
     + LAYER_ROBUSTNESS_SUMMARY_TARGETS
+    + [target for arch in SEED_GRID_ARCHITECTURES for target in SEED_GRID_TARGETS[arch]]
     + [LAYOUT.report_configuration_path()]
 )
 # The CSV tables the report shows as pages (report.smk): each architecture's, and the rest (compare/, summary/).

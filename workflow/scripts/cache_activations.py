@@ -9,11 +9,12 @@ from headstab.joblog import run_job
 from headstab.models import load_trained_model, resolve_device
 from headstab.prompts import load_prompt_file
 from headstab.provenance import environment_record, package_versions
+from headstab.seed_design import refit_name
 from headstab.tokenizer import load_tokenizer, tokenizer_identity
 
 
 def main():
-    arch, seed = snakemake.wildcards.arch, int(snakemake.wildcards.seed)
+    arch, seed = snakemake.wildcards.arch, refit_name(snakemake.wildcards.seed)  # int, or "init-data" of a seed grid
     spec = spec_from_dict({**snakemake.params.spec, "seeds": [seed]})
     options = snakemake.params.cache
     device = resolve_device(snakemake.params.device)

@@ -1,23 +1,29 @@
-"""Rule train: one refit (architecture, seed) -> final.pt, train_log.csv, meta.json (paper §3.1)."""
+"""Rule train: one refit (architecture, seed) -> final.pt, train_log.csv, meta.json (paper §3.1). A seed-grid
+refit's wildcard is "{init}-{data}" (headstab.seed_design): init seed for the weights, data seed for the order."""
 
 from pathlib import Path
 
 from headstab.config import spec_from_dict
 from headstab.joblog import run_job
+from headstab.seed_design import refit_name, refit_seeds
 from headstab.training import train_refit
 
 
 def main():
-    spec = spec_from_dict({**snakemake.params.spec, "seeds": [int(snakemake.wildcards.seed)]})
+    name = refit_name(snakemake.wildcards.seed)
+    init_seed, data_seed = refit_seeds(name)
+    spec = spec_from_dict({**snakemake.params.spec, "seeds": [name]})
     train_refit(
         spec,
-        seed=int(snakemake.wildcards.seed),
+        seed=init_seed,
         shard_paths=list(snakemake.input.shards),
         out_dir=Path(snakemake.output.weights).parent,
         corpus_meta_path=snakemake.input.corpus_meta,
         tokenizer_dir=snakemake.params.tokenizer_dir,
         device=snakemake.params.device,
         threads=snakemake.threads,
+        data_seed=data_seed,
+        name=name,
     )
 
 

@@ -41,7 +41,8 @@ def architecture_summary(spec: ArchitectureSpec, results_dir: str) -> str:
     """One line naming the configuration an architecture's figures come from (for report captions)."""
     kind = "attention-only" if spec.attn_only else f"MLP d_mlp={spec.d_mlp}"
     seed_list = list(spec.seeds)
-    consecutive = seed_list == list(range(seed_list[0], seed_list[-1] + 1))
+    numbered = all(isinstance(seed, int) for seed in seed_list)  # a seed grid names its refits "init-data"
+    consecutive = numbered and seed_list == list(range(seed_list[0], seed_list[-1] + 1))
     seed_text = f"{seed_list[0]}-{seed_list[-1]}" if consecutive else seed_list
     return (
         f"{spec.name}: {spec.n_layers} layers x {spec.n_heads} heads, d_model={spec.d_model}, d_head={spec.d_head}, "

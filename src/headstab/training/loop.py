@@ -13,7 +13,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,9 @@ class Refit:
     corpus: dict[str, Any]  # meta.json's "corpus" record: name, meta path and sha256, shards
     tokenizer: dict[str, Any] | None  # tokenizer_identity, None when no tokenizer_dir is given
     identity: dict[str, Any]  # resume_identity: a full state continues this refit only if it matches
+    # issue 14's seed grid: the window order's seed and the refit's name "{init}-{data}"; None: both are `seed`.
+    data_seed: int | None = None
+    name: int | str | None = None
 
 
 @dataclass
@@ -87,8 +90,13 @@ def train_refit(
     keep_checkpoints: int = 2,
     progress: bool = True,
     on_step_end: Callable[[int], None] | None = None,
+    data_seed: int | None = None,
+    name: int | str | None = None,
 ) -> dict[str, Any]:
     """Train refit `seed` of `spec` on the token shards; write final.pt, train_log.csv, meta.json into `out_dir`.
+
+    `seed` draws the initial weights and, unless `data_seed` is given, the order of the windows (the paper's
+    design); a seed-grid refit (headstab.seed_design) passes its data-order seed and its name "{init}-{data}".
 
     Resumes from the newest verified `state_*.pt` in `out_dir`. `tokenizer_dir` None skips the
     tokenizer-size check (the shards' token ids are always checked). `on_step_end(step)` is called
@@ -101,7 +109,8 @@ def train_refit(
         stale.unlink()
     if threads:
         torch.set_num_threads(threads)
-    refit = setup(spec, seed, shard_paths, out_dir, corpus_meta_path, tokenizer_dir, resolve_device(device))
+    refit = setup(spec, seed, shard_paths, out_dir, corpus_meta_path, tokenizer_dir, resolve_device(device), data_seed)
+    refit = replace(refit, name=name)
     model = build_model(spec, seed, device=refit.device)
     model.train()
     optimizer = make_optimizer(spec, model.parameters())
@@ -125,6 +134,7 @@ def setup(
     corpus_meta_path: str | Path | None,
     tokenizer_dir: str | Path | None,
     device: torch.device,
+    data_seed: int | None = None,
 ) -> Refit:
     """Open and check the inputs: tokenizer size, shards, step budget, data order, corpus identity."""
     corpus_label = f"'{spec.corpus}' ({corpus_meta_path or ', '.join(map(str, shard_paths))})"
@@ -142,7 +152,7 @@ def setup(
             f"architecture '{spec.name}': snapshot step {spec.snapshot_steps[-1]} is beyond its {steps} training steps; "
             f"lower architectures.{spec.name}.snapshot_steps (or architecture_defaults.snapshot_steps)"
         )
-    order = window_order(data.n_windows, seed, steps * spec.batch_size)
+    order = window_order(data.n_windows, seed if data_seed is None else data_seed, steps * spec.batch_size)
     if corpus_meta_path is not None and not Path(corpus_meta_path).is_file():
         raise TrainingError(
             f"corpus metadata {corpus_meta_path} does not exist; build it with "
@@ -151,8 +161,10 @@ def setup(
     corpus_sha256 = sha256_file(corpus_meta_path) if corpus_meta_path else None
     corpus = {"name": spec.corpus, "meta": str(corpus_meta_path) if corpus_meta_path else None,
               "meta_sha256": corpus_sha256, "shards": [str(p) for p in shard_paths]}  # fmt: skip
-    return Refit(spec, seed, out_dir, device, data, steps, order, corpus, tokenizer_info,
-                 resume_identity(spec, seed, corpus_sha256))  # fmt: skip
+    identity = resume_identity(spec, seed, corpus_sha256)
+    if data_seed is not None and data_seed != seed:  # a paper refit's identity stays as it was: its states resume
+        identity["data_seed"] = data_seed
+    return Refit(spec, seed, out_dir, device, data, steps, order, corpus, tokenizer_info, identity, data_seed)
 
 
 def make_optimizer(spec: ArchitectureSpec, parameters: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -341,7 +353,9 @@ def write_outputs(refit: Refit, position: Position, model: Any, session_start: f
     wall = position.seconds()
     meta = {
         "architecture": spec.to_dict(),
-        "seed": refit.seed,
+        "seed": refit.seed if refit.name is None else refit.name,
+        "init_seed": refit.seed,
+        "data_seed": refit.seed if refit.data_seed is None else refit.data_seed,
         "steps": refit.steps,
         "tokens_trained": refit.steps * spec.tokens_per_step,
         "windows_available": refit.data.n_windows,
@@ -349,7 +363,7 @@ def write_outputs(refit: Refit, position: Position, model: Any, session_start: f
         "weight_matrix_params": count_weight_matrix_params(model),
         "corpus": refit.corpus,
         "tokenizer": refit.tokenizer,
-        "data_order": "np.random.default_rng(seed).permutation of all windows, one per epoch",
+        "data_order": "np.random.default_rng(data_seed).permutation of all windows, one per epoch",
         "resumed_from": str(position.resumed_from) if position.resumed_from else None,
         "restarted_because": position.restarted_because,
         "training_seconds": round(wall, 3),

@@ -1,0 +1,100 @@
+"""Initialisation seed vs data-order seed: what in a seed makes heads differ (issue 14 part 1).
+
+The refits of a seed grid are named "{init}-{data}" (`headstab.seed_design`). A pair of distinct refits
+shares the init seed (it differs in data order alone), shares the data seed (it differs in initialisation
+alone) or shares neither. Per layer, pair stability (the mean over the anchor's heads of the best-match
+similarity in the pair refit, Eq. 3-4, same-layer scope) is averaged over the ordered pairs of each kind.
+
+Decomposition. Head instability u = 1 - s (for unit pattern vectors, 1 - cos is half their squared
+distance). Read as a crossed random-effects design x_{id} = a_i + b_d + c_{id}, pairs that share the init
+(differ in data order alone) have u_SI = 2(σ²_data + σ²_int), pairs that share the data order (differ in init
+alone) u_SD = 2(σ²_init + σ²_int), pairs that share neither u_N = 2(σ²_init + σ²_data + σ²_int). So
+
+    init_fraction = (u_N - u_SI) / u_N = σ²_init / total,
+    data_fraction = (u_N - u_SD) / u_N = σ²_data / total,
+    interaction_fraction = 1 - init_fraction - data_fraction   (σ²_int: the refit's own part, c_{id}). Intervals resample refits (`headstab.sections.refit_weights`): a pair (a, b) weighs k_a k_b,
+and the three means and the fractions are recomputed from the same draw.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from headstab.inference.bootstrap import draw_resamples, percentile_interval
+from headstab.sections.refit_weights import row_weights, weighted_mean
+from headstab.seed_design import refit_seeds
+
+__all__ = ["KINDS", "pair_kind", "grid_pair_table", "seed_grid_table", "FRACTIONS"]
+
+KINDS = ("shares_init", "shares_data", "shares_neither")
+FRACTIONS = ("init_fraction", "data_fraction", "interaction_fraction")
+
+
+def pair_kind(refit_a: int | str, refit_b: int | str) -> str:
+    """Which seed two distinct refits share: "shares_init", "shares_data" or "shares_neither"."""
+    init_a, data_a = refit_seeds(refit_a)
+    init_b, data_b = refit_seeds(refit_b)
+    if (init_a, data_a) == (init_b, data_b):
+        raise ValueError(f"refits {refit_a!r} and {refit_b!r} are the same refit")
+    if init_a == init_b:
+        return "shares_init"
+    return "shares_data" if data_a == data_b else "shares_neither"
+
+
+def grid_pair_table(pair_stability: pd.DataFrame) -> pd.DataFrame:
+    """Per ordered pair of refits and layer: mean best-match similarity over the anchor's heads, and the pair's kind.
+
+    pair_stability: anchor_seed, pair_seed, layer, head, similarity (`headstab.stability.pair_stability_table`,
+    same-layer scope). Returns anchor_seed, pair_seed, layer, stability, kind.
+    """
+    pairs = (
+        pair_stability.groupby(["anchor_seed", "pair_seed", "layer"], sort=True)["similarity"]
+        .mean()
+        .rename("stability")
+        .reset_index()
+    )
+    pairs["kind"] = [pair_kind(a, b) for a, b in zip(pairs["anchor_seed"], pairs["pair_seed"], strict=True)]
+    return pairs
+
+
+def _statistics(stability: np.ndarray, kinds: np.ndarray, weights: np.ndarray) -> dict[str, np.ndarray]:
+    """The three kind means and the fractions for each row of weights [boot, pair]."""
+    means = {kind: weighted_mean(stability, weights * (kinds == kind)[None, :]) for kind in KINDS}
+    neither = 1.0 - means["shares_neither"]
+    # Pairs sharing the init differ in data order alone: what both-differ pairs lose beyond them is the init's.
+    init = np.divide(
+        neither - (1.0 - means["shares_init"]), neither, out=np.full_like(neither, np.nan), where=neither > 0
+    )
+    data = np.divide(
+        neither - (1.0 - means["shares_data"]), neither, out=np.full_like(neither, np.nan), where=neither > 0
+    )
+    return {**means, "init_fraction": init, "data_fraction": data, "interaction_fraction": 1.0 - init - data}
+
+
+def seed_grid_table(pairs: pd.DataFrame, n_boot: int, seed: int, confidence: float) -> pd.DataFrame:
+    """Per layer: the mean pair stability of each kind and the three fractions, with refit-resampled intervals.
+
+    pairs: `grid_pair_table` rows. Returns layer, statistic (KINDS, then FRACTIONS), estimate, ci_low, ci_high,
+    n_pairs (ordered pairs of that kind; all pairs for a fraction), n_boot.
+    """
+    missing = [kind for kind in KINDS if not (pairs["kind"] == kind).any()]
+    if missing:
+        raise ValueError(
+            f"the seed grid has no pair that {', '.join(missing)}: give at least 2 init seeds and 2 data seeds"
+        )
+    refits = sorted(set(pairs["anchor_seed"]) | set(pairs["pair_seed"]), key=str)
+    index = {name: i for i, name in enumerate(refits)}
+    counts = draw_resamples(n_boot, len(refits), 1, seed).refit_counts
+    rows = []
+    for layer, group in pairs.groupby("layer", sort=True):
+        stability = group["stability"].to_numpy(np.float64)
+        kinds = group["kind"].to_numpy()
+        units = np.stack([group["anchor_seed"].map(index), group["pair_seed"].map(index)], axis=1)
+        estimate = _statistics(stability, kinds, np.ones((1, len(group))))
+        replicates = _statistics(stability, kinds, row_weights(counts, units))
+        for name in KINDS + FRACTIONS:
+            low, high = percentile_interval(replicates[name], confidence)
+            n_pairs = int((kinds == name).sum()) if name in KINDS else len(group)
+            rows.append((int(layer), name, float(estimate[name][0]), float(low), float(high), n_pairs, n_boot))
+    return pd.DataFrame(rows, columns=["layer", "statistic", "estimate", "ci_low", "ci_high", "n_pairs", "n_boot"])

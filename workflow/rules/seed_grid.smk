@@ -1,0 +1,56 @@
+# Beyond the paper (issue 14 part 1): initialisation seed vs data-order seed. An architecture with
+# `seed_grid: {init_seeds, data_seeds}` has one refit per pair, {RESULTS}/{arch}/checkpoints/seed{init}-{data}/,
+# trained (train_seed_grid: rule train, init seed for the weights, data seed for the window order) and cached
+# (rule cache_activations) like any refit; no paper section runs on it (common.smk: ARCHITECTURES).
+#
+#   seed_grid  {RESULTS}/{arch}/tables/seed_grid_pairs.csv, seed_grid.csv, figures/seed_grid.png
+#
+# Library: headstab.seed_design, headstab.sections.seed_grid, headstab.plots.seed_grid (docs/beyond_the_paper.md).
+
+SEED_GRID_TARGETS = {
+    arch: ARCH[arch]["weights"]
+    + ARCH[arch]["caches"]
+    + [table_path(arch, name) for name in ("seed_grid_pairs", "seed_grid")]
+    + [figure_path(arch, "seed_grid")]
+    for arch in SEED_GRID_ARCHITECTURES
+}
+
+
+use rule train as train_seed_grid with:
+    wildcard_constraints:
+        arch=planning.names_regex(SEED_GRID_ARCHITECTURES),
+
+
+rule seed_grid:
+    """Per layer, pair stability (same-layer best matches on the primary prompts) of the refit pairs that share
+    the init seed, the data seed or neither, and the fraction of head instability due to initialisation, data
+    order and both, refits resampled."""
+    input:
+        caches=by_arch("caches"),
+    output:
+        pairs=table_path("{arch}", "seed_grid_pairs"),
+        table=table_path("{arch}", "seed_grid"),
+        figure=report(
+            figure_path("{arch}", "seed_grid"),
+            caption="../report/seed_grid.rst",
+            category="{arch}",
+            subcategory="Beyond the paper: init vs data-order seed",
+        ),
+    log:
+        f"{RESULTS}/logs/seed_grid/{{arch}}.log",
+    wildcard_constraints:
+        arch=planning.names_regex(SEED_GRID_ARCHITECTURES),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=by_arch("similarity_mem_mb"),
+        runtime=by_arch("similarity_runtime"),
+    params:
+        seeds=by_arch("seeds"),
+        configuration=by_arch("configuration"),
+        promptset=PRIMARY,
+        prompt_chunk=config["similarity"]["prompt_chunk"],
+        statistics=STATISTICS,
+    script:
+        "../scripts/seed_grid.py"

@@ -1,0 +1,29 @@
+"""Rule seed_grid: the caches of a seed grid's refits ({init}-{data}) -> tables/seed_grid_pairs.csv (pair stability
+per ordered pair and layer, with its kind), tables/seed_grid.csv (per layer: the shares-init, shares-data and
+shares-neither means and the init / data / interaction fractions, refit-resampled intervals) and
+figures/seed_grid.png (issue 14 part 1)."""
+
+import logging
+
+from headstab.joblog import run_job
+from headstab.plots.seed_grid import plot_seed_grid
+from headstab.sections.seed_grid import grid_pair_table, seed_grid_table
+from headstab.similarity import pair_similarity_from_caches
+from headstab.stability import pair_stability_table
+
+
+def main():
+    params, out = snakemake.params, snakemake.output
+    similarity = pair_similarity_from_caches(
+        list(snakemake.input.caches), params.promptset, params.prompt_chunk, scope="same_layer"
+    )
+    pairs = grid_pair_table(pair_stability_table(similarity, params.seeds, params.promptset, scopes=["same_layer"]))
+    pairs.to_csv(out.pairs, index=False)
+    options = params.statistics
+    table = seed_grid_table(pairs, options["n_boot"], options["seed"], options["confidence"])
+    table.assign(promptset=params.promptset).to_csv(out.table, index=False)
+    logging.info("seed grid decomposition:\n%s", table.round(4).to_string())
+    plot_seed_grid(table, out.figure, snakemake.wildcards.arch)
+
+
+run_job(main, "seed_grid", snakemake.log[0])
