@@ -77,7 +77,7 @@ def test_registry_values_follow_the_listings(paper_config):
     assert paper_config["tokenizers"]["neox_digits"]["name"] == "NeelNanda/gpt-neox-tokenizer-digits"
 
 
-def test_demo_config_is_valid_and_selects_the_8_toy_architectures(demo):
+def test_demo_config_is_valid_and_selects_the_8_toy_architectures_and_the_seed_grid(demo):
     config = validate_config(demo)
     names = selected_architectures(config)
     assert names == [
@@ -89,8 +89,10 @@ def test_demo_config_is_valid_and_selects_the_8_toy_architectures(demo):
         "l4_h8_attn",
         "l4_h8_wd",
         "l4_h8_attn_wd",
+        "l2_h8_grid",
     ]
-    assert sum(len(architecture_spec(config, n).seeds) for n in names) == 32
+    # 8 x 4 paper-design refits, and the 3 x 3 init seed x data-order seed grid
+    assert sum(len(architecture_spec(config, n).seeds) for n in names) == 32 + 9
     # defaults from the schema are filled in
     assert config["cache"]["dtype"] == "float32" and config["cache"]["prepend_bos"] is True
 

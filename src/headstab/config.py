@@ -344,7 +344,7 @@ def architecture_spec(config: dict[str, Any], name: str) -> ArchitectureSpec:
         "run.seeds" if override is not None else f"architectures.{name}.seeds",
     )
     grid = config["architectures"][name].get("seed_grid")
-    if grid:  # issue 14: init seed x data-order seed, refits named {init}-{data} (headstab.seed_design)
+    if grid:  # init seed x data-order seed, refits named {init}-{data} (headstab.seed_design)
         from headstab.seed_design import grid_refits
 
         if merged.get("source", "train") != "train":

@@ -1,4 +1,4 @@
-"""Layer drop and swap at inference (issue 14 part 3): one intact pass, then every condition from it.
+"""Layer drop and swap at inference (docs/beyond_the_paper.md): one intact pass, then every condition from it.
 
 Conditions of a model with L layers: drop layer l (its residual update is skipped: block l's output is its
 input), l in 0..L-1; swap layers l and l+1 (block l+1 runs before block l), l in 0..L-2. The model is never

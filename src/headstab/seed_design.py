@@ -1,4 +1,4 @@
-"""Seed designs (issue 14 part 1): the paper's one seed per refit, or a grid of init seed x data-order seed.
+"""Seed designs (docs/beyond_the_paper.md): the paper's one seed per refit, or a grid of init seed x data-order seed.
 
 In the paper a refit's seed sets both its initial weights and the order of its training windows. An
 architecture with `seed_grid: {init_seeds: [...], data_seeds: [...]}` instead has one refit per pair,

@@ -50,7 +50,7 @@ PROMPT_FILES = list(config["prompt_sets"].values())
 LAYOUT = Layout(config)
 RESULTS = LAYOUT.results
 SELECTED_ARCHITECTURES = selected_architectures(config)
-# An architecture with a seed_grid (init seed x data-order seed, issue 14) is trained, cached and decomposed
+# An architecture with a seed_grid (init seed x data-order seed) is trained, cached and decomposed
 # by seed_grid.smk alone; ARCHITECTURES, the ones every paper section runs on, leave it out.
 SEED_GRID_ARCHITECTURES = [a for a in SELECTED_ARCHITECTURES if config["architectures"][a].get("seed_grid")]
 ARCHITECTURES = [arch for arch in SELECTED_ARCHITECTURES if arch not in SEED_GRID_ARCHITECTURES]

@@ -1,4 +1,4 @@
-# Beyond the paper (issue 14 part 2): per-head effective rank (participation ratio of hook_z) across
+# Beyond the paper (docs/beyond_the_paper.md): per-head effective rank (participation ratio of hook_z) across
 # refits and against head stability. No forward pass: the caches hold hook_z.
 #
 #   effective_rank          {RESULTS}/{arch}/tables/effective_rank.csv, effective_rank_matched.csv,

@@ -1,4 +1,4 @@
-# Beyond the paper (issue 14 part 3): layer drop and swap across refits, against layer stability.
+# Beyond the paper (docs/beyond_the_paper.md): layer drop and swap across refits, against layer stability.
 #
 #   layer_drop_swap           {RESULTS}/{arch}/tables/layer_drop_swap.csv  every refit, every drop and swap (GPU)
 #   layer_robustness          {RESULTS}/{arch}/tables/layer_robustness.csv, layer_robustness_correlation.csv,

@@ -1,4 +1,4 @@
-# Beyond the paper (issue 14 part 1): initialisation seed vs data-order seed. An architecture with
+# Beyond the paper (docs/beyond_the_paper.md): initialisation seed vs data-order seed. An architecture with
 # `seed_grid: {init_seeds, data_seeds}` has one refit per pair, {RESULTS}/{arch}/checkpoints/seed{init}-{data}/,
 # trained (train_seed_grid: rule train, init seed for the weights, data seed for the window order) and cached
 # (rule cache_activations) like any refit; no paper section runs on it (common.smk: ARCHITECTURES).

@@ -1,7 +1,7 @@
 """Rule effective_rank: every refit's cache (hook_z) + pair_stability.csv + head_stability.csv ->
 tables/effective_rank.csv (PR per refit, positions, layer, head), effective_rank_matched.csv (anchor head's PR
 beside its best match's), effective_rank_correlation.csv (per layer: mean PR, r with stability, r of anchor
-and match PR, refit-resampled intervals) and figures/effective_rank_stability.png (issue 14 part 2)."""
+and match PR, refit-resampled intervals) and figures/effective_rank_stability.png (docs/beyond_the_paper.md)."""
 
 import logging
 

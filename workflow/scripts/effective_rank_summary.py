@@ -1,5 +1,5 @@
 """Rule effective_rank_summary: effective_rank_correlation.csv of every architecture ->
-summary/tables/effective_rank.csv and summary/figures/effective_rank_by_layer.png (issue 14 part 2)."""
+summary/tables/effective_rank.csv and summary/figures/effective_rank_by_layer.png (docs/beyond_the_paper.md)."""
 
 import pandas as pd
 

@@ -1,5 +1,5 @@
 """Rule layer_drop_swap: every refit's final.pt + held-out shards -> tables/layer_drop_swap.csv (seed, condition,
-layer, top1_agreement, ppl, ppl_intact, delta_ppl, n_predictions; issue 14 part 3)."""
+layer, top1_agreement, ppl, ppl_intact, delta_ppl, n_predictions; docs/beyond_the_paper.md)."""
 
 import logging
 

@@ -1,7 +1,7 @@
 """Rule layer_robustness: layer_drop_swap.csv + layer_stability.csv + layer_stability_pooled.csv ->
 tables/layer_robustness.csv (per condition and layer, mean over refits with intervals), layer_robustness_correlation.csv
 (r with layer stability within and across refits), layer_robustness_depth.csv (r = l/L of the most and least robust
-and stable layers) and figures/layer_robustness_stability.png (issue 14 part 3)."""
+and stable layers) and figures/layer_robustness_stability.png (docs/beyond_the_paper.md)."""
 
 import logging
 

@@ -1,6 +1,6 @@
 """Rule layer_robustness_summary: every architecture's layer_robustness.csv and layer_robustness_depth.csv ->
 summary/tables/layer_robustness.csv, summary/tables/layer_robustness_depth.csv and
-summary/figures/layer_robustness_stages.png (issue 14 part 3)."""
+summary/figures/layer_robustness_stages.png (docs/beyond_the_paper.md)."""
 
 import pandas as pd
 

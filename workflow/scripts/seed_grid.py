@@ -1,7 +1,7 @@
 """Rule seed_grid: the caches of a seed grid's refits ({init}-{data}) -> tables/seed_grid_pairs.csv (pair stability
 per ordered pair and layer, with its kind), tables/seed_grid.csv (per layer: the shares-init, shares-data and
 shares-neither means and the init / data / interaction fractions, refit-resampled intervals) and
-figures/seed_grid.png (issue 14 part 1)."""
+figures/seed_grid.png (docs/beyond_the_paper.md)."""
 
 import logging
 

@@ -94,12 +94,14 @@ def _check_arguments(
     compression_level: int | None,
     set_attrs: Mapping[str, Mapping[str, Any]],
     activation_sets: Sequence[str] | None = None,
+    pattern_compression_level: int | None = None,
 ) -> None:
     if dtype not in ("float32", "float16"):
         raise ValueError(f"cache dtype {dtype!r} is not supported; use float32 or float16 (config key cache.dtype)")
     if batch_size < 1:
         raise ValueError(f"cache batch_size must be >= 1, got {batch_size} (config key cache.batch_size)")
     _check_level(compression_level, "compression_level")
+    _check_level(pattern_compression_level, "pattern_compression_level")
     for name, token_lists in token_sets.items():
         if "/" in name or not name:
             raise ValueError(f"prompt set name {name!r} cannot be an HDF5 group name; rename it in the config")
@@ -141,11 +143,9 @@ def write_activation_cache(
     prompt_texts: {prompt set: [prompt text]} stored as `prompts` (else the token ids as text).
     set_attrs: attributes per group (e.g. the prompt file and its sha256); attrs: file attributes
     (dicts and lists stored as JSON strings).
-    compression_level: gzip level 1-9 behind shuffle for the per-token datasets (`hook_z` and the
-    residual hooks); None (the default): uncompressed, since gzip saves about 5% of the file for a
-    third more cache time (docs/caches.md).
-    pattern_compression_level: the same for `hook_pattern` (packed lower triangles); None (the
-    default): uncompressed, as the similarity reads it most (docs/caches.md "Disk").
+    compression_level / pattern_compression_level: gzip level 1-9 behind shuffle for the per-token
+    datasets (`hook_z`, the residual hooks) / `hook_pattern`; None (the defaults): uncompressed, the
+    fastest to write and read (docs/caches.md "Layout and compression", "Disk").
     extra_resid_hooks: residual hooks to store besides `hook_resid_mid` (`hook_resid_post` for
     attention-only models), e.g. ("hook_resid_pre",); hooks already stored add nothing.
     checksum: fletcher32 on every dataset (the format's contract); False only to measure its cost.
@@ -157,8 +157,8 @@ def write_activation_cache(
     Written through a temporary file, `complete=True` last; returns the path.
     """
     set_attrs = set_attrs or {}
-    _check_arguments(token_sets, int(model.cfg.n_ctx), dtype, batch_size, compression_level, set_attrs, activation_sets)
-    _check_level(pattern_compression_level, "pattern_compression_level")
+    _check_arguments(token_sets, int(model.cfg.n_ctx), dtype, batch_size, compression_level, set_attrs, activation_sets,
+                     pattern_compression_level)  # fmt: skip
     full_sets = (
         [] if patterns_only else [name for name in token_sets if activation_sets is None or name in activation_sets]
     )
@@ -168,10 +168,8 @@ def write_activation_cache(
     padded = {name: pad_token_lists(lists, pad_token_id) for name, lists in token_sets.items()}
     n_batches = sum(-(-len(lengths) // batch_size) for _, lengths in padded.values())
     model.eval()
-    writer = _SetWriter(
-        model, dtype, _filters(compression_level, checksum), _filters(None, checksum), extra, batch_size, patterns_only,
-        pattern_filters=_filters(pattern_compression_level, checksum),
-    )  # fmt: skip
+    writer = _SetWriter(model, dtype, _filters(compression_level, checksum), _filters(None, checksum), extra, batch_size,
+                        patterns_only, pattern_filters=_filters(pattern_compression_level, checksum))  # fmt: skip
     file_attrs = {
         **(attrs or {}), "prompt_sets": list(token_sets), "resid_hook": resid_hook, "extra_resid_hooks": extra,
         "cache_dtype": dtype, "compression": _compression_attr(compression_level),

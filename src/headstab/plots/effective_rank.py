@@ -1,4 +1,4 @@
-"""Per-head effective rank (participation ratio) by layer and against head stability (issue 14 part 2)."""
+"""Per-head effective rank (participation ratio) by layer and against head stability (docs/beyond_the_paper.md)."""
 
 from __future__ import annotations
 

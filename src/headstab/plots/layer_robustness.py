@@ -1,4 +1,4 @@
-"""Layer drop and swap robustness by relative depth ("stages") and against layer stability (issue 14 part 3)."""
+"""Layer drop and swap robustness by relative depth ("stages") and against layer stability (docs/beyond_the_paper.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Initialisation seed vs data-order seed: pair stability by kind of pair, per layer (issue 14 part 1)."""
+"""Initialisation seed vs data-order seed: pair stability by kind of pair, per layer (docs/beyond_the_paper.md)."""
 
 from __future__ import annotations
 

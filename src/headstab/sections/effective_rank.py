@@ -1,4 +1,4 @@
-"""Per-head effective rank across refits, and against head stability (beyond the paper, issue 14 part 2).
+"""Per-head effective rank across refits, and against head stability (docs/beyond_the_paper.md).
 
 A head's outputs over many inputs, `attn.hook_z` [n_tokens, d_head], centred over tokens; its singular
 values σ_k; p_k = σ_k² / Σ σ²; the participation ratio PR = exp(H(p)) = exp(-Σ p_k log p_k), between 1

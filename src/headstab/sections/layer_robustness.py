@@ -1,4 +1,4 @@
-"""Layer robustness to drop and swap across refits, against layer stability (issue 14 part 3).
+"""Layer robustness to drop and swap across refits, against layer stability (docs/beyond_the_paper.md).
 
 Per refit and condition (`headstab.layer_surgery`): top-1 agreement with the intact model and ΔPPL on the
 held-out text. Per architecture: robustness by layer (mean over refits, refit-resampled interval); its

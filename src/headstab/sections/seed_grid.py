@@ -1,4 +1,4 @@
-"""Initialisation seed vs data-order seed: what in a seed makes heads differ (issue 14 part 1).
+"""Initialisation seed vs data-order seed: what in a seed makes heads differ (docs/beyond_the_paper.md).
 
 The refits of a seed grid are named "{init}-{data}" (`headstab.seed_design`). A pair of distinct refits
 shares the init seed (it differs in data order alone), shares the data seed (it differs in initialisation

@@ -56,7 +56,7 @@ class Refit:
     corpus: dict[str, Any]  # meta.json's "corpus" record: name, meta path and sha256, shards
     tokenizer: dict[str, Any] | None  # tokenizer_identity, None when no tokenizer_dir is given
     identity: dict[str, Any]  # resume_identity: a full state continues this refit only if it matches
-    # issue 14's seed grid: the window order's seed and the refit's name "{init}-{data}"; None: both are `seed`.
+    # the seed grid's window-order seed and the refit's name "{init}-{data}"; None: both are `seed`.
     data_seed: int | None = None
     name: int | str | None = None
 
