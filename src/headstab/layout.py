@@ -33,6 +33,7 @@ ANALYSIS_ROOT_RULES = (
     "activation_norms",
     "ablation_perplexity",
     "layer_drop_swap",
+    "training_curves",
 )
 
 
