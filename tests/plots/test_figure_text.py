@@ -18,15 +18,8 @@ from headstab.plots.stability_gap import plot_extreme_layer_depth, plot_stabilit
 from headstab.plots.training_curves import plot_training_curves
 from headstab.sections.stability_gap import stability_gap_table
 from headstab.sections.training_curves import final_losses, training_curves
-from headstab.stability import (
-    alignment_dispersion_table,
-    alignment_map_table,
-    commonness_table,
-    head_stability_table,
-    layer_stability_table,
-    pair_stability_table,
-)
 from plots.test_chance import pooled
+from plots.test_stability import figure_tables
 
 DEPTHS = (2, 4, 8, 12)
 SEEDS, N_HEADS = [1, 2, 3, 4], 8
@@ -40,17 +33,7 @@ def demo_tables(n_layers: int) -> dict[str, pd.DataFrame]:
     similarity = (similarity + similarity.transpose(1, 0, 4, 5, 2, 3)) / 2
     for seed in range(n):
         similarity[seed, seed] = np.eye(n_layers * N_HEADS).reshape(n_layers, N_HEADS, n_layers, N_HEADS)
-    pairs = pair_stability_table(similarity, SEEDS, "primary")
-    heads = head_stability_table(pairs)
-    alignment = alignment_map_table(pairs)
-    return {
-        "pairs": pairs,
-        "heads": heads,
-        "layers": layer_stability_table(heads),
-        "alignment": alignment,
-        "dispersion": alignment_dispersion_table(alignment),
-        "commonness": commonness_table(similarity, SEEDS, "primary"),
-    }
+    return figure_tables(similarity, SEEDS)
 
 
 @pytest.mark.parametrize("n_layers", DEPTHS)

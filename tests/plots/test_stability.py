@@ -18,17 +18,26 @@ from headstab.plots.stability import (
     plot_layer_stability,
     plot_pair_stability,
 )
-from headstab.stability import (
-    alignment_dispersion_table,
-    alignment_map_table,
-    commonness_table,
-    head_stability_table,
-    layer_stability_table,
-    pair_stability_table,
-)
+from headstab.stability import alignment_dispersion_table, alignment_map_table, pair_stability_table, stability_tables
 
 SEEDS = [9, 3, 5]  # deliberately unsorted: "first seed" means first as given, not smallest
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+# The plot functions' argument names for stability_tables' tables.
+FIGURE_TABLE_NAMES = {
+    "pair_stability": "pairs",
+    "head_stability": "heads",
+    "layer_stability": "layers",
+    "alignment_map": "alignment",
+    "alignment_dispersion": "dispersion",
+    "commonness": "commonness",
+}
+
+
+def figure_tables(similarity: np.ndarray, seeds: list[int]) -> dict[str, pd.DataFrame]:
+    """stability_tables of the primary prompt set, keyed as the plot functions name them."""
+    return {FIGURE_TABLE_NAMES[name]: table for name, table in stability_tables(similarity, seeds, "primary").items()}
 
 
 @pytest.fixture(scope="module")
@@ -41,17 +50,7 @@ def tables() -> dict[str, pd.DataFrame]:
         for layer in range(n_layers):
             for head in range(n_heads):
                 similarity[a, a, layer, head, layer, head] = 1.0
-    pairs = pair_stability_table(similarity, SEEDS, "primary")
-    heads = head_stability_table(pairs)
-    alignment = alignment_map_table(pairs)
-    return {
-        "pairs": pairs,
-        "heads": heads,
-        "layers": layer_stability_table(heads),
-        "alignment": alignment,
-        "dispersion": alignment_dispersion_table(alignment),
-        "commonness": commonness_table(similarity, SEEDS, "primary"),
-    }
+    return figure_tables(similarity, SEEDS)
 
 
 def assert_png(path) -> None:
