@@ -107,10 +107,11 @@ def test_embedding_shape_and_determinism():
     np.testing.assert_array_equal(again, meta_sne_embedding(meta_sne_frame(_descriptions_fixed(), FACTS)[1]))
 
 
-def test_perplexity_is_clipped_to_what_the_heads_allow_and_passed_through(monkeypatch):
+def perplexities_passed_to_tsne(monkeypatch) -> list[float]:
+    """The perplexity of every scikit-learn TSNE built from here on, appended as it is built."""
     import sklearn.manifold
 
-    used = []
+    used: list[float] = []
     real_tsne = sklearn.manifold.TSNE
 
     def spy(*args, **kwargs):
@@ -118,6 +119,11 @@ def test_perplexity_is_clipped_to_what_the_heads_allow_and_passed_through(monkey
         return real_tsne(*args, **kwargs)
 
     monkeypatch.setattr(sklearn.manifold, "TSNE", spy)
+    return used
+
+
+def test_perplexity_is_clipped_to_what_the_heads_allow_and_passed_through(monkeypatch):
+    used = perplexities_passed_to_tsne(monkeypatch)
     features = meta_sne_frame(_descriptions(), FACTS)[1]
     n_heads = features.shape[0]
     assert n_heads == 48
@@ -207,16 +213,7 @@ def test_embedding_has_no_seed_and_is_a_function_of_the_features():
 
 
 def test_smallest_embeddings_three_heads_and_two_prompts(monkeypatch):
-    import sklearn.manifold
-
-    used = []
-    real_tsne = sklearn.manifold.TSNE
-
-    def spy(*args, **kwargs):
-        used.append(kwargs["perplexity"])
-        return real_tsne(*args, **kwargs)
-
-    monkeypatch.setattr(sklearn.manifold, "TSNE", spy)
+    used = perplexities_passed_to_tsne(monkeypatch)
     # Two prompts: one distance per head, the description of a head is a single number.
     z, lengths = _padded_hook_z(n_layers=1, n_prompts=2, n_heads=3, lengths=np.array([2, 1]))
     desc = head_descriptions(z, lengths)
