@@ -22,6 +22,7 @@ from headstab.planning import (
     names_regex,
     names_with_source,
     network_targets,
+    paper_twins,
     prompt_checks,
     tokenizer_training_entry,
 )
@@ -93,7 +94,7 @@ def test_hub_corpora_have_no_input_files_and_local_ones_their_path(paper):
 
 def test_one_prompt_check_per_tokenizer_and_context(paper):
     checks = prompt_checks(specs_of(paper))
-    assert sum(len(archs) for by_ctx in checks.values() for archs in by_ctx.values()) == 26
+    assert sum(len(archs) for by_ctx in checks.values() for archs in by_ctx.values()) == 26 + 1  # and l2_h8_grid
     for tokenizer, by_ctx in checks.items():
         for n_ctx, archs in by_ctx.items():
             assert all(
@@ -194,3 +195,17 @@ def test_library_digest_changes_with_the_code_it_covers_and_names_a_missing_modu
     assert library_digest("inference") == library_digest("inference")
     with pytest.raises(FileNotFoundError, match="no module or subpackage 'nothing'"):
         library_digest("nothing", root=tmp_path)
+
+
+def test_a_seed_grid_reuses_the_paper_architecture_whose_settings_it_shares(demo):
+    assert paper_twins(specs_of(demo), ["l2_h8_grid"]) == {"l2_h8_grid": "l2_h8"}
+
+
+@pytest.mark.parametrize(
+    "differs", [{"lr": 0.001}, {"seq_len": 8}, {"attn_only": True}, {"tokenizer": "other"}, {"snapshot_steps": (4,)}]
+)
+def test_a_seed_grid_whose_training_model_data_or_tokenizer_differs_has_no_twin(tiny_spec, differs):
+    specs = {"paper": tiny_spec(name="paper", seeds=(1, 2)), "grid": tiny_spec(name="grid", seeds=("1-1", "1-2"))}
+    assert paper_twins(specs, ["grid"]) == {"grid": "paper"}
+    specs["grid"] = tiny_spec(name="grid", seeds=("1-1", "1-2"), **differs)
+    assert paper_twins(specs, ["grid"]) == {}

@@ -76,6 +76,27 @@ def job_spec(spec: ArchitectureSpec) -> dict[str, Any]:
     return values
 
 
+def paper_twins(specs: Mapping[str, ArchitectureSpec], grids: Iterable[str]) -> dict[str, str]:
+    """Per seed grid, the selected paper architecture whose refit s is bit-identical to the grid's refit s-s.
+
+    A twin's job_spec equals the grid's in every training, model, data and tokenizer field (all but name
+    and seeds); a grid without one trains its diagonal itself.
+    """
+    grids = set(grids)
+
+    def settings(spec: ArchitectureSpec) -> dict[str, Any]:
+        return {key: value for key, value in job_spec(spec).items() if key != "name"}
+
+    twins = {}
+    for grid in grids:
+        matches = [
+            arch for arch, spec in specs.items() if arch not in grids and settings(spec) == settings(specs[grid])
+        ]
+        if matches:
+            twins[grid] = matches[0]
+    return twins
+
+
 def corpus_source_inputs(config: Mapping[str, Any], layout: Layout, name: str) -> list[str]:
     """The files a corpus's documents come from: its synthetic text, its local path, or none (hub)."""
     entry = config["corpora"][name]

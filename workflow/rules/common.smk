@@ -19,7 +19,7 @@ from headstab.formats import CACHE_FORMAT_VERSION
 from headstab.layout import ANALYSIS_ROOT_RULES, Layout
 from headstab.prompts import load_prompt_sets
 from headstab.sections import architecture_facts, architecture_summary
-from headstab.seed_design import SEED_WILDCARD
+from headstab.seed_design import SEED_WILDCARD, refit_seeds
 from headstab.sources import checkpoint_sources
 
 # One environment for every rule with `--sdm conda` (the pins of requirements.txt), relative to the rule files.

@@ -21,6 +21,49 @@ use rule train as train_seed_grid with:
         arch=planning.names_regex(SEED_GRID_ARCHITECTURES),
 
 
+# A grid whose settings equal a selected paper architecture's (planning.paper_twins) reuses that one's refit s as
+# its s-s: same init seed, data seed and settings, so the same bits; only the off-diagonal refits train.
+PAPER_TWINS = planning.paper_twins(SPECS, SEED_GRID_ARCHITECTURES)
+TWIN_DIAGONAL = sorted(
+    {f"{s}-{s}" for arch in PAPER_TWINS for s in config["architectures"][arch]["seed_grid"]["init_seeds"]}
+)
+
+
+def paper_refit(name):
+    """Input function: the twin paper architecture's checkpoint file `name` of refit s, for the grid's s-s."""
+    return lambda wc: str(Path(final_weights(PAPER_TWINS[wc.arch], refit_seeds(wc.seed)[0])).with_name(name))
+
+
+ruleorder: reuse_paper_refit > train_seed_grid
+
+
+rule reuse_paper_refit:
+    """The grid's refit s-s as a copy of its twin paper architecture's refit s, meta.json saying so."""
+    input:
+        weights=paper_refit("final.pt"),
+        train_log=paper_refit("train_log.csv"),
+        meta=paper_refit("meta.json"),
+    output:
+        weights=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/final.pt",
+        train_log=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/train_log.csv",
+        meta=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/meta.json",
+    log:
+        f"{RESULTS}/logs/reuse_paper_refit/{{arch}}/seed{{seed}}.log",
+    wildcard_constraints:
+        arch=planning.names_regex(PAPER_TWINS),
+        seed=planning.names_regex(TWIN_DIAGONAL),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    params:
+        twin=lambda wc: PAPER_TWINS[wc.arch],
+    script:
+        "../scripts/reuse_paper_refit.py"
+
+
 rule seed_grid:
     """Per layer, pair stability (same-layer best matches on the primary prompts) of the refit pairs that share
     the init seed, the data seed or neither, and the fraction of head instability due to initialisation, data
