@@ -1,4 +1,5 @@
-"""Figure hygiene: every per-architecture figure, drawn at the demo's size (4 refits, 8 heads) for 2, 4, 8 and
+"""Figure hygiene: every figure the workflow draws (per architecture, per optimizer pair and across
+architectures), drawn at the demo's size (4 refits, 8 heads) for 2, 4, 8 and
 12 layers with the longest demo-style names, keeps its text inside the canvas (the autouse check of
 conftest.py runs on every saved figure); the check itself finds a clipped title."""
 
@@ -9,15 +10,27 @@ import pandas as pd
 import pytest
 
 import headstab.plots.stability as stability_plots
+from headstab.inference.seeds_needed import seeds_needed
 from headstab.plots import new_figure, save_figure, text_outside_canvas
-from headstab.plots.chance import plot_stability_against_chance
-from headstab.plots.optimizers import plot_optimizer_stability
+from headstab.plots.ablation import plot_ablation_correlation
+from headstab.plots.chance import plot_seeds_needed, plot_stability_against_chance
+from headstab.plots.effective_rank import plot_rank_by_layer, plot_rank_vs_stability
+from headstab.plots.headline import plot_stability_by_depth
+from headstab.plots.layer_robustness import plot_robustness_stages, plot_robustness_vs_stability
+from headstab.plots.meta_sne import plot_meta_sne
+from headstab.plots.optimizers import plot_activation_norms, plot_optimizer_stability, plot_perplexity
 from headstab.plots.prompt_length import plot_prompt_length
 from headstab.plots.residual_cka import plot_residual_stream
+from headstab.plots.seed_grid import FRACTION_LABELS, KIND_LABELS, plot_seed_grid
 from headstab.plots.stability_gap import plot_extreme_layer_depth, plot_stability_gap
-from headstab.plots.training_curves import plot_training_curves
+from headstab.plots.training_curves import plot_optimizer_training_curves, plot_training_curves
+from headstab.plots.training_dynamics import plot_stability_along_training
+from headstab.plots.weight_norms import plot_weight_norm_correlation
+from headstab.sections.ablation import ablation_correlation, ablation_table
+from headstab.sections.optimizers import perplexity_comparison
 from headstab.sections.stability_gap import stability_gap_table
 from headstab.sections.training_curves import final_losses, training_curves
+from headstab.sections.weight_norms import norm_stability_correlation
 from plots.test_chance import pooled
 from plots.test_stability import figure_tables
 
@@ -64,6 +77,54 @@ def test_section_figures_keep_their_text_inside(n_layers, tmp_path, layer_stabil
             for seed in SEEDS}  # fmt: skip
     curves = training_curves(logs)
     plot_training_curves(curves, final_losses(curves), tmp_path / "t.png", arch)
+    finals = pd.concat([final_losses(curves).assign(optimizer=name) for name in ("Adam", "AdamW")])
+    plot_optimizer_training_curves({"Adam": curves, "AdamW": curves}, finals, tmp_path / "ot.png", arch, f"{arch}_wd")
+
+
+@pytest.mark.parametrize("n_layers", DEPTHS)
+def test_per_layer_analysis_figures_keep_their_text_inside(n_layers, tmp_path, layer_stability):
+    arch, rng, t = f"l{n_layers}_h8_attn_wd", np.random.default_rng(n_layers), demo_tables(n_layers)
+    matrices = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "ln1_w", "ln2_w")
+    norms = pd.DataFrame([(s, layer, m, 2.0 + layer + rng.normal(0, 0.2)) for s in SEEDS
+                          for layer in range(n_layers) for m in matrices],
+                         columns=["seed", "layer", "matrix", "frobenius_norm"])  # fmt: skip
+    stab = layer_stability(n_layers)
+    plot_weight_norm_correlation(norms, stab, norm_stability_correlation(norms, stab), tmp_path / "w.png", arch)
+    heads = t["heads"].query("anchor_seed == 1")
+    ppl = 20 + rng.uniform(-1, 1, (n_layers, N_HEADS))
+    table = ablation_table(ppl, 20.0, heads, seed=1)
+    plot_ablation_correlation(table, *ablation_correlation(table), tmp_path / "a.png", arch)
+    pr = pd.DataFrame([(s, "all", layer, h, rng.uniform(1, 8)) for s in SEEDS for layer in range(n_layers)
+                       for h in range(N_HEADS)], columns=["seed", "positions", "layer", "head", "pr"])  # fmt: skip
+    plot_rank_vs_stability(pr, t["heads"], tmp_path / "pr.png", arch)
+    curve = pd.DataFrame([("layer_stability", layer, n, 0.1 / n, 0.001, 5, 100) for layer in range(n_layers)
+                          for n in (3, 4)] + [("delta_s", -1, n, 0.2 / n, 0.001, 5, 100) for n in (3, 4)],
+                         columns=["statistic", "layer", "n_refits", "ci_width", "ci_width_sd", "n_subsets", "n_boot"])  # fmt: skip
+    plot_seeds_needed(curve, seeds_needed(curve, 0.01), tmp_path / "s.png", arch)
+
+
+@pytest.mark.parametrize("n_layers", DEPTHS)
+def test_training_and_intervention_figures_keep_their_text_inside(n_layers, tmp_path):
+    arch, layers = f"l{n_layers}_h8_attn_wd", np.arange(n_layers)
+    band = pd.DataFrame({"layer": layers, "estimate": 0.8 - 0.02 * layers}).assign(
+        ci_low=lambda d: d.estimate - 0.05, ci_high=lambda d: d.estimate + 0.05)  # fmt: skip
+    grid = pd.concat([band.assign(statistic=name) for name in (*KIND_LABELS, *FRACTION_LABELS)])
+    plot_seed_grid(grid, tmp_path / "grid.png", arch)
+    steps = pd.concat([band.assign(step=step) for step in (0, 36, 144)]).rename(columns={"estimate": "stability"})
+    steps = steps.assign(promptset="primary", null=0.2, null_ci_low=0.15, null_ci_high=0.25, n_boot=1000)
+    plot_stability_along_training(steps, tmp_path / "steps.png", arch)
+    robust = pd.concat([band.assign(condition="drop"), band.iloc[:-1].assign(condition="swap")])
+    robust = robust.rename(columns={"estimate": "stability"}).assign(top1_agreement=0.9, delta_ppl=2.0)
+    plot_robustness_vs_stability(pd.concat([robust.assign(seed=s) for s in SEEDS]), tmp_path / "rob.png", arch)
+    norms = pd.DataFrame([(o, s, layer, a, 5.0 + layer + s) for o in ("Adam", "AdamW") for s in SEEDS
+                          for layer in layers for a in ("attn_out", "resid_mid")],
+                         columns=["optimizer", "seed", "layer", "activation", "mean_norm"])  # fmt: skip
+    plot_activation_norms(norms, tmp_path / "norms.png", f"l{n_layers}_h8_attn", arch)
+    ppl = pd.DataFrame(
+        {"optimizer": ["Adam"] * 4 + ["AdamW"] * 4, "seed": [*SEEDS, *SEEDS], "perplexity": 30.0 + np.arange(8) / 10}
+    )
+    plot_perplexity(ppl, perplexity_comparison(ppl.perplexity[:4], ppl.perplexity[4:] + 0.5), tmp_path / "ppl.png",
+                    f"l{n_layers}_h8_attn", arch)  # fmt: skip
 
 
 def test_figures_across_architectures_keep_every_name_inside(tmp_path, layer_stability):
@@ -79,6 +140,21 @@ def test_figures_across_architectures_keep_every_name_inside(tmp_path, layer_sta
     plot_extreme_layer_depth(summary, tmp_path / "depth.png")
     chance = pd.concat([pooled(f"l{n}_h8_attn_wd", n) for n in DEPTHS], ignore_index=True)
     plot_stability_against_chance(chance, tmp_path / "chance.png", "primary")
+    facts = {a: {"n_layers": n, "optimizer": "AdamW" if "_wd" in a else "Adam", "attention_only": "_attn" in a}
+             for a, n in summary.groupby("architecture")["n_layers"].first().items()}  # fmt: skip
+    per_layer = pd.DataFrame([(a, layer, 0.8 - 0.02 * layer, 0.7, 0.9) for a, f in facts.items()
+                              for layer in range(f["n_layers"])],
+                             columns=["architecture", "layer", "estimate", "ci_low", "ci_high"])  # fmt: skip
+    plot_stability_by_depth(per_layer.assign(statistic="layer stability", null=0.3), facts, tmp_path / "sd.png")
+    plot_rank_by_layer(per_layer.assign(statistic="pr_mean", positions="all"), facts, tmp_path / "rank.png")
+    stages = pd.concat([per_layer.assign(condition=c) for c in ("drop", "swap")]).rename(columns={"estimate": "mean"})
+    stages["relative_depth"] = stages["layer"] / stages["architecture"].map(lambda a: facts[a]["n_layers"])
+    plot_robustness_stages(stages.assign(metric="top1_agreement"), tmp_path / "stages.png")
+    heads = summary[["architecture", "optimizer", "attention_only", "n_layers"]].drop_duplicates()
+    heads = heads.loc[heads.index.repeat(heads["n_layers"] * N_HEADS)].reset_index(drop=True)
+    heads["relative_depth"] = heads.groupby("architecture").cumcount() // N_HEADS / heads["n_layers"] + 0.01
+    plot_meta_sne(heads.assign(seed=1, tsne_x=np.arange(len(heads)) % 17, tsne_y=np.arange(len(heads)) % 5),
+                  tmp_path / "sne.png")  # fmt: skip
 
 
 def test_a_title_wider_than_the_figure_is_found_and_the_saved_canvas_grows_to_hold_it(tmp_path):
