@@ -4,8 +4,8 @@ Conditions of a model with L layers: drop layer l (its residual update is skippe
 input), l in 0..L-1; swap layers l and l+1 (block l+1 runs before block l), l in 0..L-2. The model is never
 copied: the intact pass (`run_with_cache`) keeps every layer's `hook_resid_pre`, and a condition starting at
 layer l runs the bridge's own blocks, in the condition's order, from `blocks.{l}.hook_resid_pre`, then
-`ln_final` and `unembed`. So the layers before l are not recomputed: the L + (L - 1) conditions cost about
-L² / 2 + L block passes plus 2L - 1 unembeddings, instead of (2L - 1) full passes.
+`ln_final` and `unembed`. So the layers before l are not recomputed, and drop l and swap l share their first
+block (l + 1 on resid_pre l): the 2L - 1 conditions cost L(L - 1) block passes plus 2L - 1 unembeddings.
 
 Measured per condition over the held-out windows: the summed next-token loss (ΔPPL against the intact
 model) and how many predictions keep the intact model's top-1 token.
@@ -41,12 +41,12 @@ def block_order(condition: str, layer: int, n_layers: int) -> list[int]:
     )
 
 
-def _run_from(model: Any, resid: Any, order: Sequence[int]) -> Any:
-    """Logits of the blocks `order` applied to the residual stream `resid`, then the final norm and unembedding."""
+def _run_blocks(model: Any, resid: Any, order: Sequence[int]) -> Any:
+    """The residual stream after the blocks `order` applied to `resid`."""
     for index in order:
         resid = model.blocks[index](resid)
         resid = resid[0] if isinstance(resid, tuple) else resid  # a BlockBridge returns (resid, ...)
-    return model.unembed(model.ln_final(resid))
+    return resid
 
 
 def drop_swap_counts(model: Any, windows: np.ndarray, batch_size: int = 16) -> dict[str, Any]:
@@ -87,13 +87,17 @@ def drop_swap_counts(model: Any, windows: np.ndarray, batch_size: int = 16) -> d
             nll, _, reference = scores(logits, targets, None)
             intact_loss += nll
             n_predictions += targets.numel()
-            for index, (condition, layer) in enumerate(plan):
+            for layer in range(n_layers):
                 resid = cache[f"blocks.{layer}.hook_resid_pre"]
-                nll, agreeing, _ = scores(
-                    _run_from(model, resid, block_order(condition, layer, n_layers)), targets, reference
-                )
-                loss[index] += nll
-                agree[index] += agreeing
+                # drop l and swap l both start with block l + 1 on resid_pre l: run it once for the two.
+                shared = _run_blocks(model, resid, [layer + 1]) if layer + 1 < n_layers else resid
+                for condition in CONDITIONS if layer + 1 < n_layers else ("drop",):
+                    order = block_order(condition, layer, n_layers)[1:] if layer + 1 < n_layers else []
+                    logits = model.unembed(model.ln_final(_run_blocks(model, shared, order)))
+                    nll, agreeing, _ = scores(logits, targets, reference)
+                    index = plan.index((condition, layer))
+                    loss[index] += nll
+                    agree[index] += agreeing
     return {
         "n_predictions": n_predictions,
         "intact_loss": intact_loss,
