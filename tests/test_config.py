@@ -35,8 +35,10 @@ def demo() -> dict:
     return load_yaml(REPO / "config/demo.yaml")
 
 
-def test_paper_registry_has_the_26_architectures_of_table_1(paper_config):
-    names = list(paper_config["architectures"])
+def test_paper_registry_has_the_26_architectures_of_table_1_and_one_seed_grid(paper_config):
+    grids = [name for name, entry in paper_config["architectures"].items() if entry.get("seed_grid")]
+    assert grids == ["l2_h8_grid"]
+    names = [name for name in paper_config["architectures"] if name not in grids]
     assert len(names) == 26
     expected = {"gpt2", "gpt2_wd"}
     for layers in (2, 4, 8):
@@ -46,9 +48,9 @@ def test_paper_registry_has_the_26_architectures_of_table_1(paper_config):
     assert set(names) == expected
 
 
-def test_paper_plans_1210_refits(paper_config):
+def test_paper_plans_1210_refits_and_a_5_by_5_seed_grid(paper_config):
     total = sum(len(architecture_spec(paper_config, n).seeds) for n in selected_architectures(paper_config))
-    assert total == 24 * 50 + 2 * 5
+    assert total == 24 * 50 + 2 * 5 + 5 * 5
 
 
 @pytest.mark.parametrize(
