@@ -68,7 +68,8 @@ def test_ablation_correlation_by_hand():
     assert trend["intercept"] == pytest.approx(1.0)
 
 
-def test_anchor_perplexities_one_row_per_head_from_the_cached_prompts():
+def test_anchor_perplexities_one_row_per_head_from_the_cached_prompts(caplog):
+    caplog.set_level("INFO", logger="headstab.sections.ablation")
     model = _tiny_model()
     gen = torch.Generator().manual_seed(0)
     lengths = np.array([12, 3, 7])
@@ -80,6 +81,8 @@ def test_anchor_perplexities_one_row_per_head_from_the_cached_prompts():
     assert table["ppl_baseline"].iloc[0] == pytest.approx(perplexity(model, tokens, lengths), rel=PPL_RTOL)
     grid = head_ablation_perplexities(model, tokens, lengths, progress=False)
     np.testing.assert_allclose(table["ppl_ablated"], grid.ravel(), rtol=PPL_RTOL)  # row-major: layer, then head
+    low, high, base = table["ppl_ablated"].min(), table["ppl_ablated"].max(), table["ppl_baseline"].iloc[0]
+    assert f"anchor seed 5: perplexity {base:.3f}, ablated {low:.3f} .. {high:.3f}" in caplog.messages
     seed, back, baseline = ablated_grid(table)
     assert seed == 5 and baseline == table["ppl_baseline"].iloc[0]
     np.testing.assert_array_equal(back, table["ppl_ablated"].to_numpy().reshape(2, 4))
@@ -157,3 +160,49 @@ def test_ablation_correlation_trend_values_and_fewer_than_two_finite_layers():
     assert set(trend) == {"slope", "intercept", "r_value", "p_value"}
     assert all(math.isnan(value) for value in trend.values())
     assert correlation_table(per_layer, trend, seed=7)["trend_slope"].isna().all()
+
+
+def test_ablation_correlation_intervals_resample_heads_layer_by_layer():
+    from headstab.inference.resampling import pearson_interval
+    from headstab.sections.ablation import ablation_correlation_intervals
+
+    rng = np.random.default_rng(0)
+    stability = rng.random((2, 6))
+    delta = np.array([3 * stability[0] + 1, rng.random(6)])  # layer 0: r = 1 in every resample
+    table = ablation_table(delta + 10.0, 10.0, _stability(stability), seed=7)
+    intervals = ablation_correlation_intervals(
+        table.sort_values("layer", ascending=False, kind="stable"), n_boot=50, seed=4, confidence=0.9
+    )
+    assert list(intervals.columns) == ["layer", "ci_low", "ci_high", "n_boot"]
+    assert intervals["layer"].tolist() == [0, 1] and intervals["n_boot"].tolist() == [50, 50]
+    assert intervals[["ci_low", "ci_high"]].iloc[0].tolist() == pytest.approx([1.0, 1.0])
+    # layer 1 is drawn with seed + layer, its own heads only
+    expected = pearson_interval(stability[1], delta[1], 50, 4 + 1, 0.9)
+    assert intervals[["ci_low", "ci_high"]].iloc[1].tolist() == pytest.approx(list(expected))
+    assert pearson_interval(stability[1], delta[1], 50, 4, 0.9) != pytest.approx(expected)
+    assert intervals["ci_low"].iloc[1] < intervals["ci_high"].iloc[1]
+
+
+def test_ablation_tables_of_one_head_and_unsorted_layers():
+    one = pd.DataFrame({"seed": [3], "layer": [0], "head": [0], "ppl_ablated": [4.0], "ppl_baseline": [2.0]})
+    assert ablated_grid(one)[0] == 3 and ablated_grid(one)[2] == 2.0
+    table = ablation_table(np.array([[3, 5]]), 2, _stability([[0.1, 0.2]]), seed=7)
+    assert table["ppl_ablated"].dtype == np.float64 and table["delta_ppl"].tolist() == [1.0, 3.0]
+    stability = np.array([[0.1, 0.5, 0.9], [0.2, 0.4, 0.8], [0.3, 0.6, 0.2]])
+    delta = np.array([stability[0], -stability[1], stability[2]])
+    table = ablation_table(delta + 10.0, 10.0, _stability(stability), seed=7).iloc[::-1]  # layers 2, 1, 0
+    per_layer, trend = ablation_correlation(table)
+    assert per_layer["layer"].tolist() == [0, 1, 2]
+    assert per_layer["pearson_r"].tolist() == pytest.approx([1.0, -1.0, 1.0])
+    assert trend["slope"] == pytest.approx(0.0)
+
+
+def test_ablation_table_error_messages_name_the_table_and_at_most_three_heads():
+    with pytest.raises(ValueError, match="^head stability has no rows with anchor_seed = 9"):
+        ablation_table(np.ones((1, 2)), 1.0, _stability([[0.1, 0.2]]), seed=9)
+    differing = pd.concat([_stability([[0.1, 0.2]]), _stability([[0.3, 0.4]])])
+    with pytest.raises(ValueError, match=r"^head stability has several rows per \(layer, head\) for this anchor; pass"):
+        ablation_table(np.ones((1, 2)), 1.0, differing, seed=7)
+    missing = _stability([[0.1, 0.2, 0.3, 0.4, 0.5]]).iloc[:1]
+    with pytest.raises(ValueError, match=r"lacks \(layer, head\) \[\[0, 1\], \[0, 2\], \[0, 3\]\] for"):
+        ablation_table(np.ones((1, 5)), 1.0, missing, seed=7)
