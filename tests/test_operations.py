@@ -419,7 +419,8 @@ def paper_plan_on_slurm() -> str:
 def test_slurm_plan_of_the_paper_asks_a_gpu_for_every_gpu_rule_and_none_for_cpu_rules(paper_plan_on_slurm: str) -> None:
     jobs = _job_blocks(paper_plan_on_slurm)
     counts = {rule: sum(1 for r, _, _ in jobs if r == rule) for rule in {r for r, _, _ in jobs}}
-    assert counts["train"] == counts["cache_activations"] == 1210
+    assert counts["train"] == 1210 and counts["train_seed_grid"] == 20  # the grid's 5 diagonal refits are l2_h8's
+    assert counts["cache_activations"] == 1210 + 25
     for rule, resources, wildcards in jobs:
         if rule in GPU_RULES:
             assert resources.get("gpu") == "1", (rule, wildcards, resources)
@@ -470,7 +471,7 @@ def test_gpu_partition_constraint_and_model_reach_every_job_that_asks_for_a_gpu(
         HEADSTAB_GPU_PARTITION="gpuq", HEADSTAB_GPU_CONSTRAINT="a100", HEADSTAB_GPU_MODEL="h100",
     )  # fmt: skip
     jobs = _job_blocks(plan)
-    # train_seed_grid trains only architectures with a seed_grid, which the paper config has none of
+    # train_seed_grid trains only architectures with a seed_grid, which l2_h8 and l2_h8_wd are not
     expected = set(GPU_RULES) - {"train_seed_grid"}
     assert {rule for rule, resources, _ in jobs if resources.get("gpu") == "1"} == expected
     for rule, resources, wildcards in jobs:
