@@ -44,3 +44,68 @@ def test_gap_of_layer_stability_rows():
     np.testing.assert_allclose(gap["delta_s"], [0.4, 0.6])
     np.testing.assert_allclose(gap["r_max"], [2 / 4, 1 / 4])  # ties: the shallowest
     np.testing.assert_allclose(gap["r_min"], [3 / 4, 3 / 4])
+
+
+def test_tost_matches_scipy_welch_tests_with_unequal_group_sizes():
+    x, y = np.array([1.0, 1.4, 0.9]), np.array([1.2, 1.1, 1.6, 1.0, 1.3])
+    result = tost(x, y, margin=0.5, alpha=0.1)
+    lower = stats.ttest_ind(y + 0.5, x, equal_var=False, alternative="greater")
+    upper = stats.ttest_ind(y - 0.5, x, equal_var=False, alternative="less")
+    assert result["p_lower"] == pytest.approx(lower.pvalue)
+    assert result["p_upper"] == pytest.approx(upper.pvalue)
+    assert result["p_value"] == pytest.approx(max(lower.pvalue, upper.pvalue))
+    interval = stats.ttest_ind(y, x, equal_var=False).confidence_interval(confidence_level=0.8)
+    assert (result["ci_low"], result["ci_high"]) == pytest.approx((interval.low, interval.high))
+    assert (result["margin"], result["alpha"]) == (0.5, 0.1)
+
+
+def test_tost_of_constant_groups_is_decided_by_the_difference_alone():
+    inside = tost(np.array([1.0, 1.0]), np.array([1.3, 1.3]), margin=0.5)
+    assert (inside["p_value"], inside["equivalent"]) == (0.0, True)
+    assert (inside["ci_low"], inside["ci_high"]) == pytest.approx((0.3, 0.3))
+    outside = tost(np.array([1.0, 1.0]), np.array([1.5, 1.5]), margin=0.5)
+    assert (outside["p_value"], outside["equivalent"]) == (1.0, False)
+
+
+def test_too_few_units_are_refused_with_both_counts():
+    with pytest.raises(ValueError, match="at least two units per group; got 1 and 3"):
+        permutation_test(np.ones(1), np.ones(3), 9, seed=0)
+    with pytest.raises(ValueError, match="at least two units per group; got 3 and 1"):
+        permutation_test(np.ones(3), np.ones(1), 9, seed=0)
+    with pytest.raises(ValueError, match="at least two values per group; got 2 and 1"):
+        tost(np.ones(2), np.ones(1), margin=1.0)
+    with pytest.raises(ValueError, match="at least two values per group; got 1 and 2"):
+        tost(np.ones(1), np.ones(2), margin=1.0)
+    with pytest.raises(ValueError, match="margin must be > 0; got -1"):
+        tost(np.ones(2), np.ones(2), margin=-1)
+
+
+def test_permutation_p_value_of_unequal_groups_by_enumeration():
+    # x = [0, 0], y = [1, 1, 1]: only the observed split reaches |difference| = 1 (C(5, 2) = 10 splits).
+    result = permutation_test(np.zeros(2), np.ones(3), 4999, seed=3)
+    assert result["difference"] == 1.0
+    assert result["p_value"] == pytest.approx(1 / 10, abs=0.015)
+
+
+def test_gap_extremes():
+    gap = gap_replicates(np.array([[0.6, 0.9, 0.5, 0.7]]))
+    np.testing.assert_allclose([gap["s_max"][0], gap["s_min"][0]], [0.9, 0.5])
+
+
+def test_gap_of_a_grid_of_rows_works_on_the_last_axis():
+    layer = np.array([[[0.1, 0.5, 0.3], [0.9, 0.2, 0.4]], [[0.3, 0.3, 0.1], [0.2, 0.6, 0.8]]])  # [2, 2, 3 layers]
+    gap = gap_replicates(layer)
+    np.testing.assert_allclose(gap["s_max"], [[0.5, 0.9], [0.3, 0.8]])
+    np.testing.assert_allclose(gap["s_min"], [[0.1, 0.2], [0.1, 0.2]])
+    np.testing.assert_allclose(gap["delta_s"], [[0.4, 0.7], [0.2, 0.6]])
+    np.testing.assert_allclose(gap["r_max"], [[2 / 3, 1 / 3], [1 / 3, 1.0]])
+    np.testing.assert_allclose(gap["r_min"], [[1 / 3, 2 / 3], [1.0, 1 / 3]])
+
+
+def test_permutation_test_keeps_trailing_shape_is_seeded_and_counts_exact_ties():
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=(4, 2, 3)), rng.normal(size=(5, 2, 3))
+    first, again = permutation_test(x, y, 99, seed=7), permutation_test(x, y, 99, seed=7)
+    assert first["p_value"].shape == first["difference"].shape == (2, 3)
+    np.testing.assert_array_equal(first["p_value"], again["p_value"])
+    assert permutation_test(np.zeros(3), np.zeros(3), 19, seed=0)["p_value"] == 1.0  # every split ties
