@@ -270,3 +270,27 @@ def test_guards_name_the_shapes():
         match=r"embedding must be one of \['joint', 'per_optimizer'\] \(config key analysis\.meta_sne_embedding\); got 'both'",
     ):
         meta_sne_table(_descriptions_fixed(), FACTS, embedding="both")
+
+
+def test_describe_refits_opens_each_cache_and_keys_it_by_refit(fake_cache, monkeypatch):
+    import contextlib
+
+    from headstab.activations import reader
+    from headstab.sections.meta_sne import describe_refits
+
+    z, lengths = _padded_hook_z()
+    caches = {
+        name: fake_cache(name, lengths, hook_z=(scale * z).astype(np.float32)) for name, scale in [("a", 1), ("b", 2)]
+    }
+    opened = []
+
+    @contextlib.contextmanager
+    def open_cache(path):
+        opened.append(path)
+        yield caches[path]
+
+    monkeypatch.setattr(reader, "open_cache", open_cache)
+    described = describe_refits({("l2_h8", 1): "a", ("l2_h8", 2): "b"}, "primary")
+    assert opened == ["a", "b"] and list(described) == [("l2_h8", 1), ("l2_h8", 2)]
+    np.testing.assert_array_equal(described[("l2_h8", 1)], head_descriptions(z.astype(np.float32), lengths))
+    np.testing.assert_array_equal(described[("l2_h8", 2)], head_descriptions((2 * z).astype(np.float32), lengths))
