@@ -85,6 +85,8 @@ def test_permutation_p_value_of_unequal_groups_by_enumeration():
     result = permutation_test(np.zeros(2), np.ones(3), 4999, seed=3)
     assert result["difference"] == 1.0
     assert result["p_value"] == pytest.approx(1 / 10, abs=0.015)
+    swapped = permutation_test(np.ones(3), np.zeros(2), 4999, seed=3)  # two units are enough
+    assert (swapped["difference"], swapped["p_value"]) == pytest.approx((-1.0, 1 / 10), abs=0.015)
 
 
 def test_gap_extremes():
