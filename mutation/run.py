@@ -55,6 +55,19 @@ def discover_modules() -> dict[str, tuple[str, list[str]]]:
 
 MODULES = discover_modules()
 
+
+def record(name: str, entry: dict) -> None:
+    """Set one module's entry in summary.json, re-read just before: concurrent runs keep each other's."""
+    path = OUT / "summary.json"
+    summary = json.loads(path.read_text()) if path.exists() else {}
+    summary.setdefault("modules", {})[name] = entry
+    summary["mutmut"] = "3.8.1"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(json.dumps(summary, indent=2) + "\n")
+    partial.replace(path)
+
+
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 COUNTED = ("killed", "survived", "timeout", "no tests", "suspicious", "segfault", "skipped", "not checked")
 
@@ -170,15 +183,12 @@ def main() -> int:
         parser.error(f"unknown module(s) {unknown}; known: {', '.join(MODULES)}")
 
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", **dict.fromkeys(THREAD_VARIABLES, "1"))
-    summary_path = OUT / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-    summary.setdefault("modules", {})
     equivalent = equivalent_mutants()
     for name in args.modules or list(MODULES):
         source, tests = MODULES[name]
         if not tests:
             print(f"{name}: skipped, it has no test file", flush=True)
-            summary["modules"][name] = {"source": source, "tests": [], "skipped": "no test file"}
+            record(name, {"source": source, "tests": [], "skipped": "no test file"})
             continue
         work = OUT / "work" / name
         prepare(work, source, tests)
@@ -199,16 +209,13 @@ def main() -> int:
         code_of = {m: mutation_of(work, m, env) for m, status in by_mutant.items() if status != "killed"}
         entry = summarise(name, by_mutant, code_of, equivalent, time.monotonic() - start)
         entry.update(source=source, tests=tests)
-        summary["modules"][name] = entry
+        record(name, entry)
         print(
             f"{name}: {entry['killed']}/{entry['mutants']} killed, {entry['survived']} survived, "
             f"{entry['timed_out']} timed out, raw {entry['raw_score']:.1%}, "
             f"without equivalents {entry['score_without_equivalent']:.1%} ({entry['seconds']:.0f} s)",
             flush=True,
         )
-        summary["mutmut"] = "3.8.1"
-        summary_path.parent.mkdir(parents=True, exist_ok=True)
-        summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     return 0
 
 
