@@ -102,8 +102,9 @@ def test_demo_plans_one_job_per_section_rule_and_architecture_and_one_comparison
             "layer_robustness_summary",
         )
     ] == [1] * 6
-    # issue 14's 3 x 3 seed grid of l2_h8: nine refits, one decomposition, no paper section
-    assert counts.get("train_seed_grid") == 9 and counts.get("seed_grid") == 1
+    # the 3 x 3 seed grid of l2_h8: its diagonal copied from l2_h8, six refits trained, one decomposition
+    assert counts.get("reuse_paper_refit") == 3 and counts.get("train_seed_grid") == 6
+    assert counts.get("seed_grid") == 1
     # the demo's held-out text is its synthetic_heldout corpus, not wikitext
     assert "heldout_wikitext" not in counts
 

@@ -29,11 +29,6 @@ TWIN_DIAGONAL = sorted(
 )
 
 
-def paper_refit(name):
-    """Input function: the twin paper architecture's checkpoint file `name` of refit s, for the grid's s-s."""
-    return lambda wc: str(Path(final_weights(PAPER_TWINS[wc.arch], refit_seeds(wc.seed)[0])).with_name(name))
-
-
 ruleorder: reuse_paper_refit > train_seed_grid
 
 
@@ -59,7 +54,7 @@ rule reuse_paper_refit:
         mem_mb=1000,
         runtime=5,
     params:
-        twin=lambda wc: PAPER_TWINS[wc.arch],
+        twin=paper_twin,
     script:
         "../scripts/reuse_paper_refit.py"
 
