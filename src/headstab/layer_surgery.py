@@ -71,6 +71,9 @@ def drop_swap_counts(model: Any, windows: np.ndarray, batch_size: int = 16) -> d
     agree = np.zeros(len(plan), dtype=np.int64)
     intact_loss, n_predictions = 0.0, 0
     names = {f"blocks.{layer}.hook_resid_pre" for layer in range(n_layers)}
+    runs_by_layer: dict[int, list[tuple[int, list[int]]]] = {}
+    for index, (condition, layer) in enumerate(plan):
+        runs_by_layer.setdefault(layer, []).append((index, block_order(condition, layer, n_layers)))
 
     def scores(logits: Any, targets: Any, reference: Any | None) -> tuple[float, int, Any]:
         log_probs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
@@ -87,15 +90,13 @@ def drop_swap_counts(model: Any, windows: np.ndarray, batch_size: int = 16) -> d
             nll, _, reference = scores(logits, targets, None)
             intact_loss += nll
             n_predictions += targets.numel()
-            for layer in range(n_layers):
-                resid = cache[f"blocks.{layer}.hook_resid_pre"]
-                # drop l and swap l both start with block l + 1 on resid_pre l: run it once for the two.
-                shared = _run_blocks(model, resid, [layer + 1]) if layer + 1 < n_layers else resid
-                for condition in CONDITIONS if layer + 1 < n_layers else ("drop",):
-                    order = block_order(condition, layer, n_layers)[1:] if layer + 1 < n_layers else []
-                    logits = model.unembed(model.ln_final(_run_blocks(model, shared, order)))
+            for layer, runs in runs_by_layer.items():
+                # drop l and swap l both start with block l + 1 on resid_pre l (the last layer's drop with none).
+                first = runs[0][1][:1]
+                shared = _run_blocks(model, cache[f"blocks.{layer}.hook_resid_pre"], first)
+                for index, order in runs:
+                    logits = model.unembed(model.ln_final(_run_blocks(model, shared, order[len(first) :])))
                     nll, agreeing, _ = scores(logits, targets, reference)
-                    index = plan.index((condition, layer))
                     loss[index] += nll
                     agree[index] += agreeing
     return {
