@@ -25,6 +25,7 @@ from headstab.planning import (
     paper_twins,
     prompt_checks,
     tokenizer_training_entry,
+    twin_diagonal,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -199,6 +200,16 @@ def test_library_digest_changes_with_the_code_it_covers_and_names_a_missing_modu
 
 def test_a_seed_grid_reuses_the_paper_architecture_whose_settings_it_shares(demo):
     assert paper_twins(specs_of(demo), ["l2_h8_grid"]) == {"l2_h8_grid": "l2_h8"}
+    assert twin_diagonal(specs_of(demo), {"l2_h8_grid": "l2_h8"}) == ["1-1", "2-2", "3-3"]
+
+
+def test_only_diagonal_refits_whose_seed_the_twin_has_are_reused(tiny_spec):
+    specs = {
+        "paper": tiny_spec(name="paper", seeds=(1, 2)),
+        "grid": tiny_spec(name="grid", seeds=("1-1", "1-2", "2-2", "3-3")),
+    }
+    assert twin_diagonal(specs, {"grid": "paper"}) == ["1-1", "2-2"]
+    assert twin_diagonal(specs, {}) == []
 
 
 @pytest.mark.parametrize(

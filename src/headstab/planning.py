@@ -15,6 +15,7 @@ from typing import Any
 from headstab.config import ArchitectureSpec
 from headstab.hub_families import HUB_FAMILY
 from headstab.layout import Layout
+from headstab.seed_design import refit_seeds
 from headstab.sources import PUBLISHED, checkpoint_source
 
 # The paper's held-out text for validation perplexity (§4.5) when analysis.heldout_corpus is null.
@@ -95,6 +96,17 @@ def paper_twins(specs: Mapping[str, ArchitectureSpec], grids: Iterable[str]) -> 
         if matches:
             twins[grid] = matches[0]
     return twins
+
+
+def twin_diagonal(specs: Mapping[str, ArchitectureSpec], twins: Mapping[str, str]) -> list[str]:
+    """The grid refits s-s that rule reuse_paper_refit copies: s-s in the grid and s among its twin's seeds."""
+    names = set()
+    for grid, twin in twins.items():
+        for name in specs[grid].seeds:
+            init_seed, data_seed = refit_seeds(name)
+            if init_seed == data_seed and init_seed in specs[twin].seeds:
+                names.add(str(name))
+    return sorted(names)
 
 
 def corpus_source_inputs(config: Mapping[str, Any], layout: Layout, name: str) -> list[str]:

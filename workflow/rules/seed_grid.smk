@@ -24,9 +24,7 @@ use rule train as train_seed_grid with:
 # A grid whose settings equal a selected paper architecture's (planning.paper_twins) reuses that one's refit s as
 # its s-s: same init seed, data seed and settings, so the same bits; only the off-diagonal refits train.
 PAPER_TWINS = planning.paper_twins(SPECS, SEED_GRID_ARCHITECTURES)
-TWIN_DIAGONAL = sorted(
-    {f"{s}-{s}" for arch in PAPER_TWINS for s in config["architectures"][arch]["seed_grid"]["init_seeds"]}
-)
+TWIN_DIAGONAL = planning.twin_diagonal(SPECS, PAPER_TWINS)
 
 
 ruleorder: reuse_paper_refit > train_seed_grid

@@ -5,7 +5,9 @@ import json
 import logging
 import shutil
 
+from headstab.fileio import write_json_atomic
 from headstab.joblog import run_job
+from headstab.seed_design import refit_name, refit_seeds
 
 
 def main():
@@ -14,13 +16,16 @@ def main():
     shutil.copyfile(source.train_log, out.train_log)
     with open(source.meta) as handle:
         meta = json.load(handle)
+    # The copy is the grid's refit: it carries the grid's name and seeds, as a grid-trained refit's meta.json does.
+    init_seed, data_seed = refit_seeds(snakemake.wildcards.seed)
     meta["reused_paper_refit"] = {
         "architecture": snakemake.params.twin,
+        "seed": meta["seed"],
         "weights": str(source.weights),
         "why": "same settings, init seed and data seed as this grid refit (headstab.planning.paper_twins)",
     }
-    with open(out.meta, "w") as handle:
-        json.dump(meta, handle, indent=2, sort_keys=True)
+    meta.update(seed=refit_name(snakemake.wildcards.seed), init_seed=init_seed, data_seed=data_seed)
+    write_json_atomic(out.meta, meta)
     logging.info("copied %s as %s", source.weights, out.weights)
 
 
