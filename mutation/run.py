@@ -31,8 +31,17 @@ MUTMUT = str(Path(sys.executable).with_name("mutmut"))
 # (§4.4-4.9) and statistics module found, each tested by the file that mirrors its path.
 CORE = ("stability", "cka", "similarity")
 PACKAGES = ("sections", "inference")
-# A module whose tests live in another module's file: comparisons is exercised by the tables' tests.
-EXTRA_TESTS = {"inference/comparisons": ["tests/inference/test_tables.py"]}
+# A module whose tests live in another module's file: comparisons is exercised by the tables' tests,
+# headline by the report pages' tests, refit_weights by the tests of the sections that bootstrap refits.
+EXTRA_TESTS = {
+    "inference/comparisons": ["tests/inference/test_tables.py"],
+    "sections/headline": ["tests/test_report_pages.py"],
+    "sections/refit_weights": [
+        "tests/sections/test_effective_rank.py",
+        "tests/sections/test_layer_robustness.py",
+        "tests/sections/test_seed_grid.py",
+    ],
+}
 
 
 def discover_modules() -> dict[str, tuple[str, list[str]]]:
