@@ -7,6 +7,10 @@ runs per refit) and `headstab.evaluation.summed_token_loss` (one intact pass) ov
 batch size, alternated, medians of the repeats; `drop_swap_vs_intact` is their ratio. In a child process,
 model construction outside the clock.
 
+`drop_swap_floor` is the ratio an exact computation cannot go below, counted in multiply-adds per token
+(`cost_floor`): the intact pass, the L(L - 1) block passes `drop_swap_counts` runs and one unembedding per
+condition. `drop_swap_vs_floor` is the measured ratio over it: how far the code is from that floor.
+
     python benchmarks/bench_drop_swap.py [--quick]
 """
 
@@ -18,6 +22,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +30,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 ARCHITECTURE = "l8_h8"
+
+
+def cost_floor(spec: Any, seq_len: int) -> float:
+    """(intact pass + every condition) / intact pass, in multiply-adds per token of a seq_len window."""
+    n_layers = spec.n_layers
+    # a block's weight matrices, then the scores and the weighted sum over (at most) seq_len keys
+    block = spec.n_params / n_layers + 2 * seq_len * spec.n_heads * spec.d_head
+    unembed = spec.d_model * spec.d_vocab
+    intact = n_layers * block + unembed
+    return (intact + n_layers * (n_layers - 1) * block + (2 * n_layers - 1) * unembed) / intact
 
 
 def job(n_tokens: int, batch_size: int, repeats: int, threads: int) -> dict[str, float]:
@@ -50,10 +65,14 @@ def job(n_tokens: int, batch_size: int, repeats: int, threads: int) -> dict[str,
         start = time.perf_counter()
         drop_swap_counts(model, windows, batch_size=batch_size)
         surgery.append(time.perf_counter() - start)
+    ratio = statistics.median(surgery) / statistics.median(intact)
+    floor = cost_floor(spec, seq_len)
     return {
         "drop_swap_seconds_per_refit": statistics.median(surgery),
         "intact_pass_seconds": statistics.median(intact),
-        "drop_swap_vs_intact": statistics.median(surgery) / statistics.median(intact),
+        "drop_swap_vs_intact": ratio,
+        "drop_swap_floor": floor,
+        "drop_swap_vs_floor": ratio / floor,
         "drop_swap_runs": surgery,
         "intact_runs": intact,
         "n_tokens": int(windows.size),
