@@ -172,3 +172,158 @@ def test_pair_rows_weigh_the_product_of_refit_counts():
 def test_mean_interval_of_a_constant_is_that_constant():
     estimate, low, high = refit_interval("mean", np.full(12, 0.25), None, np.arange(12) % 4, 4, 100, 0, 0.95)
     assert (estimate, low, high) == pytest.approx((0.25, 0.25, 0.25))
+
+
+def _pr_by_svd(x, centre):
+    """An independent PR: singular values of the (centred) matrix by SVD, entropy of their energy shares."""
+    x = x - x.mean(axis=0) if centre else x
+    energy = np.linalg.svd(x, compute_uv=False) ** 2
+    p = energy[energy > 1e-12 * energy.sum()] / energy.sum()
+    return float(np.exp(-np.sum(p * np.log(p))))
+
+
+def test_two_tokens_span_one_line():
+    # Centred, two tokens differ along one direction only: the smallest matrix PR is defined for.
+    assert participation_ratio(np.array([[1.0, 2.0], [3.0, -1.0]])) == pytest.approx(
+        1.0, abs=reduction_atol(np.float64, 2)
+    )
+
+
+def test_a_stack_of_matrices_gives_each_matrix_its_own_pr():
+    rng = np.random.default_rng(7)
+    stack = rng.standard_normal((3, 40, D_HEAD)) * np.array([1.0, 0.1, 3.0])[:, None, None]
+    stack[1, :, 2:] = 0.0  # a matrix of two directions beside two full ones
+    got = participation_ratio(stack)
+    expected = [participation_ratio(matrix) for matrix in stack]
+    np.testing.assert_allclose(got, expected, rtol=reduction_rtol(np.float64, 40))
+    np.testing.assert_allclose(got, [_pr_by_svd(m, True) for m in stack], rtol=reduction_rtol(np.float64, 40 * D_HEAD))
+
+
+def test_float32_outputs_are_computed_in_float64():
+    x32 = np.random.default_rng(8).standard_normal((30, D_HEAD)).astype(np.float32)
+    # Every float32 value is exact in float64, so the two inputs are the same matrix.
+    assert participation_ratio(x32) == pytest.approx(
+        participation_ratio(x32.astype(np.float64)), rel=reduction_rtol(np.float64, 30)
+    )
+    assert participation_ratio(x32.astype(np.float16)).dtype == np.float64
+
+
+def test_rank_one_outputs_never_fall_below_pr_one():
+    # Rounding leaves eigenvalues slightly below zero; clipped, the largest share is at most 1, so PR >= 1.
+    rng = np.random.default_rng(3)
+    outputs = rng.standard_normal((20, 50, 1)) * rng.standard_normal((20, 1, D_HEAD))
+    pr = participation_ratio(outputs)
+    assert (pr >= 1.0).all()
+    np.testing.assert_allclose(pr, 1.0, atol=reduction_atol(np.float64, 50))
+
+
+def _two_axis_tokens(share, n_tokens=100):
+    """Uncentred outputs whose Gram matrix is exactly diag(1, share, 0, ...): one token per axis, then zeros."""
+    x = np.zeros((n_tokens, D_HEAD))
+    x[0, 0], x[1, 1] = 1.0, np.sqrt(share)
+    return x
+
+
+def test_a_direction_at_rounding_level_of_the_largest_counts_as_none():
+    eps = np.finfo(np.float64).eps
+    below, above = 2 * eps, 20 * eps  # the cut-off is d_head * eps = 8 eps of the total energy
+    pr = participation_ratio(np.stack([_two_axis_tokens(below), _two_axis_tokens(above)]), centre=False)
+    # Below the cut-off the share adds no -p log p term (p_1 = 1 / (1 + share) alone); above it does.
+    p_below = 1.0 / (1.0 + below)
+    p_above = np.array([1.0, above]) / (1.0 + above)
+    rtol = reduction_rtol(np.float64, D_HEAD)  # abs=0: approx's default abs of 1e-12 would hide the 1e-14
+    assert pr[0] == pytest.approx(np.exp(-p_below * np.log(p_below)), rel=rtol, abs=0)
+    assert pr[1] == pytest.approx(np.exp(-np.sum(p_above * np.log(p_above))), rel=rtol, abs=0)
+
+
+def test_table_pr_columns_match_an_independent_svd_of_each_heads_rows():
+    rng = np.random.default_rng(9)
+    lengths = np.array([6, 4, 5])
+    hook_z = rng.standard_normal((2, 3, 6, 2, 4)) + rng.standard_normal((2, 1, 1, 2, 4))  # a shared part per head
+    table = effective_rank_table(hook_z, lengths, "s", prepend_bos=True)
+    assert table.index.tolist() == list(range(len(table)))
+    for row in table.itertuples():
+        z = hook_z[row.layer, :, :, row.head]
+        if row.positions == "all":
+            x = np.concatenate([z[p, 1 : lengths[p]] for p in range(3)])
+        else:
+            x = z[np.arange(3), lengths - 1]
+        assert row.n_tokens == len(x)
+        assert row.pr == pytest.approx(_pr_by_svd(x, True), rel=reduction_rtol(np.float64, 4 * len(x)))
+        assert row.pr_uncentred == pytest.approx(_pr_by_svd(x, False), rel=reduction_rtol(np.float64, 4 * len(x)))
+
+
+def test_table_keeps_bos_when_asked():
+    z, lengths = _hook_z()
+    table = effective_rank_table(z[None], lengths, 1, prepend_bos=True, include_bos=True)
+    assert table.loc[table["positions"] == "all", "n_tokens"].tolist() == [8, 8]
+
+
+def test_hook_z_of_the_wrong_shape_is_refused_with_both_shapes():
+    z, lengths = _hook_z()
+    with pytest.raises(ValueError, match=r"got \(2, 6, 2\), \(2,\)"):
+        head_outputs(z[..., 0], lengths, "all", prepend_bos=True)
+    with pytest.raises(ValueError, match=r"got \(2, 6, 2, 1\), \(3,\)"):
+        head_outputs(z, np.array([3, 5, 1]), "all", prepend_bos=True)
+
+
+def test_pair_rows_of_another_prompt_set_or_scope_are_refused():
+    pr, _, pairs = _pr_and_stability()
+    two_sets = pd.concat([pairs, pairs.assign(promptset="len5")])
+    message = "^pair_stability must hold the rows of one prompt set and scope same_layer$"
+    with pytest.raises(ValueError, match=message):
+        matched_rank_table(pr, two_sets)
+    with pytest.raises(ValueError, match=message):
+        matched_rank_table(pr, pairs.assign(scope="cross_layer"))
+
+
+def test_a_missing_pair_refit_is_refused_naming_its_first_three_rows():
+    # Every anchor is found (refit 1); refit 3 is missing as a match only. A pair row appears per pooling.
+    pr, _, pairs = _pr_and_stability()
+    pairs = pairs[pairs["anchor_seed"] == 1]
+    message = r"\(anchor, pair, layer, head\) \[\[1, 3, 0, 0\], \[1, 3, 0, 0\], \[1, 3, 0, 1\]\]$"
+    with pytest.raises(ValueError, match=message):
+        matched_rank_table(pr[pr["seed"] != 3], pairs)
+
+
+def test_missing_head_stability_is_refused_naming_its_first_three_heads():
+    pr, stability, pairs = _pr_and_stability()
+    matched = matched_rank_table(pr, pairs)
+    lacking = stability[~((stability["anchor_seed"] == 2) & (stability["layer"] == 1))]
+    with pytest.raises(ValueError, match=r"lacks \(seed, layer, head\) \[\[2, 1, 0\], \[2, 1, 1\], \[2, 1, 2\]\]$"):
+        rank_correlation_table(pr, lacking, matched, n_boot=10, seed=0, confidence=0.95)
+
+
+def test_correlation_table_estimates_by_hand_in_sorted_order_whatever_the_row_order():
+    pr, stability, pairs = _pr_and_stability()
+    pr = pr.assign(pr=pr["pr"] + np.random.default_rng(11).uniform(0, 1, len(pr)))  # break the exact tie
+    matched = matched_rank_table(pr, pairs)
+    table = rank_correlation_table(pr, stability, matched, n_boot=50, seed=3, confidence=0.95)
+    shuffled = pr.sample(frac=1.0, random_state=1)
+    pd.testing.assert_frame_equal(
+        rank_correlation_table(shuffled, stability, matched, n_boot=50, seed=3, confidence=0.95), table
+    )
+    assert list(zip(table["positions"], table["layer"]))[::3] == [("all", 0), ("all", 1), ("last", 0), ("last", 1)]
+    assert table["statistic"].tolist()[:3] == ["pr_mean", "pr_vs_stability", "pr_anchor_vs_match"]
+    atol = reduction_atol(np.float64, len(pr), magnitude=10.0)
+    for row in table.itertuples():
+        group = pr[(pr["positions"] == row.positions) & (pr["layer"] == row.layer)]
+        rows = matched[(matched["positions"] == row.positions) & (matched["layer"] == row.layer)]
+        joined = group.merge(stability.rename(columns={"anchor_seed": "seed"}), on=["seed", "layer", "head"])
+        expected = {
+            "pr_mean": group["pr"].mean(),
+            "pr_vs_stability": np.corrcoef(joined["pr"], joined["stability"])[0, 1],
+            "pr_anchor_vs_match": np.corrcoef(rows["pr_anchor"], rows["pr_match"])[0, 1],
+        }[row.statistic]
+        assert row.estimate == pytest.approx(expected, abs=atol)
+        assert row.n_rows == (len(rows) if row.statistic == "pr_anchor_vs_match" else len(group))
+
+
+def test_a_missing_anchor_head_is_refused_naming_its_pair_rows():
+    # Refit 1's head 0 of layer 0 is missing: its rows as anchor (once each, no pooling found) are named.
+    pr, _, pairs = _pr_and_stability()
+    pairs = pairs[pairs["anchor_seed"] == 1]
+    lacking = pr[~((pr["seed"] == 1) & (pr["layer"] == 0) & (pr["head"] == 0))]
+    message = r"\(anchor, pair, layer, head\) \[\[1, 2, 0, 0\], \[1, 3, 0, 0\], \[1, 4, 0, 0\]\]$"
+    with pytest.raises(ValueError, match=message):
+        matched_rank_table(lacking, pairs)
