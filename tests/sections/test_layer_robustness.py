@@ -93,3 +93,100 @@ def test_extreme_depths_name_the_layers_as_l_over_L():
     depths = extreme_depths(by_layer, pooled, N_LAYERS)
     # agreement = 1 - stability rises with depth: the last layer is the most robust, the first the least
     assert depths == {"r_most_robust": 1.0, "r_least_robust": 0.25, "r_most_stable": 0.5, "r_least_stable": 0.25}
+
+
+def test_counts_whose_lists_disagree_in_length_are_refused():
+    counts = _counts()
+    counts["loss"] = counts["loss"][:-1]
+    with pytest.raises(ValueError, match="shorter"):
+        drop_swap_table(counts, seed=1)
+
+
+def test_whole_number_stabilities_still_average_for_a_swap():
+    # A CSV column of whole numbers is read as int64; a swap of a layer at 1 and one at 0 sits at 0.5.
+    stability = pd.DataFrame({"anchor_seed": 1, "layer": range(N_LAYERS), "mean": [1, 0, 1, 0]})
+    table = robustness_with_stability(drop_swap_table(_counts(), seed=1), stability)
+    assert table.loc[table["condition"] == "swap", "stability"].tolist() == [0.5, 0.5, 0.5]
+
+
+def test_by_layer_rows_by_hand_whatever_the_row_order():
+    table = _table()
+    by_layer = robustness_by_layer(table, N_LAYERS, n_boot=50, seed=4, confidence=0.95)
+    shuffled = robustness_by_layer(table.sample(frac=1.0, random_state=2), N_LAYERS, n_boot=50, seed=4, confidence=0.95)
+    pd.testing.assert_frame_equal(shuffled, by_layer)
+    expected_keys = [(c, layer) for c in ("drop", "swap") for layer in range(N_LAYERS if c == "drop" else N_LAYERS - 1)]
+    assert list(zip(by_layer["condition"], by_layer["layer"]))[::2] == expected_keys
+    for row in by_layer.itertuples():
+        group = table[(table["condition"] == row.condition) & (table["layer"] == row.layer)]
+        assert row.stability == pytest.approx(group["stability"].mean(), abs=reduction_atol(np.float64, 3))
+        assert row.n_refits == 3
+
+
+def test_by_layer_draws_depend_on_the_seed_alone():
+    table = _table()
+    table = table.assign(delta_ppl=table["delta_ppl"] + np.random.default_rng(0).uniform(0, 1, len(table)))
+    first = robustness_by_layer(table, N_LAYERS, n_boot=30, seed=5, confidence=0.9)
+    pd.testing.assert_frame_equal(robustness_by_layer(table, N_LAYERS, n_boot=30, seed=5, confidence=0.9), first)
+    other = robustness_by_layer(table, N_LAYERS, n_boot=30, seed=6, confidence=0.9)
+    assert not np.array_equal(other["ci_low"], first["ci_low"])
+
+
+def test_paper_and_grid_refit_names_together_are_accepted():
+    # A paper refit is named by an int, a grid refit by "init-data": they sort together as text.
+    table = _table(seeds=(1, 2)).replace({"seed": {2: "1-2"}})
+    by_layer = robustness_by_layer(table, N_LAYERS, n_boot=20, seed=0, confidence=0.95)
+    assert (by_layer["n_refits"] == 2).all()
+    correlation = robustness_correlation(table, n_boot=20, seed=0, confidence=0.95)
+    assert set(correlation["seed"].dropna()) == {1, "1-2"}
+
+
+def test_correlation_rows_by_hand_whatever_the_row_order():
+    rng = np.random.default_rng(1)
+    table = _table()
+    table = table.assign(delta_ppl=rng.uniform(0, 1, len(table)), top1_agreement=rng.uniform(0, 1, len(table)))
+    correlation = robustness_correlation(table, n_boot=50, seed=2, confidence=0.95)
+    shuffled = robustness_correlation(table.sample(frac=1.0, random_state=3), n_boot=50, seed=2, confidence=0.95)
+    pd.testing.assert_frame_equal(shuffled, correlation)
+    pd.testing.assert_frame_equal(robustness_correlation(table, n_boot=50, seed=2, confidence=0.95), correlation)
+    assert correlation["condition"].tolist()[:4] == ["drop"] * 4 and correlation["condition"].iloc[-1] == "swap"
+    assert correlation["seed"].tolist()[:3] == [1, 2, 3] and pd.isna(correlation["seed"].iloc[3])
+    for row in correlation.itertuples():
+        part = table[table["condition"] == row.condition]
+        if row.scope == "within_refit":
+            part = part[part["seed"] == row.seed]
+            assert np.isnan(row.ci_low) and np.isnan(row.ci_high)
+        else:
+            assert row.scope == "across_refits" and pd.isna(row.seed) and row.ci_low <= row.ci_high
+        expected = np.corrcoef(part["stability"], part[row.metric])[0, 1]
+        assert row.pearson_r == pytest.approx(expected, abs=reduction_atol(np.float64, len(part)))
+        assert row.n_rows == len(part)
+
+
+def test_object_columns_are_read_as_floats():
+    table = _table().astype({"stability": object, "top1_agreement": object})
+    numeric = robustness_correlation(_table(), n_boot=20, seed=0, confidence=0.95)
+    pd.testing.assert_frame_equal(robustness_correlation(table, n_boot=20, seed=0, confidence=0.95), numeric)
+
+
+def _by_layer_by_hand():
+    """Drop top-1 agreement peaks at layer 0 and bottoms at layer 1; delta_ppl and the swaps peak elsewhere."""
+    rows = [("drop", layer, "top1_agreement", m) for layer, m in enumerate([0.9, 0.5, 0.7])]
+    rows += [("drop", layer, "delta_ppl", m) for layer, m in enumerate([5.0, 9.0, 0.1])]
+    rows += [("swap", layer, "top1_agreement", m) for layer, m in enumerate([0.95, 0.1])]
+    return pd.DataFrame(rows, columns=["condition", "layer", "metric", "mean"])
+
+
+def test_extreme_depths_read_the_drop_agreement_rows_only():
+    pooled = pd.DataFrame({"layer": range(3), "stability": [0.5, 0.9, 0.7]})
+    depths = extreme_depths(_by_layer_by_hand(), pooled, 3)
+    assert (depths["r_most_robust"], depths["r_least_robust"]) == (1 / 3, 2 / 3)
+
+
+def test_extreme_depths_without_drop_rows_or_stability_are_refused():
+    message = "^extreme depths need the drop rows of the robustness table and the pooled layer stability$"
+    pooled = pd.DataFrame({"layer": range(3), "stability": [0.5, 0.9, 0.7]})
+    by_layer = _by_layer_by_hand()
+    with pytest.raises(ValueError, match=message):
+        extreme_depths(by_layer[by_layer["condition"] == "swap"], pooled, 3)
+    with pytest.raises(ValueError, match=message):
+        extreme_depths(by_layer, pooled.iloc[:0], 3)
