@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 from tolerances import reduction_atol
 
-from headstab.sections.seed_grid import grid_pair_table, pair_kind, seed_grid_table
+from headstab.inference.bootstrap import draw_resamples
+from headstab.sections.seed_grid import KINDS, grid_pair_table, pair_kind, seed_grid_table
 from headstab.seed_design import grid_refits, refit_name, refit_seeds
 from headstab.stability import pair_stability_table
 
@@ -115,3 +116,103 @@ def test_a_grid_with_one_data_seed_is_refused():
     )
     with pytest.raises(ValueError, match="at least 2 init seeds and 2 data seeds"):
         seed_grid_table(pairs, n_boot=10, seed=0, confidence=0.95)
+
+
+def _hand_pairs(values, refits=None):
+    """grid_pair_table rows of one layer: every ordered pair of distinct refits (the 3 x 3 grid unless given) at
+    values[its kind]."""
+    refits = grid_refits(INITS, DATAS) if refits is None else refits
+    rows = [(a, b, 0, values[pair_kind(a, b)], pair_kind(a, b)) for a in refits for b in refits if a != b]
+    return pd.DataFrame(rows, columns=["anchor_seed", "pair_seed", "layer", "stability", "kind"])
+
+
+def _interval_by_hand(pairs, n_boot, seed, confidence):
+    """Per kind and fraction: the percentile interval of pair means weighted k_a k_b, looped over draws."""
+    refits = sorted(set(pairs["anchor_seed"]) | set(pairs["pair_seed"]), key=str)
+    counts = draw_resamples(n_boot, len(refits), 1, seed).refit_counts
+    replicates = {name: [] for name in (*KINDS, "init_fraction", "data_fraction")}
+    for k in counts:
+        for kind in KINDS:
+            part = pairs[pairs["kind"] == kind]
+            w = np.array(
+                [k[refits.index(a)] * k[refits.index(b)] for a, b in zip(part["anchor_seed"], part["pair_seed"])]
+            )
+            replicates[kind].append(np.sum(w * part["stability"]) / w.sum() if w.sum() > 0 else np.nan)
+        u_n = 1 - replicates["shares_neither"][-1]
+        replicates["init_fraction"].append((u_n - (1 - replicates["shares_init"][-1])) / u_n)
+        replicates["data_fraction"].append((u_n - (1 - replicates["shares_data"][-1])) / u_n)
+    alpha = (1 - confidence) / 2
+    return {name: np.nanquantile(values, [alpha, 1 - alpha]) for name, values in replicates.items()}
+
+
+def test_intervals_are_percentiles_of_pair_weighted_means_over_refit_draws():
+    rng = np.random.default_rng(3)
+    pairs = _hand_pairs({"shares_init": 0.8, "shares_data": 0.6, "shares_neither": 0.3})
+    pairs = pairs.assign(stability=pairs["stability"] + rng.uniform(-0.05, 0.05, len(pairs)))
+    table = seed_grid_table(pairs, n_boot=40, seed=7, confidence=0.8).set_index("statistic")
+    expected = _interval_by_hand(pairs, 40, 7, 0.8)
+    atol = reduction_atol(np.float64, len(pairs), magnitude=4.0)
+    for name, (low, high) in expected.items():
+        assert table.loc[name, ["ci_low", "ci_high"]].tolist() == pytest.approx([low, high], abs=atol)
+    # 3 x 3 grid: 9 x 8 ordered pairs; 3 x 3 x 2 share the init, as many the data order
+    assert table["n_pairs"].tolist() == [18, 18, 36, 72, 72, 72] and (table["n_boot"] == 40).all()
+
+
+def test_a_paper_refit_in_the_grid_sorts_with_the_grid_refits():
+    # Paper refit 1 is the grid's 1-1 (both seeds 1), named by an int; the draws order refits as text.
+    values = {"shares_init": 0.8, "shares_data": 0.6, "shares_neither": 0.3}
+    pairs = _hand_pairs(values, refits=(1, *grid_refits(INITS, DATAS)[1:]))
+    pairs = pairs.assign(stability=pairs["stability"] + np.random.default_rng(4).uniform(-0.05, 0.05, len(pairs)))
+    table = seed_grid_table(pairs, n_boot=40, seed=7, confidence=0.8).set_index("statistic")
+    expected = _interval_by_hand(pairs, 40, 7, 0.8)
+    assert table.loc["shares_init", ["ci_low", "ci_high"]].tolist() == pytest.approx(
+        list(expected["shares_init"]), abs=reduction_atol(np.float64, len(pairs))
+    )
+
+
+def test_a_refit_never_an_anchor_is_still_drawn():
+    pairs = _hand_pairs({"shares_init": 0.8, "shares_data": 0.6, "shares_neither": 0.3})
+    pairs = pairs[pairs["anchor_seed"] != "3-3"]
+    pairs = pairs.assign(stability=pairs["stability"] + np.random.default_rng(5).uniform(-0.05, 0.05, len(pairs)))
+    table = seed_grid_table(pairs, n_boot=20, seed=0, confidence=0.9).set_index("statistic")
+    expected = _interval_by_hand(pairs, 20, 0, 0.9)
+    assert table.loc["shares_data", ["ci_low", "ci_high"]].tolist() == pytest.approx(
+        list(expected["shares_data"]), abs=reduction_atol(np.float64, len(pairs))
+    )
+
+
+@pytest.mark.filterwarnings("ignore:All-NaN slice encountered")
+def test_identical_refits_leave_the_fractions_undefined():
+    # Pairs sharing neither seed match perfectly: no instability to split, though others lose some.
+    pairs = _hand_pairs({"shares_init": 0.5, "shares_data": 0.5, "shares_neither": 1.0})
+    with np.errstate(all="ignore"):
+        table = seed_grid_table(pairs, n_boot=20, seed=0, confidence=0.95).set_index("statistic")
+    for name in ("init_fraction", "data_fraction", "interaction_fraction"):
+        assert np.isnan(table.loc[name, ["estimate", "ci_low", "ci_high"]].to_numpy(float)).all()
+
+
+def test_pair_table_is_sorted_whatever_the_row_order():
+    rng = np.random.default_rng(2)
+    heads = _unit(rng, N_LAYERS, N_HEADS)
+    similarity, refits = _similarity(
+        lambda init, data: heads + 0.1 * _unit(np.random.default_rng(init * 10 + data), N_LAYERS, N_HEADS)
+    )
+    stability = pair_stability_table(similarity, refits, "primary", scopes=["same_layer"])
+    pairs = grid_pair_table(stability)
+    pd.testing.assert_frame_equal(grid_pair_table(stability.sample(frac=1.0, random_state=0)), pairs)
+    keys = list(zip(pairs["anchor_seed"], pairs["pair_seed"], pairs["layer"]))
+    assert keys == sorted(keys)
+
+
+def test_the_refusal_names_every_missing_kind():
+    pairs = _hand_pairs({"shares_init": 0.8, "shares_data": 0.6, "shares_neither": 0.3})
+    with pytest.raises(ValueError, match="^the seed grid has no pair that shares_init, shares_neither: give"):
+        seed_grid_table(pairs[pairs["kind"] == "shares_data"], n_boot=10, seed=0, confidence=0.95)
+
+
+def test_grid_table_is_in_layer_order_whatever_the_row_order():
+    layer0 = _hand_pairs({"shares_init": 0.8, "shares_data": 0.6, "shares_neither": 0.3})
+    layer1 = _hand_pairs({"shares_init": 0.5, "shares_data": 0.4, "shares_neither": 0.2}).assign(layer=1)
+    table = seed_grid_table(pd.concat([layer1, layer0], ignore_index=True), n_boot=20, seed=0, confidence=0.9)
+    assert table["layer"].tolist() == [0] * 6 + [1] * 6
+    assert table["estimate"].iloc[[0, 6]].tolist() == pytest.approx([0.8, 0.5], abs=reduction_atol(np.float64, 18))
