@@ -5,13 +5,16 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from tolerances import reduction_rtol
+import scipy.stats
+from tolerances import reduction_atol, reduction_rtol
 
 from headstab.sections.weight_norms import (
     NORM_COLUMNS,
+    bridge_state,
     layer_weight_norms,
     norm_stability_correlation,
     refit_weight_norms,
+    to_numpy,
     trained_state,
     weight_norm_summary,
 )
@@ -179,3 +182,96 @@ def test_weight_norm_summary_interval_resamples_the_anchors():
     # Means of 3 draws from {0.2, 0.4, 0.9}: from 0.2 to 0.9; the 90% interval sits strictly inside.
     assert 0.2 <= row["mean_pearson_r_ci_low"] < row["mean_pearson_r"] < row["mean_pearson_r_ci_high"] <= 0.9
     assert row["n_boot"] == 400
+
+
+def test_wrong_head_shape_message_names_the_expected_size():
+    with pytest.raises(ValueError, match=r"shape \(6, 4\); expected n_heads\*d_head = 8 along axis 0"):
+        layer_weight_norms({f"blocks.0.attn.{m}.weight": np.zeros((6, 4)) for m in "qkvo"}, 1, 4, 2)
+
+
+def test_a_missing_attention_matrix_names_the_key_and_the_first_four_keys():
+    state = {f"blocks.0.attn.{m}.weight": np.zeros((4, 4)) for m in "kov"} | {"a": 0, "b": 0}
+    # str(KeyError) wraps the message in quotes
+    keys = r"\['a', 'b', 'blocks.0.attn.k.weight', 'blocks.0.attn.o.weight'\]\"$"
+    message = r"lacks 'blocks.0.attn.q.weight' \(needed for W_Q\); keys look like " + keys
+    with pytest.raises(KeyError, match=message):
+        layer_weight_norms(state, 1, 2, 2)
+
+
+def test_native_and_wrapped_names_map_onto_block_names():
+    keys = {
+        "layers.0.attn.q.weight": "blocks.0.attn.q.weight",
+        "blocks.0.attn.k._original_component.weight": "blocks.0.attn.k.weight",
+        "_original_component.blocks.1.attn.v.weight": "blocks.1.attn.v.weight",
+        "layers.1.mlp.fc_in.weight": "blocks.1.mlp.in.weight",
+        "layers.1.mlp.fc_out.weight": "blocks.1.mlp.out.weight",
+    }
+    assert sorted(bridge_state({key: 0 for key in keys})) == sorted(keys.values())
+
+
+def test_a_mapping_is_read_as_it_is_even_with_a_state_dict_method():
+    class Checkpoint(dict):
+        def state_dict(self):
+            raise AssertionError("a mapping is read as it is")
+
+    assert bridge_state(Checkpoint({"layers.0.ln1.weight": 1})) == {"blocks.0.ln1.weight": 1}
+
+
+def test_to_numpy_reads_live_tensors_and_casts_to_float64():
+    import torch
+
+    weight = torch.nn.Parameter(torch.tensor([[1.5, -2.0]]))  # requires grad, as a live model's weights do
+    assert to_numpy(weight).tolist() == [[1.5, -2.0]] and to_numpy(weight).dtype == np.float64
+    assert to_numpy(torch.tensor([0.5], dtype=torch.bfloat16)).tolist() == [0.5]
+    assert to_numpy(np.array([1, 2], dtype=np.float32)).dtype == np.float64
+
+
+def test_correlation_rows_by_hand(layer_stability):
+    # Rows in no particular matrix order; layer stability of two scopes and two prompt sets.
+    norms = pd.DataFrame(
+        [
+            (s, layer, m, v)
+            for s in (2, 1)
+            for m, v in (("ln1_w", 1.0), ("W_K", 2.0), ("W_Q", 3.0))
+            for layer in range(3)
+        ],
+        columns=["seed", "layer", "matrix", "frobenius_norm"],
+    )
+    norms = norms.assign(frobenius_norm=norms["frobenius_norm"] * np.tile([1.0, 1.5, 1.2], 6))
+    stab = layer_stability({1: [0.9, 0.6, 0.3], 2: [0.1, 0.2, 0.4]})
+    stab = pd.concat([stab, stab.assign(scope="cross_layer", mean=stab["mean"][::-1].to_numpy())])
+    corr = norm_stability_correlation(norms, stab)
+    assert list(zip(corr["anchor_seed"], corr["matrix"])) == [(a, m) for a in (1, 2) for m in ("W_Q", "W_K", "ln1_w")]
+    assert corr.index.tolist() == list(range(6))
+    assert list(corr.columns) == ["anchor_seed", "matrix", "pearson_r", "p_value", "n_layers"]
+    for row in corr.itertuples():
+        x = norms[(norms["seed"] == row.anchor_seed) & (norms["matrix"] == row.matrix)]["frobenius_norm"].to_numpy()
+        y = np.array({1: [0.9, 0.6, 0.3], 2: [0.1, 0.2, 0.4]}[row.anchor_seed])
+        r = np.corrcoef(x, y)[0, 1]
+        t = r * np.sqrt(1 / (1 - r**2))  # n - 2 = 1 degree of freedom
+        assert row.pearson_r == pytest.approx(r, abs=reduction_atol(np.float64, 3, magnitude=4.0))
+        assert row.p_value == pytest.approx(2 * scipy.stats.t.sf(abs(t), 1), rel=1e-6)
+
+
+def test_correlation_refusals_name_the_table_and_the_refits(layer_stability):
+    norms = pd.DataFrame({"seed": [5], "layer": [0], "matrix": ["W_Q"], "frobenius_norm": [1.0]})
+    stab = layer_stability({1: [0.5], 2: [0.4]})
+    with pytest.raises(ValueError, match=r"^norms needs a 'seed' column naming the refit the weights come from$"):
+        norm_stability_correlation(norms.drop(columns="seed"), stab)
+    with pytest.raises(
+        ValueError, match=r"norms \(seeds \['5'\]\) and as an anchor in layer stability \(anchors \['1', '2'\]\)$"
+    ):
+        norm_stability_correlation(norms, stab)
+    with pytest.raises(ValueError, match=r"^layer stability has no rows with promptset = 'len5'"):
+        norm_stability_correlation(norms, stab, promptset="len5")
+
+
+def test_refit_weight_norms_pass_the_attention_norm_and_number_rows(tiny_spec, tmp_path):
+    from headstab.models import build_model
+
+    spec, paths = _saved_refits(tiny_spec, tmp_path)
+    table = refit_weight_norms(spec, paths, "layer", ())
+    assert table.index.tolist() == list(range(len(table)))
+    expected = layer_weight_norms(build_model(spec, 2), spec.n_layers, spec.n_heads, spec.d_head, "layer")
+    got = table[table["seed"] == 2].drop(columns="seed").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, expected)

@@ -162,8 +162,8 @@ def norm_stability_correlation(
     )
     if merged.empty:
         raise ValueError(
-            f"no refit appears both in norms (seeds {sorted(norms['seed'].unique())}) and as an "
-            f"anchor in layer stability (anchors {sorted(stab['anchor_seed'].unique())})"
+            f"no refit appears both in norms (seeds {sorted(map(str, norms['seed'].unique()))}) and as an "
+            f"anchor in layer stability (anchors {sorted(map(str, stab['anchor_seed'].unique()))})"
         )
     rows = []
     for (anchor, matrix), group in merged.groupby(["anchor_seed", "matrix"], sort=False):
