@@ -1,5 +1,6 @@
 """headstab.sections.prompt_length: §4.4.2 layer stability of the len{N} prompt sets."""
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -50,3 +51,31 @@ def test_prompt_length_table_carries_interval_and_null_when_present(layer_stabil
     assert list(table.columns) == ["prompt_length", "layer", "mean", "std", "anchor_seed", *chance]
     for name, offset in chance.items():
         assert table[name].tolist() == pytest.approx([m + offset for m in (0.3, 0.35, 0.2, 0.1)])
+
+
+def test_prompt_length_table_reads_the_same_layer_scope_with_integer_columns(layer_stability):
+    stab = pd.concat(
+        [
+            layer_stability({1: [0.5, 0.4]}, promptset="len10"),
+            layer_stability({1: [0.9, 0.8]}, promptset="len10", scope="cross_layer"),
+            layer_stability({1: [0.3, 0.2]}, promptset="primary"),
+        ]
+    )
+    table = prompt_length_table(stab)
+    assert table["mean"].tolist() == [0.5, 0.4]
+    assert table[["prompt_length", "layer"]].dtypes.tolist() == [np.int64, np.int64]
+    assert prompt_length_table(stab, scope="cross_layer")["mean"].tolist() == [0.9, 0.8]
+
+
+def test_prompt_length_refusals_name_the_table(layer_stability):
+    stab = layer_stability({1: [0.5, 0.4]}, promptset="len10", scope="cross_layer")
+    name = r"^layer stability of the len\{N\} prompt sets has no rows with "
+    with pytest.raises(ValueError, match=name + "scope = 'same_layer'"):
+        prompt_length_table(stab)
+    with pytest.raises(ValueError, match=name + "anchor_seed = 2"):
+        prompt_length_table(stab, anchor_seed=2, scope="cross_layer")
+    message = (
+        r"^no len\{N\} prompt sets in layer stability \(found \['primary'\]\); enable the length_sweep prompt set$"
+    )
+    with pytest.raises(ValueError, match=message):
+        prompt_length_table(stab.assign(promptset="primary"))
