@@ -1,5 +1,6 @@
 """headstab.sections.optimizers: §4.5 activation norms, validation perplexity and Table B.7."""
 
+import logging
 import math
 import sys
 import types
@@ -7,6 +8,7 @@ import types
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.stats
 import torch
 from tolerances import reduction_atol, reduction_rtol
 
@@ -125,7 +127,7 @@ def test_activation_norm_table_reads_each_refits_weights_and_cache_in_seed_order
     monkeypatch.setitem(sys.modules, "headstab.activations.reader", reader)
     refits = {seed: (tmp_path / f"seed{seed}.pt", tmp_path / f"seed{seed}.h5") for seed in (2, 1)}
     table = activation_norm_table(spec, refits, "primary", ())
-    assert list(table.columns) == ACTIVATION_NORM_COLUMNS
+    assert list(table.columns) == ACTIVATION_NORM_COLUMNS and table.index.tolist() == list(range(8))
     assert table["seed"].tolist() == [2] * 4 + [1] * 4
     first = refit_activation_norms(
         caches[str(tmp_path / "seed2.h5")], build_model(spec, 2).state_dict(), "primary", spec
@@ -173,3 +175,159 @@ def test_perplexity_table_is_long_and_tidy():
     assert set(pair["architecture"]) == {"l2 vs l2_wd"} and set(pair["optimizer"]) == {"AdamW - Adam"}
     assert pair.set_index("statistic").loc["difference", "value"] == 3.5
     assert pair["statistic"].tolist() == ["difference", "welch_t", "welch_p", "mannwhitney_u", "mannwhitney_p"]
+
+
+def _output_state(d_model=5, n_heads=2, d_head=3, bias=True):
+    """A state dict of 2 layers whose W_O differ per layer, d_model != n_heads * d_head."""
+    rng = np.random.default_rng(0)
+    state = {f"blocks.{layer}.attn.o.weight": rng.normal(size=(d_model, n_heads * d_head)) for layer in range(2)}
+    if bias:
+        state |= {f"blocks.{layer}.attn.o.bias": rng.normal(size=d_model) for layer in range(2)}
+    return state
+
+
+def test_output_weights_by_hand_with_and_without_bias():
+    state = _output_state()
+    W_O, b_O = output_weights(state, 2, 2, 3)
+    assert (W_O.dtype, b_O.dtype) == (np.float32, np.float32)
+    assert W_O.shape == (2, 2, 3, 5)
+    # head h, row i of its [d_head, d_model] block is column h * d_head + i of the Linear weight
+    np.testing.assert_array_equal(W_O[1, 1, 2], state["blocks.1.attn.o.weight"][:, 1 * 3 + 2].astype(np.float32))
+    np.testing.assert_array_equal(b_O[1], state["blocks.1.attn.o.bias"].astype(np.float32))
+    _, no_bias = output_weights(_output_state(bias=False), 2, 2, 3)
+    np.testing.assert_array_equal(no_bias, np.zeros((2, 5)))
+
+
+def test_output_weights_refusals_name_the_key_and_the_expected_size():
+    with pytest.raises(ValueError, match=r"^blocks.0.attn.o.weight has shape \(5, 6\); expected \[d_model, 8\]$"):
+        output_weights(_output_state(), 2, 2, 4)
+    state = {"a": 0, "b": 0, "c": 0, "d": 0, "e": 0}
+    with pytest.raises(KeyError, match=r"lacks blocks.0.attn.o.weight; keys look like \['a', 'b', 'c', 'd'\]\"$"):
+        output_weights(state, 2, 2, 3)
+
+
+def test_attention_output_adds_the_bias_at_real_tokens_only():
+    W_O, b_O = output_weights(_output_state(), 2, 2, 3)
+    z = np.random.default_rng(1).normal(size=(2, 2, 4, 2, 3)).astype(np.float32)
+    lengths = np.array([4, 2])
+    z[:, 1, 2:] = 0.0
+    out = attention_output_from_z(z, W_O, b_O, lengths)
+    assert out.dtype == np.float32
+    expected = np.einsum("lpshd,lhdm->lpsm", z.astype(np.float64), W_O.astype(np.float64)) + b_O[:, None, None, :]
+    atol = reduction_atol(np.float32, 2 * 3, float(np.abs(z).max() * np.abs(W_O).max()) + float(np.abs(b_O).max()))
+    np.testing.assert_allclose(out[:, 0], expected[:, 0], atol=atol)
+    np.testing.assert_allclose(out[:, 1, :2], expected[:, 1, :2], atol=atol)
+    assert (out[:, 1, 2:] == 0).all()
+    # Without lengths the padding holds the bias
+    np.testing.assert_allclose(attention_output_from_z(z, W_O, b_O)[:, 1, 2:], np.broadcast_to(b_O[:, None], (2, 2, 5)))
+
+
+def test_half_precision_hook_z_is_summed_in_float32():
+    # A cache written with cache.dtype float16 holds hook_z in half precision.
+    W_O, b_O = output_weights(_output_state(), 2, 2, 3)
+    z16 = np.random.default_rng(2).normal(size=(2, 1, 3, 2, 3)).astype(np.float16)
+    out = attention_output_from_z(z16, W_O, b_O)
+    expected = attention_output_from_z(z16.astype(np.float32), W_O, b_O)
+    np.testing.assert_allclose(out, expected, rtol=reduction_rtol(np.float32, 2 * 3), atol=0)
+
+
+def test_no_prompts_and_no_positions_are_accepted():
+    W_O, b_O = output_weights(_output_state(), 2, 2, 3)
+    out = attention_output_from_z(np.zeros((2, 0, 0, 2, 3), np.float32), W_O, b_O, np.zeros(0, int))
+    assert out.shape == (2, 0, 0, 5)
+
+
+def test_attention_output_refusals_name_the_shapes():
+    W_O, b_O = output_weights(_output_state(), 2, 2, 3)
+    z = np.zeros((2, 1, 3, 2, 3), np.float32)
+    message = r"^hook_z \(2, 1, 3, 2\) \[layer, prompt, pos, head, d_head\] and W_O \(2, 2, 3, 5\) \[layer, head, d_head, d_model\] disagree$"
+    with pytest.raises(ValueError, match=message):
+        attention_output_from_z(z[..., 0], W_O, b_O)
+    W_O3, b_O3 = output_weights(_output_state(n_heads=3, d_head=2), 2, 3, 2)  # 3 heads, 2 layers
+    with pytest.raises(ValueError, match=r"^b_O must be \[layer, d_model\] = \(2, 5\), got \(2, 4\)$"):
+        attention_output_from_z(np.zeros((2, 1, 3, 3, 2), np.float32), W_O3, b_O3[:, :4])
+    for lengths in (np.array([[1]]), np.array([4]), np.array([-1])):
+        with pytest.raises(ValueError, match=r"^lengths must be \[prompt\] with values in \[0, 3\]"):
+            attention_output_from_z(z, W_O, b_O, lengths)
+
+
+def test_mean_token_norm_is_float64_and_refuses_other_shapes():
+    acts = (1 + 1e-3 * np.random.default_rng(3).normal(size=(1, 2, 3, 64))).astype(np.float32)
+    lengths = np.array([3, 2])
+    got = mean_token_norm(acts, lengths)
+    norms = np.sqrt((acts.astype(np.float64) ** 2).sum(axis=-1))
+    expected = (norms[0, 0].sum() + norms[0, 1, :2].sum()) / 5
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, [expected], rtol=reduction_rtol(np.float64, 64 + 5), atol=0)
+    with pytest.raises(
+        ValueError, match=r"^acts must be \[layer, prompt, pos, d_model\] with 2 prompts, got \(1, 3, 3, 64\)$"
+    ):
+        mean_token_norm(np.zeros((1, 3, 3, 64)), lengths)
+    with pytest.raises(ValueError, match=r"with 2 prompts, got \(2, 3, 64\)$"):
+        mean_token_norm(np.zeros((2, 3, 64)), lengths)
+
+
+def test_norm_tables_number_their_rows_and_name_each_layer(bridge, tiny_spec, fake_cache):
+    acts = np.ones((2, 2, 3, 4))
+    assert activation_norms(acts, acts, np.array([3, 1])).index.tolist() == list(range(4))
+    tokens = torch.randint(0, 50, (2, 5), generator=torch.Generator().manual_seed(2))
+    lengths = np.array([5, 3])
+    cached = _cached(bridge, tokens, lengths)
+    cache = fake_cache(
+        "s.h5", lengths, hook_z=cached["attn.hook_z"], resid={"hook_resid_mid": cached["hook_resid_mid"]}
+    )
+    spec = tiny_spec(n_layers=2, n_heads=4, d_head=8, d_model=32)
+    table = refit_activation_norms(cache, bridge.state_dict(), "primary", spec)
+    assert table["layer"].tolist() == [0, 0, 1, 1] and table.index.tolist() == [0, 1, 2, 3]
+    ppl = pair_frame(pd.DataFrame({"seed": [1], "perplexity": [2.0]}), pd.DataFrame({"seed": [1], "perplexity": [3.0]}))
+    assert ppl.index.tolist() == [0, 1]
+
+
+def test_welch_comparison_by_hand_with_unequal_variances():
+    a, b = np.array([10.0, 11.0, 12.5]), np.array([9.0, 13.0, 16.0, 20.0])
+    result = perplexity_comparison(a, b)
+    va, vb = a.var(ddof=1) / 3, b.var(ddof=1) / 4
+    t = (a.mean() - b.mean()) / np.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 3)  # Welch-Satterthwaite
+    assert result["welch_t"] == pytest.approx(t, rel=reduction_rtol(np.float64, 8))
+    assert result["welch_p"] == pytest.approx(2 * scipy.stats.t.sf(abs(t), df), rel=1e-9)
+    assert result["std_adamw"] == pytest.approx(
+        np.sqrt(np.sum((b - b.mean()) ** 2) / 3), rel=reduction_rtol(np.float64, 4)
+    )
+    assert (result["n_adam"], result["n_adamw"]) == (3, 4)
+    with pytest.raises(ValueError, match=r"got \(2, 3\) \(Adam\) and \(4,\) \(AdamW\)$"):
+        perplexity_comparison(np.stack([a, a]), b)
+
+
+def test_refit_rows_are_perplexities():
+    ppl = pair_frame(
+        pd.DataFrame({"seed": [1, 2], "perplexity": [1.0, 2.0]}),
+        pd.DataFrame({"seed": [3, 4], "perplexity": [4.0, 6.0]}),
+    )
+    table = perplexity_table(ppl, perplexity_comparison([1.0, 2.0], [4.0, 6.0]), {"Adam": "l2", "AdamW": "l2_wd"})
+    refits = table[table["scope"] == "refit"]
+    assert refits["statistic"].tolist() == ["perplexity"] * 4 and refits["seed"].tolist() == [1, 2, 3, 4]
+
+
+def test_validation_perplexity_passes_device_batch_size_and_processing_and_logs(monkeypatch, caplog):
+    import headstab.models
+    import headstab.sections.optimizers as optimizers
+
+    calls = []
+    monkeypatch.setattr(
+        headstab.models, "load_trained_model", lambda *args, **kwargs: calls.append((args, kwargs)) or "model"
+    )
+
+    def summed(model, windows, lengths, batch_size=16):
+        calls.append((model, lengths.tolist(), batch_size))
+        return 10 * math.log(4.0), 10
+
+    monkeypatch.setattr(optimizers, "summed_token_loss", summed)
+    windows = np.zeros((2, 6), dtype=int)
+    with caplog.at_level(logging.INFO, logger="headstab.sections.optimizers"):
+        table = validation_perplexity_table(
+            "spec", {7: "w.pt"}, windows, "cuda:1", batch_size=3, weight_processing=("fold",)
+        )
+    assert calls == [(("spec", "w.pt", "cuda:1"), {"weight_processing": ("fold",)}), ("model", [6, 6], 3)]
+    assert table["perplexity"].tolist() == pytest.approx([4.0])
+    assert caplog.messages == ["seed 7: validation perplexity 4.000 over 10 predicted tokens"]
