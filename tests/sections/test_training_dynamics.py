@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import matplotlib.image
 import numpy as np
+import pandas as pd
 import pytest
 
 from headstab.inference.prompt_groups import GroupedSimilarity
@@ -70,3 +73,24 @@ def test_the_figure_has_one_line_per_layer_and_the_null(tmp_path, monkeypatch):
     assert len([line for line in lines if line.get_linestyle() == "--"]) == 2  # and its null
     np.testing.assert_allclose(stability_lines[0].get_ydata(), table[table.layer == 0]["stability"])
     assert len(saved[0].axes[0].collections) == 4  # per layer: the null's band and the interval's
+
+
+def test_steps_of_other_shapes_or_seed_names_are_refused_and_none_at_all_too():
+    step0 = grouped([0.5, 0.5])
+    renamed = dataclasses.replace(step0, seeds=[4, 5, 6])  # the same shape, other refits
+    wider = grouped([0.5, 0.5], n_seeds=N_SEEDS + 1)
+    wider = dataclasses.replace(wider, seeds=step0.seeds)  # the same refit names, another shape
+    for other in (renamed, wider):
+        with pytest.raises(ValueError, match="step 3 .*does not match step 0's"):
+            stability_along_training({0: step0, 3: other}, "primary", 20, 0, 0.95)
+    with pytest.raises(ValueError, match="^stability along training needs at least one step$"):
+        stability_along_training({}, "primary", 20, 0, 0.95)
+
+
+def test_intervals_are_reproducible_and_narrow_with_the_confidence():
+    steps = {0: grouped([0.5, 0.4], noise=0.05, seed=2), 5: grouped([0.6, 0.5], noise=0.05, seed=3)}
+    wide = stability_along_training(steps, "primary", 200, 4, 0.95)
+    pd.testing.assert_frame_equal(stability_along_training(steps, "primary", 200, 4, 0.95), wide)
+    assert wide.index.tolist() == [0, 1, 2, 3]
+    narrow = stability_along_training(steps, "primary", 200, 4, 0.5)
+    assert (wide["ci_low"] < narrow["ci_low"]).all() and (narrow["ci_high"] < wide["ci_high"]).all()
