@@ -1,5 +1,7 @@
 """headstab.sections.meta_sne: §4.9 head descriptions, the frame of all heads and the t-SNE."""
 
+import logging
+
 import numpy as np
 import pytest
 from scipy.spatial.distance import pdist
@@ -272,7 +274,7 @@ def test_guards_name_the_shapes():
         meta_sne_table(_descriptions_fixed(), FACTS, embedding="both")
 
 
-def test_describe_refits_opens_each_cache_and_keys_it_by_refit(fake_cache, monkeypatch):
+def test_describe_refits_opens_each_cache_and_keys_it_by_refit(fake_cache, monkeypatch, capsys):
     import contextlib
 
     from headstab.activations import reader
@@ -292,5 +294,81 @@ def test_describe_refits_opens_each_cache_and_keys_it_by_refit(fake_cache, monke
     monkeypatch.setattr(reader, "open_cache", open_cache)
     described = describe_refits({("l2_h8", 1): "a", ("l2_h8", 2): "b"}, "primary")
     assert opened == ["a", "b"] and list(described) == [("l2_h8", 1), ("l2_h8", 2)]
+    assert "describe heads: 100%" in capsys.readouterr().err  # the progress bar names its work
     np.testing.assert_array_equal(described[("l2_h8", 1)], head_descriptions(z.astype(np.float32), lengths))
     np.testing.assert_array_equal(described[("l2_h8", 2)], head_descriptions((2 * z).astype(np.float32), lengths))
+
+
+def test_one_feature_starts_on_the_x_axis_scaled_as_sklearn_scales_pc1():
+    from headstab.sections.meta_sne import _initial_embedding
+
+    feature = np.array([[1.0], [2.0], [6.0], [3.0]])
+    start = _initial_embedding(feature)
+    centred = feature[:, 0] - feature[:, 0].mean()
+    assert start.dtype == np.float32 and start.shape == (4, 2)
+    expected = (centred / centred.std() * 1e-4).astype(np.float32)
+    np.testing.assert_allclose(start[:, 0], expected, rtol=reduction_rtol(np.float32, 4), atol=0)
+    assert (start[:, 1] == 0).all()
+    # a small spread (s.d. below 1) is scaled up the same way; a constant feature stays at 0
+    np.testing.assert_allclose(_initial_embedding(feature * 1e-3)[:, 0], expected, rtol=reduction_rtol(np.float32, 4))
+    assert (_initial_embedding(np.full((3, 1), 5.0)) == 0).all()
+    assert _initial_embedding(np.ones((4, 2))) == "pca"
+
+
+def test_clipping_is_logged_with_the_perplexity_given_and_used(caplog):
+    nine = np.random.default_rng(8).normal(size=(9, 2))
+    with caplog.at_level(logging.INFO, logger="headstab.sections.meta_sne"):
+        meta_sne_embedding(nine, perplexity=2.5)
+        assert caplog.messages == []  # below (9 - 1) / 3: nothing clipped
+        meta_sne_embedding(nine)
+    assert caplog.messages == ["meta-SNE: perplexity 30.0 clipped to 2.7 for 9 heads"]  # 30 is the default
+
+
+def test_table_default_perplexity_is_30(caplog):
+    with caplog.at_level(logging.INFO, logger="headstab.sections.meta_sne"):
+        meta_sne_table(_descriptions_fixed(), FACTS)
+    n_heads = len(meta_sne_frame(_descriptions_fixed(), FACTS)[0])
+    assert caplog.messages == [f"meta-SNE: perplexity 30.0 clipped to {(n_heads - 1) / 3:.1f} for {n_heads} heads"]
+
+
+def test_float32_features_embed_as_their_float64_values():
+    features = np.random.default_rng(4).normal(size=(10, 3)).astype(np.float32)
+    # every float32 value is exact in float64: the same features, so the same embedding, bit for bit
+    np.testing.assert_array_equal(
+        meta_sne_embedding(features, perplexity=3), meta_sne_embedding(features.astype(np.float64), perplexity=3)
+    )
+
+
+def test_no_prompts_and_no_positions_average_to_an_empty_array():
+    assert token_mean_head_output(np.zeros((1, 0, 0, 2, 3)), np.zeros(0, int)).shape == (1, 2, 0, 3)
+
+
+def test_frame_names_its_layer_count_and_refuses_nothing_to_stack():
+    frame, _ = meta_sne_frame(_descriptions(), FACTS)
+    assert dict(zip(frame["architecture"], frame["n_layers"], strict=True)) == {
+        "l2_h8": 2,
+        "l2_h8_wd": 2,
+        "l4_h8_attn": 4,
+    }
+    with pytest.raises(ValueError, match="^no head descriptions given$"):
+        meta_sne_frame({}, FACTS)
+
+
+def test_threads_are_capped_at_one_unless_asked(monkeypatch):
+    import contextlib
+
+    import threadpoolctl
+
+    caps = []
+
+    @contextlib.contextmanager
+    def spy(limits=None, user_api=None):
+        caps.append(limits)
+        yield
+
+    monkeypatch.setattr(threadpoolctl, "threadpool_limits", spy)
+    features = np.random.default_rng(5).normal(size=(6, 2))
+    meta_sne_embedding(features, perplexity=1.5)
+    meta_sne_table(_descriptions_fixed(), FACTS, perplexity=3)
+    meta_sne_table(_descriptions_fixed(), FACTS, perplexity=3, n_threads=3)
+    assert caps == [1, 1, 3]
