@@ -51,3 +51,23 @@ def test_the_figures_draw_the_mean_and_the_final_loss_spread(tmp_path):
     )
     assert spread.set_index("optimizer")["mean"].to_dict() == pytest.approx({"Adam": 3.1, "AdamW": 3.4})
     assert (tmp_path / "curves.png").stat().st_size > 10_000 and (tmp_path / "pair.png").stat().st_size > 10_000
+
+
+def test_curves_are_numbered_and_finals_sorted_by_seed_whatever_the_row_order():
+    curves = training_curves({1: train_log([6, 5, 4, 3.0]), 2: train_log([6, 5, 4.5, 4.0])})
+    assert curves.index.tolist() == list(range(8))
+    seed_two_first = curves.sort_values(["seed", "step"], ascending=[False, True])
+    assert final_losses(seed_two_first)["seed"].tolist() == [1, 2]
+
+
+def test_a_drop_of_exactly_the_plateau_has_not_levelled_off():
+    # 4 rows at 100..400 tokens: the row nearest 300 is row 3; (5 - 4) / 4 = 0.25, exact in binary
+    finals = final_losses(training_curves({1: train_log([6, 5, 5, 4.0])}), plateau=0.25)
+    assert finals["last_quarter_drop"].tolist() == [0.25] and finals["converged"].tolist() == [False]
+
+
+def test_no_logs_or_a_log_without_steps_are_refused():
+    with pytest.raises(ValueError, match="^training curves need at least one refit's train_log.csv$"):
+        training_curves({})
+    with pytest.raises(ValueError, match=r"^train_log.csv of seed 4 is empty or lacks \['step'\]; retrain that refit$"):
+        training_curves({4: train_log([1.0]).drop(columns="step")})
