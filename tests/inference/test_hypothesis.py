@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy import stats
+from tolerances import reduction_rtol
 
 from headstab.inference.hypothesis import gap_replicates, permutation_test, tost
 
@@ -111,3 +112,40 @@ def test_permutation_test_keeps_trailing_shape_is_seeded_and_counts_exact_ties()
     assert first["p_value"].shape == first["difference"].shape == (2, 3)
     np.testing.assert_array_equal(first["p_value"], again["p_value"])
     assert permutation_test(np.zeros(3), np.zeros(3), 19, seed=0)["p_value"] == 1.0  # every split ties
+
+
+def test_float32_inputs_are_tested_in_float64():
+    x32 = np.array([0.1, 0.7, 0.35, 0.9], dtype=np.float32)
+    y32 = np.array([0.3, 0.65, 0.2, 0.45, 0.8], dtype=np.float32)
+    x, y = x32.astype(np.float64), y32.astype(np.float64)  # the same values, exactly
+    rtol = reduction_rtol(np.float64, 5)
+    permuted = permutation_test(x32, y32, 49, seed=2)
+    assert permuted["difference"] == pytest.approx(y.mean() - x.mean(), rel=rtol)
+    result = tost(x32, y32, margin=0.3)
+    assert result["difference"] == pytest.approx(y.mean() - x.mean(), rel=rtol)
+    expected = tost(x, y, margin=0.3)
+    for key in ("ci_low", "ci_high", "p_lower", "p_upper"):
+        assert result[key] == pytest.approx(expected[key], rel=rtol), key
+    lower = stats.ttest_ind(y + 0.3, x, equal_var=False, alternative="greater").pvalue
+    assert result["p_lower"] == pytest.approx(lower, rel=reduction_rtol(np.float64, 64))
+    # the gap of float32 layers: max - min of the given values in float64 (exact for two float32s)
+    gap = gap_replicates(x32)
+    assert float(gap["delta_s"]) == float(x32.max()) - float(
+        x32.min()
+    )  # float(): NumPy compares a float32 with a float in float32
+
+
+def test_permutation_p_values_do_not_depend_on_a_layers_scale():
+    x = np.array([0.50, 0.52, 0.47, 0.51])
+    y = np.array([0.58, 0.55, 0.61, 0.49])
+    columns = np.array([1.0, 1e-20, 1e20])  # the same layer at three scales, tested together
+    result = permutation_test(x[:, None] * columns, y[:, None] * columns, 199, seed=4)
+    assert result["p_value"][1] == result["p_value"][0] == result["p_value"][2]
+    assert 0.0 < result["p_value"][0] < 0.2
+
+
+def test_tost_claims_equivalence_only_below_alpha():
+    x, y = np.array([10.0, 10.4, 9.7, 10.1]), np.array([10.3, 10.2, 10.6])
+    p_value = tost(x, y, margin=0.8)["p_value"]
+    assert not tost(x, y, margin=0.8, alpha=p_value)["equivalent"]  # p < alpha, strictly
+    assert tost(x, y, margin=0.8, alpha=np.nextafter(p_value, 1.0))["equivalent"]
