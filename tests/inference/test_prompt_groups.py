@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import h5py
 import numpy as np
 import pytest
 from bridges import write_refit_caches
 from tolerances import reduction_atol
 
 from headstab.activations.packing import lower_triangle_offsets, n_lower_entries
+from headstab.activations.reader import open_cache
 from headstab.inference.prompt_groups import (
     GroupedSimilarity,
     GroupedSimilarityError,
@@ -130,3 +132,133 @@ def test_grouped_similarity_from_written_caches_averages_to_the_pair_similarity(
     assert null.shape == observed.shape
     with pytest.raises(ValueError, match="partition"):
         grouped_similarity_from_caches(paths, "primary", groups[:2], partners, progress=False)
+
+
+@pytest.fixture(scope="module")
+def caches(tmp_path_factory):
+    return write_refit_caches(tmp_path_factory.mktemp("caches"), seeds=(1, 2))
+
+
+def test_one_prompt_makes_one_group_and_bad_counts_name_their_value():
+    assert [g.tolist() for g in prompt_groups(1, 3, seed=0)] == [[0]]
+    assert [g.tolist() for g in prompt_groups(4, 1, seed=5)] == [[0, 1, 2, 3]]
+    with pytest.raises(ValueError, match="at least one prompt to group; got 0"):
+        prompt_groups(0, 3, seed=0)
+    with pytest.raises(ValueError, match="'statistics.prompt_groups' must be >= 1; got 0"):
+        prompt_groups(3, 0, seed=0)
+
+
+def test_null_partners_of_lone_lengths_take_the_nearer_neighbour_either_side():
+    assert null_partners([4, 7], seed=0).tolist() == [1, 0]  # two prompts are enough
+    lengths = np.array([3, 4, 9, 10, 10])  # 3 and 4 alone: 3's nearest is 4, 4's is 3; 9's is a 10
+    partners = null_partners(lengths, seed=1)
+    assert partners[:2].tolist() == [1, 0] and lengths[partners[2]] == 10
+    assert null_partners([2, 6, 7, 7], seed=2)[1] in (2, 3)  # 6: 7 is nearer than 2
+    assert null_partners([1, 5, 5, 8], seed=0)[0] in (1, 2)  # the shortest takes the next length up
+    with pytest.raises(ValueError, match="at least 2 prompts; got 1"):
+        null_partners([4], seed=0)
+
+
+def test_null_partners_of_a_long_run_repeat_with_the_seed_only():
+    lengths = np.full(12, 5)
+    first = null_partners(lengths, seed=4)
+    assert np.array_equal(first, null_partners(lengths, seed=4))
+    assert not np.array_equal(first, null_partners(lengths, seed=5))
+    assert sorted(first.tolist()) == list(range(12)) and np.all(first != np.arange(12))
+
+
+def test_grouped_similarity_is_float32_and_the_groups_and_partners_are_checked(caches):
+    with open_cache(caches[0]) as cache:
+        lengths = cache.lengths("primary")
+    n = lengths.size
+    groups, partners = prompt_groups(n, 2, seed=0), null_partners(lengths, seed=0)
+    observed, null = grouped_similarity_from_caches(caches, "primary", groups, partners, progress=False)
+    assert observed.dtype == null.dtype == np.float32
+    block_observed, block_null = layer_group_similarity(
+        np.ones((2, int(lower_triangle_offsets(lengths)[-1])), np.float32),
+        lower_triangle_offsets(lengths), lengths, groups, partners, 1,
+    )  # fmt: skip
+    assert block_observed.dtype == block_null.dtype == np.float32
+    bad_groups = {
+        "got 0 indices": [],
+        f"got {n} indices": [np.arange(n - 1), np.array([0])],  # n indices, one twice
+        f"got {n - 1} indices": [np.arange(n - 1)],
+    }
+    for message, bad in bad_groups.items():
+        with pytest.raises(ValueError, match=rf"groups must partition the {n} prompts; {message}"):
+            grouped_similarity_from_caches(caches, "primary", bad, partners, progress=False)
+    for bad in (partners[:-1], np.where(np.arange(n) == 2, 2, partners), np.where(np.arange(n) == 1, -1, partners)):
+        with pytest.raises(ValueError, match=rf"partners must give each of the {n} prompts another prompt; got \["):
+            grouped_similarity_from_caches(caches, "primary", groups, bad, progress=False)
+    with pytest.raises(KeyError, match=r"prompt set 'nope' is not in the caches \(primary, short\)"):
+        grouped_similarity_from_caches(caches, "nope", groups, partners, progress=False)
+
+
+def test_grouped_similarity_labels_its_progress_bar_and_shows_it_by_default(caches, monkeypatch):
+    bars = []
+
+    def recording_bar(iterable, **options):  # stands in for tqdm: keeps the bar's options, yields the layers
+        bars.append(options)
+        return iter(iterable)
+
+    monkeypatch.setattr("tqdm.auto.tqdm", recording_bar)
+    with open_cache(caches[0]) as cache:
+        lengths = cache.lengths("short")
+    groups, partners = prompt_groups(3, 1, seed=0), null_partners(lengths, seed=0)
+    grouped_similarity_from_caches(caches, "short", groups, partners)
+    grouped_similarity_from_caches(caches, "short", groups, partners, progress=False)
+    assert bars == [
+        {"desc": "prompt groups short", "unit": "layer", "disable": False},
+        {"desc": "prompt groups short", "unit": "layer", "disable": True},
+    ]
+
+
+def small_grouped():
+    values = np.arange(3 * 2 * 2 * 1 * 2 * 2, dtype=np.float32).reshape(3, 2, 2, 1, 2, 2) / 24
+    sizes, partners, lengths = np.array([2, 2, 1], np.int32), np.array([1, 0, 3, 2, 3]), np.array([3, 3, 5, 5, 4])
+    return GroupedSimilarity(values, values / 2, sizes, [4, 9], partners, lengths)
+
+
+def test_grouped_file_layout_one_checksummed_chunk_per_group_int64_indices_and_the_jobs_attrs(tmp_path):
+    path = tmp_path / "primary.groups.h5"
+    write_grouped_similarity(path, small_grouped(), attrs={"promptset": "primary", "n_groups": 3})
+    with h5py.File(path, "r") as handle:
+        for name in ("observed", "null"):
+            assert handle[name].chunks == (1, 2, 2, 1, 2, 2) and handle[name].fletcher32
+            assert handle[name].attrs["dims"] == "group,seed_a,seed_b,layer,head_a,head_b"
+        for name in ("group_sizes", "partners", "lengths"):
+            assert handle[name].dtype == np.int64 and handle[name].fletcher32, name
+        assert (handle.attrs["promptset"], handle.attrs["n_groups"]) == ("primary", 3)
+    np.testing.assert_array_equal(read_grouped_similarity(path).group_sizes, [2, 2, 1])
+
+
+def test_unreadable_grouped_files_name_the_file_the_problem_and_the_rule(tmp_path):
+    hint = r"rebuild it with `rm -f {0} && snakemake {0}` \(or `snakemake {0} --forcerun prompt_group_similarity`\)"
+    path = tmp_path / "primary.groups.h5"
+    write_grouped_similarity(path, small_grouped())
+    raw = bytearray(path.read_bytes())
+    raw[raw.find(np.ascontiguousarray(small_grouped().observed[1]).tobytes()) + 3] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    expected = rf"^prompt-group similarity file {path} is corrupt \(checksum mismatch\) \(.*\); {hint.format(path)}$"
+    with pytest.raises(GroupedSimilarityError, match=expected):
+        read_grouped_similarity(path)
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as handle:
+        handle.attrs["format"] = "something else"
+    with pytest.raises(
+        GroupedSimilarityError, match=rf"^{other} is not a headstab prompt-group similarity file; {hint.format(other)}$"
+    ):
+        read_grouped_similarity(other)
+    grouped = small_grouped()
+    for name, observed, null in (
+        ("seeds", grouped.observed[:, :1, :1], grouped.null[:, :1, :1]),  # one refit's blocks, two seeds
+        ("null", grouped.observed, grouped.null[:, :, :, :, :1]),  # null of another shape
+    ):
+        bad = tmp_path / f"{name}.h5"
+        write_grouped_similarity(
+            bad, GroupedSimilarity(observed, null, grouped.group_sizes, [4, 9], grouped.partners, grouped.lengths)
+        )
+        with pytest.raises(
+            GroupedSimilarityError, match=rf"^{bad}: shapes .* do not match its groups and seeds; {hint.format(bad)}$"
+        ):
+            read_grouped_similarity(bad)
