@@ -262,3 +262,19 @@ def test_unreadable_grouped_files_name_the_file_the_problem_and_the_rule(tmp_pat
             GroupedSimilarityError, match=rf"^{bad}: shapes .* do not match its groups and seeds; {hint.format(bad)}$"
         ):
             read_grouped_similarity(bad)
+
+
+def test_a_read_error_other_than_a_checksum_is_reported_as_damaged(tmp_path, monkeypatch):
+    path = tmp_path / "primary.groups.h5"
+    write_grouped_similarity(path, small_grouped())
+
+    def failing_read(self, key):  # an I/O error of the disk, not HDF5's filter failure
+        raise OSError("Can't read data (short read)")
+
+    monkeypatch.setattr(h5py.Dataset, "__getitem__", failing_read)
+    hint = rf"`snakemake {path} --forcerun prompt_group_similarity`\)$"
+    with pytest.raises(
+        GroupedSimilarityError,
+        match=rf"^prompt-group similarity file {path} is damaged \(Can't read data \(short read\)\); rebuild it .*{hint}",
+    ):
+        read_grouped_similarity(path)
