@@ -12,6 +12,7 @@ from headstab.evaluation import (
     check_vocabulary,
     head_ablation_perplexities,
     heldout_windows,
+    next_token_nll,
     perplexity,
     perplexity_from_loss,
     zero_head_hook,
@@ -79,6 +80,26 @@ def test_padding_values_do_not_matter(model, prompts):
     for p, n in enumerate(lengths):
         garbage[p, n:] = 49
     assert perplexity(model, garbage, lengths) == pytest.approx(perplexity(model, tokens, lengths), rel=PPL_RTOL)
+
+
+def test_next_token_nll_is_minus_the_log_probability_of_the_next_token():
+    generator = torch.Generator().manual_seed(0)
+    # logits far from 0 as well: logsumexp must not overflow where exp would
+    logits = torch.randn(2, 5, 300, generator=generator) * torch.tensor([1.0, 80.0])[:, None, None]
+    tokens = torch.randint(0, 300, (2, 5), generator=generator)
+    by_hand = np.array(
+        [
+            [
+                -np.log(np.exp(row - row.max()) / np.exp(row - row.max()).sum())[tokens[b, t + 1]]
+                for t, row in enumerate(x)
+            ]
+            for b, x in enumerate(logits[:, :-1].double().numpy())
+        ]
+    )
+    nll = next_token_nll(logits, tokens)
+    assert nll.shape == (2, 4) and nll.dtype == torch.float32
+    # float32 logsumexp over 300 logits of size up to ~80 x 4
+    np.testing.assert_allclose(nll.numpy(), by_hand, rtol=0, atol=reduction_rtol(np.float32, 300) * 80 * 4)
 
 
 def test_too_short_prompt_is_rejected(model):

@@ -42,6 +42,18 @@ def _as_tensors(tokens: Any, lengths: Any) -> tuple[torch.Tensor, torch.Tensor]:
     return tokens_t, lengths_t
 
 
+def next_token_nll(logits: Any, tokens: Any) -> Any:
+    """float32 [batch, pos - 1]: the cross-entropy (nats) of position t's logits for token t + 1.
+
+    logsumexp minus the target's logit: the same number as -log_softmax at the target, without writing
+    a [batch, pos, d_vocab] tensor of log-probabilities.
+    """
+    import torch
+
+    logits = logits[:, :-1].float()
+    return torch.logsumexp(logits, dim=-1) - logits.gather(-1, tokens[:, 1:, None])[..., 0]
+
+
 def summed_token_loss(
     model: Any,
     tokens: Any,
@@ -70,10 +82,9 @@ def summed_token_loss(
                 logits = model.run_with_hooks(batch, fwd_hooks=list(fwd_hooks), return_type="logits")
             else:
                 logits = model(batch, return_type="logits")
-            log_probs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-            target_lp = log_probs.gather(-1, batch[:, 1:, None])[..., 0]  # [batch, pos-1]
+            nll = next_token_nll(logits, batch)  # [batch, pos-1]
             real = torch.arange(width - 1, device=device)[None, :] < (batch_len.to(device)[:, None] - 1)
-            total += float(-target_lp[real].sum())
+            total += float(nll[real].sum())
             count += int(real.sum())
     return total, count
 

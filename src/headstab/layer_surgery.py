@@ -60,6 +60,8 @@ def drop_swap_counts(model: Any, windows: np.ndarray, batch_size: int = 16) -> d
     """
     import torch
 
+    from headstab.evaluation import next_token_nll
+
     windows = np.asarray(windows)
     if windows.ndim != 2 or windows.shape[1] < 2:
         raise ValueError(f"windows must be [window, seq_len >= 2]; got shape {windows.shape}")
@@ -75,9 +77,8 @@ def drop_swap_counts(model: Any, windows: np.ndarray, batch_size: int = 16) -> d
     for index, (condition, layer) in enumerate(plan):
         runs_by_layer.setdefault(layer, []).append((index, block_order(condition, layer, n_layers)))
 
-    def scores(logits: Any, targets: Any, reference: Any | None) -> tuple[float, int, Any]:
-        log_probs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-        nll = -log_probs.gather(-1, targets[..., None]).sum()
+    def scores(logits: Any, tokens: Any, reference: Any | None) -> tuple[float, int, Any]:
+        nll = next_token_nll(logits, tokens).sum()
         top1 = logits[:, :-1].argmax(dim=-1)
         agreeing = 0 if reference is None else int((top1 == reference).sum())
         return float(nll), agreeing, top1
@@ -85,18 +86,17 @@ def drop_swap_counts(model: Any, windows: np.ndarray, batch_size: int = 16) -> d
     with torch.no_grad():
         for start in range(0, len(windows), batch_size):
             batch = torch.as_tensor(windows[start : start + batch_size], dtype=torch.long, device=device)
-            targets = batch[:, 1:]
             logits, cache = model.run_with_cache(batch, names_filter=lambda name: name in names)
-            nll, _, reference = scores(logits, targets, None)
+            nll, _, reference = scores(logits, batch, None)
             intact_loss += nll
-            n_predictions += targets.numel()
+            n_predictions += batch[:, 1:].numel()
             for layer, runs in runs_by_layer.items():
                 # drop l and swap l both start with block l + 1 on resid_pre l (the last layer's drop with none).
                 first = runs[0][1][:1]
                 shared = _run_blocks(model, cache[f"blocks.{layer}.hook_resid_pre"], first)
                 for index, order in runs:
                     logits = model.unembed(model.ln_final(_run_blocks(model, shared, order[len(first) :])))
-                    nll, agreeing, _ = scores(logits, targets, reference)
+                    nll, agreeing, _ = scores(logits, batch, reference)
                     loss[index] += nll
                     agree[index] += agreeing
     return {
