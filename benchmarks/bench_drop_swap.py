@@ -7,9 +7,9 @@ runs per refit) and `headstab.evaluation.summed_token_loss` (one intact pass) ov
 batch size, alternated, medians of the repeats; `drop_swap_vs_intact` is their ratio. In a child process,
 model construction outside the clock.
 
-`drop_swap_floor` is the ratio an exact computation cannot go below, counted in multiply-adds per token
-(`cost_floor`): the intact pass, the L(L - 1) block passes `drop_swap_counts` runs and one unembedding per
-condition. `drop_swap_vs_floor` is the measured ratio over it: how far the code is from that floor.
+`drop_swap_flop_ratio` is the same ratio in multiply-adds per token (`flop_ratio`): the intact pass, the
+L(L - 1) block passes `drop_swap_counts` runs and one unembedding per condition. `drop_swap_vs_flops` is the
+measured ratio over it: near 1 when the conditions run as fast per multiply-add as the intact pass.
 
     python benchmarks/bench_drop_swap.py [--quick]
 """
@@ -32,7 +32,7 @@ import common  # noqa: E402
 ARCHITECTURE = "l8_h8"
 
 
-def cost_floor(spec: Any, seq_len: int) -> float:
+def flop_ratio(spec: Any, seq_len: int) -> float:
     """(intact pass + every condition) / intact pass, in multiply-adds per token of a seq_len window."""
     n_layers = spec.n_layers
     # a block's weight matrices, then the scores and the weighted sum over (at most) seq_len keys
@@ -66,13 +66,13 @@ def job(n_tokens: int, batch_size: int, repeats: int, threads: int) -> dict[str,
         drop_swap_counts(model, windows, batch_size=batch_size)
         surgery.append(time.perf_counter() - start)
     ratio = statistics.median(surgery) / statistics.median(intact)
-    floor = cost_floor(spec, seq_len)
+    floor = flop_ratio(spec, seq_len)
     return {
         "drop_swap_seconds_per_refit": statistics.median(surgery),
         "intact_pass_seconds": statistics.median(intact),
         "drop_swap_vs_intact": ratio,
-        "drop_swap_floor": floor,
-        "drop_swap_vs_floor": ratio / floor,
+        "drop_swap_flop_ratio": floor,
+        "drop_swap_vs_flops": ratio / floor,
         "drop_swap_runs": surgery,
         "intact_runs": intact,
         "n_tokens": int(windows.size),

@@ -108,13 +108,13 @@ def test_train_benchmark_runs_both_loops(tmp_path):
     assert (tmp_path / "ours0" / "final.pt").is_file() and (tmp_path / "theirs0" / "model_0.pt").is_file()
 
 
-def test_drop_swap_floor_counts_the_intact_pass_the_block_passes_and_one_unembedding_per_condition():
+def test_drop_swap_flop_ratio_counts_the_intact_pass_the_block_passes_and_one_unembedding_per_condition():
     import bench_drop_swap
 
     # 2 layers: block = 10 weight + 2 x 5 keys x 1 = 20, unembedding 2 x 20 = 40, intact 2 x 20 + 40 = 80;
     # conditions: 2 x 1 block passes and 3 unembeddings, 40 + 120; (80 + 160) / 80 = 3
     spec = SimpleNamespace(n_layers=2, n_params=20, n_heads=1, d_head=1, d_model=2, d_vocab=20)
-    assert bench_drop_swap.cost_floor(spec, seq_len=5) == 3.0
+    assert bench_drop_swap.flop_ratio(spec, seq_len=5) == 3.0
 
 
 def test_targets_are_checked_by_direction():

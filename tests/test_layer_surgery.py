@@ -39,7 +39,7 @@ def test_the_conditions_cost_l_times_l_minus_1_block_passes_beside_the_intact_pa
     for block in model.blocks:
         block.register_forward_hook(lambda module, args, output: calls.append(module))
     drop_swap_counts(model, _windows(), batch_size=3)  # one batch
-    assert len(calls) == N_LAYERS + N_LAYERS * (N_LAYERS - 1)  # what benchmarks/bench_drop_swap.cost_floor counts
+    assert len(calls) == N_LAYERS + N_LAYERS * (N_LAYERS - 1)  # what benchmarks/bench_drop_swap.flop_ratio counts
 
 
 def test_a_swap_past_the_last_layer_is_refused():
