@@ -3,6 +3,7 @@ tests/reference.py; and the oracles against the paper's plain loop."""
 
 from __future__ import annotations
 
+import json
 import shlex
 
 import h5py
@@ -21,14 +22,17 @@ from reference import (
 from tolerances import EXTRA_ULPS, eps, reduction_atol, reduction_rtol
 
 from headstab.activations.packing import lower_triangle_offsets
-from headstab.activations.reader import open_cache
+from headstab.activations.reader import CacheReader, open_cache
 from headstab.similarity import (
+    SIMILARITY_FORMAT,
     SIMILARITY_FORMAT_VERSION,
     GramAccumulator,
     SimilarityChecksumError,
     SimilarityFileError,
+    finish_result_file,
     gram_to_pair_similarity,
     normalize_lower_features,
+    open_result_file,
     pair_similarity_from_caches,
     read_pair_similarity,
     write_pair_similarity,
@@ -170,8 +174,59 @@ def test_normalized_packed_features_equal_causal_pattern_features():
         )
     with pytest.raises(ValueError, match="offsets must rise from 0 to the number of entries"):
         normalize_lower_features(rows, np.array([0, 10, 16]), 3)
-    with pytest.raises(ValueError, match=r"n_prompts_total \(2\) must be >="):
+    with pytest.raises(ValueError, match=r"n_prompts_total \(2\) must be >= the number of prompts here \(3\)"):
         normalize_lower_features(rows, offsets, 2)
+
+
+def test_normalize_lower_features_names_bad_features_and_bad_offsets():
+    good = np.ones((6, 17), dtype=np.float32)
+    for bad, named in (
+        (good.astype(np.float64), r"float64 \(6, 17\)"),
+        (good.reshape(2, 3, 17), r"float32 \(2, 3, 17\)"),
+        (np.asfortranarray(good), r"float32 \(6, 17\)"),
+    ):
+        with pytest.raises(
+            ValueError, match=rf"^features must be a C-contiguous float32 \[row, entry\] array; got {named}$"
+        ):
+            normalize_lower_features(bad, np.array([0, 10, 11, 17]), 3)
+    rise = r"^offsets must rise from 0 to the number of entries \(17\); got "
+    for bad in ([1, 10, 11, 17], [[0, 10, 11, 17]], [0, 10, 11, 16], []):
+        with pytest.raises(ValueError, match=rise):
+            normalize_lower_features(good, np.array(bad, dtype=np.int64), 3)
+    # a falling offset, named by the first three and the last two
+    with pytest.raises(ValueError, match=rise + r"\[ 0 12 10\]\.\.\.\[11 17\]$"):
+        normalize_lower_features(good, np.array([0, 12, 10, 11, 17]), 4)
+
+
+def test_normalize_lower_features_takes_empty_prompts_whole_float_offsets_and_no_prompts():
+    rows = np.random.default_rng(16).uniform(size=(2, 17)).astype(np.float32)
+    expected = normalize_lower_features(rows.copy(), np.array([0, 10, 17]), 3)
+    # a prompt without entries adds nothing; offsets computed as n (n + 1) / 2 in floats index alike
+    np.testing.assert_array_equal(normalize_lower_features(rows.copy(), np.array([0, 10, 10, 17]), 3), expected)
+    np.testing.assert_array_equal(normalize_lower_features(rows.copy(), np.array([0.0, 10.0, 17.0]), 3), expected)
+    for a, b in ((0, 10), (10, 17)):
+        np.testing.assert_allclose(
+            np.linalg.norm(expected[:, a:b], axis=1), 1 / np.sqrt(3), rtol=reduction_rtol(np.float32, 10)
+        )
+    empty = np.zeros((2, 0), dtype=np.float32)
+    assert normalize_lower_features(empty, np.array([0]), 0) is empty
+
+
+def test_an_all_zero_segment_stays_zero_whatever_memory_numpy_hands_out():
+    rows = np.random.default_rng(17).uniform(size=(4, 6)).astype(np.float32)
+    rows[1], rows[3, :3] = 0, 0
+    # NaN-filled float64 buffers of the per-row size, freed into numpy's small-allocation cache, which reuses them
+    stale = [np.full(4, np.nan) for _ in range(8)]
+    del stale
+    out = normalize_lower_features(rows, np.array([0, 3, 6]), 2)
+    np.testing.assert_array_equal(out[1], 0)
+    np.testing.assert_array_equal(out[3, :3], 0)
+    np.testing.assert_allclose(
+        np.linalg.norm(out[[0, 2], :3], axis=1), 1 / np.sqrt(2), rtol=reduction_rtol(np.float32, 3)
+    )
+    np.testing.assert_allclose(
+        np.linalg.norm(out[[0, 2, 3], 3:], axis=1), 1 / np.sqrt(2), rtol=reduction_rtol(np.float32, 3)
+    )
 
 
 def test_causal_length_mask_by_hand():
@@ -242,6 +297,23 @@ def test_symmetric_gram_is_exactly_symmetric_across_blocks(monkeypatch):
     bound = np.abs(rows.astype(np.float64)) @ np.abs(rows.T.astype(np.float64))  # sum of |terms| per entry
     error = np.abs(accumulator.gram - rows.astype(np.float64) @ rows.T.astype(np.float64))
     assert np.all(error <= (50 + EXTRA_ULPS) * eps(np.float32) * bound)
+
+
+def test_gram_of_one_row_blocks_is_exact(monkeypatch):
+    import headstab.similarity as similarity
+
+    monkeypatch.setattr(similarity, "GRAM_BLOCK_ROWS", 1)  # 5 rows -> halves of 2 and 3 -> ... -> single rows
+    rows = np.random.default_rng(18).integers(-3, 4, size=(5, 7)).astype(np.float32)  # small integers: exact sums
+    accumulator = GramAccumulator(5)
+    accumulator.add(rows)
+    np.testing.assert_array_equal(accumulator.gram, rows.astype(np.float64) @ rows.T.astype(np.float64))
+
+
+def test_float16_chunks_are_multiplied_in_float32_without_overflow():
+    chunk = np.full((3, 300), 20, dtype=np.float16)  # the caches' dtype: each sum 300 * 400 = 120000 > float16's 65504
+    accumulator = GramAccumulator(3)
+    accumulator.add(chunk)
+    np.testing.assert_array_equal(accumulator.gram, np.full((3, 3), 120000.0))
 
 
 def test_features_written_into_a_given_array():
@@ -321,6 +393,7 @@ def test_engine_on_written_caches_equals_the_oracles(refit_caches, scope, prompt
     loop = loop_pair_similarity(patterns, lengths, same_layer=scope == "same_layer")
     # float32 dot products over every prompt's lower triangle (prompt x n_lower terms of the padded features)
     atol = reduction_atol(np.float32, features.shape[-2] * features.shape[-1])
+    assert streamed.dtype == np.float32  # the documented S, also for float64 Gram sums
     if scope == "same_layer":
         assert streamed.shape == (3, 3, 2, 3, 3)
         np.testing.assert_allclose(streamed, same_layer_pair_similarity(features), atol=atol, rtol=0)
@@ -347,8 +420,68 @@ def test_engine_rejects_bad_arguments(refit_caches):
         pair_similarity_from_caches(refit_caches, "primary", prompt_chunk=0, progress=False)
     with pytest.raises(ValueError, match="scope must be one of"):
         pair_similarity_from_caches(refit_caches, "primary", progress=False, scope="all")
-    with pytest.raises(KeyError, match="prompt set 'nope' is not in the caches"):
+    with pytest.raises(KeyError, match=r"prompt set 'nope' is not in the caches \(primary, short\)"):
         pair_similarity_from_caches(refit_caches, "nope", progress=False)
+
+
+def test_one_refit_is_its_block_of_the_joint_run_with_ones_on_its_own_heads(refit_caches):
+    joint = pair_similarity_from_caches(refit_caches, "short", progress=False)
+    alone = pair_similarity_from_caches(refit_caches[:1], "short", progress=False)
+    assert alone.shape == (1, 1, 2, 3, 2, 3)
+    atol = reduction_atol(np.float32, 3 * 10)  # float32 dot products over 3 prompts' lower triangles
+    np.testing.assert_allclose(alone, joint[:1, :1], atol=atol, rtol=0)
+    np.testing.assert_allclose(alone[0, 0].reshape(6, 6).diagonal(), 1, atol=atol, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def one_prompt_caches(tmp_path_factory):
+    """Two seeded refits' caches, written by the real writer, of one prompt set holding a single prompt."""
+    from bridges import tiny_bridge
+
+    from headstab.activations.writer import write_activation_cache
+
+    directory = tmp_path_factory.mktemp("one_prompt")
+    paths = []
+    for seed in (1, 2):
+        model = tiny_bridge(n_layers=2, n_heads=3, d_model=24, d_head=8, d_mlp=48, n_ctx=16, d_vocab=50, seed=seed)
+        paths.append(directory / f"seed{seed}.h5")
+        write_activation_cache(paths[-1], model, {"one": [[0, 4, 9, 2, 7]]}, pad_token_id=0, show_progress=False)
+    return paths
+
+
+@pytest.mark.parametrize("scope", ["cross_layer", "same_layer"])
+def test_engine_on_a_single_prompt_equals_the_plain_loop(one_prompt_caches, scope):
+    patterns, lengths = patterns_of(one_prompt_caches, "one")
+    streamed = pair_similarity_from_caches(one_prompt_caches, "one", progress=False, scope=scope)
+    loop = loop_pair_similarity(patterns, lengths)
+    atol = reduction_atol(np.float32, 15)  # one prompt of 5 tokens: 15 lower-triangle terms
+    if scope == "same_layer":
+        loop = np.stack([loop[:, :, layer, :, layer, :] for layer in range(2)], axis=2)
+    np.testing.assert_allclose(streamed, loop, atol=atol, rtol=0)
+
+
+def test_a_prompt_set_without_prompts_names_the_first_cache(refit_caches, monkeypatch):
+    # the writer refuses an empty prompt set, so the cache's offsets are replaced by those of no prompts
+    monkeypatch.setattr(CacheReader, "pattern_offsets", lambda self, promptset: np.zeros(1, dtype=np.int64))
+    with pytest.raises(ValueError) as error:
+        pair_similarity_from_caches(refit_caches, "short", progress=False)
+    assert str(error.value) == f"prompt set 'short' of {refit_caches[0]} has no prompts; there is nothing to compare"
+
+
+def test_engine_labels_its_progress_bar_and_shows_it_by_default(refit_caches, monkeypatch):
+    bars = []
+
+    def recording_bar(iterable, **options):  # stands in for tqdm: keeps the bar's options, yields the blocks
+        bars.append(options)
+        return iter(iterable)
+
+    monkeypatch.setattr("tqdm.auto.tqdm", recording_bar)
+    pair_similarity_from_caches(refit_caches, "short")
+    pair_similarity_from_caches(refit_caches, "short", progress=False, scope="same_layer")
+    assert bars == [
+        {"desc": "similarity short (cross_layer)", "unit": "block", "disable": False},
+        {"desc": "similarity short (same_layer)", "unit": "block", "disable": True},
+    ]
 
 
 # ---------------------------------------------------------------- pair-similarity files
@@ -398,3 +531,107 @@ def test_a_missing_similarity_file_names_the_quoted_build_command(tmp_path):
     with pytest.raises(SimilarityFileError) as error:
         read_pair_similarity(path)
     assert shlex.split(str(error.value).split("`")[1]) == ["snakemake", str(path)]
+
+
+def test_a_written_file_stores_float32_values_int64_seeds_its_dims_and_json_attrs(tmp_path):
+    path = tmp_path / "primary.h5"
+    similarity = np.random.default_rng(15).uniform(-1, 1, size=(2, 2, 1, 2, 1, 2))  # float64, as a caller may hold
+    # a cache's seed attribute is a numpy integer, which plain json cannot write
+    attrs = {"architecture": "tiny", "inputs": {"a.h5": {"seed": np.int64(4)}}}
+    write_pair_similarity(path, similarity, np.array([4, 9], dtype=np.int32), attrs=attrs)
+    with h5py.File(path, "r") as handle:
+        assert handle["pair_similarity"].dtype == np.float32
+        assert handle["pair_similarity"].attrs["dims"] == "seed_a,seed_b,layer_a,head_a,layer_b,head_b"
+        assert handle.attrs["seeds"].dtype == np.int64 and handle.attrs["seeds"].tolist() == [4, 9]
+        assert json.loads(handle.attrs["inputs"]) == {"a.h5": {"seed": "4"}}
+    read, seeds = read_pair_similarity(path)
+    assert read.dtype == np.float32 and seeds == [4, 9]
+    np.testing.assert_array_equal(read, similarity.astype(np.float32))
+    with pytest.raises(ValueError, match=r"for 2 seeds; got \(2, 2, 1, 2, 1\)$"):
+        write_pair_similarity(tmp_path / "five_axes.h5", similarity[..., 0], [4, 9])
+
+
+def rebuild(path, rule):
+    """The rebuild advice every result-file error ends with, for a path that needs no shell quoting."""
+    return f"rebuild it with `rm -f {path} && snakemake {path}` (or `snakemake {path} --forcerun {rule}`)"
+
+
+class DemoFileError(ValueError):
+    """The error a caller of open_result_file asks for."""
+
+
+def demo_file(path, file_format="demo-format", datasets=("values",), complete=True):
+    with h5py.File(path, "w") as handle:
+        for name in datasets:
+            handle.create_dataset(name, data=np.zeros(3))
+        handle.attrs["format"] = file_format
+        if complete is not None:
+            handle.attrs["complete"] = complete
+    return path
+
+
+def open_demo(path):
+    return open_result_file(path, "demo-format", ["values"], "demo", DemoFileError, "demo_rule")
+
+
+def test_open_result_file_names_the_file_the_problem_and_the_callers_rule(tmp_path):
+    with open_demo(demo_file(tmp_path / "good.h5")) as handle:
+        assert handle["values"].shape == (3,)
+    missing = tmp_path / "missing.h5"
+    with pytest.raises(DemoFileError) as error:
+        open_demo(missing)
+    assert str(error.value) == f"demo file {missing} does not exist; build it with `snakemake {missing}`"
+    garbage = tmp_path / "garbage.h5"
+    garbage.write_bytes(b"not an HDF5 file at all")
+    with pytest.raises(DemoFileError) as error:
+        open_demo(garbage)
+    assert str(error.value).startswith(f"demo file {garbage} is not a readable HDF5 file (")
+    assert str(error.value).endswith(f"); {rebuild(garbage, 'demo_rule')}")
+    for name, options in (
+        ("other_format", {"file_format": "other-format"}),
+        ("no_values", {"datasets": ("other",)}),  # the right format without the required dataset
+    ):
+        path = demo_file(tmp_path / f"{name}.h5", **options)
+        with pytest.raises(DemoFileError) as error:
+            open_demo(path)
+        assert str(error.value) == f"{path} is not a headstab demo file; {rebuild(path, 'demo_rule')}"
+    for name, complete in (("unlabelled", None), ("interrupted", False)):
+        path = demo_file(tmp_path / f"{name}.h5", complete=complete)
+        with pytest.raises(DemoFileError) as error:
+            open_demo(path)
+        assert str(error.value) == f"demo file {path} is incomplete (interrupted write); {rebuild(path, 'demo_rule')}"
+
+
+def test_read_pair_similarity_names_a_foreign_file_a_damaged_read_and_a_shape_that_misses_the_seeds(
+    tmp_path, monkeypatch
+):
+    foreign = demo_file(tmp_path / "foreign.h5")
+    with pytest.raises(SimilarityFileError) as error:
+        read_pair_similarity(foreign)
+    assert (
+        str(error.value) == f"{foreign} is not a headstab pair-similarity file; {rebuild(foreign, 'pair_similarity')}"
+    )
+    mismatched = tmp_path / "mismatched.h5"
+    with h5py.File(mismatched, "w") as handle:
+        handle.create_dataset("pair_similarity", data=np.ones((2, 2, 1, 1, 1, 1), dtype=np.float32))
+        finish_result_file(handle, SIMILARITY_FORMAT, SIMILARITY_FORMAT_VERSION, [1, 2, 3], None)
+    with pytest.raises(SimilarityFileError) as error:
+        read_pair_similarity(mismatched)
+    assert str(error.value) == (
+        f"pair-similarity file {mismatched}: shape (2, 2, 1, 1, 1, 1) does not match seeds [1, 2, 3]; "
+        f"{rebuild(mismatched, 'pair_similarity')}"
+    )
+    damaged = tmp_path / "damaged.h5"
+    written_similarity(damaged)
+
+    def failing_read(self, key):  # an I/O error of the disk, not HDF5's filter failure
+        raise OSError("Can't read data (short read)")
+
+    monkeypatch.setattr(h5py.Dataset, "__getitem__", failing_read)
+    with pytest.raises(SimilarityFileError) as error:
+        read_pair_similarity(damaged)
+    assert not isinstance(error.value, SimilarityChecksumError)
+    assert str(error.value) == (
+        f"pair-similarity file {damaged} is damaged (Can't read data (short read)); "
+        f"{rebuild(damaged, 'pair_similarity')}"
+    )
