@@ -45,8 +45,8 @@ def _as_tensors(tokens: Any, lengths: Any) -> tuple[torch.Tensor, torch.Tensor]:
 def next_token_nll(logits: Any, tokens: Any) -> Any:
     """float32 [batch, pos - 1]: the cross-entropy (nats) of position t's logits for token t + 1.
 
-    logsumexp minus the target's logit: the same number as -log_softmax at the target, without writing
-    a [batch, pos, d_vocab] tensor of log-probabilities.
+    logsumexp minus the target's logit: the same number as -log_softmax at the target, and faster than
+    log_softmax then gather (benchmarks/README.md, "Layer drop and swap").
     """
     import torch
 
