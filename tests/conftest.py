@@ -44,6 +44,19 @@ TINY_ARCHITECTURE: dict[str, Any] = {
 
 
 @pytest.fixture
+def tqdm_bars(monkeypatch) -> list[dict]:
+    """The options of every tqdm.auto.tqdm bar opened during the test (the bar itself just yields)."""
+    bars: list[dict] = []
+
+    def recording_bar(iterable, **options):
+        bars.append(options)
+        return iter(iterable)
+
+    monkeypatch.setattr("tqdm.auto.tqdm", recording_bar)
+    return bars
+
+
+@pytest.fixture
 def one_thread():
     """One torch thread: on a shared 2-core machine a second, spinning OpenMP thread makes small steps ~10x slower."""
     import torch

@@ -468,14 +468,8 @@ def test_a_prompt_set_without_prompts_names_the_first_cache(refit_caches, monkey
     assert str(error.value) == f"prompt set 'short' of {refit_caches[0]} has no prompts; there is nothing to compare"
 
 
-def test_engine_labels_its_progress_bar_and_shows_it_by_default(refit_caches, monkeypatch):
-    bars = []
-
-    def recording_bar(iterable, **options):  # stands in for tqdm: keeps the bar's options, yields the blocks
-        bars.append(options)
-        return iter(iterable)
-
-    monkeypatch.setattr("tqdm.auto.tqdm", recording_bar)
+def test_engine_labels_its_progress_bar_and_shows_it_by_default(refit_caches, tqdm_bars):
+    bars = tqdm_bars
     pair_similarity_from_caches(refit_caches, "short")
     pair_similarity_from_caches(refit_caches, "short", progress=False, scope="same_layer")
     assert bars == [

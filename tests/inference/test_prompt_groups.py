@@ -194,14 +194,8 @@ def test_grouped_similarity_is_float32_and_the_groups_and_partners_are_checked(c
         grouped_similarity_from_caches(caches, "nope", groups, partners, progress=False)
 
 
-def test_grouped_similarity_labels_its_progress_bar_and_shows_it_by_default(caches, monkeypatch):
-    bars = []
-
-    def recording_bar(iterable, **options):  # stands in for tqdm: keeps the bar's options, yields the layers
-        bars.append(options)
-        return iter(iterable)
-
-    monkeypatch.setattr("tqdm.auto.tqdm", recording_bar)
+def test_grouped_similarity_labels_its_progress_bar_and_shows_it_by_default(caches, tqdm_bars):
+    bars = tqdm_bars
     with open_cache(caches[0]) as cache:
         lengths = cache.lengths("short")
     groups, partners = prompt_groups(3, 1, seed=0), null_partners(lengths, seed=0)

@@ -32,6 +32,14 @@ def _caches(fake_cache, lengths=(5, 3, 4), seeds=(1, 2, 3)):
     return caches
 
 
+def _serve_caches(monkeypatch, caches):
+    """headstab.activations.reader.open_cache(str(seed)) hands out the fake cache of that seed."""
+    reader = types.ModuleType("headstab.activations.reader")
+    reader.open_cache = lambda path: caches[int(path)]
+    monkeypatch.setitem(sys.modules, "headstab.activations", types.ModuleType("headstab.activations"))
+    monkeypatch.setitem(sys.modules, "headstab.activations.reader", reader)
+
+
 def test_promptset_cka_is_pairwise_cka_of_the_same_kept_real_tokens(fake_cache):
     caches = _caches(fake_cache)
     table = promptset_cka(caches, "primary", **SETTINGS)
@@ -48,19 +56,18 @@ def test_promptset_cka_is_pairwise_cka_of_the_same_kept_real_tokens(fake_cache):
     assert ("hook_resid_pre", 1) in caches[1].reads  # one layer at a time, on the configured hook
 
 
-def test_refits_tokenized_differently_are_refused_naming_both_caches(fake_cache):
+def test_refits_tokenized_differently_are_refused_naming_both_caches_and_why(fake_cache):
     caches = _caches(fake_cache)
     caches[3] = _caches(fake_cache, lengths=(5, 3, 3), seeds=(3,))[3]
-    with pytest.raises(ValueError, match="caches seed1.h5 and seed3.h5 tokenize prompt set 'primary' differently"):
+    with pytest.raises(ValueError) as error:
         promptset_cka(caches, "primary", **SETTINGS)
+    assert "caches seed1.h5 and seed3.h5 tokenize prompt set 'primary' differently" in str(error.value)
+    assert str(error.value).endswith("differently; CKA needs the same tokens in every refit (rebuild the stale cache)")
 
 
 def test_residual_cka_table_opens_every_cache_and_stacks_prompt_sets(monkeypatch, fake_cache):
     caches = _caches(fake_cache)
-    reader = types.ModuleType("headstab.activations.reader")
-    reader.open_cache = lambda path: caches[int(path)]
-    monkeypatch.setitem(sys.modules, "headstab.activations", types.ModuleType("headstab.activations"))
-    monkeypatch.setitem(sys.modules, "headstab.activations.reader", reader)
+    _serve_caches(monkeypatch, caches)
     table = residual_cka_table({seed: str(seed) for seed in caches}, ["primary"], **SETTINGS)
     np.testing.assert_array_equal(table["cka"], promptset_cka(caches, "primary", **SETTINGS)["cka"])
 
@@ -84,21 +91,9 @@ def test_promptset_cka_passes_the_kernel_settings_and_numbers_its_rows(fake_cach
         np.testing.assert_array_equal(table[table["layer"] == layer]["cka"].to_numpy(), expected["cka"].to_numpy())
 
 
-def test_refits_tokenized_differently_are_refused_saying_why(fake_cache):
-    caches = _caches(fake_cache)
-    caches[3] = _caches(fake_cache, lengths=(5, 3, 3), seeds=(3,))[3]
-    with pytest.raises(
-        ValueError, match=r"differently; CKA needs the same tokens in every refit \(rebuild the stale cache\)$"
-    ):
-        promptset_cka(caches, "primary", **SETTINGS)
-
-
 def test_residual_cka_table_numbers_the_stacked_rows(monkeypatch, fake_cache):
     caches = _caches(fake_cache)
-    reader = types.ModuleType("headstab.activations.reader")
-    reader.open_cache = lambda path: caches[int(path)]
-    monkeypatch.setitem(sys.modules, "headstab.activations", types.ModuleType("headstab.activations"))
-    monkeypatch.setitem(sys.modules, "headstab.activations.reader", reader)
+    _serve_caches(monkeypatch, caches)
     table = residual_cka_table({seed: str(seed) for seed in caches}, ["primary", "primary"], **SETTINGS)
     assert table.index.tolist() == list(range(12))
 
