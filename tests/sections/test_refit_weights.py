@@ -21,6 +21,7 @@ def test_row_refits_of_another_shape_are_refused_naming_it():
             row_weights(counts, rows)
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # an empty resample is NaN, not a warning in the rule's log
 def test_weighted_mean_of_one_weighted_row_and_of_none():
     values = np.array([2.0, 5.0, 7.0])
     means = weighted_mean(values, np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.25, 0.25, 0.5]]))
@@ -28,6 +29,7 @@ def test_weighted_mean_of_one_weighted_row_and_of_none():
     assert means[2] == pytest.approx(5.25, abs=reduction_atol(np.float64, 3, magnitude=7.0))
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 def test_weighted_pearson_with_fractional_zero_and_no_weights():
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=6), rng.normal(size=6)
@@ -111,3 +113,23 @@ def test_weighted_pearson_of_large_float16_values_is_not_lost_to_float16_overflo
     y = np.array([50.0, 400.0, 100.0, 300.0], dtype=np.float16)
     expected = np.corrcoef(x.astype(np.float64), y.astype(np.float64))[0, 1]
     assert weighted_pearson(x, y, np.ones((1, 4)))[0] == pytest.approx(expected, abs=reduction_atol(np.float64, 4))
+
+
+def test_a_constant_float16_variable_has_no_correlation_under_any_refit_weights():
+    # Weighted means of a constant are off by rounding for some weight rows (the value times a sum of
+    # w_i that is not exactly 1): dx is then ~1e-16, and only the variance floor, computed in float64,
+    # keeps r from being the correlation of that noise with y.
+    x = np.full(7, 7.0, dtype=np.float16)
+    y = np.arange(7, dtype=np.float16)
+    counts = np.random.default_rng(0).integers(0, 5, size=(200, 7))
+    noisy = np.abs((counts / counts.sum(axis=1, keepdims=True)) @ x.astype(np.float64) - 7.0) > 0
+    assert noisy.sum() >= 10  # the case this test is about does occur among these rows
+    assert np.isnan(weighted_pearson(x, y, counts)).all()
+
+
+def test_row_weights_are_float64_counts_and_pair_products():
+    counts = np.array([[2, 0, 1], [1, 1, 1]])
+    singles, pairs = row_weights(counts, np.array([2, 0, 0])), row_weights(counts, np.array([[0, 2], [1, 2]]))
+    assert singles.tolist() == [[1, 2, 2], [1, 1, 1]] and pairs.tolist() == [[2, 0], [1, 1]]
+    # float64, as documented: integer weights would take numpy's non-BLAS matmul, which rounds differently
+    assert singles.dtype == pairs.dtype == np.float64

@@ -45,9 +45,9 @@ class Resamples:
 
     def pair_weights(self) -> np.ndarray:
         """float64 [boot, seed_a, seed_b]: k_a k_b off the diagonal, normalised to sum to one per resample."""
-        k = self.refit_counts.astype(np.float64)
+        k = self.refit_counts
         weights = k[:, :, None] * k[:, None, :]
-        weights[:, np.arange(k.shape[1]), np.arange(k.shape[1])] = 0.0
+        weights[:, np.arange(k.shape[1]), np.arange(k.shape[1])] = 0
         return weights / weights.sum(axis=(1, 2), keepdims=True)
 
 
@@ -66,20 +66,20 @@ def draw_resamples(n_boot: int, n_seeds: int, n_groups: int, seed: int) -> Resam
     if n_boot < 1 or n_groups < 1:
         raise ValueError(f"n_boot and n_groups must be >= 1; got {n_boot}, {n_groups}")
     rng = np.random.default_rng(seed)
-    prompt_counts = _counts(rng.integers(0, n_groups, size=(n_boot, n_groups)), n_groups)
-    others = rng.integers(0, n_seeds - 1, size=(n_boot, n_seeds, n_seeds - 1))
+    prompt_counts = _counts(rng.integers(n_groups, size=(n_boot, n_groups)), n_groups)
+    others = rng.integers(n_seeds - 1, size=(n_boot, n_seeds, n_seeds - 1))
     others += others >= np.arange(n_seeds)[None, :, None]  # index k of the others of anchor a: k, or k + 1 from a on
     pair_counts = _counts(others, n_seeds)
-    refits = rng.integers(0, n_seeds, size=(n_boot, n_seeds))
+    refits = rng.integers(n_seeds, size=(n_boot, n_seeds))
     while (bad := np.flatnonzero(np.ptp(refits, axis=1) == 0)).size:
-        refits[bad] = rng.integers(0, n_seeds, size=(bad.size, n_seeds))
+        refits[bad] = rng.integers(n_seeds, size=(bad.size, n_seeds))
     return Resamples(prompt_counts, pair_counts, _counts(refits, n_seeds))
 
 
 def prompt_weights(prompt_counts: np.ndarray, group_sizes: np.ndarray) -> np.ndarray:
     """float64 [boot, group]: each resample's weight on each group's mean, c_g n_g / sum_g c_g n_g, so the
     weighted sum is the mean over the resample's prompts."""
-    weights = prompt_counts * np.asarray(group_sizes, dtype=np.float64)[None, :]
+    weights = prompt_counts * np.asarray(group_sizes)[None, :]
     return weights / weights.sum(axis=1, keepdims=True)
 
 
@@ -104,9 +104,8 @@ def replicate_best_matches(
         yield slice(start, stop), mixed.amax(dim=-1).numpy()
 
 
-def _head_means(best: np.ndarray, pair_counts: np.ndarray) -> np.ndarray:
+def _head_means(best: np.ndarray, pair_counts: np.ndarray, n_seeds: int) -> np.ndarray:
     """[boot, a, b, layer, head] best matches, [boot, a, b] pair counts -> [boot, a, layer, head] (Eq. 4)."""
-    n_seeds = pair_counts.shape[-1]
     return np.einsum("rab,rabli->rali", pair_counts.astype(np.float32), best, optimize=True) / (n_seeds - 1)
 
 
@@ -132,21 +131,20 @@ def stability_replicates(
     "layer_estimate" [layer], "pair_best" [seed_a, seed_b, layer, head] (the full-data best matches).
     """
     pair_weights = resamples.pair_weights()
+    n_seeds = resamples.refit_counts.shape[1]
     if best is not None:
         best = np.asarray(best, dtype=np.float64)
-        n_seeds = best.shape[0]
-        head = np.einsum("rab,abli->rali", resamples.pair_counts.astype(np.float64), best) / (n_seeds - 1)
+        head = np.einsum("rab,abli->rali", resamples.pair_counts, best) / (n_seeds - 1)
         layer = np.einsum("rab,abl->rl", pair_weights, best.mean(axis=-1))
         pair_best = best
     else:
         if grouped is None or group_sizes is None:
             raise ValueError("give either grouped and group_sizes, or best")
-        n_seeds = grouped.shape[1]
-        head = np.empty((resamples.n_boot, n_seeds, *grouped.shape[3:5]), dtype=np.float64)
-        layer = np.empty((resamples.n_boot, grouped.shape[3]), dtype=np.float64)
+        head = np.empty((resamples.n_boot, n_seeds, *grouped.shape[3:5]))
+        layer = np.empty((resamples.n_boot, grouped.shape[3]))
         batches = replicate_best_matches(grouped, group_sizes, resamples.prompt_counts, batch_size)
         for part, batch_best in batches:
-            head[part] = _head_means(batch_best, resamples.pair_counts[part])
+            head[part] = _head_means(batch_best, resamples.pair_counts[part], n_seeds)
             layer[part] = _pooled_layers(batch_best, pair_weights[part])
         pair_best = best_match(group_mean(grouped, group_sizes))
     off_diagonal = 1.0 - np.eye(n_seeds)

@@ -18,12 +18,12 @@ __all__ = ["row_weights", "weighted_mean", "weighted_pearson", "refit_interval"]
 
 
 def row_weights(refit_counts: np.ndarray, row_refits: np.ndarray) -> np.ndarray:
-    """float64 [boot, row]: each row's weight in each resample.
+    """float64 [boot, row]: each row's weight in each resample, a refit's count or the product of two.
 
     refit_counts: int [boot, refit] (`Resamples.refit_counts`); row_refits: int [row] (a row of one refit)
     or [row, 2] (a row of an ordered pair of refits: k_a k_b) of indices into the refit axis.
     """
-    k = np.asarray(refit_counts, dtype=np.float64)
+    k = np.asarray(refit_counts, dtype=np.float64)  # float64 weights: the weighted sums are BLAS products
     row_refits = np.asarray(row_refits)
     if row_refits.ndim == 1:
         return k[:, row_refits]
@@ -33,23 +33,26 @@ def row_weights(refit_counts: np.ndarray, row_refits: np.ndarray) -> np.ndarray:
 
 
 def weighted_mean(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """[boot]: sum_i w_i v_i / sum_i w_i per resample (NaN where every weight is zero)."""
-    values = np.asarray(values, dtype=np.float64)
-    total = weights.sum(axis=-1)
-    return np.divide(weights @ values, total, out=np.full(total.shape, np.nan), where=total > 0)
+    """[boot]: sum_i w_i v_i / sum_i w_i per resample (NaN where every weight is zero).
+
+    weights: float64 [boot, row], never negative, so a zero total has a zero sum: 0 / 0 is NaN.
+    """
+    with np.errstate(invalid="ignore"):
+        return (weights @ values) / weights.sum(axis=1)
 
 
 def weighted_pearson(x: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """[boot]: Pearson's r of (x_i, y_i) with row weights [boot, row]; NaN where a variable is constant."""
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    total = weights.sum(axis=-1, keepdims=True)
-    w = np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
-    dx = x[None, :] - (w @ x)[:, None]
-    dy = y[None, :] - (w @ y)[:, None]
-    covariance = (w * dx * dy).sum(axis=-1)
-    scale = np.sqrt((w * dx**2).sum(axis=-1) * (w * dy**2).sum(axis=-1))
+    # One cast for both: a float16 x or y would overflow the floor's product below.
+    x, y = np.asarray([x, y], dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        w = weights / weights.sum(axis=1, keepdims=True)  # all-zero weights: NaN rows, so r is NaN
+        dx = x[None, :] - (w @ x)[:, None]
+        dy = y[None, :] - (w @ y)[:, None]
+        covariance = (w * dx * dy).sum(axis=1)
+        scale = np.sqrt((w * dx**2).sum(axis=1) * (w * dy**2).sum(axis=1))
     # A resample whose variance is rounding noise has no correlation: relative to the values' size.
-    floor = 1e-12 * (np.abs(x).max(initial=0.0) * np.abs(y).max(initial=0.0) + 1e-300)
+    floor = 1e-12 * np.abs(x).max(initial=0.0) * np.abs(y).max(initial=0.0)
     return np.divide(covariance, scale, out=np.full(scale.shape, np.nan), where=scale > floor)
 
 
@@ -82,13 +85,13 @@ def refit_interval(
         return weighted_mean(x, weights) if statistic == "mean" else weighted_pearson(x, y_arr, weights)
 
     if x.size == 0:
-        return float("nan"), float("nan"), float("nan")
-    estimate = float(compute(np.ones((1, x.size)))[0])
+        return np.nan, np.nan, np.nan
+    estimate = compute(np.ones_like(x)[None, :]).item()
     if x.size < 3 or n_refits < 2:
-        return estimate, float("nan"), float("nan")
+        return estimate, np.nan, np.nan
     counts = draw_resamples(n_boot, n_refits, 1, seed).refit_counts
     replicates = compute(row_weights(counts, row_refits))
     if not np.isfinite(replicates).any():
-        return estimate, float("nan"), float("nan")
+        return estimate, np.nan, np.nan
     low, high = percentile_interval(replicates, confidence)
     return estimate, float(low), float(high)
