@@ -108,7 +108,7 @@ def test_unknown_statistics_and_a_pearson_without_y_are_refused():
 
 
 def test_weighted_pearson_of_large_float16_values_is_not_lost_to_float16_overflow():
-    # Both in float16 (the caches' dtype), up to 400: the variance floor's 400 x 400 would overflow float16.
+    # Both in float16 (the caches' dtype), up to 400 (400 x 400 would overflow float16): r as in float64.
     x = np.array([100.0, 200.0, 300.0, 400.0], dtype=np.float16)
     y = np.array([50.0, 400.0, 100.0, 300.0], dtype=np.float16)
     expected = np.corrcoef(x.astype(np.float64), y.astype(np.float64))[0, 1]

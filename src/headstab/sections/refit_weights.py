@@ -43,7 +43,7 @@ def weighted_mean(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 def weighted_pearson(x: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """[boot]: Pearson's r of (x_i, y_i) with row weights [boot, row]; NaN where a variable is constant."""
-    # One cast for both: a float16 x or y would overflow the floor's product below.
+    # One float64 cast for both: in float16 the floor below rounds to 0, and noise would get a correlation.
     x, y = np.asarray([x, y], dtype=np.float64)
     with np.errstate(invalid="ignore"):
         w = weights / weights.sum(axis=1, keepdims=True)  # all-zero weights: NaN rows, so r is NaN
