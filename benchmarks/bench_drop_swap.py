@@ -66,13 +66,13 @@ def job(n_tokens: int, batch_size: int, repeats: int, threads: int) -> dict[str,
         drop_swap_counts(model, windows, batch_size=batch_size)
         surgery.append(time.perf_counter() - start)
     ratio = statistics.median(surgery) / statistics.median(intact)
-    floor = flop_ratio(spec, seq_len)
+    arithmetic = flop_ratio(spec, seq_len)
     return {
         "drop_swap_seconds_per_refit": statistics.median(surgery),
         "intact_pass_seconds": statistics.median(intact),
         "drop_swap_vs_intact": ratio,
-        "drop_swap_flop_ratio": floor,
-        "drop_swap_vs_flops": ratio / floor,
+        "drop_swap_flop_ratio": arithmetic,
+        "drop_swap_vs_flops": ratio / arithmetic,
         "drop_swap_runs": surgery,
         "intact_runs": intact,
         "n_tokens": int(windows.size),

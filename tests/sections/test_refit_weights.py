@@ -107,7 +107,7 @@ def test_unknown_statistics_and_a_pearson_without_y_are_refused():
         refit_interval("pearson", np.ones(3), None, np.arange(3), 3, 10, 0, 0.9)
 
 
-def test_weighted_pearson_of_large_float16_values_is_not_lost_to_float16_overflow():
+def test_weighted_pearson_of_large_float16_values_is_their_float64_correlation():
     # Both in float16 (the caches' dtype), up to 400 (400 x 400 would overflow float16): r as in float64.
     x = np.array([100.0, 200.0, 300.0, 400.0], dtype=np.float16)
     y = np.array([50.0, 400.0, 100.0, 300.0], dtype=np.float16)
