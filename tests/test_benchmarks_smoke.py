@@ -156,3 +156,16 @@ def test_handwritten_comparison_extracts_the_baseline_sources(tmp_path):
         pytest.skip("the baseline commit is not in this checkout's history")
     caches = (source / "headstab" / "caches.py").read_text()
     assert "write_direct_chunk" in caches and "preadv" in caches  # the hand-written machinery it measures
+
+
+def test_training_model_benchmark_counts_ops_and_times_every_variant():
+    bench = pytest.importorskip("bench_training_model")
+    ops = bench.bench_ops(n_layers=1, batch_size=2, seq_len=16)
+    counts = ops["training_model_ops_per_step"]
+    assert counts["plain_k4"] == counts["plain"] < counts["bridge"]  # stacking seeds adds no operator
+    assert ops["plain_vs_bridge_ops_per_step"] == counts["plain"] / counts["bridge"]
+    assert ops["training_model_ops_by_name"]["plain"]["baddbmm"] > 0
+    times = bench.bench_step_times("l2_h8_attn", steps=1, repeats=1, batch_size=2, seq_len=16)
+    assert set(times["seconds_per_step"]) == {"bridge", "plain", "plain_sdpa", "plain_k4_per_seed",
+                                              "plain_k4_sdpa_per_seed"}  # fmt: skip
+    assert all(seconds > 0 for seconds in times["seconds_per_step"].values())
