@@ -48,6 +48,16 @@ def path_terms(spec: ArchitectureSpec, pos: int) -> int:
     return spec.n_layers * (attention + mlp) + 2 * spec.d_model
 
 
+def loss_terms(spec: ArchitectureSpec, batch: int, pos: int) -> int:
+    """The path to a logit, the log-sum-exp over d_vocab, and the mean over batch * (pos - 1) positions."""
+    return path_terms(spec, pos) + spec.d_vocab + batch * (pos - 1)
+
+
+def gradient_terms(spec: ArchitectureSpec, batch: int, pos: int) -> int:
+    """The loss, back along the path, and each weight's gradient summed over the batch * pos rows."""
+    return loss_terms(spec, batch, pos) + path_terms(spec, pos) + batch * pos
+
+
 def perturbed_state(spec: ArchitectureSpec, seed: int) -> dict[str, torch.Tensor]:
     """The initial weights plus N(0, 0.05^2) on every trained tensor, so that biases and norm weights matter too."""
     generator = torch.Generator().manual_seed(seed)
@@ -184,17 +194,14 @@ def test_logits_loss_and_gradients_match_the_bridges(tiny_spec, option):
     torch.testing.assert_close(
         logits[0], expected_logits.detach(), rtol=0, atol=reduction_atol(np.float32, terms, scale)
     )
-    # The loss averages batch * (pos - 1) log-probabilities, each a log-sum-exp over d_vocab logits.
-    loss_terms = terms + spec.d_vocab + batch * (pos - 1)
     torch.testing.assert_close(
-        loss[0], expected_loss.detach(), rtol=0, atol=reduction_atol(np.float32, loss_terms, scale)
+        loss[0], expected_loss.detach(), rtol=0, atol=reduction_atol(np.float32, loss_terms(spec, batch, pos), scale)
     )
     gradients = stack_gradients(stack, 0)
     expected = {name: t.grad for name, t in bridge.state_dict(keep_vars=True).items() if t.requires_grad}
     assert gradients.keys() == expected.keys()
     largest = max(g.abs().max().item() for g in expected.values())
-    # Back along the same path, and each weight's gradient sums over the batch * pos rows.
-    atol = reduction_atol(np.float32, loss_terms + terms + batch * pos, largest)
+    atol = reduction_atol(np.float32, gradient_terms(spec, batch, pos), largest)
     for name, gradient in expected.items():
         torch.testing.assert_close(gradients[name], gradient, rtol=0, atol=atol, msg=name)
 
@@ -263,7 +270,7 @@ def test_sdpa_matches_materialised_attention(tiny_spec):
     scale = expected[0].abs().max().item()
     torch.testing.assert_close(found[0], expected[0], rtol=0, atol=reduction_atol(np.float32, terms, scale))
     largest = max(g.abs().max().item() for g in expected[2])
-    atol = reduction_atol(np.float32, 2 * terms + spec.d_vocab + 3 * 2 * spec.n_ctx, largest)
+    atol = reduction_atol(np.float32, gradient_terms(spec, 2, spec.n_ctx), largest)
     for gradient, reference in zip(found[2], expected[2], strict=True):
         torch.testing.assert_close(gradient, reference, rtol=0, atol=atol)
 
