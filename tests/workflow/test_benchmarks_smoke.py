@@ -144,3 +144,16 @@ def test_checksum_overhead_benchmarks_run_both_variants(tmp_path):
         h5py.File(tmp_path / "similarity" / "caches_checksum_False" / "seed1.h5") as unchecked,
     ):
         assert checked["primary/hook_pattern"].fletcher32 and not unchecked["primary/hook_pattern"].fletcher32
+
+
+def test_training_model_benchmark_counts_ops_and_times_every_variant():
+    bench = pytest.importorskip("bench_training_model")
+    ops = bench.bench_ops(n_layers=1, batch_size=2, seq_len=16)
+    counts = ops["training_model_ops_per_step"]
+    assert counts["plain_k4"] == counts["plain"] < counts["bridge"]  # stacking seeds adds no operator
+    assert ops["plain_vs_bridge_ops_per_step"] == counts["plain"] / counts["bridge"]
+    assert ops["training_model_ops_by_name"]["plain"]["baddbmm"] > 0
+    times = bench.bench_step_times("l2_h8_attn", steps=1, repeats=1, batch_size=2, seq_len=16)
+    variants = {"bridge", "plain", "plain_sdpa", "plain_k4_per_seed", "plain_k4_sdpa_per_seed"}
+    assert set(times["seconds_per_step"]) == variants
+    assert all(seconds > 0 for seconds in times["seconds_per_step"].values())
