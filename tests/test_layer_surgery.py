@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.bridges import tiny_bridge
-from helpers.tolerances import reduction_rtol
+from helpers.tolerances import reduction_atol, reduction_rtol
 
 from headstab.layer_surgery import block_order, conditions, drop_swap_counts
 
@@ -14,6 +14,12 @@ N_LAYERS = 3
 # Summed loss over 3 x 15 predictions: float32 sums along the forward pass (3 layers of d_model 32 and d_mlp
 # 64, then 50 logits) and over the predictions, times the loss's size (ln 50 per prediction).
 LOSS_RTOL = reduction_rtol(np.float32, N_LAYERS * (32 + 64) + 50 + 45) * math.log(50)
+# One logit after a float32 forward pass of 3 layers of d_model 32 and d_mlp 64, relative to its size.
+FORWARD_RTOL = reduction_rtol(np.float32, N_LAYERS * (32 + 64))
+# KL summed over 45 predictions: each is sum p log p - (sum p z - logsumexp z), three float32 sums over 50 logits z
+# of size up to LOGIT_SIZE (the tiny model's logits stay below 10), so about 3 x 50 roundings of that size each.
+LOGIT_SIZE = 10.0
+KL_ATOL = 45 * reduction_atol(np.float32, 3 * 50, LOGIT_SIZE)
 
 
 def _model(attn_only=False):
@@ -58,9 +64,11 @@ def test_dropping_a_layer_of_zero_weights_changes_nothing(attn_only):
     index = counts["conditions"].index(("drop", 1))
     assert counts["agree"][index] == counts["n_predictions"] == 3 * 15
     assert counts["loss"][index] == pytest.approx(counts["intact_loss"], rel=LOSS_RTOL)
+    assert abs(counts["kl"][index]) <= KL_ATOL
     # a live layer does change the predictions
     live = counts["loss"][counts["conditions"].index(("drop", 0))]
     assert abs(live - counts["intact_loss"]) > 10 * LOSS_RTOL * counts["intact_loss"]
+    assert counts["kl"][counts["conditions"].index(("drop", 0))] > 100 * KL_ATOL
 
 
 def test_swapping_two_identical_layers_changes_nothing():
@@ -74,6 +82,7 @@ def test_swapping_two_identical_layers_changes_nothing():
     index = counts["conditions"].index(("swap", 1))
     assert counts["agree"][index] == counts["n_predictions"]
     assert counts["loss"][index] == pytest.approx(counts["intact_loss"], rel=LOSS_RTOL)
+    assert abs(counts["kl"][index]) <= KL_ATOL
     assert counts["agree"][counts["conditions"].index(("swap", 0))] < counts["n_predictions"]
 
 
@@ -103,3 +112,40 @@ def test_a_drop_from_the_cached_residual_equals_a_drop_by_hooks_in_a_full_pass()
 def test_windows_must_have_two_tokens():
     with pytest.raises(ValueError, match="seq_len >= 2"):
         drop_swap_counts(_model(), np.zeros((2, 1), dtype=int))
+
+
+def _kl_by_hand(intact_logits, logits):
+    """sum over predictions of KL(intact || condition), in float64 from float32 logits [batch, pos, vocab]."""
+    p = torch.log_softmax(intact_logits[:, :-1].double(), dim=-1)
+    q = torch.log_softmax(logits[:, :-1].double(), dim=-1)
+    return float((p.exp() * (p - q)).sum())
+
+
+def test_the_kl_divergence_is_intact_to_condition_as_a_full_pass_by_hooks_gives_it():
+    """KL(intact || drop l), summed over predictions, equals the float64 KL of the logits of a whole forward pass
+    with block l skipped by hooks; the other direction, KL(condition || intact), does not."""
+    model, windows = _model(), _windows()
+    counts = drop_swap_counts(model, windows, batch_size=2)
+    tokens = torch.as_tensor(windows)
+    with torch.no_grad():
+        intact = model(tokens, return_type="logits")
+    for layer in range(N_LAYERS):
+        stash = {}
+
+        def keep(resid, hook):
+            stash["pre"] = resid
+
+        def skip(resid, hook):
+            return stash["pre"]
+
+        hooks = [(f"blocks.{layer}.hook_resid_pre", keep), (f"blocks.{layer}.hook_resid_post", skip)]
+        with torch.no_grad():
+            logits = model.run_with_hooks(tokens, fwd_hooks=hooks, return_type="logits")
+        expected = _kl_by_hand(intact, logits)
+        # a float32 forward pass per side: logits err by FORWARD_RTOL of their size, and KL moves by at most
+        # 2 x that per prediction (its gradient in a logit is q - p)
+        assert float(intact.abs().max()) < LOGIT_SIZE
+        logit_error = FORWARD_RTOL * LOGIT_SIZE
+        assert counts["kl"][layer] == pytest.approx(expected, abs=KL_ATOL + 2 * 45 * logit_error)
+        reverse = _kl_by_hand(logits, intact)
+        assert abs(reverse - expected) > 3 * (KL_ATOL + 2 * 45 * logit_error)

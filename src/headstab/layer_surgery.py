@@ -8,7 +8,9 @@ layer l runs the bridge's own blocks, in the condition's order, from `blocks.{l}
 block (l + 1 on resid_pre l): the 2L - 1 conditions cost L(L - 1) block passes plus 2L - 1 unembeddings.
 
 Measured per condition over the held-out windows: the summed next-token loss (ΔPPL against the intact
-model) and how many predictions keep the intact model's top-1 token.
+model), how many predictions keep the intact model's top-1 token, and the summed KL divergence
+KL(intact || condition) of each prediction's next-token distribution, the primary measure of Lad et al.
+(2024, "The remarkable robustness of LLMs: stages of inference?"), all from the same logits.
 torch and transformer_lens are imported lazily.
 """
 
@@ -50,17 +52,15 @@ def _run_blocks(model: Any, resid: Any, order: Sequence[int]) -> Any:
 
 
 def drop_swap_counts(model: Any, windows: np.ndarray, batch_size: int = 16) -> dict[str, Any]:
-    """Intact and per-condition next-token loss sums and top-1 agreements over held-out windows.
+    """Intact and per-condition next-token loss sums, top-1 agreements and KL divergences over held-out windows.
 
     windows: int [window, seq_len] token ids, every position real (`headstab.evaluation.heldout_windows`);
     position t predicts token t + 1, so each window gives seq_len - 1 predictions.
     Returns {"n_predictions": int, "intact_loss": float (nats, summed), "conditions": [(condition, layer)],
     "loss": float64 [condition] (summed nats), "agree": int64 [condition] (predictions whose argmax equals the
-    intact model's)}.
+    intact model's), "kl": float64 [condition] (summed nats of KL(intact || condition) over the predictions)}.
     """
     import torch
-
-    from headstab.evaluation import next_token_nll
 
     windows = np.asarray(windows)
     if windows.ndim != 2 or windows.shape[1] < 2:
@@ -70,6 +70,7 @@ def drop_swap_counts(model: Any, windows: np.ndarray, batch_size: int = 16) -> d
     plan = conditions(n_layers)
     device = next(model.parameters()).device
     loss = np.zeros(len(plan))
+    kl = np.zeros(len(plan))
     agree = np.zeros(len(plan), dtype=np.int64)
     intact_loss, n_predictions = 0.0, 0
     names = {f"blocks.{layer}.hook_resid_pre" for layer in range(n_layers)}
@@ -77,17 +78,30 @@ def drop_swap_counts(model: Any, windows: np.ndarray, batch_size: int = 16) -> d
     for index, (condition, layer) in enumerate(plan):
         runs_by_layer.setdefault(layer, []).append((index, block_order(condition, layer, n_layers)))
 
-    def scores(logits: Any, tokens: Any, reference: Any | None) -> tuple[float, int, Any]:
-        nll = next_token_nll(logits, tokens).sum()
-        top1 = logits[:, :-1].argmax(dim=-1)
-        agreeing = 0 if reference is None else int((top1 == reference).sum())
-        return float(nll), agreeing, top1
+    def scores(logits: Any, tokens: Any, reference: Any | None) -> tuple[float, int, Any, float]:
+        """(summed loss, predictions agreeing with the intact top-1, the intact reference, summed KL(intact || this)).
+
+        KL(p || q) = sum_v p log p - (sum_v p z - logsumexp z) for the condition's logits z: one dot product per
+        prediction beside the loss's logsumexp, where a log-softmax and an elementwise KL would cost three passes
+        over the [batch, pos, vocab] logits (benchmarks/README.md, "Layer drop and swap")."""
+        logits = logits[:, :-1].float()
+        lse = torch.logsumexp(logits, dim=-1)  # [batch, pos - 1]
+        nll = float((lse - logits.gather(-1, tokens[:, 1:, None])[..., 0]).sum())
+        top1 = logits.argmax(dim=-1)
+        if reference is None:
+            probs = torch.softmax(logits, dim=-1)
+            negative_entropy = torch.einsum("btv,btv->bt", probs, logits) - lse  # sum_v p log p
+            return nll, 0, (top1, probs, negative_entropy), 0.0
+        intact_top1, probs, negative_entropy = reference
+        kl = negative_entropy - (torch.einsum("btv,btv->bt", probs, logits) - lse)
+        return nll, int((top1 == intact_top1).sum()), reference, float(kl.double().sum())
 
     with torch.no_grad():
         for start in range(0, len(windows), batch_size):
             batch = torch.as_tensor(windows[start : start + batch_size], dtype=torch.long, device=device)
             logits, cache = model.run_with_cache(batch, names_filter=lambda name: name in names)
-            nll, _, reference = scores(logits, batch, None)
+            nll, _, reference, _ = scores(logits, batch, None)
+            del logits
             intact_loss += nll
             n_predictions += batch[:, 1:].numel()
             for layer, runs in runs_by_layer.items():
@@ -96,13 +110,15 @@ def drop_swap_counts(model: Any, windows: np.ndarray, batch_size: int = 16) -> d
                 shared = _run_blocks(model, cache[f"blocks.{layer}.hook_resid_pre"], first)
                 for index, order in runs:
                     logits = model.unembed(model.ln_final(_run_blocks(model, shared, order[len(first) :])))
-                    nll, agreeing, _ = scores(logits, batch, reference)
+                    nll, agreeing, _, divergence = scores(logits, batch, reference)
                     loss[index] += nll
                     agree[index] += agreeing
+                    kl[index] += divergence
     return {
         "n_predictions": n_predictions,
         "intact_loss": intact_loss,
         "conditions": plan,
         "loss": loss,
         "agree": agree,
+        "kl": kl,
     }

@@ -114,7 +114,9 @@ def test_training_and_intervention_figures_keep_their_text_inside(n_layers, tmp_
     steps = steps.assign(promptset="primary", null=0.2, null_ci_low=0.15, null_ci_high=0.25, n_boot=1000)
     plot_stability_along_training(steps, tmp_path / "steps.png", arch)
     robust = pd.concat([band.assign(condition="drop"), band.iloc[:-1].assign(condition="swap")])
-    robust = robust.rename(columns={"estimate": "stability"}).assign(top1_agreement=0.9, delta_ppl=2.0)
+    robust = robust.rename(columns={"estimate": "stability"}).assign(
+        top1_agreement=0.9, delta_ppl=2.0, kl_divergence=0.3
+    )
     plot_robustness_vs_stability(pd.concat([robust.assign(seed=s) for s in SEEDS]), tmp_path / "rob.png", arch)
     norms = pd.DataFrame([(o, s, layer, a, 5.0 + layer + s) for o in ("Adam", "AdamW") for s in SEEDS
                           for layer in layers for a in ("attn_out", "resid_mid")],
@@ -149,7 +151,8 @@ def test_figures_across_architectures_keep_every_name_inside(tmp_path, layer_sta
     plot_rank_by_layer(per_layer.assign(statistic="pr_mean", positions="all"), facts, tmp_path / "rank.png")
     stages = pd.concat([per_layer.assign(condition=c) for c in ("drop", "swap")]).rename(columns={"estimate": "mean"})
     stages["relative_depth"] = stages["layer"] / stages["architecture"].map(lambda a: facts[a]["n_layers"])
-    plot_robustness_stages(stages.assign(metric="top1_agreement"), tmp_path / "stages.png")
+    plot_robustness_stages(pd.concat([stages.assign(metric=m) for m in ("top1_agreement", "kl_divergence")]),
+                           tmp_path / "stages.png")  # fmt: skip
     heads = summary[["architecture", "optimizer", "attention_only", "n_layers"]].drop_duplicates()
     heads = heads.loc[heads.index.repeat(heads["n_layers"] * N_HEADS)].reset_index(drop=True)
     heads["relative_depth"] = heads.groupby("architecture").cumcount() // N_HEADS / heads["n_layers"] + 0.01

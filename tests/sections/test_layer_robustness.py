@@ -26,6 +26,7 @@ def _counts(n=100):
         "conditions": plan,
         "loss": np.array([n * math.log(10.0 + i) for i in range(len(plan))]),
         "agree": np.array([n - 10 * i for i in range(len(plan))]),
+        "kl": np.array([n * 0.5 * i for i in range(len(plan))]),
     }
 
 
@@ -44,6 +45,17 @@ def test_table_has_perplexities_and_agreement_per_condition():
     assert table["delta_ppl"].tolist() == pytest.approx(list(range(7)))
     assert table["top1_agreement"].tolist() == pytest.approx([1 - 0.1 * i for i in range(7)])
     assert set(table["seed"]) == {7}
+
+
+def test_kl_divergence_is_the_mean_over_predictions_and_a_measure_of_every_table():
+    table = drop_swap_table(_counts(), seed=7)
+    assert table["kl_divergence"].tolist() == pytest.approx([0.5 * i for i in range(7)])
+    table = robustness_with_stability(table, _stability([7]))
+    by_layer = robustness_by_layer(table, N_LAYERS, n_boot=20, seed=0, confidence=0.95)
+    kl = by_layer[by_layer["metric"] == "kl_divergence"]
+    assert kl["mean"].tolist() == pytest.approx([0.5 * i for i in range(7)])
+    correlation = robustness_correlation(table, n_boot=20, seed=0, confidence=0.95)
+    assert (correlation["metric"] == "kl_divergence").sum() == 2 * 2  # per condition: the refit, across refits
 
 
 def test_a_swap_sits_beside_the_mean_stability_of_its_two_layers():
@@ -115,7 +127,7 @@ def test_by_layer_rows_by_hand_whatever_the_row_order():
     shuffled = robustness_by_layer(table.sample(frac=1.0, random_state=2), N_LAYERS, n_boot=50, seed=4, confidence=0.95)
     pd.testing.assert_frame_equal(shuffled, by_layer)
     expected_keys = [(c, layer) for c in ("drop", "swap") for layer in range(N_LAYERS if c == "drop" else N_LAYERS - 1)]
-    assert list(zip(by_layer["condition"], by_layer["layer"]))[::2] == expected_keys
+    assert list(zip(by_layer["condition"], by_layer["layer"]))[::3] == expected_keys
     for row in by_layer.itertuples():
         group = table[(table["condition"] == row.condition) & (table["layer"] == row.layer)]
         assert row.stability == pytest.approx(group["stability"].mean(), abs=reduction_atol(np.float64, 3))
@@ -143,7 +155,11 @@ def test_paper_and_grid_refit_names_together_are_accepted():
 def test_correlation_rows_by_hand_whatever_the_row_order():
     rng = np.random.default_rng(1)
     table = _table()
-    table = table.assign(delta_ppl=rng.uniform(0, 1, len(table)), top1_agreement=rng.uniform(0, 1, len(table)))
+    table = table.assign(
+        delta_ppl=rng.uniform(0, 1, len(table)),
+        top1_agreement=rng.uniform(0, 1, len(table)),
+        kl_divergence=rng.uniform(0, 1, len(table)),
+    )
     correlation = robustness_correlation(table, n_boot=50, seed=2, confidence=0.95)
     shuffled = robustness_correlation(table.sample(frac=1.0, random_state=3), n_boot=50, seed=2, confidence=0.95)
     pd.testing.assert_frame_equal(shuffled, correlation)

@@ -31,8 +31,8 @@ LAYER_ROBUSTNESS_SUMMARY_TARGETS = (
 
 rule layer_drop_swap:
     """Every refit with each layer dropped (its residual update skipped) and each pair of adjacent layers
-    swapped, on the first analysis.heldout_tokens held-out tokens: top-1 agreement with the intact model and
-    ΔPPL. One intact pass per batch; each condition reruns only the blocks from its first changed layer on.
+    swapped, on the first analysis.heldout_tokens held-out tokens: the KL divergence KL(intact || condition) per
+    prediction (Lad et al. 2024's measure), top-1 agreement with the intact model and ΔPPL, from the same logits. One intact pass per batch; each condition reruns only the blocks from its first changed layer on.
     Runs the models: a GPU where the run has one."""
     input:
         weights=by_arch("weights"),

@@ -1,5 +1,6 @@
 """Rule layer_drop_swap: every refit's final.pt + held-out shards -> tables/layer_drop_swap.csv (seed, condition,
-layer, top1_agreement, ppl, ppl_intact, delta_ppl, n_predictions; docs/beyond_the_paper.md)."""
+layer, top1_agreement, ppl, ppl_intact, delta_ppl, kl_divergence = mean KL(intact || condition) per prediction,
+n_predictions; docs/beyond_the_paper.md)."""
 
 import logging
 

@@ -1,7 +1,7 @@
 """Layer robustness to drop and swap across refits, against layer stability (docs/beyond_the_paper.md).
 
-Per refit and condition (`headstab.layer_surgery`): top-1 agreement with the intact model and ΔPPL on the
-held-out text. Per architecture: robustness by layer (mean over refits, refit-resampled interval); its
+Per refit and condition (`headstab.layer_surgery`): top-1 agreement with the intact model, ΔPPL and the mean
+KL divergence KL(intact || condition) per prediction on the held-out text. Per architecture: robustness by layer (mean over refits, refit-resampled interval); its
 Pearson correlation with layer stability within each refit (over layers) and across refits (pooled over
 (refit, layer) rows, refit-resampled interval); the relative depth r = l / L (1-based l, as §4.6) of the
 most and least robust layers beside the most and least stable ones. A swap of layers l and l + 1 is set
@@ -34,13 +34,17 @@ DROP_SWAP_COLUMNS = [
     "ppl",
     "ppl_intact",
     "delta_ppl",
+    "kl_divergence",
     "n_predictions",
 ]
-METRICS = ("top1_agreement", "delta_ppl")
+METRICS = ("top1_agreement", "delta_ppl", "kl_divergence")
 
 
 def drop_swap_table(counts: dict, seed: int | str) -> pd.DataFrame:
-    """DROP_SWAP_COLUMNS, one row per condition, from `headstab.layer_surgery.drop_swap_counts`."""
+    """DROP_SWAP_COLUMNS, one row per condition, from `headstab.layer_surgery.drop_swap_counts`.
+
+    kl_divergence: KL(intact || condition) in nats, the mean over the predictions of the per-prediction KL of
+    the next-token distributions (Lad et al. 2024's measure)."""
     n = counts["n_predictions"]
     intact = perplexity_from_loss(counts["intact_loss"], n)
     rows = [
@@ -52,9 +56,12 @@ def drop_swap_table(counts: dict, seed: int | str) -> pd.DataFrame:
             perplexity_from_loss(loss, n),
             intact,
             perplexity_from_loss(loss, n) - intact,
+            kl / n,
             n,
         )
-        for (condition, layer), loss, agree in zip(counts["conditions"], counts["loss"], counts["agree"], strict=True)
+        for (condition, layer), loss, agree, kl in zip(
+            counts["conditions"], counts["loss"], counts["agree"], counts["kl"], strict=True
+        )
     ]
     return pd.DataFrame(rows, columns=DROP_SWAP_COLUMNS)
 
