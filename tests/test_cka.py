@@ -109,6 +109,15 @@ def test_token_activations_drop_padding_and_stack_prompts():
     assert tokens[:, 0].tolist() == [1, 2, 11, 12, 13, 14, 21]
 
 
+def test_token_activations_from_position_1_leave_out_each_prompts_first_token():
+    resid = np.zeros((3, 4, 2))
+    lengths = np.array([2, 4, 1])
+    for p, n in enumerate(lengths):
+        resid[p, :n] = np.arange(n)[:, None] + 10 * p + 1
+    tokens = token_activations(resid, lengths, first=1)
+    assert tokens[:, 0].tolist() == [2, 12, 13, 14]  # the one-token prompt has none left
+
+
 def test_token_activations_reject_bad_lengths():
     with pytest.raises(ValueError, match="lengths"):
         token_activations(np.zeros((2, 3, 4)), np.array([1, 5]))

@@ -20,12 +20,13 @@ log = logging.getLogger(__name__)
 Kernel = Literal["rbf", "linear"]
 
 
-def token_activations(resid: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Stack the real (non-padding) token activations of all prompts.
+def token_activations(resid: np.ndarray, lengths: np.ndarray, first: int = 0) -> np.ndarray:
+    """Stack the real (non-padding) token activations of all prompts, from position `first` on.
 
     resid: [prompt, pos, d_model] zero-padded activations (e.g. one layer of `resid_mid`).
-    lengths: [prompt] number of real tokens of each prompt.
-    Returns [n_tokens, d_model], prompts in order, n_tokens = sum(lengths).
+    lengths: [prompt] number of real tokens of each prompt. first: 1 leaves out position 0 (a prepended
+    BOS, whose residual stream is the same in every prompt, as it attends to itself alone).
+    Returns [n_tokens, d_model], prompts in order, n_tokens = sum(max(lengths - first, 0)).
     """
     resid = np.asarray(resid)
     lengths = np.asarray(lengths)
@@ -38,7 +39,8 @@ def token_activations(resid: np.ndarray, lengths: np.ndarray) -> np.ndarray:
             f"lengths must lie in [0, {resid.shape[1]}] (the padded length), got "
             f"min {lengths.min()} max {lengths.max()}"
         )
-    real = np.arange(resid.shape[1])[None, :] < lengths[:, None]  # [prompt, pos]
+    positions = np.arange(resid.shape[1])[None, :]
+    real = (positions < lengths[:, None]) & (positions >= first)  # [prompt, pos]
     return resid[real]
 
 

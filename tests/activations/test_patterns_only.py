@@ -41,3 +41,42 @@ def test_reading_another_hook_of_a_patterns_only_cache_names_file_and_fix(patter
             cache.resid("len5", "hook_resid_mid")
         with pytest.raises(KeyError, match="no prompt set 'nope'"):
             cache.hook_z("nope")
+
+
+@pytest.fixture(scope="module")
+def residual_path(tmp_path_factory, model, token_sets):
+    """A step-0 snapshot's cache: hook_pattern of every set, plus the residual hooks of primary alone."""
+    path = tmp_path_factory.mktemp("residual") / "seed1.h5"
+    write_activation_cache(path, model, token_sets, pad_token_id=0, batch_size=3, residual_only=True,
+                           activation_sets=["primary"], extra_resid_hooks=("hook_resid_pre",), show_progress=False)  # fmt: skip
+    return path
+
+
+def test_a_residual_only_cache_holds_the_patterns_and_the_residual_hooks_of_its_sets(
+    residual_path, resid_pre_cache_path
+):
+    with h5py.File(residual_path) as handle:
+        stored = ["hook_pattern", "hook_resid_mid", "hook_resid_pre", "lengths", "pattern_offsets", "prompts", "tokens"]
+        assert sorted(handle["primary"]) == stored and handle["primary"].attrs["activations"] == "residual"
+        assert sorted(handle["len5"]) == ["hook_pattern", "lengths", "pattern_offsets", "prompts", "tokens"]
+        assert handle.attrs["residual_only"]
+    with open_cache(residual_path) as residual, open_cache(resid_pre_cache_path) as full:
+        assert not residual.stores_activations("primary") and residual.resid_hooks() == full.resid_hooks()
+        for hook in ("hook_resid_mid", "hook_resid_pre"):
+            np.testing.assert_array_equal(residual.resid("primary", hook), full.resid("primary", hook))
+        np.testing.assert_array_equal(residual.hook_pattern_lower("len5"), full.hook_pattern_lower("len5"))
+
+
+def test_reading_hook_z_of_a_residual_only_cache_names_file_and_fix(residual_path):
+    with open_cache(residual_path) as cache:
+        with pytest.raises(CacheError, match=r"seed1.h5 stores hook_pattern and the residual hooks of /primary .*no "
+                                             r"hook_z; .*cache_activations"):  # fmt: skip
+            cache.hook_z("primary", layer=0)
+        with pytest.raises(CacheError, match=r"/len5"):
+            cache.resid("len5", "hook_resid_mid")
+
+
+def test_a_cache_cannot_be_patterns_only_and_residual_only(tmp_path, model, token_sets):
+    with pytest.raises(ValueError, match="patterns_only or residual_only, not both"):
+        write_activation_cache(tmp_path / "x.h5", model, token_sets, pad_token_id=0, patterns_only=True,
+                               residual_only=True, show_progress=False)  # fmt: skip

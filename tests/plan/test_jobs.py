@@ -117,6 +117,8 @@ def test_cache_options_change_only_when_another_residual_hook_is_stored(demo):
     assert cache_options(other) == {**before, "extra_resid_hooks": ["hook_resid_pre"]}
     # a snapshot's patterns-only cache: the same options as before activation_sets existed
     assert cache_options(demo, patterns_only=True) == {**before, "patterns_only": True}
+    step0 = cache_options(demo, residual_sets=["primary"])  # a step-0 snapshot's, for residual CKA's chance level
+    assert step0 == {**before, "residual_only": True, "activation_sets": ["primary"]}
 
 
 def test_cache_options_name_pattern_compression_only_when_it_is_set(demo):

@@ -48,3 +48,22 @@ def test_residual_stream_draws_the_mean_cka_interval(tmp_path, layer_stability):
     data = plot_residual_stream(cka, layer_stability(), tmp_path / "r.png", "l4_h8", layer_intervals=layers)
     assert (data["ci_low"] <= data["cka_mean"]).all() and (data["cka_mean"] <= data["ci_high"]).all()
     np.testing.assert_allclose(data["ci_low"], layers["ci_low"])
+
+
+def test_residual_stream_draws_the_step_0_chance_level_and_the_cka_without_bos(tmp_path, monkeypatch, layer_stability):
+    import headstab.plots.residual_cka as residual_cka
+    from headstab.sections.residual_cka import layer_cka_table
+
+    saved = []
+    monkeypatch.setattr(residual_cka, "save_figure", lambda figure, path: saved.append(figure))
+    rows = [(a, b, layer, 0.9 - 0.1 * layer) for a in SEEDS for b in SEEDS if a < b for layer in range(N_LAYERS)]
+    every = pd.DataFrame(rows, columns=["seed_a", "seed_b", "layer", "cka"]).assign(promptset="primary", init_cka=0.25)
+    cka = pd.concat([every.assign(positions="all"), every.assign(positions="no_bos", cka=0.5)], ignore_index=True)
+    layers = layer_cka_table(cka, "distinct", 50, 0, 0.95)
+    data = plot_residual_stream(cka, layer_stability(), tmp_path / "r.png", "l4_h8", layer_intervals=layers)
+    np.testing.assert_allclose(data["cka_mean"], 0.9 - 0.1 * np.arange(N_LAYERS), rtol=reduction_rtol(np.float64, 16))
+    line_ax = saved[0].axes[0]
+    lines = {line.get_label(): line.get_ydata() for line in line_ax.get_lines()}
+    chance = next(label for label in lines if "step 0" in label)
+    np.testing.assert_allclose(lines[chance], 0.25, rtol=reduction_rtol(np.float64, 16))
+    np.testing.assert_allclose(lines["CKA without the BOS rows"], 0.5, rtol=reduction_rtol(np.float64, 16))

@@ -42,8 +42,9 @@ class FakeCache:
     """One prompt set's hook_z [layer, prompt, pos, head, d_head], residual streams by hook
     ({hook: [layer, prompt, pos, d_model]}), tokens and lengths, read one layer at a time as the reader does."""
 
-    def __init__(self, path, lengths, hook_z=None, resid=None, tokens=None, promptset="primary"):
+    def __init__(self, path, lengths, hook_z=None, resid=None, tokens=None, promptset="primary", prepend_bos=True):
         self.path, self.promptset = path, promptset
+        self.attrs = {"prepend_bos": prepend_bos}
         self._lengths, self._hook_z, self._resid, self._tokens = np.asarray(lengths), hook_z, resid or {}, tokens
         layers = hook_z if hook_z is not None else next(iter(self._resid.values()))
         self.n_layers = len(layers)

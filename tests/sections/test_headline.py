@@ -121,6 +121,14 @@ def test_cka_without_a_prompt_set_column_is_read_whole():
     assert table["estimate"].tolist() == [0.9, 0.7, 0.1] and table["layer"].tolist() == [0, 1, 0]
 
 
+def test_cka_reads_the_rows_over_every_token_with_their_step_0_cka_as_init():
+    tables, _ = _inputs()
+    every = tables["cka"].assign(positions="all", init_cka_mean=[0.3, 0.2, 0.1])
+    cka = pd.concat([every, every.assign(positions="no_bos", cka_mean=0.0)], ignore_index=True)
+    table = headline_table("l2_h8", "primary", 0.9, cka=cka)
+    assert table["estimate"].tolist() == [0.9, 0.7] and table["init"].tolist() == [0.3, 0.2]
+
+
 def test_no_section_gives_an_empty_table_of_the_headline_columns():
     table = headline_table("l2_h8", "primary", 0.9)
     assert list(table.columns) == HEADLINE_COLUMNS and table.empty

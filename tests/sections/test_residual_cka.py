@@ -12,6 +12,7 @@ from helpers.tolerances import reduction_atol
 from headstab.cka import pairwise_layer_cka, subsample_tokens, token_activations
 from headstab.sections.residual_cka import (
     CKA_COLUMNS,
+    INIT_COLUMNS,
     kernel_label,
     layer_cka_table,
     promptset_cka,
@@ -32,10 +33,11 @@ def _caches(fake_cache, lengths=(5, 3, 4), seeds=(1, 2, 3)):
     return caches
 
 
-def _serve_caches(monkeypatch, caches):
-    """headstab.activations.reader.open_cache(str(seed)) hands out the fake cache of that seed."""
+def _serve_caches(monkeypatch, caches, init=None):
+    """headstab.activations.reader.open_cache(str(seed)) hands out the fake cache of that seed, and
+    open_cache(f"init{seed}") its step-0 cache in `init`."""
     reader = types.ModuleType("headstab.activations.reader")
-    reader.open_cache = lambda path: caches[int(path)]
+    reader.open_cache = lambda path: init[int(path[4:])] if path.startswith("init") else caches[int(path)]
     monkeypatch.setitem(sys.modules, "headstab.activations", types.ModuleType("headstab.activations"))
     monkeypatch.setitem(sys.modules, "headstab.activations.reader", reader)
 
@@ -69,7 +71,9 @@ def test_residual_cka_table_opens_every_cache_and_stacks_prompt_sets(monkeypatch
     caches = _caches(fake_cache)
     _serve_caches(monkeypatch, caches)
     table = residual_cka_table({seed: str(seed) for seed in caches}, ["primary"], **SETTINGS)
-    np.testing.assert_array_equal(table["cka"], promptset_cka(caches, "primary", **SETTINGS)["cka"])
+    every_token = table[table["positions"] == "all"]
+    np.testing.assert_array_equal(every_token["cka"], promptset_cka(caches, "primary", **SETTINGS)["cka"])
+    assert table["init_cka"].isna().all()  # no step-0 caches given
 
 
 def test_kernel_label():
@@ -81,7 +85,7 @@ def test_promptset_cka_passes_the_kernel_settings_and_numbers_its_rows(fake_cach
     settings = {"hook": "hook_resid_pre", "kernel": "rbf", "threshold": 0.5, "debiased": True, "max_tokens": None}
     with caplog.at_level(logging.INFO, logger="headstab.sections.residual_cka"):
         table = promptset_cka(caches, "primary", **settings)
-    assert caplog.messages == ["primary: 12 of 12 tokens per refit, hook_resid_pre"]
+    assert caplog.messages == ["primary: 12 of 12 tokens per refit, hook_resid_pre, positions all"]
     assert table.index.tolist() == list(range(6))
     for layer in range(2):
         acts = {
@@ -95,7 +99,7 @@ def test_residual_cka_table_numbers_the_stacked_rows(monkeypatch, fake_cache):
     caches = _caches(fake_cache)
     _serve_caches(monkeypatch, caches)
     table = residual_cka_table({seed: str(seed) for seed in caches}, ["primary", "primary"], **SETTINGS)
-    assert table.index.tolist() == list(range(12))
+    assert table.index.tolist() == list(range(24))  # 2 sets x 2 positions variants x 3 pairs x 2 layers
 
 
 def _cka_rows(promptset, seeds, rng):
@@ -111,8 +115,9 @@ def test_layer_cka_table_summarises_each_prompt_set_in_table_order():
         columns=["promptset", "seed_a", "seed_b", "layer", "cka"],
     )
     out = layer_cka_table(table, "distinct", 60, 3, 0.9)
-    columns = ["promptset", "layer", "cka_mean", "cka_std", "n_pairs", "ci_low", "ci_high", "n_boot"]
-    assert list(out.columns) == columns and out.index.tolist() == [0, 1, 2, 3]
+    columns = ["promptset", "positions", "layer", "cka_mean", "cka_std", "n_pairs", "ci_low", "ci_high", "n_boot"]
+    assert list(out.columns) == columns + INIT_COLUMNS and out.index.tolist() == [0, 1, 2, 3]
+    assert (out["positions"] == "all").all() and out[INIT_COLUMNS].isna().all().all()
     assert list(zip(out["promptset"], out["layer"])) == [("primary", 0), ("primary", 1), ("len5", 0), ("len5", 1)]
     for promptset, n_pairs in (("primary", 6), ("len5", 3)):
         part = table[table["promptset"] == promptset]
@@ -138,3 +143,93 @@ def test_layer_cka_table_with_self_pairs_maps_each_prompt_sets_interval_by_its_r
         expected = (n - 1) / n * distinct[column] + 1 / n
         np.testing.assert_allclose(ordered[column], expected, atol=reduction_atol(np.float64, 16))
     assert ordered["n_pairs"].tolist() == [16, 16, 9, 9]
+
+
+def test_no_bos_leaves_out_position_0_of_every_prompt_before_the_kernel(fake_cache):
+    caches = _caches(fake_cache)
+    table = promptset_cka(caches, "primary", **{**SETTINGS, "max_tokens": None}, positions="no_bos")
+    assert set(table["positions"]) == {"no_bos"}
+    for layer in range(2):
+        acts = {
+            seed: np.concatenate([c._resid["hook_resid_pre"][layer][p, 1:n] for p, n in enumerate(c._lengths)])[None]
+            for seed, c in caches.items()
+        }
+        assert acts[1].shape == (1, 12 - 3, 6)
+        expected = pairwise_layer_cka(acts, kernel="linear")
+        np.testing.assert_array_equal(table[table["layer"] == layer]["cka"].to_numpy(), expected["cka"].to_numpy())
+
+
+def test_without_a_prepended_bos_no_bos_keeps_every_token(fake_cache):
+    caches = {
+        seed: fake_cache(c.path, c._lengths, resid=c._resid, prepend_bos=False)
+        for seed, c in _caches(fake_cache).items()
+    }
+    every = promptset_cka(caches, "primary", **SETTINGS)
+    no_bos = promptset_cka(caches, "primary", **SETTINGS, positions="no_bos")
+    np.testing.assert_array_equal(every["cka"], no_bos["cka"])
+
+
+def test_identical_bos_rows_lift_the_cka_of_unrelated_refits_and_no_bos_removes_the_lift(fake_cache):
+    """Planted: two refits with independent token residuals but the same far-off BOS vector in every prompt (a
+    BOS attends to itself alone). The BOS rows form one cluster both refits share, so CKA over all tokens is high;
+    without them it falls to the level of unrelated random representations."""
+    rng = np.random.default_rng(5)
+    lengths = np.full(40, 6)
+    caches = {}
+    for seed in (1, 2):
+        resid = rng.normal(size=(1, 40, 6, 16)).astype(np.float32)
+        resid[:, :, 0] = 6.0  # the same BOS residual in every prompt, far from the tokens
+        caches[seed] = fake_cache(f"seed{seed}.h5", lengths, resid={"hook_resid_pre": resid})
+    settings = {**SETTINGS, "max_tokens": None}
+    every = promptset_cka(caches, "primary", **settings)["cka"].item()
+    no_bos = promptset_cka(caches, "primary", **settings, positions="no_bos")["cka"].item()
+    # linear CKA of independent Gaussian [200, 16] matrices: about d / n = 16 / 200
+    assert no_bos < 0.2 and every > 0.8
+
+
+def test_init_cka_is_the_same_cka_on_each_refits_step_0_cache(monkeypatch, fake_cache):
+    caches = _caches(fake_cache)
+    init = {seed: fake_cache(f"init{seed}.h5", c._lengths, resid={"hook_resid_pre": 2 * c._resid["hook_resid_pre"][::-1]})
+            for seed, c in caches.items()}  # fmt: skip
+    _serve_caches(monkeypatch, caches, init)
+    table = residual_cka_table(
+        {s: str(s) for s in caches}, ["primary"], init_paths={s: f"init{s}" for s in caches}, **SETTINGS
+    )
+    for positions in ("all", "no_bos"):
+        rows = table[table["positions"] == positions].reset_index(drop=True)
+        step0 = promptset_cka(init, "primary", **SETTINGS, positions=positions)
+        np.testing.assert_array_equal(rows["init_cka"], step0["cka"])
+        np.testing.assert_array_equal(
+            rows["cka"], promptset_cka(caches, "primary", **SETTINGS, positions=positions)["cka"]
+        )
+
+
+def test_step_0_caches_of_other_refits_or_tokens_are_refused(monkeypatch, fake_cache):
+    caches = _caches(fake_cache)
+    _serve_caches(
+        monkeypatch, caches, {1: caches[1], 2: caches[2], 3: fake_cache("init3.h5", (5, 3, 3), resid=caches[3]._resid)}
+    )
+    with pytest.raises(ValueError, match=r"step-0 caches of refits \[1, 2\] do not match the refits \[1, 2, 3\]"):
+        residual_cka_table({s: str(s) for s in caches}, ["primary"], init_paths={1: "init1", 2: "init2"}, **SETTINGS)
+    with pytest.raises(ValueError, match="step-0 cache init3.h5 tokenizes prompt set 'primary' unlike seed3.h5"):
+        residual_cka_table(
+            {s: str(s) for s in caches}, ["primary"], init_paths={s: f"init{s}" for s in caches}, **SETTINGS
+        )
+
+
+def test_layer_cka_table_gives_the_step_0_mean_and_interval_from_the_same_resamples():
+    rng = np.random.default_rng(2)
+    table = pd.DataFrame(
+        _cka_rows("primary", [1, 2, 3, 4], rng), columns=["promptset", "seed_a", "seed_b", "layer", "cka"]
+    )
+    table = pd.concat([table.assign(positions=p) for p in ("all", "no_bos")], ignore_index=True)
+    table["init_cka"] = rng.uniform(0.0, 0.3, len(table))
+    out = layer_cka_table(table, "distinct", 60, 3, 0.9)
+    assert list(zip(out["positions"], out["layer"])) == [("all", 0), ("all", 1), ("no_bos", 0), ("no_bos", 1)]
+    for positions in ("all", "no_bos"):
+        part = table[table["positions"] == positions]
+        got = out[out["positions"] == positions].reset_index(drop=True)
+        means = part.groupby("layer")["init_cka"].mean().to_numpy()
+        np.testing.assert_allclose(got["init_cka_mean"], means, atol=reduction_atol(np.float64, 6))
+        interval = pair_mean_interval(part, "init_cka", 60, 3, 0.9)
+        np.testing.assert_array_equal(got[["init_ci_low", "init_ci_high"]], interval[["ci_low", "ci_high"]])

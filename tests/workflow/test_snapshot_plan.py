@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 import yaml
-from helpers.workflow_runs import job_counts
+from helpers.workflow_runs import job_counts, run_snakemake
 
 from headstab.plan.config import architecture_spec, load_config, validate_config
 from headstab.plan.jobs import job_spec
@@ -39,3 +41,21 @@ def test_a_negative_snapshot_step_fails_naming_the_key(tmp_path):
     path.write_text(yaml.safe_dump(config))
     result = _dry_run("--configfile", str(path))
     assert result.returncode != 0 and "architectures.l4_h8.snapshot_steps.1" in result.stdout + result.stderr
+
+
+def _dag_edges(*args: str) -> tuple[dict[str, str], set[tuple[str, str]]]:
+    """({node id: its rule}, {(from, to)}) of `snakemake --dag`."""
+    result = run_snakemake("--configfile", "config/demo.yaml", "--dag", *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    nodes = dict(re.findall(r"^\s*(\d+)\[label = \"(\w+)", result.stdout, re.M))
+    return nodes, set(re.findall(r"^\s*(\d+) -> (\d+)", result.stdout, re.M))
+
+
+def test_residual_cka_reads_the_step_0_caches_of_its_refits_unless_the_baseline_is_off():
+    target = "results/demo/l2_h8/tables/residual_cka.csv"
+    nodes, edges = _dag_edges("--", target)
+    (cka,) = [node for node, rule in nodes.items() if rule == "residual_cka"]
+    step0 = {node for node, rule in nodes.items() if rule == "cache_snapshot_activations"}
+    assert len(step0) == 4 and {(node, cka) for node in step0} <= edges  # every refit's step-0 cache
+    nodes, edges = _dag_edges("--config", "statistics={init_baseline: false}", "--", target)
+    assert "cache_snapshot_activations" not in nodes.values()

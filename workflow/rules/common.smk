@@ -47,6 +47,7 @@ try:
 except (OSError, ValueError) as error:
     raise WorkflowError(f"Invalid prompt sets: {error}") from None
 PROMPT_SETS = list(_prompt_sets)  # primary, len5 ... len50, the user's sets
+CKA_PROMPT_SETS = [PRIMARY]  # residual CKA's sets (§4.7), whose residual hooks the step-0 caches keep too
 LARGEST_PROMPT_SET = max(map(len, _prompt_sets.values()), default=0)
 PROMPT_FILES = list(config["prompt_sets"].values())
 
@@ -102,6 +103,12 @@ ARCH = {
         "init_grouped_similarities": [
             LAYOUT.snapshot_grouped_similarity_path(arch, 0, promptset)
             for promptset in PROMPT_SETS
+            if STATISTICS["init_baseline"] and SOURCES[arch].trained
+        ],
+        # Their step-0 caches, for residual CKA's chance level (init_cka), under the same condition.
+        "init_caches": [
+            LAYOUT.snapshot_cache_path(arch, 0, seed)
+            for seed in SEEDS[arch]
             if STATISTICS["init_baseline"] and SOURCES[arch].trained
         ],
         "tokenizer": spec.tokenizer,

@@ -24,6 +24,14 @@ def snapshot_caches(wildcards):
     return [LAYOUT.snapshot_cache_path(wildcards.arch, wildcards.step, seed) for seed in SEEDS[wildcards.arch]]
 
 
+def snapshot_cache_options(wildcards):
+    """The writer's options of a snapshot's cache: hook_pattern alone, and at step 0 also the residual hooks of the
+    residual CKA's prompt sets (its chance level: residual_cka's init_cka)."""
+    if int(wildcards.step) == 0:
+        return jobs.cache_options(config, residual_sets=CKA_PROMPT_SETS)
+    return jobs.cache_options(config, patterns_only=True)
+
+
 def paper_refit(name):
     """Input function: the twin paper architecture's checkpoint file `name` of refit s, for the grid's s-s."""
 

@@ -25,9 +25,12 @@ rule residual_cka:
     Fig. 9 / B.8): real-token activations of the residual hook analysis.cka_hook names (default
     hook_resid_mid, the paper's text; the authors' code used hook_resid_pre; the caches store it, see
     cache_activations) of all prompts stacked; RBF kernel with bandwidth cka_threshold x median distance
-    (Kornblith et al. 2019) or linear; optionally debiased."""
+    (Kornblith et al. 2019) or linear; optionally debiased. Beside it: the same CKA without the BOS rows
+    (positions no_bos), and init_cka, the CKA of the same refits at step 0 (statistics.init_baseline), the chance
+    level."""
     input:
         caches=by_arch("caches"),
+        init_caches=by_arch("init_caches"),  # step 0: init_cka, the chance level (none for a fetched refit)
         layer_stability=table_path("{arch}", "layer_stability"),
     output:
         table=table_path("{arch}", "residual_cka"),
@@ -45,11 +48,11 @@ rule residual_cka:
     threads: 1
     resources:
         mem_mb=lookup(dpath="{arch}", within=RESIDUAL_CKA_MEM_MB),
-        runtime=30,
+        runtime=60,  # four CKA tables: trained and step 0, with and without the BOS rows
     params:
         configuration=by_arch("configuration"),
         seeds=by_arch("seeds"),
-        promptsets=[PRIMARY],  # the paper's §4.7; add len{N} or the user's sets here
+        promptsets=CKA_PROMPT_SETS,  # the paper's §4.7 (common.smk)
         figure_promptset=PRIMARY,
         hook=config["analysis"]["cka_hook"],
         kernel=config["analysis"]["cka_kernel"],

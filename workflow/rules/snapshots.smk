@@ -5,7 +5,8 @@
 #                               (build_model(spec, seed): the model train starts from; no training)
 #   snapshot_weights            {RESULTS}/{arch}/snapshots/step{step}/weights/seed{seed}/final.pt, meta.json
 #                               (step > 0: the weights train kept at that step, in its checkpoint directory)
-#   cache_snapshot_activations  {RESULTS}/{arch}/snapshots/step{step}/caches/seed{seed}.h5 (hook_pattern only)
+#   cache_snapshot_activations  {RESULTS}/{arch}/snapshots/step{step}/caches/seed{seed}.h5 (hook_pattern; at
+#                               step 0 also the residual hooks of residual CKA's prompt sets, for its chance level)
 #
 # Library: headstab.training.snapshots, headstab.training (snapshot_steps), headstab.activations.writer (patterns_only).
 
@@ -77,6 +78,6 @@ use rule cache_activations as cache_snapshot_activations with:
     wildcard_constraints:
         step=r"\d+",
     params:
-        # Only the prompt-group similarity reads a snapshot's cache: hook_pattern alone.
-        cache=jobs.cache_options(config, patterns_only=True),
+        # The prompt-group similarity reads hook_pattern; residual_cka reads step 0's residual hooks (init_cka).
+        cache=snapshot_cache_options,
         spec=by_model_spec(),

@@ -47,7 +47,8 @@ def main():
         pattern_compression_level=options.get("pattern_compression_level"),  # hook_pattern (cache_options)
         prompt_files=prompt_files,
         extra_resid_hooks=options.get("extra_resid_hooks", ()),  # from analysis.cka_hook (cache_options)
-        patterns_only=options.get("patterns_only", False),  # rule cache_snapshot_activations
+        patterns_only=options.get("patterns_only", False),  # rule cache_snapshot_activations, step > 0
+        residual_only=options.get("residual_only", False),  # rule cache_snapshot_activations, step 0
         activation_sets=options.get("activation_sets"),  # hook_z, residual hooks: these sets only (cache_options)
         attrs={
             "architecture": arch,

@@ -1,6 +1,7 @@
-"""Rule residual_cka: caches of one architecture -> tables/residual_cka.csv (promptset, seed_a, seed_b,
-layer, cka), tables/residual_cka_layers.csv (per-layer mean with its interval) and figures/residual_stream.png (paper §4.7, Fig. 9 / B.8), on the residual hook
-params.hook (config key analysis.cka_hook)."""
+"""Rule residual_cka: caches of one architecture (and their step-0 caches, when there are any) ->
+tables/residual_cka.csv (promptset, positions, seed_a, seed_b, layer, cka, init_cka), tables/residual_cka_layers.csv
+(per-layer mean with its interval, beside the step-0 mean and interval) and figures/residual_stream.png (paper §4.7,
+Fig. 9 / B.8), on the residual hook params.hook (config key analysis.cka_hook)."""
 
 import pandas as pd
 
@@ -12,9 +13,12 @@ from headstab.sections.residual_cka import kernel_label, layer_cka_table, residu
 def main():
     params = snakemake.params
     caches = dict(zip(params.seeds, snakemake.input.caches, strict=True))
+    # step 0 of the same refits: the chance level (statistics.init_baseline, refits trained here)
+    init = dict(zip(params.seeds, snakemake.input.init_caches, strict=True)) if snakemake.input.init_caches else None
     table = residual_cka_table(
         caches,
         params.promptsets,
+        init_paths=init,
         hook=params.hook,
         kernel=params.kernel,
         threshold=params.threshold,

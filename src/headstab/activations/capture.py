@@ -119,11 +119,15 @@ def hook_template(hook: str) -> str:
 
 
 def collect_activations(
-    model: Any, tokens: np.ndarray, extra_resid_hooks: Sequence[str] = (), patterns_only: bool = False
+    model: Any,
+    tokens: np.ndarray,
+    extra_resid_hooks: Sequence[str] = (),
+    patterns_only: bool = False,
+    residual_only: bool = False,
 ) -> dict[str, list[np.ndarray]]:
     """One forward pass over a right-padded batch (int [batch, pos]): {dataset name: one float32 array
-    [batch, ...] per layer}, the hooks of `stored_hooks` (only hook_pattern with `patterns_only`), as
-    TransformerLens hands them out.
+    [batch, ...] per layer}, the hooks of `stored_hooks` (only hook_pattern with `patterns_only`; without
+    hook_z with `residual_only`), as TransformerLens hands them out.
 
     Right padding keeps every real token's activations exact (a query never attends to later
     positions); what sits at padded positions is not meaningful and is never stored.
@@ -131,9 +135,11 @@ def collect_activations(
     import torch
 
     n_layers = int(model.cfg.n_layers)
+    hooks = ["hook_pattern"] if patterns_only else stored_hooks(resid_hook_name(model), extra_resid_hooks)
     names = {
         hook: [hook_template(hook).format(layer=layer) for layer in range(n_layers)]
-        for hook in (["hook_pattern"] if patterns_only else stored_hooks(resid_hook_name(model), extra_resid_hooks))
+        for hook in hooks
+        if not (residual_only and hook == "hook_z")
     }
     wanted = {name for layer_names in names.values() for name in layer_names}
     device = next(model.parameters()).device

@@ -103,10 +103,13 @@ class CacheReader:
         for name in sets:
             group = self._file.get(name)
             marker = group.attrs.get("activations", "all") if isinstance(group, h5py.Group) else "all"
-            if marker not in ("all", "hook_pattern"):
+            if marker not in ("all", "hook_pattern", "residual"):
                 raise self._fail(f"has /{name} with an invalid activations attribute {marker!r}")
-            full = marker == "all" and not self.patterns_only
-            activations = [*ATTENTION_HOOKS, self.resid_hook, *extra] if full else ["hook_pattern"]
+            stored = {
+                "all": [*ATTENTION_HOOKS, self.resid_hook, *extra],
+                "residual": ["hook_pattern", self.resid_hook, *extra],
+            }
+            activations = ["hook_pattern"] if self.patterns_only else stored.get(marker, ["hook_pattern"])
             self._validate_set(name, [*SMALL_DATASETS, *activations])
 
     def _validate_set(self, name: str, required: list[str]) -> None:
@@ -314,8 +317,14 @@ class CacheReader:
         return self._per_token(promptset, "hook_z", layer, prompts)
 
     def _require_activations(self, promptset: str, hook: str) -> None:
-        """CacheError when the cache, or this prompt set of it, stores hook_pattern alone and `hook` is asked for."""
-        if not self.patterns_only and not self.stores_activations(promptset):
+        """CacheError when the cache, or this prompt set of it, does not store `hook` (hook_pattern alone, or
+        hook_pattern and the residual hooks)."""
+        marker = self._group(promptset).attrs.get("activations", "all")
+        if marker == "residual" and hook not in RESID_HOOKS and not self.patterns_only:
+            raise CacheError(f"activation cache {self.path} stores hook_pattern and the residual hooks of /{promptset} "
+                             f"(residual_only, as a step-0 snapshot's), so no {hook}; read it from a refit's full cache "
+                             "(rule cache_activations)")  # fmt: skip
+        if not self.patterns_only and marker == "hook_pattern":
             raise CacheError(activation_sets_message(self.path, promptset, hook, self.attrs.get("activation_sets")))
         if self.patterns_only:
             self._group(promptset)  # a clear KeyError for an unknown set

@@ -118,6 +118,22 @@ def _check_arguments(
         )
 
 
+def _mode(
+    patterns_only: bool, residual_only: bool, activation_sets: Sequence[str] | None, full_sets: list[str]
+) -> tuple[dict[str, Any], str | None]:
+    """The file attributes of a cache's mode, and the `activations` marker of its full sets (None: no markers)."""
+    if residual_only and patterns_only:
+        raise ValueError("a cache is patterns_only or residual_only, not both (residual_only adds the residual hooks)")
+    attrs = {
+        **({"patterns_only": True} if patterns_only else {}),
+        **({"residual_only": True} if residual_only else {}),
+        **({} if patterns_only or activation_sets is None else {"activation_sets": full_sets}),
+    }
+    if patterns_only or (activation_sets is None and not residual_only):
+        return attrs, None
+    return attrs, "residual" if residual_only else "all"
+
+
 def write_activation_cache(
     path: str | Path,
     model: Any,
@@ -136,6 +152,7 @@ def write_activation_cache(
     checksum: bool = True,
     patterns_only: bool = False,
     activation_sets: Sequence[str] | None = None,
+    residual_only: bool = False,
 ) -> Path:
     """Run every prompt set through `model` in right-padded, length-sorted batches and write the cache.
 
@@ -149,34 +166,33 @@ def write_activation_cache(
     extra_resid_hooks: residual hooks to store besides `hook_resid_mid` (`hook_resid_post` for
     attention-only models), e.g. ("hook_resid_pre",); hooks already stored add nothing.
     checksum: fletcher32 on every dataset (the format's contract); False only to measure its cost.
-    patterns_only: store `hook_pattern` alone (no hook_z, no residual hooks; file attribute
-    `patterns_only`), e.g. the snapshots along training, which only the prompt-group similarity reads.
-    activation_sets: the prompt sets whose hook_z and residual hooks are stored (None: every set); the
-    others store hook_pattern alone (group attribute `activations`, file attribute `activation_sets`),
-    since only the analyses of one set read them (config key cache.activation_sets).
-    Written through a temporary file, `complete=True` last; returns the path.
-    """
+    patterns_only: store `hook_pattern` alone (file attribute `patterns_only`), e.g. the snapshots along training.
+    activation_sets: the prompt sets whose hook_z and residual hooks are stored (None: every set; the others store
+    hook_pattern alone: group attribute `activations`, file attribute `activation_sets`; cache.activation_sets).
+    residual_only: those sets store the residual hooks but no hook_z (`activations` "residual", file attribute
+    `residual_only`), e.g. the step-0 snapshots, which residual CKA reads. Written through a temporary file,
+    `complete=True` last; returns the path."""
     set_attrs = set_attrs or {}
     _check_arguments(token_sets, int(model.cfg.n_ctx), dtype, batch_size, compression_level, set_attrs, activation_sets,
                      pattern_compression_level)  # fmt: skip
-    full_sets = (
-        [] if patterns_only else [name for name in token_sets if activation_sets is None or name in activation_sets]
-    )
-    path = Path(path)
-    resid_hook = resid_hook_name(model)
+    full_sets = [
+        name for name in token_sets if not patterns_only and (activation_sets is None or name in activation_sets)
+    ]
+    mode_attrs, marker = _mode(patterns_only, residual_only, activation_sets, full_sets)
+    path, resid_hook = Path(path), resid_hook_name(model)
     extra = [] if patterns_only else extra_resid_hooks_for(extra_resid_hooks, resid_hook)
     padded = {name: pad_token_lists(lists, pad_token_id) for name, lists in token_sets.items()}
     n_batches = sum(-(-len(lengths) // batch_size) for _, lengths in padded.values())
     model.eval()
     writer = _SetWriter(model, dtype, _filters(compression_level, checksum), _filters(None, checksum), extra, batch_size,
-                        patterns_only, pattern_filters=_filters(pattern_compression_level, checksum))  # fmt: skip
+                        patterns_only, pattern_filters=_filters(pattern_compression_level, checksum),
+                        residual_only=residual_only)  # fmt: skip
     file_attrs = {
         **(attrs or {}), "prompt_sets": list(token_sets), "resid_hook": resid_hook, "extra_resid_hooks": extra,
         "cache_dtype": dtype, "compression": _compression_attr(compression_level),
         "pattern_compression": _compression_attr(pattern_compression_level),
         "checksum": "fletcher32" if checksum else "none", "batch_size": batch_size, "pad_token_id": pad_token_id,
-        **({"patterns_only": True} if patterns_only else {}),
-        **({} if patterns_only or activation_sets is None else {"activation_sets": full_sets}),
+        **mode_attrs,
         **{key: int(getattr(model.cfg, key)) for key in ("n_layers", "n_heads", "d_model", "d_head", "n_ctx")},
     }  # fmt: skip
     with (
@@ -192,8 +208,8 @@ def write_activation_cache(
             group = handle.create_group(name)
             for key, value in (set_attrs.get(name) or {}).items():
                 group.attrs[key] = _json_attr(value)
-            if activation_sets is not None and not patterns_only:
-                group.attrs["activations"] = "all" if name in full_sets else "hook_pattern"
+            if marker is not None:
+                group.attrs["activations"] = marker if name in full_sets else "hook_pattern"
             writer.write_set(group, tokens, lengths, texts, progress, patterns_only=name not in full_sets)
         handle.attrs["complete"] = True  # last: a file without it was interrupted
     log.info("wrote activation cache %s (%s prompt sets, %s)", path, len(token_sets), dtype)
@@ -213,6 +229,7 @@ class _SetWriter:
         batch_size: int,
         patterns_only: bool = False,
         pattern_filters: dict[str, Any] | None = None,
+        residual_only: bool = False,
     ):
         cfg = model.cfg
         self.model, self.batch_size, self.extra_resid_hooks = model, batch_size, extra_resid_hooks
@@ -220,8 +237,9 @@ class _SetWriter:
         self.dtype = np.dtype(dtype)
         self.filters, self.plain = filters, plain
         self.pattern_filters = plain if pattern_filters is None else pattern_filters
-        self.patterns_only = patterns_only
+        self.patterns_only, self.residual_only = patterns_only, residual_only
         self.all_hooks = ["hook_pattern"] if patterns_only else stored_hooks(resid_hook_name(model), extra_resid_hooks)
+        self.all_hooks = [hook for hook in self.all_hooks if not (residual_only and hook == "hook_z")]
         self._buffer = np.empty(0, dtype=self.dtype)
         self.all_shapes = {
             hook: (int(cfg.n_heads), int(cfg.d_head)) if hook == "hook_z" else (int(cfg.d_model),)
@@ -273,7 +291,8 @@ class _SetWriter:
         for start in range(0, n_prompts, self.batch_size):
             rows = order[start : start + self.batch_size]
             width = int(lengths[rows].max())
-            acts = collect_activations(self.model, tokens[rows, :width], self.extra_resid_hooks, patterns_only)
+            acts = collect_activations(self.model, tokens[rows, :width], self.extra_resid_hooks, patterns_only,
+                                       self.residual_only)  # fmt: skip
             for position, row in enumerate(rows):
                 self._write_prompt(acts, position, int(lengths[row]), packed[..., offsets[row] : offsets[row + 1]])
                 for hook, dataset in datasets.items():

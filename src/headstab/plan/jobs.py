@@ -8,7 +8,7 @@ Pure functions of the config; importable at parse time (no numpy).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -164,12 +164,16 @@ def activation_sets(config: Mapping[str, Any]) -> list[str] | None:
     return listed + ([primary] if primary not in listed else [])
 
 
-def cache_options(config: Mapping[str, Any], patterns_only: bool = False) -> dict[str, Any]:
+def cache_options(
+    config: Mapping[str, Any], patterns_only: bool = False, residual_sets: Sequence[str] | None = None
+) -> dict[str, Any]:
     """The cache writer's options: config["cache"], with `extra_resid_hooks` only when there are any, so
     the default cka_hook leaves the params (and so the caches) as they are and another hook rebuilds them,
     and `activation_sets` resolved (`activation_sets`; left out for "all", as before the key existed).
     `pattern_compression_level` likewise only when set, so caches written before the key keep their params.
-    patterns_only: a patterns-only cache's options (a training snapshot's), without activation_sets."""
+    patterns_only: a patterns-only cache's options (a training snapshot's), without activation_sets.
+    residual_sets: hook_pattern everywhere plus the residual hooks (no hook_z) of these prompt sets alone (a step-0
+    snapshot's, for the residual CKA's chance level): `residual_only` with them as activation_sets."""
     options = {
         key: value
         for key, value in config["cache"].items()
@@ -180,6 +184,8 @@ def cache_options(config: Mapping[str, Any], patterns_only: bool = False) -> dic
         options["extra_resid_hooks"] = extra
     if patterns_only:
         return {**options, "patterns_only": True}
+    if residual_sets is not None:
+        return {**options, "residual_only": True, "activation_sets": list(residual_sets)}
     sets = activation_sets(config)
     return options if sets is None else {**options, "activation_sets": sets}
 

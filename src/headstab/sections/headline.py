@@ -83,8 +83,10 @@ def headline_table(
                                interval=interval))  # fmt: skip
     if cka is not None:
         rows = cka[cka["promptset"] == promptset] if "promptset" in cka.columns else cka
+        rows = rows[rows["positions"] == "all"] if "positions" in rows.columns else rows  # the BOS rows kept
+        init = "init_cka_mean" if "init_cka_mean" in rows.columns else np.nan  # step 0: CKA's chance level
         parts.append(_rows(rows, "residual-stream CKA", layer="layer", estimate="cka_mean", ci_low="ci_low",
-                           ci_high="ci_high", interval=interval))  # fmt: skip
+                           ci_high="ci_high", interval=interval, init=init))  # fmt: skip
     if tests is not None:
         for statistic, name in (("layer_stability", "AdamW - Adam layer stability"),
                                 ("perplexity", "AdamW - Adam validation perplexity")):  # fmt: skip
