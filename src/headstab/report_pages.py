@@ -46,6 +46,8 @@ ARCH_SUBCATEGORIES = {
 SUMMARY_PLACES = {
     "stability_gap": ("Across architectures", "Stability gap (§4.6)"),
     "meta_sne": ("Across architectures", "meta-SNE (§4.9)"),
+    "meta_sne_scale_normalised": ("Across architectures", "meta-SNE (§4.9)"),
+    "meta_sne_mantel": ("Across architectures", "meta-SNE (§4.9)"),
     "weight_norm_correlation": ("Across architectures", "Weight norms (§4.4.1)"),
     "effective_rank": ("Across architectures", "Beyond the paper: effective rank"),
     "layer_robustness": ("Across architectures", "Beyond the paper: layer drop and swap"),
@@ -82,6 +84,8 @@ DESCRIPTIONS = {
     "perplexity": "Adam vs AdamW validation perplexity: refits, means and tests (Table B.7)",
     "stability_gap": "stability gap ΔS and depth of the extreme layers per architecture and anchor (Fig. 7-8)",
     "meta_sne": "t-SNE coordinates of every head of every refit (Fig. 11)",
+    "meta_sne_scale_normalised": "the same t-SNE of the head descriptions divided by their norms",
+    "meta_sne_mantel": "Mantel test of head-description distance against |Δ relative depth|, heads permuted within refits",
     "stability_against_chance": "pooled layer stability of every architecture against its null",
 }
 

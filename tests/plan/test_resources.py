@@ -76,4 +76,8 @@ def test_gpus_runtimes_and_meta_sne_memory(tiny_spec):
     assert model_gpus("cpu") == 0 and model_gpus("auto") == model_gpus("cuda") == 1
     assert similarity_runtime(tiny_spec(n_layers=8, n_heads=16), n_seeds=50) == 120  # 6,400 rows
     assert similarity_runtime(tiny_spec(), n_seeds=2) == 20
-    assert meta_sne_mem_mb(n_heads_total=1000, n_prompts=100) == 2000 + int(1000 * 4950 * 24 / 1e6)
+    # descriptions 4 x 8 bytes (raw, normalised, t-SNE's copies); the Mantel test's 4 n x n float64 arrays
+    assert meta_sne_mem_mb(n_heads_total=1000, n_prompts=100) == 2000 + int(1000 * 4950 * 32 / 1e6) + 32
+    assert meta_sne_mem_mb(n_heads_total=10000, n_prompts=100, mantel_heads=2000) == (
+        2000 + int(10000 * 4950 * 32 / 1e6) + int(2000**2 * 32 / 1e6)
+    )

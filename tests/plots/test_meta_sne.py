@@ -45,3 +45,19 @@ def test_meta_sne(tmp_path, assert_written):
     counts = plot_meta_sne(table, tmp_path / "meta_sne.png").set_index("optimizer")["n_heads"]
     assert_written(tmp_path / "meta_sne.png")
     assert counts["Adam"] == 2 * 4 * 2 * N_HEADS and counts["AdamW"] == 2 * 4 * 4 * N_HEADS
+
+
+def test_meta_sne_titles_name_the_descriptions_and_their_mantel_test(tmp_path, monkeypatch):
+    import headstab.plots.meta_sne as meta_sne
+
+    saved = []
+    monkeypatch.setattr(meta_sne, "save_figure", lambda figure, path: saved.append(figure))
+    table = pd.DataFrame({"architecture": "l2_h8", "seed": 1, "relative_depth": [0.5, 1.0, 1.0], "optimizer": "Adam",
+                          "tsne_x": [0.0, 1.0, 2.0], "tsne_y": [0.0, 1.0, 0.0]})  # fmt: skip
+    mantel = pd.DataFrame({"description": ["raw", "scale_normalised"], "mantel_r": [0.41, 0.12],
+                           "p_value": [0.001, 0.2], "n_permutations": [999, 999]})  # fmt: skip
+    plot_meta_sne(table.assign(description="scale_normalised"), tmp_path / "n.png", mantel=mantel)
+    title = saved[-1]._suptitle.get_text()
+    assert "divided by their norms" in title and "Mantel r = 0.12" in title and "p = 0.2 " in title
+    plot_meta_sne(table, tmp_path / "r.png")
+    assert "\n" not in saved[-1]._suptitle.get_text()  # the paper's figure alone: one line

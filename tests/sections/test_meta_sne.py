@@ -8,11 +8,13 @@ from helpers.tolerances import reduction_rtol
 from scipy.spatial.distance import pdist
 
 from headstab.sections.meta_sne import (
+    depth_mantel_table,
     head_descriptions,
     meta_sne_embedding,
     meta_sne_frame,
     meta_sne_table,
     refit_descriptions,
+    scale_normalised,
     token_mean_head_output,
 )
 
@@ -372,3 +374,67 @@ def test_threads_are_capped_at_one_unless_asked(monkeypatch):
     meta_sne_table(_descriptions_fixed(), FACTS, perplexity=3)
     meta_sne_table(_descriptions_fixed(), FACTS, perplexity=3, n_threads=3)
     assert caps == [1, 1, 3]
+
+
+def test_scale_normalised_descriptions_do_not_see_a_heads_output_scale():
+    """Outputs c times larger give every prompt distance c times larger: the raw description moves, the
+    normalised one does not; a head with one output for every prompt keeps its zero description."""
+    z, lengths = _padded_hook_z()
+    scaled = z.copy()
+    scaled[:, :, :, 1] *= 7.0  # head 1 of every layer, 7x its outputs
+    scaled[:, :, :, 2] = 0.0  # head 2: nothing, for every prompt
+    raw, raw_scaled = head_descriptions(z, lengths), head_descriptions(scaled, lengths)
+    np.testing.assert_allclose(raw_scaled[:, 1], 7.0 * raw[:, 1], rtol=reduction_rtol(np.float64, 20))
+    normalised = scale_normalised(raw.reshape(-1, raw.shape[-1])).reshape(raw.shape)
+    normalised_scaled = scale_normalised(raw_scaled.reshape(-1, raw.shape[-1])).reshape(raw.shape)
+    np.testing.assert_allclose(normalised_scaled[:, :2], normalised[:, :2], rtol=reduction_rtol(np.float64, 20))
+    np.testing.assert_allclose(np.linalg.norm(normalised, axis=-1), 1.0, rtol=reduction_rtol(np.float64, 10))
+    assert (normalised_scaled[:, 2] == 0.0).all()
+
+
+def test_the_scale_normalised_table_embeds_the_normalised_descriptions_and_keeps_the_norms():
+    descriptions = _descriptions_fixed()
+    frame, features = meta_sne_frame(descriptions, FACTS)
+    table = meta_sne_table(descriptions, FACTS, perplexity=2, description="scale_normalised")
+    xy = meta_sne_embedding(scale_normalised(features), perplexity=2)
+    np.testing.assert_array_equal(table[["tsne_x", "tsne_y"]].to_numpy(), xy)
+    np.testing.assert_array_equal(table["description_norm"], np.linalg.norm(features, axis=1))
+    assert set(table["description"]) == {"scale_normalised"}
+    with pytest.raises(ValueError, match="description must be one of"):
+        meta_sne_table(descriptions, FACTS, description="zscored")
+
+
+def _planted(depth_in):
+    """Descriptions of 3 refits of each FACTS architecture, 6 heads a layer, 45 features: depth_in "scale" sets
+    only each head's output scale by its depth (its shape random); "shape" sets its shape by depth (scale random)."""
+    generator = np.random.default_rng(11)
+    out = {}
+    for arch, facts in FACTS.items():
+        for seed in (1, 2, 3):
+            n_layers = facts["n_layers"]
+            depth = (np.arange(n_layers) + 1) / n_layers
+            shape = generator.uniform(0.5, 1.5, size=(n_layers, 6, 45))
+            if depth_in == "scale":
+                out[(arch, seed)] = shape * (1.0 + 9.0 * depth)[:, None, None]
+            else:
+                pattern = np.linspace(0.0, 1.0, 45)
+                shape += 3.0 * depth[:, None, None] * pattern  # distances that grow across the features with depth
+                out[(arch, seed)] = shape * generator.uniform(0.5, 2.0, size=(n_layers, 6, 1))
+    return out
+
+
+def test_a_depth_order_made_by_output_scale_alone_leaves_the_normalised_descriptions():
+    table = depth_mantel_table(_planted("scale"), FACTS, n_permutations=199, seed=0).set_index("description")
+    assert table.loc["raw", "mantel_r"] > 0.3 and table.loc["raw", "p_value"] == 1 / 200
+    assert table.loc["scale_normalised", "p_value"] > 0.05
+    assert (table["strata"] == "refit").all() and (table["n_strata"] == 9).all()
+
+
+def test_a_depth_order_in_the_shape_of_the_descriptions_survives_normalisation():
+    table = depth_mantel_table(_planted("shape"), FACTS, n_permutations=199, seed=0).set_index("description")
+    assert table.loc["scale_normalised", "mantel_r"] > 0.3 and table.loc["scale_normalised", "p_value"] == 1 / 200
+
+
+def test_the_mantel_test_draws_at_most_max_heads_heads():
+    table = depth_mantel_table(_planted("shape"), FACTS, n_permutations=20, seed=0, max_heads=40)
+    assert (table["n_objects"] == 40).all() and (table["n_permutations"] == 20).all()

@@ -1,6 +1,7 @@
 # Paper §4.9, Fig. 11: meta-SNE of every head of every refit of every architecture.
 #
-#   meta_sne  {RESULTS}/summary/tables/meta_sne.csv, summary/figures/meta_sne.png
+#   meta_sne  {RESULTS}/summary/tables/meta_sne.csv, summary/figures/meta_sne.png; the same with scale-normalised
+#             descriptions (meta_sne_scale_normalised), and meta_sne_mantel.csv (description distance vs |Δ depth|)
 #
 # Library: headstab.sections.meta_sne, headstab.plots.meta_sne.
 
@@ -8,16 +9,27 @@ from headstab.plan.resources import meta_sne_mem_mb
 
 META_SNE_REFITS = [[arch, seed] for arch in ARCHITECTURES for seed in SEEDS[arch]]
 META_SNE_CACHES = [cache_path(arch, seed) for arch, seed in META_SNE_REFITS]
-META_SNE_TARGETS = [summary_table_path("meta_sne"), summary_figure_path("meta_sne")] if ARCHITECTURES else []
+META_SNE_TARGETS = (
+    [summary_table_path(name) for name in ("meta_sne", "meta_sne_scale_normalised", "meta_sne_mantel")]
+    + [summary_figure_path(name) for name in ("meta_sne", "meta_sne_scale_normalised")]
+    if ARCHITECTURES
+    else []
+)
 # Every head's description, the primary set assumed to hold at most 200 prompts.
-META_SNE_MEM_MB = meta_sne_mem_mb(sum(len(SEEDS[a]) * SPECS[a].n_layers * SPECS[a].n_heads for a in ARCHITECTURES), 200)
+META_SNE_MEM_MB = meta_sne_mem_mb(
+    sum(len(SEEDS[a]) * SPECS[a].n_layers * SPECS[a].n_heads for a in ARCHITECTURES),
+    200,
+    config["analysis"]["meta_sne_mantel_max_heads"],
+)
 
 
 rule meta_sne:
     """meta-SNE (paper §4.9, Fig. 11): every head of every refit of every architecture described by the
     Euclidean distances between primary prompts of its token-averaged output (hook_z); one t-SNE of
     all heads, coloured by relative depth, Adam and AdamW in separate panels. Optimizer and
-    attention-only come from each architecture's spec."""
+    attention-only come from each architecture's spec. Controls for "clustered by depth" being "clustered by
+    output norm": the same map of the descriptions divided by their norms, and a Mantel test of description
+    distance against |Δ relative depth|, heads permuted within their refit (docs/statistics.md)."""
     input:
         caches=META_SNE_CACHES,
     output:
@@ -28,6 +40,14 @@ rule meta_sne:
             category="Across architectures",
             subcategory="meta-SNE (§4.9)",
         ),
+        normalised_table=summary_table_path("meta_sne_scale_normalised"),
+        normalised_figure=report(
+            summary_figure_path("meta_sne_scale_normalised"),
+            caption="../report/meta_sne_scale_normalised.rst",
+            category="Across architectures",
+            subcategory="meta-SNE (§4.9)",
+        ),
+        mantel=summary_table_path("meta_sne_mantel"),
     log:
         f"{RESULTS}/logs/meta_sne/summary.log",
     conda:
@@ -35,7 +55,7 @@ rule meta_sne:
     threads: 1
     resources:
         mem_mb=META_SNE_MEM_MB,
-        runtime=30,
+        runtime=60,  # two t-SNEs and the Mantel test's permutations
     params:
         configuration=RUN_SUMMARY,
         refits=META_SNE_REFITS,
@@ -43,5 +63,8 @@ rule meta_sne:
         promptset=PRIMARY,
         perplexity=config["analysis"]["meta_sne_perplexity"],
         embedding=config["analysis"]["meta_sne_embedding"],
+        mantel_max_heads=config["analysis"]["meta_sne_mantel_max_heads"],
+        permutations=STATISTICS["permutations"],
+        seed=STATISTICS["seed"],
     script:
         "../scripts/meta_sne.py"

@@ -128,6 +128,9 @@ def residual_cka_mem_mb(spec: ArchitectureSpec, n_seeds: int, max_tokens: int | 
     return 2000 + int(n_seeds * n_tokens * (n_tokens * 8 * 2 + spec.d_model * 8) / 1e6)
 
 
-def meta_sne_mem_mb(n_heads_total: int, n_prompts: int) -> int:
-    """Every head's description (one distance per pair of prompts, float64) three times over for t-SNE."""
-    return 2000 + int(n_heads_total * (n_prompts * (n_prompts - 1) // 2) * 8 * 3 / 1e6)
+def meta_sne_mem_mb(n_heads_total: int, n_prompts: int, mantel_heads: int | None = None) -> int:
+    """Every head's description (one distance per pair of prompts, float64) four times over for t-SNE (the
+    scale-normalised copy besides), and the Mantel test's four n x n float64 arrays of mantel_heads heads (all
+    when None)."""
+    mantel = min(n_heads_total, mantel_heads if mantel_heads is not None else n_heads_total)
+    return 2000 + int(n_heads_total * (n_prompts * (n_prompts - 1) // 2) * 8 * 4 / 1e6) + int(mantel**2 * 8 * 4 / 1e6)

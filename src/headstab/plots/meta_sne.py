@@ -12,13 +12,15 @@ from headstab.plots import ARCHITECTURE_MARKERS, new_figure, save_figure
 __all__ = ["plot_meta_sne"]
 
 
-def plot_meta_sne(table: pd.DataFrame, path: str | Path) -> pd.DataFrame:
+def plot_meta_sne(table: pd.DataFrame, path: str | Path, mantel: pd.DataFrame | None = None) -> pd.DataFrame:
     """meta-SNE of all heads of all refits and architectures (§4.9, Fig. 11).
 
     table: `meta_sne_table` output (tsne_x, tsne_y, relative_depth, optimizer, attention_only, embedding).
     Panels Adam | AdamW, on shared axes for a joint embedding and on their own axes when each optimizer
     was embedded alone; colour: relative depth (layer + 1) / L; marker: MLP (circle) or attention-only
-    (triangle). Returns the number of heads per panel.
+    (triangle). The title names the descriptions (column description: raw or scale-normalised) and, given
+    mantel (`depth_mantel_table` rows), the Mantel r and p of those descriptions against |Δ relative depth|.
+    Returns the number of heads per panel.
     """
     needed = ("tsne_x", "tsne_y", "relative_depth", "optimizer")
     missing = [c for c in needed if c not in table.columns]
@@ -77,6 +79,19 @@ def plot_meta_sne(table: pd.DataFrame, path: str | Path) -> pd.DataFrame:
     if mappable is not None:
         figure.colorbar(mappable, ax=axes, label="relative depth (layer + 1) / L", shrink=0.9)
     kind = "one joint t-SNE" if joint else "one t-SNE per optimizer (axes not comparable)"
-    figure.suptitle(f"meta-SNE of attention heads (§4.9, Fig. 11; {kind})", fontsize=10)
+    figure.suptitle(f"meta-SNE of attention heads (§4.9, Fig. 11; {kind}){_description_line(table, mantel)}",
+                    fontsize=10)  # fmt: skip
     save_figure(figure, path)
     return pd.DataFrame(counts, columns=["optimizer", "n_heads"])
+
+
+def _description_line(table: pd.DataFrame, mantel: pd.DataFrame | None) -> str:
+    """A second title line for scale-normalised descriptions or a Mantel test; empty for the paper's figure alone."""
+    description = str(table["description"].iloc[0]) if "description" in table.columns and len(table) else "raw"
+    parts = ["descriptions divided by their norms"] if description == "scale_normalised" else []
+    rows = None if mantel is None else mantel[mantel["description"] == description]
+    if rows is not None and len(rows):
+        row = rows.iloc[0]
+        parts.append(f"Mantel r = {row['mantel_r']:.2f} with |Δ relative depth|, p = {row['p_value']:.3g} "
+                     f"({int(row['n_permutations'])} permutations within refits)")  # fmt: skip
+    return ("\n" + "; ".join(parts)) if parts else ""

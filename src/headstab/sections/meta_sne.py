@@ -3,6 +3,12 @@
 Each head is described by how it separates prompts: the Euclidean distances between the
 token-averaged outputs (`attn.hook_z`) it produces for every pair of prompts. Heads of all refits
 and architectures share one description space (same prompts), so one t-SNE places them all.
+
+Controls for "heads cluster by relative depth" (docs/statistics.md, "meta-SNE: depth or norm?"): a head
+whose outputs are c times larger has every distance c times larger, and output norms grow with depth, so
+depth clusters may be norm clusters. `scale_normalised` divides each description by its norm (its shape
+kept, its scale removed) for a second embedding, and `depth_mantel_table` tests description distance against
+|Δ relative depth| with heads permuted within their refit (so within their architecture), no t-SNE involved.
 """
 
 from __future__ import annotations
@@ -178,6 +184,20 @@ def _initial_embedding(features: np.ndarray) -> str | np.ndarray:
 
 
 META_SNE_EMBEDDINGS = ("joint", "per_optimizer")
+DESCRIPTIONS = ("raw", "scale_normalised")
+
+
+def scale_normalised(features: np.ndarray) -> np.ndarray:
+    """Each head's description divided by its Euclidean norm: [n_heads_total, n_features] -> the same shape.
+
+    Scaling a head's outputs by c scales every prompt distance by c, so it moves the raw description but not this
+    one; what is left is how the head ranks and spaces the prompts. Division by the norm rather than z-scoring:
+    the distances are non-negative and their mean is part of the shape (a z-score would also remove it, which no
+    rescaling of outputs does). A head with a zero description (the same output for every prompt) stays zero.
+    """
+    features = np.asarray(features, dtype=np.float64)
+    norms = np.linalg.norm(features, axis=1, keepdims=True)
+    return np.divide(features, norms, out=np.zeros_like(features), where=norms > 0)
 
 
 def meta_sne_table(
@@ -186,18 +206,27 @@ def meta_sne_table(
     perplexity: float = 30.0,
     n_threads: int = 1,
     embedding: str = "joint",
+    description: str = "raw",
 ) -> pd.DataFrame:
-    """`meta_sne_frame` plus the t-SNE coordinates as columns tsne_x, tsne_y.
+    """`meta_sne_frame` plus description_norm (each head's description norm) and the t-SNE coordinates as
+    columns tsne_x, tsne_y.
 
     embedding: "joint" places every head in one t-SNE (Adam and AdamW heads share the axes);
     "per_optimizer" runs one t-SNE per optimizer, as the authors' code does, so coordinates of
     the two panels are not comparable (config key analysis.meta_sne_embedding).
+    description: "raw" embeds the descriptions as they are (the paper's), "scale_normalised" divided by their
+    norms (`scale_normalised`).
     """
     if embedding not in META_SNE_EMBEDDINGS:
         raise ValueError(
             f"embedding must be one of {list(META_SNE_EMBEDDINGS)} (config key analysis.meta_sne_embedding); got {embedding!r}"
         )
+    if description not in DESCRIPTIONS:
+        raise ValueError(f"description must be one of {list(DESCRIPTIONS)}; got {description!r}")
     frame, features = meta_sne_frame(descriptions, facts)
+    frame = frame.assign(description_norm=np.linalg.norm(features, axis=1))
+    if description == "scale_normalised":
+        features = scale_normalised(features)
     xy = np.empty((len(frame), 2))
     groups = (
         [np.arange(len(frame))]
@@ -206,4 +235,41 @@ def meta_sne_table(
     )
     for rows in groups:
         xy[rows] = meta_sne_embedding(features[rows], perplexity=perplexity, n_threads=n_threads)
-    return frame.assign(tsne_x=xy[:, 0], tsne_y=xy[:, 1], embedding=embedding)
+    return frame.assign(tsne_x=xy[:, 0], tsne_y=xy[:, 1], embedding=embedding, description=description)
+
+
+def depth_mantel_table(
+    descriptions: Mapping[tuple[str, int], np.ndarray],
+    facts: Mapping[str, Mapping[str, Any]],
+    n_permutations: int,
+    seed: int,
+    max_heads: int | None = None,
+) -> pd.DataFrame:
+    """Mantel test of description distance against |Δ relative depth|, heads permuted within their refit.
+
+    For the raw and the scale-normalised descriptions (DESCRIPTIONS): Euclidean distances between the heads'
+    descriptions against the distance of their relative depths (layer + 1) / L, one-sided (far in depth, far in
+    description), `headstab.statistics.mantel.mantel_test` with strata = refit (architecture, seed): each
+    permutation shuffles depths among the heads of one refit, so what separates architectures or refits is
+    held fixed. max_heads: at most this many heads, drawn at random with `seed` (None: all), since the test
+    holds an n x n distance matrix. Returns description, predictor, strata, then MANTEL_COLUMNS.
+    """
+    from scipy.spatial.distance import pdist, squareform
+
+    from headstab.statistics.mantel import mantel_test
+
+    frame, features = meta_sne_frame(descriptions, facts)
+    rows = np.arange(len(frame))
+    if max_heads is not None and len(rows) > max_heads:
+        rows = np.sort(np.random.default_rng(seed).choice(rows, size=max_heads, replace=False))
+    strata = (frame["architecture"].astype(str) + "/" + frame["seed"].astype(str)).to_numpy()[rows]
+    depth = frame["relative_depth"].to_numpy(dtype=np.float64)[rows]
+    out = []
+    for description in DESCRIPTIONS:
+        chosen = features[rows] if description == "raw" else scale_normalised(features[rows])
+        result = mantel_test(squareform(pdist(chosen)), depth, strata, n_permutations, seed)
+        out.append({"description": description, "predictor": "abs_delta_relative_depth", "strata": "refit", **result})
+        log.info(
+            "Mantel, %s descriptions vs |Δ depth|: r %.3f, p %.4g", description, result["mantel_r"], result["p_value"]
+        )
+    return pd.DataFrame(out)
