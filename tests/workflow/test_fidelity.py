@@ -16,6 +16,11 @@ REPO = Path(__file__).resolve().parents[2]
 FIDELITY = REPO / "docs/fidelity.md"
 PRESET = REPO / "config/presets/authors_code.yaml"
 PAPER = REPO / "config/config.yaml"
+# The authors' choices as their code makes them, written out here so that a row and the preset cannot drift together.
+AUTHORS_CHOICES = {
+    # Stability_Residual_Stream.ipynb stacks every token of every prompt, BOS included: no cap.
+    "analysis.cka_max_tokens": None,
+}
 
 
 def fidelity_rows() -> list[dict[str, str]]:
@@ -76,6 +81,15 @@ def test_the_preset_gives_the_authors_value_of_every_row(rows):
         assert lookup(with_preset, key) == code_value(row["authors' value"]), key
         checked += 1
     assert checked >= 10
+
+
+@pytest.mark.parametrize("key", sorted(AUTHORS_CHOICES))
+def test_the_preset_and_the_table_make_each_authors_choice(rows, key):
+    with_preset = merged(PAPER, PRESET)
+    assert lookup(with_preset, key) == AUTHORS_CHOICES[key], key
+    listed = [row for row in rows if code_value(row["config key"]) == key]
+    assert len(listed) == 1, f"docs/fidelity.md lists {key} {len(listed)} times"
+    assert code_value(listed[0]["authors' value"]) == AUTHORS_CHOICES[key], key
 
 
 def test_the_paper_config_gives_the_headstab_default_of_every_row(rows):
