@@ -33,12 +33,12 @@ def jaccard(a: str, b: str) -> float:
     return len(x & y) / len(x | y)
 
 
-def test_primary_has_100_distinct_prompts_with_the_papers_length_distribution():
+def test_primary_has_100_distinct_prompts_with_the_authors_length_distribution():
     prompts = json.loads(PRIMARY.read_text(encoding="utf-8"))
     assert isinstance(prompts, list) and len(prompts) == 100
     assert all(isinstance(p, str) and p == p.strip() for p in prompts)
     assert len(set(prompts)) == 100
-    # The paper's prompt set: 21 to 63 whitespace-separated words, median about 37, spread over the range.
+    # The authors' 100_prompts.pkl: 21 to 63 whitespace-separated words, median about 37, spread over the range.
     words = [len(p.split()) for p in prompts]
     assert min(words) >= 21 and max(words) <= 63, (min(words), max(words))
     assert 35 <= statistics.median(words) <= 39, statistics.median(words)

@@ -92,6 +92,14 @@ def test_the_preset_and_the_table_make_each_authors_choice(rows, key):
     assert code_value(listed[0]["authors' value"]) == AUTHORS_CHOICES[key], key
 
 
+def test_the_primary_prompts_row_gives_the_papers_request_and_the_authors_pickle_each_its_own_length():
+    (row,) = [row for row in fidelity_rows() if code_value(row["config key"]) == "prompt_sets.primary"]
+    # §A.4's generation instruction asks for 15-80 tokens; 21-63 words (median 37) is what the pickle holds.
+    assert "15-80 tokens" in row["paper"] and "21-63" not in row["paper"], row["paper"]
+    assert "21-63 words" in row["authors' code"] and "median 37" in row["authors' code"], row["authors' code"]
+    assert "paper's 21-63" not in FIDELITY.read_text()
+
+
 def test_the_paper_config_gives_the_headstab_default_of_every_row(rows):
     paper = merged(PAPER)
     for row in rows:
