@@ -20,6 +20,8 @@ PAPER = REPO / "config/config.yaml"
 AUTHORS_CHOICES = {
     # Stability_Residual_Stream.ipynb stacks every token of every prompt, BOS included: no cap.
     "analysis.cka_max_tokens": None,
+    # Stability_Cross_Layers.ipynb appends the best-match indices before it drops the anchor's own column.
+    "analysis.alignment_self_match": True,
 }
 
 
