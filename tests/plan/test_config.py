@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from headstab.plan.config import architecture_spec, load_yaml, selected_architectures, validate_config
-from headstab.plan.spec import ConfigError
+from headstab.plan.spec import ConfigError, spec_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -98,6 +98,37 @@ def test_run_seed_override_replaces_every_architectures_seeds(demo):
     demo["run"]["seeds"] = [7, 9]
     config = validate_config(demo)
     assert architecture_spec(config, "l4_h8").seeds == (7, 9)
+
+
+def test_data_order_is_per_seed_by_default_and_left_out_of_the_params_until_shared(demo):
+    config = validate_config(demo)
+    spec = architecture_spec(config, "l2_h8")
+    assert spec.data_order == "per_seed" and "data_order" not in spec.to_dict()  # old train params stay as they were
+    demo["architectures"]["l2_h8"]["data_order"] = "shared"
+    shared = architecture_spec(validate_config(demo), "l2_h8")
+    assert shared.to_dict()["data_order"] == "shared"  # in the train params: changing it retrains
+    assert spec_from_dict(shared.to_dict()) == shared and spec_from_dict(spec.to_dict()) == spec
+
+
+def test_a_seed_grid_with_a_shared_data_order_fails_naming_the_key(demo):
+    demo["architectures"]["l2_h8_grid"]["data_order"] = "shared"
+    message = _error(demo)
+    assert "architectures.l2_h8_grid.data_order" in message and "seed_grid" in message
+
+
+def test_architecture_overrides_apply_to_the_architectures_a_config_has_and_skip_the_others(demo):
+    demo["architecture_overrides"] = {"l2_h8": {"data_order": "shared", "lr": 0.5}, "gpt2": {"data_order": "shared"}}
+    config = validate_config(demo)
+    assert "gpt2" not in config["architectures"]
+    spec = architecture_spec(config, "l2_h8")
+    assert (spec.data_order, spec.lr) == ("shared", 0.5)  # over the entry and the defaults
+    assert architecture_spec(config, "l4_h8").data_order == "per_seed"
+
+
+def test_a_misspelt_override_key_names_its_path(demo):
+    demo["architecture_overrides"] = {"gpt2": {"data_ordr": "shared"}}
+    message = _error(demo)
+    assert "architecture_overrides.gpt2" in message and "did you mean 'data_order'" in message
 
 
 def _error(config: dict) -> str:

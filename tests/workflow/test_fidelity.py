@@ -10,7 +10,7 @@ import pytest
 import yaml
 from snakemake.utils import update_config
 
-from headstab.plan.config import load_yaml, validate_config
+from headstab.plan.config import architecture_spec, load_yaml, validate_config
 
 REPO = Path(__file__).resolve().parents[2]
 FIDELITY = REPO / "docs/fidelity.md"
@@ -22,6 +22,9 @@ AUTHORS_CHOICES = {
     "analysis.cka_max_tokens": None,
     # Stability_Cross_Layers.ipynb appends the best-match indices before it drops the anchor's own column.
     "analysis.alignment_self_match": True,
+    # Their OpenWebText script never sets the train config's seed: torch.manual_seed(0) before every shuffled DataLoader.
+    "architectures.gpt2.data_order": "shared",
+    "architectures.gpt2_wd.data_order": "shared",
 }
 
 
@@ -45,6 +48,11 @@ def code_value(cell: str) -> object:
 
 
 def lookup(config: dict, dotted: str) -> object:
+    """The value of a dotted key; architectures.<name>.<field> as the architecture's spec resolves it (defaults,
+    entry, architecture_overrides)."""
+    parts = dotted.split(".")
+    if parts[0] == "architectures" and len(parts) == 3:
+        return getattr(architecture_spec(config, parts[1]), parts[2])
     value = config
     for part in dotted.split("."):
         value = value[part]
@@ -100,6 +108,12 @@ def test_the_primary_prompts_row_gives_the_papers_request_and_the_authors_pickle
     assert "15-80 tokens" in row["paper"] and "21-63" not in row["paper"], row["paper"]
     assert "21-63 words" in row["authors' code"] and "median 37" in row["authors' code"], row["authors' code"]
     assert "paper's 21-63" not in FIDELITY.read_text()
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "gpt2_wd"])
+def test_the_published_config_describes_how_the_authors_trained_gpt2(arch):
+    spec = architecture_spec(merged(REPO / "config/published.yaml"), arch)
+    assert spec.data_order == "shared"
 
 
 def test_the_paper_config_gives_the_headstab_default_of_every_row(rows):

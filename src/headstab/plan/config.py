@@ -228,10 +228,16 @@ def _expand_seeds(value: Any, where: str) -> tuple[int, ...]:
 
 
 def architecture_spec(config: dict[str, Any], name: str) -> ArchitectureSpec:
-    """The registry entry `name` merged over `architecture_defaults`, with the run's seed override."""
+    """The registry entry `name` merged over `architecture_defaults`, `architecture_overrides[name]` over both,
+    with the run's seed override."""
     if name not in config["architectures"]:
         raise ConfigError(f"unknown architecture '{name}'.{_closest(name, config['architectures'])}")
-    merged = {**BUILT_IN_ARCHITECTURE_DEFAULTS, **config["architecture_defaults"], **config["architectures"][name]}
+    merged = {
+        **BUILT_IN_ARCHITECTURE_DEFAULTS,
+        **config["architecture_defaults"],
+        **config["architectures"][name],
+        **config.get("architecture_overrides", {}).get(name, {}),
+    }
     if merged.get("source") == "hub_family":  # dimensions from the model's config.json, not the defaults
         merged.update(family_dimensions(config, name))
     missing = [key for key in ARCHITECTURE_FIELDS if key not in merged]
@@ -249,6 +255,11 @@ def architecture_spec(config: dict[str, Any], name: str) -> ArchitectureSpec:
     if grid:  # init seed x data-order seed, refits named {init}-{data} (headstab.plan.seed_design)
         if merged.get("source", "train") != "train":
             raise ConfigError(f"config key 'architectures.{name}.seed_grid': only refits trained here have a data seed")
+        if merged["data_order"] != "per_seed":
+            raise ConfigError(
+                f"config key 'architectures.{name}.data_order': a seed_grid names each refit's data seed, so its "
+                "data order cannot be shared; leave data_order at per_seed (or unset) for this architecture"
+            )
         merged["seeds"] = grid_refits(grid["init_seeds"], grid["data_seeds"])
     if merged["seq_len"] is None:
         merged["seq_len"] = merged["n_ctx"]
