@@ -131,6 +131,13 @@ def test_a_misspelt_override_key_names_its_path(demo):
     assert "architecture_overrides.gpt2" in message and "did you mean 'data_order'" in message
 
 
+def test_an_analysis_activation_for_a_hub_family_fails_naming_the_key(demo):
+    demo["analysis"] = {**demo.get("analysis", {}), "act_fn": "gelu_new"}
+    demo["architectures"]["l2_h8"].update(source="hub_family", models={"path": "/nowhere/seed{seed}"})
+    message = _error(demo)
+    assert "analysis.act_fn" in message and "'l2_h8'" in message and "null" in message
+
+
 def _error(config: dict) -> str:
     with pytest.raises(ConfigError) as info:
         validate_config(config)

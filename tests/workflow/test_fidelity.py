@@ -25,6 +25,10 @@ AUTHORS_CHOICES = {
     # Their OpenWebText script never sets the train config's seed: torch.manual_seed(0) before every shuffled DataLoader.
     "architectures.gpt2.data_order": "shared",
     "architectures.gpt2_wd.data_order": "shared",
+    # Their GPT-2 script builds the model from HF's pretrained gpt2 config (gelu_new); the analyses use gelu for all.
+    "architectures.gpt2.act_fn": "gelu_new",
+    "architectures.gpt2_wd.act_fn": "gelu_new",
+    "analysis.act_fn": "gelu",
 }
 
 
@@ -112,8 +116,11 @@ def test_the_primary_prompts_row_gives_the_papers_request_and_the_authors_pickle
 
 @pytest.mark.parametrize("arch", ["gpt2", "gpt2_wd"])
 def test_the_published_config_describes_how_the_authors_trained_gpt2(arch):
-    spec = architecture_spec(merged(REPO / "config/published.yaml"), arch)
-    assert spec.data_order == "shared"
+    published = merged(REPO / "config/published.yaml")
+    spec = architecture_spec(published, arch)
+    assert spec.data_order == "shared" and spec.act_fn == "gelu_new"  # loaded with what they were trained with
+    assert published["analysis"]["act_fn"] is None
+    assert merged(REPO / "config/published.yaml", PRESET)["analysis"]["act_fn"] == "gelu"  # the authors' analysis
 
 
 def test_the_paper_config_gives_the_headstab_default_of_every_row(rows):

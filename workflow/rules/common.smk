@@ -58,6 +58,8 @@ SELECTED_ARCHITECTURES = selected_architectures(config)
 SEED_GRID_ARCHITECTURES = [a for a in SELECTED_ARCHITECTURES if config["architectures"][a].get("seed_grid")]
 ARCHITECTURES = [arch for arch in SELECTED_ARCHITECTURES if arch not in SEED_GRID_ARCHITECTURES]
 SPECS = {arch: architecture_spec(config, arch) for arch in SELECTED_ARCHITECTURES}
+# What the analyses build each refit's model from: its spec with the activation of analysis.act_fn, if set.
+ANALYSIS_SPECS = {arch: jobs.analysis_spec(spec, config["analysis"]["act_fn"]) for arch, spec in SPECS.items()}
 COMPUTE = config["compute"]
 STATISTICS = config["statistics"]
 # In the params of the rules whose numbers this library code computes: editing it reruns them.
@@ -89,8 +91,9 @@ ANCHOR_SEEDS = {arch: seeds[0] for arch, seeds in SEEDS.items()}  # the paper's 
 # Per architecture: what its rules look up with by_arch("<key>").
 ARCH = {
     arch: {
-        "job_spec": jobs.job_spec(spec),  # train and cache params: without seeds
-        "refit_spec": spec.to_dict(),  # analysis params: every refit
+        "job_spec": jobs.job_spec(spec),  # train and fetch params: without seeds
+        "cache_spec": jobs.job_spec(ANALYSIS_SPECS[arch]),  # cache params: without seeds
+        "refit_spec": ANALYSIS_SPECS[arch].to_dict(),  # analysis params: every refit
         "seeds": SEEDS[arch],
         "anchor_seed": ANCHOR_SEEDS[arch],
         "weights": [final_weights(arch, seed) for seed in SEEDS[arch]],

@@ -150,7 +150,16 @@ def _check_references(config: dict[str, Any]) -> None:
                 raise ConfigError(
                     f"config key 'run.architectures': unknown architecture '{name}'.{_closest(name, architectures)}"
                 )
+    act_fn = config.get("analysis", {}).get("act_fn")
     for name in selected_architectures(config):
+        source = {**config["architecture_defaults"], **config["architectures"][name],
+                  **config.get("architecture_overrides", {}).get(name, {})}.get("source")  # fmt: skip
+        if act_fn is not None and source == "hub_family":
+            raise ConfigError(
+                f"config key 'analysis.act_fn': {act_fn} applies to our model's refits (trained here or published), "
+                f"but architecture '{name}' is a hub family, which runs with its own activation; set analysis.act_fn "
+                "to null or leave the family out of run.architectures"
+            )
         spec = architecture_spec(config, name)
         if spec.tokenizer not in config["tokenizers"]:
             raise ConfigError(
