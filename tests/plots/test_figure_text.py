@@ -88,6 +88,7 @@ def test_per_layer_analysis_figures_keep_their_text_inside(n_layers, tmp_path, l
     norms = pd.DataFrame([(s, layer, m, 2.0 + layer + rng.normal(0, 0.2)) for s in SEEDS
                           for layer in range(n_layers) for m in matrices],
                          columns=["seed", "layer", "matrix", "frobenius_norm"])  # fmt: skip
+    norms["whole_layer_norm"] = norms["frobenius_norm"]
     stab = layer_stability(n_layers)
     plot_weight_norm_correlation(norms, stab, norm_stability_correlation(norms, stab), tmp_path / "w.png", arch)
     heads = t["heads"].query("anchor_seed == 1")
