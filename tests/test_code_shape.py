@@ -1,5 +1,5 @@
 """The library stays readable: no module over 400 lines, no function over 80, and no timing or issue
-number in its comments (measurements belong in benchmarks/README.md)."""
+number in its comments (measurements belong in benchmarks/README.md); no model loader runs a model's own code."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import ast
 import re
 from pathlib import Path
 
-LIBRARY = Path(__file__).resolve().parents[1] / "src" / "headstab"
+REPO = Path(__file__).resolve().parents[1]
+LIBRARY = REPO / "src" / "headstab"
 MODULES = sorted(LIBRARY.rglob("*.py"))
 
 
@@ -34,3 +35,19 @@ def test_comments_hold_no_issue_numbers_or_timings():
         if pattern.search(line)
     ]
     assert not found, found
+
+
+def test_every_hugging_face_loader_refuses_a_models_own_code():
+    """Each from_pretrained / boot_transformers passes trust_remote_code=False: never transformers' [y/N] question."""
+    calls, unsafe = 0, []
+    for path in sorted([*MODULES, *(REPO / "workflow").rglob("*.py"), *(REPO / "benchmarks").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            if node.func.attr not in ("from_pretrained", "boot_transformers"):
+                continue
+            calls += 1
+            flag = next((k.value for k in node.keywords if k.arg == "trust_remote_code"), None)
+            if not (isinstance(flag, ast.Constant) and flag.value is False):
+                unsafe.append(f"{path.relative_to(REPO)}:{node.lineno} {node.func.attr}")
+    assert calls >= 6 and not unsafe, unsafe

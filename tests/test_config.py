@@ -232,6 +232,14 @@ def test_results_dir_at_or_below_a_file_fails_naming_the_file(demo, results_dir)
     assert ("is a file" if results_dir == "README.md" else "is below README.md, which is a file") in message
 
 
+def test_a_local_tokenizer_with_its_own_code_fails_naming_the_file_and_key(demo, tmp_path):
+    (tmp_path / "tokenizer_config.json").write_text('{"auto_map": {"AutoTokenizer": ["evil.Tok", null]}}')
+    demo["tokenizers"]["demo_bpe"] = {"source": "local", "path": str(tmp_path)}
+    message = _error(demo)
+    assert f"config key 'tokenizers.demo_bpe.path': {tmp_path / 'tokenizer_config.json'} has key 'auto_map'" in message
+    assert "trust_remote_code=False" in message
+
+
 def test_command_line_strings_become_the_numbers_the_schema_asks_for(demo):
     """`--config 'run={seeds: [1, 2, 3]}'` reaches the config as strings (Snakemake's YAML BaseLoader)."""
     demo["run"] = {"architectures": ["l4_h8", "l4_h8_wd"], "seeds": ["1", "2", "3"]}

@@ -233,6 +233,26 @@ def _check_optimizer_pairs(config: dict[str, Any]) -> None:
                 )
 
 
+def _check_tokenizers(config: dict[str, Any]) -> None:
+    """A trained tokenizer's corpus exists; a local one is a directory that runs no code of its own."""
+    for tok_name, tokenizer in config["tokenizers"].items():
+        if tokenizer["source"] == "train" and tokenizer["corpus"] not in config["corpora"]:
+            raise ConfigError(
+                f"config key 'tokenizers.{tok_name}.corpus': unknown corpus '{tokenizer['corpus']}'."
+                f"{_closest(tokenizer['corpus'], config['corpora'])}"
+            )
+        if tokenizer["source"] == "local" and not Path(tokenizer["path"]).is_dir():
+            raise ConfigError(
+                f"config key 'tokenizers.{tok_name}.path': {tokenizer['path']} is not a directory; point it at a "
+                "directory saved with tokenizer.save_pretrained"
+            )
+        if tokenizer["source"] == "local":
+            from headstab.hub_families import REMOTE_CODE_ADVICE, remote_code
+
+            if (reason := remote_code(tokenizer["path"])) is not None:
+                raise ConfigError(f"config key 'tokenizers.{tok_name}.path': {reason}; {REMOTE_CODE_ADVICE}")
+
+
 def _check_references(config: dict[str, Any]) -> None:
     _check_results_dir(config["results_dir"])
     architectures = config["architectures"]
@@ -293,17 +313,7 @@ def _check_references(config: dict[str, Any]) -> None:
                 f"config key 'corpora.{corpus_name}.path': {corpus['path']} does not exist; point it at a "
                 "save_to_disk directory or text/jsonl/parquet files (relative paths start at the repository root)"
             )
-    for tok_name, tokenizer in config["tokenizers"].items():
-        if tokenizer["source"] == "train" and tokenizer["corpus"] not in config["corpora"]:
-            raise ConfigError(
-                f"config key 'tokenizers.{tok_name}.corpus': unknown corpus '{tokenizer['corpus']}'."
-                f"{_closest(tokenizer['corpus'], config['corpora'])}"
-            )
-        if tokenizer["source"] == "local" and not Path(tokenizer["path"]).is_dir():
-            raise ConfigError(
-                f"config key 'tokenizers.{tok_name}.path': {tokenizer['path']} is not a directory; point it at a "
-                "directory saved with tokenizer.save_pretrained"
-            )
+    _check_tokenizers(config)
     _check_optimizer_pairs(config)
     heldout = config.get("analysis", {}).get("heldout_corpus")
     if heldout is not None and heldout not in config["corpora"]:

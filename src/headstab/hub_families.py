@@ -15,6 +15,9 @@ The dimensions (n_layers, n_heads, d_model, d_head, d_mlp, n_ctx, d_vocab) come 
 `config.json`: read at parse time from a local `path`; for hub `id`s (not reachable when the workflow
 plans) they must be set in the entry (or architecture_defaults); rule fetch_family checks them against the
 downloaded config.
+A model or tokenizer directory whose config.json or tokenizer_config.json has an `auto_map` (a class of
+the model's own Python code) is refused: at parse time for a local `path`, by rule fetch_family for a
+hub `id`; every from_pretrained passes trust_remote_code=False.
 Importable at parse time (no torch, no transformers).
 """
 
@@ -42,6 +45,12 @@ _HF_KEYS = {
 }
 _ROTARY_MODEL_TYPES = ("gpt_neox", "gptj", "llama", "mistral", "qwen2")
 _ACT_FNS = ("gelu", "gelu_new", "relu", "silu")
+# Files in which an `auto_map` key makes transformers import Python code shipped with the model.
+REMOTE_CODE_FILES = ("config.json", "tokenizer_config.json")
+REMOTE_CODE_ADVICE = (
+    "headstab never runs a model's own code (trust_remote_code=False): use a model whose architecture "
+    "transformers ships (e.g. GPT-2, GPT-NeoX), or remove the key if transformers has the class it names"
+)
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,19 @@ def source_from_dict(values: dict[str, Any]) -> FamilySource:
     return FamilySource(models)
 
 
+def remote_code(directory: str | Path) -> str | None:
+    """Why loading `directory` would run its own Python code ("<file> has key 'auto_map'"), or None."""
+    for name in REMOTE_CODE_FILES:
+        file = Path(directory) / name
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # missing or unreadable: from_pretrained fails on it, naming it
+            continue
+        if isinstance(data, dict) and "auto_map" in data:
+            return f"{file} has key 'auto_map' (classes from the model's own Python code)"
+    return None
+
+
 def _is_template(models: dict[Any, Any]) -> bool:
     return set(map(str, models)) <= set(MODEL_KEYS)
 
@@ -122,6 +144,10 @@ def _resolve_model(entry: dict[str, Any], seed: int, where: str, default_revisio
             f"config key '{where}.path': {values['path']!r} (seed {seed}) is not a directory; point it at a model "
             "saved with save_pretrained (config.json and its weights), or use id: for a hub repository"
         )
+    else:
+        reason = remote_code(values["path"])
+        if reason is not None:
+            raise ConfigError(f"config key '{where}.path' (seed {seed}): {reason}; {REMOTE_CODE_ADVICE}")
     return FamilyModel(**values)
 
 

@@ -29,7 +29,7 @@ import torch
 
 from headstab.config import ArchitectureSpec
 from headstab.fileio import save_torch_atomic, sha256_file, write_json_atomic
-from headstab.hub_families import DIMENSIONS, FamilyModel, FamilySource, hf_dimensions
+from headstab.hub_families import DIMENSIONS, REMOTE_CODE_ADVICE, FamilyModel, FamilySource, hf_dimensions, remote_code
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformer_lens.model_bridge import TransformerBridge
@@ -97,9 +97,16 @@ def save_family_refit(
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     model_entry = source.model(seed)
+    reason = remote_code(model_dir)  # a hub download is first seen here; a local path may have changed
+    if reason is not None:
+        raise FamilyModelError(
+            f"model {model_entry.identity} (seed {seed} of '{spec.name}'): {reason}; {REMOTE_CODE_ADVICE}"
+        )
     try:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=torch.float32, attn_implementation="eager", trust_remote_code=False
+        )
+        tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
     except (OSError, ValueError) as error:
         raise FamilyModelError(
             f"model {model_entry.identity} (seed {seed} of '{spec.name}') cannot be loaded with transformers from "
@@ -162,7 +169,7 @@ def load_family_model(
     from transformers.utils import logging as hf_logging
 
     directory = Path(weights_path).parent
-    config = AutoConfig.from_pretrained(directory)
+    config = AutoConfig.from_pretrained(directory, trust_remote_code=False)
     hf_logging.set_verbosity_error()
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
     result = model.load_state_dict(dict(state), strict=False)
@@ -173,6 +180,8 @@ def load_family_model(
             "directory and fetch it again (rule fetch_family)"
         )
     model.to(device).eval()
-    bridge = TransformerBridge.boot_transformers(str(directory), hf_model=model, tokenizer=tokenizer, device=device)
+    bridge = TransformerBridge.boot_transformers(
+        str(directory), hf_model=model, tokenizer=tokenizer, device=device, trust_remote_code=False
+    )
     bridge.eval()
     return bridge
