@@ -240,6 +240,46 @@ def test_a_local_tokenizer_with_its_own_code_fails_naming_the_file_and_key(demo,
     assert "trust_remote_code=False" in message
 
 
+DEMO_TEXT = (REPO / "config/demo.yaml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("original", "doubled", "key"),
+    [
+        ("  lr: 2.0e-3 ", "  lr: 1.0e-3\n  lr: 2.0e-3 ", "architecture_defaults.lr"),
+        ("  len: resources", "  primary: resources/prompts/x.txt\n  len: resources", "prompt_sets.primary"),
+    ],
+)
+def test_a_key_given_twice_fails_naming_the_file_the_key_and_both_lines(tmp_path, original, doubled, key):
+    path = tmp_path / "twice.yaml"
+    path.write_text(DEMO_TEXT.replace(original, doubled, 1))
+    lines = [n for n, line in enumerate(path.read_text().splitlines(), 1) if line.startswith(f"  {key.split('.')[1]}:")]
+    with pytest.raises(ConfigError) as refused:
+        load_yaml(path)
+    assert str(refused.value).startswith(
+        f"config file {path}: key '{key}' is given twice, on line {lines[0]} and line {lines[1]};"
+    )
+    assert "delete one of them" in str(refused.value)
+
+
+def test_a_merge_key_override_and_the_same_key_in_two_mappings_are_not_duplicates(tmp_path):
+    path = tmp_path / "merge.yaml"
+    path.write_text("base: &base {lr: 1, seeds: [1, 2]}\nother: {<<: *base, lr: 2}\nthird: {lr: 3}\n")
+    assert load_yaml(path) == {
+        "base": {"lr": 1, "seeds": [1, 2]},
+        "other": {"lr": 2, "seeds": [1, 2]},
+        "third": {"lr": 3},
+    }
+
+
+@pytest.mark.parametrize(
+    "path",
+    [*sorted((REPO / "config").rglob("*.yaml")), REPO / "resources/paper_values.yaml", REPO / "tests/config/tiny.yaml"],
+)
+def test_every_shipped_yaml_file_reads_strictly(path):
+    assert isinstance(load_yaml(path), dict)
+
+
 def test_command_line_strings_become_the_numbers_the_schema_asks_for(demo):
     """`--config 'run={seeds: [1, 2, 3]}'` reaches the config as strings (Snakemake's YAML BaseLoader)."""
     demo["run"] = {"architectures": ["l4_h8", "l4_h8_wd"], "seeds": ["1", "2", "3"]}

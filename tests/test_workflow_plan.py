@@ -73,6 +73,18 @@ def test_misspelt_key_fails_the_plan(tmp_path):
     assert "did you mean 'prompt_sets'" in output
 
 
+def test_a_key_given_twice_in_any_config_file_fails_the_plan_naming_file_key_and_lines(tmp_path):
+    """Snakemake keeps the last of two equal keys; each --configfile (here a preset after the demo) is re-read."""
+    preset = tmp_path / "preset.yaml"
+    preset.write_text("analysis:\n  meta_sne_perplexity: 10\n  cka_hook: hook_resid_pre\n  meta_sne_perplexity: 20\n")
+    result = _dry_run("--configfile", "config/demo.yaml", str(preset))
+    assert result.returncode != 0
+    assert (
+        f"config file {preset}: key 'analysis.meta_sne_perplexity' is given twice, on line 2 and line 4"
+        in result.stdout + result.stderr
+    )
+
+
 def _rule_blocks(text: str) -> dict[str, str]:
     """{rule name: its text} of every named `rule` in a .smk file."""
     parts = re.split(r"^rule (\w+):\n", text, flags=re.M)

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 from headstab.command_line import coerce_scalar_strings
+from headstab.yaml_files import YamlFileError, load_yaml_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -123,14 +123,14 @@ BUILT_IN_ARCHITECTURE_DEFAULTS: dict[str, Any] = {"divergence_factor": 3.0, "sna
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML configuration file, with the file's name in every error."""
+    """Read a YAML configuration file strictly (headstab.yaml_files: no key twice), naming the file in every error."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist; pass an existing file with --configfile")
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config file {path} is not valid YAML: {err}") from err
+        data = load_yaml_file(path)
+    except YamlFileError as err:
+        raise ConfigError(f"config file {err}") from err
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of keys, got {type(data).__name__}")
     return data
@@ -182,7 +182,7 @@ def validate_config(config: dict[str, Any], schema_path: str | Path = SCHEMA_PAT
 
     Returns the same dict. Raises ConfigError naming the first bad key and the fix.
     """
-    schema = yaml.safe_load(Path(schema_path).read_text())
+    schema = load_yaml_file(schema_path)
     coerce_scalar_strings(config, schema, schema)
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))

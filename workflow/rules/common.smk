@@ -14,7 +14,7 @@ sys.path.insert(0, LIBRARY)
 os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [LIBRARY, os.environ.get("PYTHONPATH")])))
 
 from headstab import planning, resources
-from headstab.config import ConfigError, architecture_spec, selected_architectures, validate_config
+from headstab.config import ConfigError, architecture_spec, load_yaml, selected_architectures, validate_config
 from headstab.formats import CACHE_FORMAT_VERSION
 from headstab.layout import ANALYSIS_ROOT_RULES, Layout
 from headstab.prompts import load_prompt_sets
@@ -26,6 +26,8 @@ from headstab.sources import checkpoint_sources
 CONDA_ENV = "../../envs/headstab.yaml"
 
 try:
+    for _configfile in workflow.configfiles:  # Snakemake's own reading keeps the last of a key given twice
+        load_yaml(_configfile)
     validate_config(config, schema_path=Path(workflow.basedir) / "workflow/schemas/config.schema.yaml")
 except ConfigError as error:
     raise WorkflowError(f"Invalid configuration: {error}") from None
