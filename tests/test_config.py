@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from headstab import yaml_files
 from headstab.config import (
     ConfigError,
     architecture_spec,
@@ -270,6 +271,50 @@ def test_a_merge_key_override_and_the_same_key_in_two_mappings_are_not_duplicate
         "other": {"lr": 2, "seeds": [1, 2]},
         "third": {"lr": 3},
     }
+
+
+def alias_bomb(levels: int, merge: bool = False) -> str:
+    """A few hundred bytes of YAML whose aliases stand for 9**levels values (lists, or merge keys)."""
+    if merge:
+        lines = ["a0: &a0 {" + ", ".join(f"k{i}: {i}" for i in range(9)) + "}"]
+        lines += [f"a{n}: &a{n} {{<<: [{', '.join([f'*a{n - 1}'] * 9)}]}}" for n in range(1, levels)]
+    else:
+        lines = ["a0: &a0 [" + ", ".join(["lol"] * 9) + "]"]
+        lines += [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 9)}]" for n in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_a_yaml_alias_bomb_is_refused_naming_the_file_and_the_limit(tmp_path, merge):
+    path = tmp_path / "bomb.yaml"
+    path.write_text(alias_bomb(9, merge))
+    assert path.stat().st_size < 2000
+    with pytest.raises(ConfigError) as refused:
+        load_yaml(path)
+    message = str(refused.value)
+    assert message.startswith(f"config file {path}: its aliases (*name) expand to ")
+    assert "more than the 100,000 a headstab YAML file may hold" in message and len(message) < 400
+    assert f"at most {yaml_files.MAX_EXPANDED_NODES:,} values" in (REPO / "docs/operations.md").read_text()
+
+
+def test_the_alias_limit_counts_every_value_of_the_expanded_file(tmp_path, monkeypatch):
+    path = tmp_path / "aliases.yaml"
+    path.write_text("a: &a [x, x]\nb: [*a, *a]\n")
+    # root mapping 1 + key a 1 + [x, x] 3 + key b 1 + [*a, *a] (1 + 3 + 3) = 13
+    monkeypatch.setattr(yaml_files, "MAX_EXPANDED_NODES", 13)
+    assert load_yaml(path) == {"a": ["x", "x"], "b": [["x", "x"], ["x", "x"]]}
+    monkeypatch.setattr(yaml_files, "MAX_EXPANDED_NODES", 12)
+    with pytest.raises(ConfigError, match="expand to 13 values, more than the 12"):
+        load_yaml(path)
+
+
+@pytest.mark.parametrize(
+    "value", [list(range(50_000)), "x" * 100_000, [[[[[list(range(1000))] * 9] * 9] * 9] * 9], {"k" * 50_000: 1}]
+)
+def test_a_bad_value_is_printed_bounded_in_the_error(demo, value):
+    demo["architecture_defaults"]["lr"] = value
+    message = _error(demo)
+    assert message.startswith("config key 'architecture_defaults.lr'") and len(message) < 600, len(message)
 
 
 @pytest.mark.parametrize(

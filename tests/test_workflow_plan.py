@@ -85,6 +85,17 @@ def test_a_key_given_twice_in_any_config_file_fails_the_plan_naming_file_key_and
     )
 
 
+def test_a_yaml_alias_bomb_fails_the_plan_with_a_short_message(tmp_path):
+    bomb = "".join(f"  - &a{n} [{', '.join([f'*a{n - 1}'] * 9)}]\n" for n in range(1, 9))
+    path = tmp_path / "bomb.yaml"
+    text = (REPO / "config/demo.yaml").read_text()
+    path.write_text(text.replace("  lr: 2.0e-3 ", "  lr:\n  - &a0 [lol, lol, lol, lol]\n" + bomb + "  #", 1))
+    result = _dry_run("--configfile", str(path))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and len(output) < 5000, len(output)
+    assert f"config file {path}: its aliases (*name) expand to " in output
+
+
 def _rule_blocks(text: str) -> dict[str, str]:
     """{rule name: its text} of every named `rule` in a .smk file."""
     parts = re.split(r"^rule (\w+):\n", text, flags=re.M)

@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 
 from headstab.command_line import coerce_scalar_strings
-from headstab.yaml_files import YamlFileError, load_yaml_file
+from headstab.yaml_files import YamlFileError, bounded_repr, bounded_text, load_yaml_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -171,10 +171,10 @@ def _describe(error: jsonschema.ValidationError, schema: dict[str, Any]) -> str:
         best = informative[0]
         expected = error.schema.get("description", "") if isinstance(error.schema, dict) else ""
         hint = f"; expected {expected}" if expected else ""
-        return f"config key '{where}': {error.instance!r} is not valid ({best.message}{hint})"
+        return f"config key '{where}': {bounded_repr(error.instance)} is not valid ({bounded_text(best.message)}{hint})"
     description = error.schema.get("description") if isinstance(error.schema, dict) else None
     hint = f" ({description})" if description else ""
-    return f"config key '{where}': {error.message}{hint}"
+    return f"config key '{where}': {bounded_text(error.message)}{hint}"
 
 
 def validate_config(config: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
@@ -229,7 +229,7 @@ def _check_optimizer_pairs(config: dict[str, Any]) -> None:
         for member in (first, second):
             if member not in architectures:
                 raise ConfigError(
-                    f"config key 'analysis.optimizer_pairs': unknown architecture '{member}'.{_closest(member, architectures)}"
+                    f"config key 'analysis.optimizer_pairs': unknown architecture {bounded_repr(member)}.{_closest(member, architectures)}"
                 )
 
 
@@ -238,12 +238,12 @@ def _check_tokenizers(config: dict[str, Any]) -> None:
     for tok_name, tokenizer in config["tokenizers"].items():
         if tokenizer["source"] == "train" and tokenizer["corpus"] not in config["corpora"]:
             raise ConfigError(
-                f"config key 'tokenizers.{tok_name}.corpus': unknown corpus '{tokenizer['corpus']}'."
+                f"config key 'tokenizers.{tok_name}.corpus': unknown corpus {bounded_repr(tokenizer['corpus'])}."
                 f"{_closest(tokenizer['corpus'], config['corpora'])}"
             )
         if tokenizer["source"] == "local" and not Path(tokenizer["path"]).is_dir():
             raise ConfigError(
-                f"config key 'tokenizers.{tok_name}.path': {tokenizer['path']} is not a directory; point it at a "
+                f"config key 'tokenizers.{tok_name}.path': {bounded_repr(tokenizer['path'])} is not a directory; point it at a "
                 "directory saved with tokenizer.save_pretrained"
             )
         if tokenizer["source"] == "local":
@@ -261,7 +261,7 @@ def _check_references(config: dict[str, Any]) -> None:
         for name in wanted:
             if name not in architectures:
                 raise ConfigError(
-                    f"config key 'run.architectures': unknown architecture '{name}'.{_closest(name, architectures)}"
+                    f"config key 'run.architectures': unknown architecture {bounded_repr(name)}.{_closest(name, architectures)}"
                 )
     from headstab.sources import checkpoint_source  # sources reads ArchitectureSpec from this module
 
@@ -270,12 +270,12 @@ def _check_references(config: dict[str, Any]) -> None:
         checkpoint_source(config, name)  # a published_local path that does not exist, a bad refit_file
         if spec.tokenizer not in config["tokenizers"]:
             raise ConfigError(
-                f"config key 'architectures.{name}.tokenizer': unknown tokenizer '{spec.tokenizer}'."
+                f"config key 'architectures.{name}.tokenizer': unknown tokenizer {bounded_repr(spec.tokenizer)}."
                 f"{_closest(spec.tokenizer, config['tokenizers'])}"
             )
         if spec.corpus not in config["corpora"]:
             raise ConfigError(
-                f"config key 'architectures.{name}.corpus': unknown corpus '{spec.corpus}'."
+                f"config key 'architectures.{name}.corpus': unknown corpus {bounded_repr(spec.corpus)}."
                 f"{_closest(spec.corpus, config['corpora'])}"
             )
         if len(spec.seeds) < 2:
@@ -305,12 +305,12 @@ def _check_references(config: dict[str, Any]) -> None:
     for corpus_name, corpus in config["corpora"].items():
         if corpus["tokenizer"] not in config["tokenizers"]:
             raise ConfigError(
-                f"config key 'corpora.{corpus_name}.tokenizer': unknown tokenizer '{corpus['tokenizer']}'."
+                f"config key 'corpora.{corpus_name}.tokenizer': unknown tokenizer {bounded_repr(corpus['tokenizer'])}."
                 f"{_closest(corpus['tokenizer'], config['tokenizers'])}"
             )
         if corpus["source"] == "local" and not Path(corpus["path"]).exists():
             raise ConfigError(
-                f"config key 'corpora.{corpus_name}.path': {corpus['path']} does not exist; point it at a "
+                f"config key 'corpora.{corpus_name}.path': {bounded_repr(corpus['path'])} does not exist; point it at a "
                 "save_to_disk directory or text/jsonl/parquet files (relative paths start at the repository root)"
             )
     _check_tokenizers(config)
@@ -318,11 +318,11 @@ def _check_references(config: dict[str, Any]) -> None:
     heldout = config.get("analysis", {}).get("heldout_corpus")
     if heldout is not None and heldout not in config["corpora"]:
         raise ConfigError(
-            f"config key 'analysis.heldout_corpus': unknown corpus '{heldout}'.{_closest(heldout, config['corpora'])}"
+            f"config key 'analysis.heldout_corpus': unknown corpus {bounded_repr(heldout)}.{_closest(heldout, config['corpora'])}"
         )
     for set_name, path in config["prompt_sets"].items():
         if not Path(path).is_file():
-            raise ConfigError(f"config key 'prompt_sets.{set_name}': prompt file {path} does not exist")
+            raise ConfigError(f"config key 'prompt_sets.{set_name}': prompt file {bounded_repr(path)} does not exist")
 
 
 def _expand_seeds(value: Any, where: str) -> tuple[int, ...]:
@@ -336,7 +336,7 @@ def _expand_seeds(value: Any, where: str) -> tuple[int, ...]:
 def architecture_spec(config: dict[str, Any], name: str) -> ArchitectureSpec:
     """The registry entry `name` merged over `architecture_defaults`, with the run's seed override."""
     if name not in config["architectures"]:
-        raise ConfigError(f"unknown architecture '{name}'.{_closest(name, config['architectures'])}")
+        raise ConfigError(f"unknown architecture {bounded_repr(name)}.{_closest(name, config['architectures'])}")
     merged = {**BUILT_IN_ARCHITECTURE_DEFAULTS, **config["architecture_defaults"], **config["architectures"][name]}
     if merged.get("source") == "hub_family":  # dimensions from the model's config.json, not the defaults
         from headstab.hub_families import family_dimensions

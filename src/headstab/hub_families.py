@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from headstab.config import ConfigError
+from headstab.yaml_files import bounded_repr
 
 HUB_FAMILY = "hub_family"
 DIMENSIONS = ("n_layers", "n_heads", "d_model", "d_head", "d_mlp", "n_ctx", "d_vocab")
@@ -136,12 +137,14 @@ def _resolve_model(entry: dict[str, Any], seed: int, where: str, default_revisio
     try:
         values = {key: str(entry[key]).format(seed=seed) for key in MODEL_KEYS if entry.get(key) is not None}
     except (KeyError, IndexError, ValueError) as error:
-        raise ConfigError(f"config key '{where}': {entry} is not a valid template of {{seed}} ({error!r})") from error
+        raise ConfigError(
+            f"config key '{where}': {bounded_repr(entry)} is not a valid template of {{seed}} ({error!r})"
+        ) from error
     if "id" in values:
         values.setdefault("revision", default_revision)
     elif not Path(values["path"]).is_dir():
         raise ConfigError(
-            f"config key '{where}.path': {values['path']!r} (seed {seed}) is not a directory; point it at a model "
+            f"config key '{where}.path': {bounded_repr(values['path'])} (seed {seed}) is not a directory; point it at a model "
             "saved with save_pretrained (config.json and its weights), or use id: for a hub repository"
         )
     else:
@@ -164,7 +167,7 @@ def family_source(config: dict[str, Any], name: str, seeds: tuple[int, ...]) -> 
     processing = config.get("analysis", {}).get("weight_processing") or []
     if processing:
         raise ConfigError(
-            f"config key 'analysis.weight_processing': {processing} applies to refits in our checkpoint format; "
+            f"config key 'analysis.weight_processing': {bounded_repr(processing)} applies to refits in our checkpoint format; "
             f"architecture '{name}' (source hub_family) is analysed with its weights as published; set it to []"
         )
     if merged.get("snapshot_steps"):
@@ -180,7 +183,7 @@ def family_source(config: dict[str, Any], name: str, seeds: tuple[int, ...]) -> 
         missing = [seed for seed in seeds if seed not in per_seed]
         if missing:
             raise ConfigError(
-                f"config key '{where}': no model for seed(s) {missing}; it has seeds {sorted(per_seed)} "
+                f"config key '{where}': no model for seed(s) {bounded_repr(missing)}; it has seeds {bounded_repr(sorted(per_seed))} "
                 "(add them, or select fewer seeds with the entry's seeds or run.seeds)"
             )
         resolved = {seed: _resolve_model(per_seed[seed], seed, f"{where}.{seed}", revision) for seed in seeds}
@@ -200,7 +203,7 @@ def hf_dimensions(hf_config: dict[str, Any]) -> dict[str, Any]:
     for ours, theirs in keys.items():
         if hf_config.get(theirs) is None:
             raise ConfigError(
-                f"Hugging Face config of model_type {model_type!r} has no {theirs!r} (our {ours}); set the "
+                f"Hugging Face config of model_type {bounded_repr(model_type)} has no {theirs!r} (our {ours}); set the "
                 f"architecture's {', '.join(DIMENSIONS)} in its config entry"
             )
         out[ours] = int(hf_config[theirs])

@@ -1,18 +1,43 @@
-"""Every YAML file headstab reads (configs, presets, the schema, resources/paper_values.yaml), read one strict way.
+"""Every YAML file headstab reads (configs, presets, the schema, resources/paper_values.yaml), read one strict way,
+and the bounded repr with which every error message prints a config value.
 
 PyYAML's `safe_load` keeps the last of two equal keys in a mapping and says nothing, so `lr` given
 twice runs with whichever came second. `load_yaml_file` refuses that, naming the file, the key and
-both lines. Importable at parse time (PyYAML only).
+both lines. It also refuses a file whose aliases (`*name`) expand to more than MAX_EXPANDED_NODES
+values: a 2 KB file of nested aliases stands for billions of values, which validating or printing
+would walk one by one. `bounded_repr` keeps any value printed in an error under MAX_REPR_CHARS.
+Importable at parse time (PyYAML only).
 """
 
 from __future__ import annotations
 
+import reprlib
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<: *base`: keys written beside it override the merged ones on purpose
+# Values (mappings, lists, scalars and keys) of one file with every alias expanded: about 100 times what the
+# largest shipped file (the schema) holds.
+MAX_EXPANDED_NODES = 100_000
+MAX_REPR_CHARS = 200
+_REPR = reprlib.Repr()  # Python 3.11's Repr takes no arguments
+_REPR.maxlevel, _REPR.maxdict, _REPR.maxlist, _REPR.maxtuple, _REPR.maxset = 3, 6, 6, 6, 6
+_REPR.maxstring, _REPR.maxother, _REPR.maxlong = 120, 120, 40
+
+
+def bounded_text(text: str, limit: int = MAX_REPR_CHARS) -> str:
+    """`text`, or its first characters and how long it was when it is longer than `limit`."""
+    return text if len(text) <= limit else f"{text[: limit - 30]}... ({len(text):,} characters)"
+
+
+def bounded_repr(value: Any, limit: int = MAX_REPR_CHARS) -> str:
+    """repr(value) in at most about `limit` characters: deep levels, long lists and long strings elided with '...'.
+
+    Never walks more of `value` than it prints, so a value of a billion shared items costs nothing.
+    """
+    return bounded_text(_REPR.repr(value), limit)
 
 
 class YamlFileError(ValueError):
@@ -25,6 +50,20 @@ class StrictLoader(yaml.SafeLoader):
 
 def _key_path(parent: str, key: Any) -> str:
     return f"{parent}.{key}" if parent else str(key)
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """Values of `node` with every alias expanded; each distinct node is counted once and its size reused."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    sizes[id(node)] = 1  # a node inside itself (`&a [*a]`) counts once, not forever
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(item, sizes) for item in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(key, sizes) + _expanded_size(value, sizes) for key, value in node.value)
+    sizes[id(node)] = size
+    return size
 
 
 def _refuse_duplicate_keys(loader: StrictLoader, node: yaml.Node, where: str, seen: set[int]) -> None:
@@ -55,7 +94,8 @@ def _refuse_duplicate_keys(loader: StrictLoader, node: yaml.Node, where: str, se
 def load_yaml_text(text: str, source: str) -> Any:
     """The data of one YAML document `text`, read from `source` (named in every error).
 
-    Raises YamlFileError for invalid YAML and for a mapping with the same key twice.
+    Raises YamlFileError for invalid YAML, for a mapping with the same key twice and for aliases that
+    expand to more than MAX_EXPANDED_NODES values.
     """
     loader = StrictLoader(text)
     loader.name = source  # what PyYAML's error marks print: `in "<source>", line 3, column 1`
@@ -63,6 +103,13 @@ def load_yaml_text(text: str, source: str) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
+        size = _expanded_size(node, {})
+        if size > MAX_EXPANDED_NODES:
+            raise YamlFileError(
+                f"{source}: its aliases (*name) expand to {size:,} values, more than the {MAX_EXPANDED_NODES:,} a "
+                "headstab YAML file may hold (headstab.yaml_files.MAX_EXPANDED_NODES); write the values out "
+                "instead of nesting aliases"
+            )
         _refuse_duplicate_keys(loader, node, "", set())
         return loader.construct_document(node)
     except yaml.YAMLError as error:

@@ -21,6 +21,7 @@ from headstab.prompts import load_prompt_sets
 from headstab.sections import architecture_facts, architecture_summary
 from headstab.seed_design import SEED_WILDCARD, refit_seeds
 from headstab.sources import checkpoint_sources
+from headstab.yaml_files import bounded_repr
 
 # One environment for every rule with `--sdm conda` (the pins of requirements.txt), relative to the rule files.
 CONDA_ENV = "../../envs/headstab.yaml"
@@ -36,12 +37,12 @@ try:
     PRIMARY = config["analysis"]["promptset"]  # the prompt set of the single-set analyses
     if PRIMARY not in _prompt_sets:
         raise ValueError(
-            f"config key 'analysis.promptset': {PRIMARY!r} is not a prompt set; choose from {list(_prompt_sets)}"
+            f"config key 'analysis.promptset': {bounded_repr(PRIMARY)} is not a prompt set; choose from {list(_prompt_sets)}"
         )
     _unknown = [name for name in planning.activation_sets(config) or () if name not in _prompt_sets]
     if _unknown:
         raise ValueError(
-            f"config key 'cache.activation_sets': {_unknown} are not prompt sets; choose from {list(_prompt_sets)}"
+            f"config key 'cache.activation_sets': {bounded_repr(_unknown)} are not prompt sets; choose from {list(_prompt_sets)}"
         )
 except (OSError, ValueError) as error:
     raise WorkflowError(f"Invalid prompt sets: {error}") from None
