@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pytest
 from hub_family_models import build_tokenizer, hf_layer0_patterns, hf_model, write_family
+from published_refits import code_payloads
 
 from headstab.config import ConfigError, architecture_spec
 from headstab.hub_families import FamilyModel, FamilySource, family_source, hf_dimensions, source_from_dict
@@ -184,3 +185,21 @@ def test_fetch_never_runs_a_models_own_code_even_when_the_user_answers_yes(tmp_p
         fetch_family_refit(source, spec, 1, tmp_path / "models/tokenizer", tmp_path / "out")
     assert not (tmp_path / "ran").exists()
     assert not (tmp_path / "out/final.pt").exists()
+
+
+def test_fetch_refuses_pickled_weights_that_call_code_naming_the_file_and_nothing_runs(tmp_path):
+    import torch
+
+    directories = write_family(tmp_path / "models", "gpt2", seeds=(1,))
+    config = family_config({"path": str(tmp_path / "models/gpt2/seed{seed}")}, seeds=[1, 2])
+    spec = architecture_spec(config, "fam")
+    weights = directories[1] / "pytorch_model.bin"
+    state = hf_model("gpt2", 1, spec.d_vocab).state_dict()
+    torch.save({**state, "extra": code_payloads(tmp_path / "MARKER")["system"]}, weights)
+    (directories[1] / "model.safetensors").unlink()  # transformers then reads the .bin
+    source = FamilySource(((1, FamilyModel(path=str(directories[1]))),))
+    with pytest.raises(FamilyModelError) as refused:
+        fetch_family_refit(source, spec, 1, tmp_path / "models/tokenizer", tmp_path / "out")
+    message = str(refused.value)
+    assert f"its weights {weights} need code to be unpickled (they refer to posix.system)" in message
+    assert not (tmp_path / "MARKER").exists() and not (tmp_path / "out/final.pt").exists()

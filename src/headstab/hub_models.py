@@ -20,6 +20,7 @@ parallel attention) has its `hook_resid_post` cached instead, as for attention-o
 
 from __future__ import annotations
 
+import pickle
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from headstab.config import ArchitectureSpec
-from headstab.fileio import save_torch_atomic, sha256_file, write_json_atomic
+from headstab.fileio import save_torch_atomic, sha256_file, torch_reason, weights_only_refusal, write_json_atomic
 from headstab.hub_families import DIMENSIONS, REMOTE_CODE_ADVICE, FamilyModel, FamilySource, hf_dimensions, remote_code
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 LOADER = "transformers"
 WEIGHT_FILE_SUFFIXES = (".safetensors", ".bin")
+PICKLED_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth")  # read with torch.load; safetensors holds no pickle
 # What a hub download needs of a model repository: config, weights, tokenizer (no optimizer states etc.).
 DOWNLOAD_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.bin"]
 
@@ -79,6 +81,22 @@ def _check_tokenizer(tokenizer: Any, configured_dir: str | Path, where: str) -> 
         )
 
 
+def _refused_weights(error: BaseException, model_dir: Path, where: str) -> FamilyModelError:
+    """The error for pickled weights in `model_dir` that torch.load(weights_only=True) would not read, naming them."""
+    pickled = ", ".join(str(p) for p in sorted(model_dir.iterdir()) if p.suffix in PICKLED_WEIGHT_SUFFIXES)
+    refused = weights_only_refusal(error)
+    if refused is None:
+        return FamilyModelError(
+            f"{where}: its weights {pickled} are unreadable (torch.load(weights_only=True): {torch_reason(error)}); "
+            "delete them and fetch the model again, or use its .safetensors weights"
+        )
+    return FamilyModelError(
+        f"{where}: its weights {pickled} need code to be unpickled (they refer to {refused}), and torch refused "
+        "them before running anything. headstab never unpickles code from a downloaded file: use the model's "
+        ".safetensors weights, or re-save them as a plain state dict of tensors where you trust them"
+    )
+
+
 def save_family_refit(
     model_dir: str | Path,
     spec: ArchitectureSpec,
@@ -107,6 +125,10 @@ def save_family_refit(
             model_dir, dtype=torch.float32, attn_implementation="eager", trust_remote_code=False
         )
         tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
+    except pickle.UnpicklingError as error:  # transformers reads .bin weights with torch.load(weights_only=True)
+        raise _refused_weights(
+            error, model_dir, f"model {model_entry.identity} (seed {seed} of '{spec.name}')"
+        ) from error
     except (OSError, ValueError) as error:
         raise FamilyModelError(
             f"model {model_entry.identity} (seed {seed} of '{spec.name}') cannot be loaded with transformers from "
