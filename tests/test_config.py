@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -231,6 +232,21 @@ def test_results_dir_at_or_below_a_file_fails_naming_the_file(demo, results_dir)
     message = _error(demo)
     assert "config key 'results_dir'" in message and results_dir in message
     assert ("is a file" if results_dir == "README.md" else "is below README.md, which is a file") in message
+
+
+@pytest.mark.parametrize("results_dir", ["../../../../../etc", "..", "results/../../elsewhere"])
+def test_a_relative_results_dir_outside_the_working_directory_fails_saying_how_to_write_there(demo, results_dir):
+    demo["results_dir"] = results_dir
+    outside = os.path.normpath(REPO / results_dir)
+    message = _error(demo)
+    assert message.startswith(f"config key 'results_dir': {results_dir!r} resolves to {outside}, outside the directory")
+    assert f"or, to write outside it on purpose, the absolute path (results_dir: {outside})" in message
+
+
+@pytest.mark.parametrize("inside", [False, True])
+def test_an_absolute_results_dir_anywhere_and_a_relative_one_inside_are_accepted(demo, tmp_path, inside):
+    demo["results_dir"] = "results/../results/x" if inside else str(tmp_path / "elsewhere")
+    assert validate_config(demo)["results_dir"] == demo["results_dir"]
 
 
 def test_a_local_tokenizer_with_its_own_code_fails_naming_the_file_and_key(demo, tmp_path):

@@ -149,6 +149,17 @@ def test_the_readmes_run_selection_command_plans_2_architectures_x_3_seeds():
     assert trained == sorted(f"arch={arch}, seed={seed}" for arch in ("l4_h8", "l4_h8_wd") for seed in (1, 2, 3))
 
 
+def test_a_results_dir_that_climbs_out_of_the_working_directory_fails_at_parse_time():
+    result = _dry_run("--config", "results_dir=../../../../../etc")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    outside = os.path.normpath(REPO / "../../../../../etc")  # /etc from a checkout 5 or fewer levels deep
+    assert (
+        f"Invalid configuration: config key 'results_dir': '../../../../../etc' resolves to {outside}, outside"
+        in output
+    )
+
+
 def test_results_dir_below_a_file_fails_at_parse_time_naming_key_path_and_file():
     result = _dry_run("--config", "results_dir=README.md/out")
     output = result.stdout + result.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -200,15 +201,23 @@ def _closest(name: str, valid: Iterable[str]) -> str:
 
 
 def _check_results_dir(results_dir: str) -> None:
-    """results_dir must be, or be creatable as, a directory: no regular file at it or above it."""
-    path = Path(results_dir)
+    """results_dir is inside the working directory, or absolute (on purpose), and is or can be made a directory
+    (no regular file at it or above it)."""
+    path, cwd = Path(results_dir), Path.cwd()
+    inside = Path(os.path.normpath(cwd / path))  # as written: a symlink below the working directory may lead anywhere
+    if not path.is_absolute() and inside != cwd and cwd not in inside.parents:
+        raise ConfigError(
+            f"config key 'results_dir': {bounded_repr(results_dir)} resolves to {bounded_text(str(inside))}, outside "
+            f"the directory snakemake runs in ({cwd}); give a relative path below it, or, to write outside it on "
+            f"purpose, the absolute path (results_dir: {bounded_text(str(inside))})"
+        )
     for candidate in (path, *path.parents):
         if candidate.is_dir():
             return
         if candidate.exists():
             where = "is a file" if candidate == path else f"is below {candidate}, which is a file"
             raise ConfigError(
-                f"config key 'results_dir': {results_dir} {where}, not a directory; point results_dir at a "
+                f"config key 'results_dir': {bounded_text(results_dir)} {where}, not a directory; point results_dir at a "
                 "directory (it is created if missing; relative paths start at the directory snakemake runs in)"
             )
 
