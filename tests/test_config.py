@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -321,6 +322,13 @@ def test_the_alias_limit_counts_every_value_of_the_expanded_file(tmp_path, monke
     assert load_yaml(path) == {"a": ["x", "x"], "b": [["x", "x"], ["x", "x"]]}
     monkeypatch.setattr(yaml_files, "MAX_EXPANDED_NODES", 12)
     with pytest.raises(ConfigError, match="expand to 13 values, more than the 12"):
+        load_yaml(path)
+
+
+def test_a_file_nested_too_deeply_is_refused_naming_it(tmp_path):
+    path = tmp_path / "deep.yaml"
+    path.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(ConfigError, match=f"config file {re.escape(str(path))} nests mappings or lists too deeply"):
         load_yaml(path)
 
 

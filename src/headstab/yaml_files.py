@@ -35,7 +35,8 @@ def bounded_text(text: str, limit: int = MAX_REPR_CHARS) -> str:
 def bounded_repr(value: Any, limit: int = MAX_REPR_CHARS) -> str:
     """repr(value) in at most about `limit` characters: deep levels, long lists and long strings elided with '...'.
 
-    Never walks more of `value` than it prints, so a value of a billion shared items costs nothing.
+    Walks little more of `value` than it prints (a dict's keys are sorted), so a list of a billion shared
+    items costs nothing.
     """
     return bounded_text(_REPR.repr(value), limit)
 
@@ -84,7 +85,7 @@ def _refuse_duplicate_keys(loader: StrictLoader, node: yaml.Node, where: str, se
             line = key_node.start_mark.line + 1
             if key in lines:
                 raise YamlFileError(
-                    f"{loader.name}: key '{_key_path(where, key)}' is given twice, on line {lines[key]} and line "
+                    f"{loader.name}: key '{bounded_text(_key_path(where, key))}' is given twice, on line {lines[key]} and line "
                     f"{line}; YAML would keep only the second value without a word: delete one of them"
                 )
             lines[key] = line
@@ -114,6 +115,8 @@ def load_yaml_text(text: str, source: str) -> Any:
         return loader.construct_document(node)
     except yaml.YAMLError as error:
         raise YamlFileError(f"{source} is not valid YAML: {error}") from error
+    except RecursionError as error:
+        raise YamlFileError(f"{source} nests mappings or lists too deeply to read; flatten it") from error
     finally:
         loader.dispose()
 
