@@ -166,6 +166,25 @@ def test_non_utf8_file_fails_naming_the_file_and_byte_offset(tmp_path, suffix):
     assert "re-save the file as UTF-8" in message
 
 
+@pytest.mark.parametrize(
+    ("suffix", "text"), [(".txt", "Hello world.\nSecond prompt\n"), (".json", '["Hello world.", "b"]')]
+)
+def test_a_byte_order_mark_is_not_part_of_the_first_prompt(tmp_path, suffix, text):
+    plain, marked = tmp_path / f"plain{suffix}", tmp_path / f"marked{suffix}"
+    plain.write_text(text, encoding="utf-8")
+    marked.write_text(text, encoding="utf-8-sig")  # what Windows editors save: EF BB BF, then the text
+    assert marked.read_bytes()[:3] == b"\xef\xbb\xbf"
+    loaded = load_prompt_file("x", marked)
+    assert loaded == load_prompt_file("x", plain) and loaded["x"][0] == "Hello world."
+
+
+def test_a_bad_byte_after_a_byte_order_mark_is_named_at_its_offset_in_the_file(tmp_path):
+    path = tmp_path / "marked.txt"
+    path.write_bytes(b"\xef\xbb\xbfcaf\xe9\n")
+    with pytest.raises(ValueError, match="byte 0xe9 at byte offset 6"):
+        load_prompt_file("x", path)
+
+
 def test_missing_file_and_empty_text_file_fail_naming_the_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.json"):
         load_prompt_sets({"x": tmp_path / "nope.json"})

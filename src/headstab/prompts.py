@@ -6,7 +6,7 @@ A prompt file is one of
   (so `len: resources/prompts/length_sweep.json` gives `len5`, `len10`, ... `len50`), in numeric
   order when every member name is an integer, in file order otherwise;
 - a text file (`.txt`): one prompt per non-empty line.
-Files must be UTF-8; a JSON object with the same key twice (anywhere in the file) is refused rather
+Files must be UTF-8 (a leading byte-order mark is dropped); a JSON object with the same key twice (anywhere in the file) is refused rather
 than silently keeping only the last one.
 
 The paper's exact prompts: the authors' repository ships `notebooks/100_prompts.pkl` and
@@ -28,6 +28,7 @@ itself reads JSON only.
 from __future__ import annotations
 
 import argparse
+import codecs
 import io
 import json
 import pickle
@@ -85,13 +86,16 @@ def _reject_duplicate_keys(path: Path) -> Callable[[list[tuple[str, Any]]], dict
 
 
 def _read_utf8(path: Path) -> str:
-    """The file's text; a file that is not UTF-8 fails naming the file and the bad byte's offset."""
+    """The file's text without a leading byte-order mark (an editor's, not the first prompt's); a file that
+    is not UTF-8 fails naming the file and the bad byte's offset."""
     data = path.read_bytes()
+    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     try:
-        return data.decode("utf-8")
+        return data[bom:].decode("utf-8")
     except UnicodeDecodeError as error:
+        offset = bom + error.start
         raise ValueError(
-            f"{path}: not valid UTF-8 (byte 0x{data[error.start]:02x} at byte offset {error.start}: "
+            f"{path}: not valid UTF-8 (byte 0x{data[offset]:02x} at byte offset {offset}: "
             f"{error.reason}); prompt files must be UTF-8, so re-save the file as UTF-8"
         ) from error
 
