@@ -18,7 +18,7 @@ from headstab.plan.config import architecture_spec, load_yaml, selected_architec
 from headstab.plan.spec import ConfigError
 from headstab.plan.formats import CACHE_FORMAT_VERSION
 from headstab.plan.layout import ANALYSIS_ROOT_RULES, Layout
-from headstab.prompts import load_prompt_sets
+from headstab.prompts.loading import load_prompt_sets
 from headstab.sections import architecture_facts, architecture_summary
 from headstab.plan.seed_design import SEED_WILDCARD, refit_seeds
 from headstab.plan.sources import checkpoint_sources
