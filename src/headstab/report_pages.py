@@ -71,7 +71,7 @@ DESCRIPTIONS = {
     "residual_cka_layers": "mean residual-stream CKA per layer with interval (Fig. 9 / B.8)",
     "ablation_perplexity": "perplexity with each head ablated (§4.8)",
     "ablation": "ablation importance and stability of every head (Fig. 10)",
-    "ablation_correlation": "correlation of ablation importance with head stability per layer (Fig. B.9)",
+    "ablation_correlation": "Pearson and Spearman correlation of ablation importance with head stability per layer, the anchor's and pooled over anchors (Fig. B.9)",
     "seeds_needed": "refits needed for an interval of the given width",
     "seeds_needed_curve": "interval width against the number of refits",
     "stability_along_training": "pooled layer stability at each training snapshot",
