@@ -262,3 +262,27 @@ def test_the_summary_caption_says_the_papers_values_are_for_its_paper_scale_mode
     caption = (REPO / "workflow/report/headline.rst").read_text()
     assert "paper_text" in caption and "authors_notebooks" in caption and "anchor_estimate" in caption
     assert "paper scale" in caption and "demo" in caption
+
+
+def test_with_anchors_first_the_estimate_is_the_papers_anchors_own():
+    tables, paper = _inputs()
+    per_anchor = tables["per_anchor"].assign(ci_low=0.1, ci_high=0.95, null=0.2, init=0.3)
+    tables = {**tables, "per_anchor": per_anchor}
+    table = headline_table("l2_h8", "primary", 0.9, **tables, paper=paper, anchor_seed=1, anchors="first")
+    rows = table.set_index(["statistic", "layer"])
+    # layer stability: anchor 1's mean with its own interval, null and baseline
+    layer = rows.loc[("layer stability", 1)]
+    assert layer[["estimate", "ci_low", "ci_high", "null", "init", "anchor_estimate"]].tolist() == [
+        0.55, 0.1, 0.95, 0.2, 0.3, 0.55]  # fmt: skip
+    assert layer["interval"] == "90% bootstrap, anchor seed 1 only" and layer["paper_text"] == 0.62
+    gap = rows.loc[("stability gap ΔS", -1)]
+    assert gap["estimate"] == pytest.approx(0.3) and np.isnan(gap["ci_low"]) and gap["interval"] == "anchor seed 1 only"
+    norm = rows.loc[("weight-norm r with layer stability (W_Q)", -1)]
+    assert np.isnan(norm["estimate"])  # this summary has no first_anchor_r: a missing number, not the mean
+    # the tests and CKA stay over refits
+    assert rows.loc[("AdamW - Adam layer stability", 0), "estimate"] == 0.02
+    assert rows.loc[("residual-stream CKA", 0), "estimate"] == 0.9
+    with pytest.raises(ValueError, match=r"analysis.anchors first: l2_h8 has no same-layer rows of anchor seed 9"):
+        headline_table("l2_h8", "primary", 0.9, **tables, anchor_seed=9, anchors="first")
+    with pytest.raises(ValueError, match=r"anchors must be all or first"):
+        headline_table("l2_h8", "primary", 0.9, anchors="one")

@@ -146,6 +146,7 @@ rule headline_summary:
         configurations={arch: ARCH[arch]["configuration"] for arch in ARCHITECTURES},
         pairs=OPTIMIZER_PAIRS,
         anchor_seeds=ANCHOR_SEEDS,
+        anchors=config["analysis"]["anchors"],
         promptset=PRIMARY,
         confidence=STATISTICS["confidence"],
         legend=(

@@ -48,7 +48,7 @@ def main():
     tables = [
         headline_table(
             arch, params.promptset, params.confidence, paper=paper, anchor_seed=params.anchor_seeds[arch],
-            **by_arch.get(arch, {}), **shared,
+            anchors=params.anchors, **by_arch.get(arch, {}), **shared,
         )
         for arch in params.architectures
     ]  # fmt: skip

@@ -72,6 +72,15 @@ class HeadlineInputs:
     interval: str
     anchor_seed: int | str | None
     tables: Mapping[str, pd.DataFrame]
+    anchors: str = "all"  # "first": estimate is the paper's anchor's own where a section has one per anchor
+
+    @property
+    def first(self) -> bool:
+        return self.anchors == "first"
+
+    @property
+    def anchor_label(self) -> str:
+        return f"anchor seed {self.anchor_seed} only"
 
 
 def _rows(frame: pd.DataFrame, statistic: str, interval: str | pd.Series, **columns) -> pd.DataFrame:
@@ -99,7 +108,22 @@ def _anchor_layers(inputs: HeadlineInputs) -> pd.DataFrame | None:
     return rows if len(rows) else None
 
 
+def _required_anchor_layers(inputs: HeadlineInputs) -> pd.DataFrame:
+    anchor = _anchor_layers(inputs)
+    if anchor is None:
+        raise ValueError(
+            f"analysis.anchors first: {inputs.arch} has no same-layer rows of anchor seed {inputs.anchor_seed} and "
+            f"prompt set {inputs.promptset!r} in layer_stability.csv (per_anchor); give the table and the anchor seed"
+        )
+    return anchor
+
+
 def _layer_stability(inputs: HeadlineInputs) -> list[pd.DataFrame]:
+    if inputs.first:  # the anchor's own interval, null and baseline (pair refits and prompts resampled)
+        anchor = _required_anchor_layers(inputs)
+        return [_rows(anchor, "layer stability", f"{inputs.interval}, {inputs.anchor_label}", layer="layer",
+                      estimate="mean", ci_low="ci_low", ci_high="ci_high", null="null", init="init",
+                      anchor_estimate="mean")]  # fmt: skip
     pooled = inputs.tables["pooled"]
     rows = pooled[(pooled["promptset"] == inputs.promptset) & (pooled["scope"] == "same_layer")]
     out = _rows(rows, "layer stability", inputs.interval, layer="layer", estimate="stability", ci_low="ci_low",
@@ -113,10 +137,15 @@ def _layer_stability(inputs: HeadlineInputs) -> list[pd.DataFrame]:
 def _gap(inputs: HeadlineInputs) -> list[pd.DataFrame]:
     gap = inputs.tables["gap"]
     rows = gap[(gap["promptset"] == inputs.promptset) & gap["statistic"].isin(GAP_STATISTICS)]
-    anchor = _anchor_layers(inputs)
+    anchor = _required_anchor_layers(inputs) if inputs.first else _anchor_layers(inputs)
     own = None if anchor is None else stability_gap_table(anchor, int(anchor["layer"].nunique()), None, None)
     parts = []
     for statistic, name in GAP_STATISTICS.items():
+        if inputs.first:  # one anchor's extreme layers: no interval
+            value = float(own[statistic].iloc[0])
+            parts.append(_rows(pd.DataFrame(index=[0]), name, inputs.anchor_label, layer=-1, estimate=value,
+                               anchor_estimate=value))  # fmt: skip
+            continue
         one = rows[rows["statistic"] == statistic]
         part = _rows(one, name, inputs.interval, layer=-1, estimate="estimate", ci_low="ci_low", ci_high="ci_high")
         if own is not None:
@@ -153,13 +182,17 @@ def _weight_norms(inputs: HeadlineInputs) -> list[pd.DataFrame]:
     rows = table[table["architecture"] == inputs.arch]
     parts = []
     for matrix, group in rows.groupby("matrix", sort=True):
-        label = "mean over anchors"
+        label = inputs.anchor_label if inputs.first else "mean over anchors"
         if "by_construction" in group.columns and bool(group["by_construction"].iloc[0]):
             label += "; 2 layers: every r is ±1 by construction"
         # anchor_estimate, Table B.5's way: the first anchor alone, with the whole layer's norm.
+        columns = (
+            {"estimate": "first_anchor_r"}
+            if inputs.first
+            else {"estimate": "mean_pearson_r", "ci_low": "mean_pearson_r_ci_low", "ci_high": "mean_pearson_r_ci_high"}
+        )
         parts.append(_rows(group, f"weight-norm r with layer stability ({matrix})", label, layer=-1,
-                           estimate="mean_pearson_r", ci_low="mean_pearson_r_ci_low",
-                           ci_high="mean_pearson_r_ci_high", anchor_estimate="first_anchor_whole_layer_r"))  # fmt: skip
+                           anchor_estimate="first_anchor_whole_layer_r", **columns))  # fmt: skip
     return parts
 
 
@@ -192,6 +225,7 @@ def headline_table(
     confidence: float,
     paper: pd.DataFrame | None = None,
     anchor_seed: int | str | None = None,
+    anchors: str = "all",
     **tables: pd.DataFrame | None,
 ) -> pd.DataFrame:
     """HEADLINE_COLUMNS of one architecture, `promptset` rows only, layers 0-based (-1: not per layer).
@@ -201,16 +235,21 @@ def headline_table(
     (optimizer_tests.csv of the pair this architecture belongs to), tests_anchor (`anchor_layer_difference` of
     the pair), weight_norms (summary weight_norm_correlation.csv, all architectures), finals
     (training_final_loss.csv). paper: `paper_values_frame`. anchor_seed: the paper's anchor (the first seed),
-    whose rows of per_anchor give anchor_estimate. `confidence` labels the intervals. Raises ValueError naming
-    a table of no known section.
+    whose rows of per_anchor give anchor_estimate. anchors (config key analysis.anchors): "all" pools every
+    refit as anchor in `estimate`; "first" gives the paper's anchor's own estimate instead (layer stability with
+    its per-anchor interval, ΔS and depths and Table B.5's r without one); the optimizer tests and CKA are over
+    refits either way. `confidence` labels the intervals. Raises ValueError naming a table of no known section,
+    an unknown `anchors`, or "first" without the anchor's rows.
     """
+    if anchors not in ("all", "first"):
+        raise ValueError(f"anchors must be all or first (config key analysis.anchors); got {anchors!r}")
     unknown = sorted(set(tables) - set(HEADLINE_SECTIONS) - set(ANCHOR_TABLES))
     if unknown:
         raise ValueError(
             f"headline_table got tables {unknown} of no section; known: {sorted([*HEADLINE_SECTIONS, *ANCHOR_TABLES])}"
         )
     present = {name: table for name, table in tables.items() if table is not None}
-    inputs = HeadlineInputs(arch, promptset, f"{confidence:.0%} bootstrap", anchor_seed, present)
+    inputs = HeadlineInputs(arch, promptset, f"{confidence:.0%} bootstrap", anchor_seed, present, anchors)
     parts = [part for name, build in HEADLINE_SECTIONS.items() if name in present for part in build(inputs)]
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=HEADLINE_COLUMNS)
     table["architecture"] = arch
