@@ -96,7 +96,7 @@ def test_per_layer_analysis_figures_keep_their_text_inside(n_layers, tmp_path, l
     table = ablation_table(ppl, 20.0, heads, seed=1)
     plot_ablation_correlation(table, *ablation_correlation(table), tmp_path / "a.png", arch)
     pr = pd.DataFrame([(s, "all", layer, h, rng.uniform(1, 8)) for s in SEEDS for layer in range(n_layers)
-                       for h in range(N_HEADS)], columns=["seed", "positions", "layer", "head", "pr"])  # fmt: skip
+                       for h in range(N_HEADS)], columns=["seed", "positions", "layer", "head", "pr_uncentred"])  # fmt: skip
     plot_rank_vs_stability(pr, t["heads"], tmp_path / "pr.png", arch)
     curve = pd.DataFrame([("layer_stability", layer, n, 0.1 / n, 0.001, 5, 100) for layer in range(n_layers)
                           for n in (3, 4)] + [("delta_s", -1, n, 0.2 / n, 0.001, 5, 100) for n in (3, 4)],
