@@ -61,7 +61,7 @@ SPECS = {arch: architecture_spec(config, arch) for arch in SELECTED_ARCHITECTURE
 COMPUTE = config["compute"]
 STATISTICS = config["statistics"]
 # In the params of the rules whose numbers this library code computes: editing it reruns them.
-STATISTICS_CODE = jobs.library_digest("statistics", "stability.py")
+STATISTICS_CODE = jobs.library_digest("statistics", "stability.py", "matching.py")
 PROMPT_GROUPS_CODE = jobs.library_digest("similarity/prompt_groups.py")
 OPTIMIZER_TESTS_CODE = jobs.library_digest("statistics", "sections/optimizers.py")
 ARCHITECTURE_FACTS = {arch: architecture_facts(SPECS[arch]) for arch in ARCHITECTURES}
