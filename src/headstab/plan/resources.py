@@ -89,6 +89,22 @@ def cache_runtime(spec: ArchitectureSpec) -> int:
     return 30 if spec.n_layers * spec.d_model <= 4096 else 60
 
 
+def head_type_mem_mb(spec: ArchitectureSpec, batch_size: int, length: int) -> int:
+    """The weights, and one batch's attention patterns of every layer: float32 from the forward pass twice
+    (torch's and numpy's), float64 in the scores of one layer (the pattern and its entropy terms)."""
+    patterns = spec.n_layers * spec.n_heads * batch_size * length * length
+    scores = spec.n_heads * batch_size * length * length * 8 * 3
+    weights = 4 * (spec.n_params + 2 * spec.d_vocab * spec.d_model)
+    return _round_up_mb(BASE_MB + (2 * 4 * patterns + scores + 2 * weights) / 1e6)
+
+
+def head_type_runtime(spec: ArchitectureSpec, n_seeds: int) -> int:
+    """Minutes for every refit of one architecture: each loads its weights and runs a few thousand probe
+    tokens, seconds on a CPU; a minute per refit of a gpt2-sized model, at least 20 in all."""
+    per_refit = 0.25 if spec.n_layers * spec.d_model <= 4096 else 1.0
+    return max(20, math.ceil(10 + per_refit * n_seeds))
+
+
 def similarity_mem_mb(spec: ArchitectureSpec, n_seeds: int, prompt_chunk: int) -> int:
     """One streamed block of every refit's packed patterns, the float64 Gram and its float32 copies."""
     rows = n_seeds * spec.n_layers * spec.n_heads
@@ -122,9 +138,9 @@ def statistics_mem_mb(spec: ArchitectureSpec, n_seeds: int, n_groups: int, batch
 
 
 def residual_cka_mem_mb(spec: ArchitectureSpec, n_seeds: int, max_tokens: int | None) -> int:
-    """One layer's kept token activations and centred float64 Gram matrices of every refit (5,000
-    tokens assumed when every token is kept)."""
-    n_tokens = max_tokens or 5000
+    """One layer's kept token activations and centred float64 Gram matrices of every refit (6,000
+    tokens assumed when every token is kept: the paper's primary prompts are about 5,300 neox tokens)."""
+    n_tokens = max_tokens or 6000
     return 2000 + int(n_seeds * n_tokens * (n_tokens * 8 * 2 + spec.d_model * 8) / 1e6)
 
 
