@@ -430,3 +430,9 @@ def test_conda_environment_pins_match_requirements():
             pinned[name.lower()] = version
     assert pinned == requirements
     assert "python=3.11" in env["dependencies"]
+
+
+def test_a_ulp_twin_outside_the_grid_is_refused_naming_the_key(demo):
+    demo["architectures"]["l2_h8_grid"]["seed_grid"]["ulp_twins"] = ["1-1", "9-9"]
+    with pytest.raises(ConfigError, match=r"architectures.l2_h8_grid.seed_grid.ulp_twins': ulp_twins \['9-9'\]"):
+        architecture_spec(validate_config(demo), "l2_h8_grid")

@@ -216,9 +216,9 @@ def test_a_seed_grid_reuses_the_paper_architecture_whose_settings_it_shares(demo
 def test_only_diagonal_refits_whose_seed_the_twin_has_are_reused(tiny_spec):
     specs = {
         "paper": tiny_spec(name="paper", seeds=(1, 2)),
-        "grid": tiny_spec(name="grid", seeds=("1-1", "1-2", "2-2", "3-3")),
+        "grid": tiny_spec(name="grid", seeds=("1-1", "1-2", "2-2", "3-3", "1-1-ulp")),
     }
-    assert twin_diagonal(specs, {"grid": "paper"}) == ["1-1", "2-2"]
+    assert twin_diagonal(specs, {"grid": "paper"}) == ["1-1", "2-2"]  # a one-ulp twin trains
     assert twin_diagonal(specs, {}) == []
 
 

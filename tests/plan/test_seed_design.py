@@ -1,10 +1,21 @@
 """headstab.plan.seed_design: a grid refit's init seed draws its weights and its data seed orders its windows."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
 
-from headstab.plan.seed_design import SHARED_DATA_SEED, grid_refits, refit_name, refit_seeds, training_seeds
+from headstab.plan.seed_design import (
+    SEED_WILDCARD,
+    SHARED_DATA_SEED,
+    grid_refits,
+    refit_name,
+    refit_seeds,
+    training_seeds,
+    ulp_perturbed,
+    unperturbed,
+)
 from headstab.refits.models import build_model
 from headstab.training.data import window_order
 
@@ -48,3 +59,26 @@ def test_a_shared_data_order_gives_every_refit_the_one_fixed_data_seed():
         training_seeds("1-2", "shared")
     with pytest.raises(ValueError, match="per_seed or shared"):
         training_seeds(3, "shuffled")
+
+
+def test_a_cells_one_ulp_twin_has_its_seeds_and_its_own_name():
+    assert grid_refits([1, 2], [3, 4], ulp_twins=["2-3", "1-3"]) == ("1-3", "1-4", "2-3", "2-4", "1-3-ulp", "2-3-ulp")
+    assert refit_seeds("2-3-ulp") == (2, 3) and refit_name("2-3-ulp") == "2-3-ulp" and refit_name("2-3") == "2-3"
+    assert ulp_perturbed("2-3-ulp") and not ulp_perturbed("2-3") and not ulp_perturbed(7)
+    assert unperturbed("2-3-ulp") == "2-3" and unperturbed(7) == 7
+    for name in ("7", "2-3", "2-3-ulp"):
+        assert re.fullmatch(SEED_WILDCARD, name)
+    assert not re.fullmatch(SEED_WILDCARD, "7-ulp")
+
+
+def test_a_one_ulp_twin_trains_with_its_cells_seeds_and_cannot_share_a_data_order():
+    assert training_seeds("2-3-ulp", "per_seed") == training_seeds("2-3", "per_seed") == (2, 3)
+    with pytest.raises(ValueError, match="seed grid"):
+        training_seeds("2-3-ulp", "shared")
+    with pytest.raises(ValueError, match="one-ulp twin"):
+        refit_seeds("7-ulp")
+
+
+def test_a_twin_of_a_cell_outside_the_grid_is_refused():
+    with pytest.raises(ValueError, match=r"ulp_twins \['5-5'\] are not cells of the grid"):
+        grid_refits([1, 2], [1, 2], ulp_twins=["1-1", "5-5"])

@@ -286,7 +286,10 @@ def architecture_spec(config: dict[str, Any], name: str) -> ArchitectureSpec:
                 f"config key 'architectures.{name}.data_order': a seed_grid names each refit's data seed, so its "
                 "data order cannot be shared; leave data_order at per_seed (or unset) for this architecture"
             )
-        merged["seeds"] = grid_refits(grid["init_seeds"], grid["data_seeds"])
+        try:
+            merged["seeds"] = grid_refits(grid["init_seeds"], grid["data_seeds"], grid.get("ulp_twins", ()))
+        except ValueError as error:
+            raise ConfigError(f"config key 'architectures.{name}.seed_grid.ulp_twins': {error}") from None
     if merged["seq_len"] is None:
         merged["seq_len"] = merged["n_ctx"]
     merged["snapshot_steps"] = tuple(sorted(int(step) for step in merged["snapshot_steps"]))

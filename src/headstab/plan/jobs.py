@@ -15,7 +15,7 @@ from typing import Any
 
 from headstab.plan.hub_families import HUB_FAMILY
 from headstab.plan.layout import Layout
-from headstab.plan.seed_design import refit_seeds
+from headstab.plan.seed_design import refit_seeds, ulp_perturbed
 from headstab.plan.sources import PUBLISHED, checkpoint_source
 from headstab.plan.spec import ArchitectureSpec
 
@@ -106,10 +106,13 @@ def paper_twins(specs: Mapping[str, ArchitectureSpec], grids: Iterable[str]) -> 
 
 
 def twin_diagonal(specs: Mapping[str, ArchitectureSpec], twins: Mapping[str, str]) -> list[str]:
-    """The grid refits s-s that rule reuse_paper_refit copies: s-s in the grid and s among its twin's seeds."""
+    """The grid refits s-s that rule reuse_paper_refit copies: s-s in the grid and s among its twin's seeds (never a
+    one-ulp twin s-s-ulp, which trains)."""
     names = set()
     for grid, twin in twins.items():
         for name in specs[grid].seeds:
+            if ulp_perturbed(name):
+                continue
             init_seed, data_seed = refit_seeds(name)
             if init_seed == data_seed and init_seed in specs[twin].seeds:
                 names.add(str(name))

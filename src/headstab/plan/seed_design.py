@@ -4,7 +4,9 @@ In the paper a refit's seed sets both its initial weights and the order of its t
 architecture with `seed_grid: {init_seeds: [...], data_seeds: [...]}` instead has one refit per pair,
 named `{init}-{data}` (files under `seed{init}-{data}/`): its weights are drawn with the init seed and its
 windows shuffled with the data seed. A plain refit `{seed}` is the pair (seed, seed), so its name, weights
-and data order are what they always were.
+and data order are what they always were. A grid cell listed in `seed_grid.ulp_twins` also has a twin named
+`{init}-{data}-ulp`: the same seeds, its initial weights moved by one ulp (`headstab.training.perturbation`),
+the floor of the decomposition (pairs that share both seeds).
 
 An architecture with `data_order: shared` keeps one data order for all its refits: every refit's windows are
 shuffled with SHARED_DATA_SEED, so its refits differ in their initialisation alone (the authors' GPT-2 script,
@@ -21,41 +23,54 @@ __all__ = [
     "GRID_REFIT",
     "SEED_WILDCARD",
     "SHARED_DATA_SEED",
+    "ULP_SUFFIX",
     "grid_refits",
     "refit_seeds",
     "refit_name",
     "training_seeds",
+    "ulp_perturbed",
+    "unperturbed",
 ]
 
-GRID_REFIT = re.compile(r"^(\d+)-(\d+)$")
+ULP_SUFFIX = "-ulp"
+GRID_REFIT = re.compile(r"^(\d+)-(\d+)(-ulp)?$")
 DATA_ORDERS = ("per_seed", "shared")
 # The data seed of every refit of an architecture with data_order shared (the authors' torch.manual_seed(0)).
 SHARED_DATA_SEED = 0
-# The {seed} wildcard: a paper refit's seed, or a grid refit's init-data pair.
-SEED_WILDCARD = r"\d+(-\d+)?"
+# The {seed} wildcard: a paper refit's seed, a grid refit's init-data pair, or its one-ulp twin.
+SEED_WILDCARD = r"\d+(-\d+(-ulp)?)?"
 
 
-def grid_refits(init_seeds: Iterable[int], data_seeds: Iterable[int]) -> tuple[str, ...]:
-    """Refit names of the grid, init-major: ('1-1', '1-2', ..., '3-3')."""
+def grid_refits(init_seeds: Iterable[int], data_seeds: Iterable[int], ulp_twins: Iterable[str] = ()) -> tuple[str, ...]:
+    """Refit names of the grid, init-major: ('1-1', '1-2', ..., '3-3'), then the one-ulp twin '{cell}-ulp' of each
+    cell in ulp_twins (cells named 'init-data'), in the grid's order."""
     data_seeds = list(data_seeds)
-    return tuple(f"{int(init)}-{int(data)}" for init in init_seeds for data in data_seeds)
+    cells = tuple(f"{int(init)}-{int(data)}" for init in init_seeds for data in data_seeds)
+    twins = set(map(str, ulp_twins))
+    unknown = sorted(twins - set(cells))
+    if unknown:
+        raise ValueError(f"ulp_twins {unknown} are not cells of the grid {list(cells)}")
+    return cells + tuple(f"{cell}{ULP_SUFFIX}" for cell in cells if cell in twins)
 
 
 def refit_seeds(name: int | str) -> tuple[int, int]:
-    """(init seed, data-order seed) of a refit named `name`: 7 or '7' -> (7, 7); '1-2' -> (1, 2)."""
+    """(init seed, data-order seed) of a refit named `name`: 7 or '7' -> (7, 7); '1-2' and '1-2-ulp' -> (1, 2)."""
     text = str(name)
     if text.isdigit():
         return int(text), int(text)
     match = GRID_REFIT.match(text)
     if match is None:
-        raise ValueError(f"refit name {name!r} is neither a seed (e.g. 3) nor an init-data pair (e.g. 1-2)")
+        raise ValueError(
+            f"refit name {name!r} is neither a seed (e.g. 3), an init-data pair (e.g. 1-2) nor its one-ulp twin (1-2-ulp)"
+        )
     return int(match.group(1)), int(match.group(2))
 
 
 def refit_name(wildcard: str) -> int | str:
-    """The refit as its spec lists it: an int for a paper seed, the 'init-data' string for a grid refit."""
+    """The refit as its spec lists it: an int for a paper seed, the 'init-data' string for a grid refit ('init-data-ulp'
+    for its one-ulp twin)."""
     init, data = refit_seeds(wildcard)
-    return f"{init}-{data}" if GRID_REFIT.match(str(wildcard)) else init
+    return f"{init}-{data}{ULP_SUFFIX if ulp_perturbed(wildcard) else ''}" if GRID_REFIT.match(str(wildcard)) else init
 
 
 def training_seeds(name: int | str, data_order: str) -> tuple[int, int]:
@@ -69,3 +84,14 @@ def training_seeds(name: int | str, data_order: str) -> tuple[int, int]:
     if GRID_REFIT.match(str(name)):
         raise ValueError(f"refit {name!r} of a seed grid names its own data seed; data_order shared does not apply")
     return init_seed, SHARED_DATA_SEED
+
+
+def ulp_perturbed(name: int | str) -> bool:
+    """Whether refit `name` is a grid cell's one-ulp twin ('1-2-ulp')."""
+    match = GRID_REFIT.match(str(name))
+    return match is not None and match.group(3) is not None
+
+
+def unperturbed(name: int | str) -> int | str:
+    """The grid cell a one-ulp twin perturbs ('1-2-ulp' -> '1-2'); any other refit is itself."""
+    return str(name)[: -len(ULP_SUFFIX)] if ulp_perturbed(name) else name

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from headstab.fileio import atomic_path, sha256_file, write_json_atomic
+from headstab.plan.seed_design import ulp_perturbed
 from headstab.plan.spec import ArchitectureSpec
 from headstab.provenance import environment_record
 from headstab.refits.models import build_model, count_weight_matrix_params, resolve_device, save_weights
@@ -35,6 +36,7 @@ from headstab.training.checkpoint import (
 )
 from headstab.training.data import TokenWindows, check_training_vocabulary, training_steps, window_order
 from headstab.training.errors import DivergenceError, NonFiniteLossError, TrainingError
+from headstab.training.perturbation import ULP, nudge_one_ulp
 from headstab.training.snapshots import missing_snapshots, save_snapshot, staged_snapshot_dir, trained_snapshot_steps
 
 log = logging.getLogger("headstab.training")  # the package's one logger name, as docs/operations.md quotes it
@@ -97,6 +99,7 @@ def train_refit(
 
     `seed` draws the initial weights and, unless `data_seed` is given, the order of the windows (the paper's
     design); a seed-grid refit (headstab.plan.seed_design) passes its data-order seed and its name "{init}-{data}".
+    A name "{init}-{data}-ulp", a grid cell's twin, starts from those weights moved one ulp (training.perturbation).
 
     Resumes from the newest verified `state_*.pt` in `out_dir`. `tokenizer_dir` None skips the
     tokenizer-size check (the shards' token ids are always checked). `on_step_end(step)` is called
@@ -112,6 +115,9 @@ def train_refit(
     refit = setup(spec, seed, shard_paths, out_dir, corpus_meta_path, tokenizer_dir, resolve_device(device), data_seed)
     refit = replace(refit, name=name)
     model = build_model(spec, seed, device=refit.device)
+    if ulp_perturbed(name):  # same seeds, weights one ulp up: its own identity, so no unperturbed state resumes it
+        refit.identity["init_perturbation"] = ULP
+        log.info("initial weights of %s seed %d: %d elements moved one ulp", spec.name, seed, nudge_one_ulp(model))
     model.train()
     optimizer = make_optimizer(spec, model.parameters())
     position = resume(refit, model, optimizer)
@@ -356,6 +362,7 @@ def write_outputs(refit: Refit, position: Position, model: Any, session_start: f
         "seed": refit.seed if refit.name is None else refit.name,
         "init_seed": refit.seed,
         "data_seed": refit.seed if refit.data_seed is None else refit.data_seed,
+        **({"init_perturbation": ULP} if "init_perturbation" in refit.identity else {}),
         "steps": refit.steps,
         "tokens_trained": refit.steps * spec.tokens_per_step,
         "windows_available": refit.data.n_windows,
