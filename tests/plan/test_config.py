@@ -48,7 +48,7 @@ def test_paper_registry_has_the_26_architectures_of_table_1_and_one_seed_grid(pa
 
 def test_paper_plans_1210_refits_and_a_5_by_5_seed_grid(paper_config):
     total = sum(len(architecture_spec(paper_config, n).seeds) for n in selected_architectures(paper_config))
-    assert total == 24 * 50 + 2 * 5 + 5 * 5
+    assert total == 24 * 50 + 2 * 5 + 5 * 5 + 5  # and the grid's 5 one-ulp twins of its diagonal
 
 
 @pytest.mark.parametrize(
@@ -91,8 +91,9 @@ def test_demo_config_is_valid_and_selects_the_8_toy_architectures_and_the_seed_g
         "l4_h8_attn_wd",
         "l2_h8_grid",
     ]
-    # 8 x 4 paper-design refits, and the 3 x 3 init seed x data-order seed grid
-    assert sum(len(architecture_spec(config, n).seeds) for n in names) == 32 + 9
+    # 8 x 4 paper-design refits, and the 3 x 3 init seed x data-order seed grid with its diagonal's one-ulp twins
+    assert sum(len(architecture_spec(config, n).seeds) for n in names) == 32 + 9 + 3
+    assert architecture_spec(config, "l2_h8_grid").seeds[-3:] == ("1-1-ulp", "2-2-ulp", "3-3-ulp")
     # defaults from the schema are filled in
     assert config["cache"]["dtype"] == "float32" and config["cache"]["prepend_bos"] is True
 

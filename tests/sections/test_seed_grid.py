@@ -1,4 +1,4 @@
-"""headstab.sections.seed_grid and headstab.plan.seed_design: init seed vs data-order seed (issue 14 part 1)."""
+"""headstab.sections.seed_grid and headstab.plan.seed_design: init seed vs data-order seed, and the one-ulp floor."""
 
 import numpy as np
 import pandas as pd
@@ -6,7 +6,7 @@ import pytest
 from helpers.tolerances import reduction_atol
 
 from headstab.plan.seed_design import grid_refits, refit_name, refit_seeds
-from headstab.sections.seed_grid import KINDS, grid_pair_table, pair_kind, seed_grid_table
+from headstab.sections.seed_grid import BOTH, FLOOR_FRACTIONS, KINDS, grid_pair_table, pair_kind, seed_grid_table
 from headstab.stability import pair_stability_table
 from headstab.statistics.bootstrap import draw_resamples
 
@@ -216,3 +216,73 @@ def test_grid_table_is_in_layer_order_whatever_the_row_order():
     table = seed_grid_table(pd.concat([layer1, layer0], ignore_index=True), n_boot=20, seed=0, confidence=0.9)
     assert table["layer"].tolist() == [0] * 6 + [1] * 6
     assert table["estimate"].iloc[[0, 6]].tolist() == pytest.approx([0.8, 0.5], abs=reduction_atol(np.float64, 18))
+
+
+def test_a_cell_and_its_one_ulp_twin_share_both_and_the_twin_enters_no_other_pair():
+    assert pair_kind("1-2", "1-2-ulp") == pair_kind("1-2-ulp", "1-2") == BOTH
+    assert pair_kind("1-2-ulp", "1-3") is None and pair_kind("1-2-ulp", "2-2-ulp") is None
+    assert pair_kind(1, "1-1-ulp") == BOTH  # a paper refit standing for its cell
+    with pytest.raises(ValueError, match="same refit"):
+        pair_kind("1-2-ulp", "1-2-ulp")
+
+
+def _floor_similarity(n_features=32):
+    """Patterns (init part + data part + the refit's own part) / sqrt 3, all orthogonal; the own part is drawn anew
+    for every refit, twins too: a one-ulp change that training carries as far as a new seed would."""
+    refits = grid_refits(INITS, DATAS, ulp_twins=["1-1", "2-2", "3-3"])
+    basis = np.linalg.qr(np.random.default_rng(8).standard_normal((n_features, n_features)))[0]
+    init_part = {i: basis[:, i - 1] for i in INITS}
+    data_part = {d: basis[:, 2 + d] for d in DATAS}
+    patterns = []
+    for index, name in enumerate(refits):
+        init, data = refit_seeds(name)
+        vector = (init_part[init] + data_part[data] + basis[:, 6 + index]) / np.sqrt(3)
+        patterns.append(np.broadcast_to(vector, (N_LAYERS, N_HEADS, n_features)))
+    patterns = np.stack(patterns)
+    return np.einsum("alhf,blgf->ablhg", patterns, patterns), refits
+
+
+def test_when_the_interaction_is_all_chaos_the_floor_takes_all_of_it():
+    """Shares init 1/3, shares data 1/3, neither 0, both 2/3: a third of the instability is initialisation, a third
+    data order, a third interaction, and one ulp already gives that third: nothing is left to the seeds' interaction."""
+    similarity, refits = _floor_similarity()
+    pairs, table = _decompose(similarity, refits)
+    assert set(pairs["kind"]) == {*KINDS, BOTH} and (pairs["kind"] == BOTH).sum() == 2 * 3 * N_LAYERS
+    atol = reduction_atol(np.float64, 32 * N_HEADS)
+    expected = {"shares_init": 1 / 3, "shares_data": 1 / 3, "shares_neither": 0.0, BOTH: 2 / 3,
+                "init_fraction": 1 / 3, "data_fraction": 1 / 3, "interaction_fraction": 1 / 3,
+                "floor_fraction": 1 / 3, "seed_interaction_fraction": 0.0}  # fmt: skip
+    for layer in range(N_LAYERS):
+        for name, value in expected.items():
+            assert table.loc[(layer, name), "estimate"] == pytest.approx(value, abs=atol), name
+        assert table.loc[(layer, BOTH), "n_pairs"] == 6
+    low, high = table.loc[(0, "floor_fraction"), ["ci_low", "ci_high"]]
+    assert low <= 1 / 3 + atol and high >= 1 / 3 - atol
+
+
+def test_a_twin_is_resampled_with_its_cell():
+    """The floor's interval: pairs (cell, twin) weighed by the cell's count squared, by hand over the draws."""
+    values = {"shares_init": 0.8, "shares_data": 0.6, "shares_neither": 0.3, BOTH: 0.9}
+    refits = grid_refits(INITS, DATAS, ulp_twins=["1-1", "3-3"])
+    rows = [(a, b, 0, values[pair_kind(a, b)], pair_kind(a, b)) for a in refits for b in refits
+            if a != b and pair_kind(a, b) is not None]  # fmt: skip
+    pairs = pd.DataFrame(rows, columns=["anchor_seed", "pair_seed", "layer", "stability", "kind"])
+    both = pairs["kind"] == BOTH
+    pairs.loc[both, "stability"] = np.where(pairs.loc[both, "anchor_seed"].str.startswith("1-1"), 0.95, 0.85)
+    table = seed_grid_table(pairs, n_boot=60, seed=3, confidence=0.8).set_index("statistic")
+    cells = sorted(grid_refits(INITS, DATAS), key=str)
+    counts = draw_resamples(60, len(cells), 1, 3).refit_counts
+    k11, k33 = counts[:, cells.index("1-1")], counts[:, cells.index("3-3")]
+    weights = np.stack([k11**2, k33**2], axis=1).astype(float)
+    with np.errstate(invalid="ignore"):
+        means = (weights * [0.95, 0.85]).sum(axis=1) / weights.sum(axis=1)
+    expected = np.nanquantile(means, [0.1, 0.9])
+    assert table.loc[BOTH, ["ci_low", "ci_high"]].tolist() == pytest.approx(list(expected), abs=1e-12)
+    assert table.loc[BOTH, "estimate"] == pytest.approx(0.9, abs=reduction_atol(np.float64, 4))
+    assert list(table.index[-3:]) == [BOTH, *FLOOR_FRACTIONS]
+
+
+def test_a_grid_without_twins_has_no_floor_rows():
+    pairs = _hand_pairs({"shares_init": 0.8, "shares_data": 0.6, "shares_neither": 0.3})
+    table = seed_grid_table(pairs, n_boot=10, seed=0, confidence=0.9)
+    assert not set(table["statistic"]) & {BOTH, *FLOOR_FRACTIONS}

@@ -102,8 +102,9 @@ def test_demo_plans_one_job_per_section_rule_and_architecture_and_one_comparison
             "layer_robustness_summary",
         )
     ] == [1] * 6
-    # the 3 x 3 seed grid of l2_h8: its diagonal copied from l2_h8, six refits trained, one decomposition
-    assert counts.get("reuse_paper_refit") == 3 and counts.get("train_seed_grid") == 6
+    # the 3 x 3 seed grid of l2_h8: its diagonal copied from l2_h8, six refits and the diagonal's three one-ulp
+    # twins trained, one decomposition
+    assert counts.get("reuse_paper_refit") == 3 and counts.get("train_seed_grid") == 6 + 3
     assert counts.get("seed_grid") == 1
     # the demo's held-out text is its synthetic_heldout corpus, not wikitext
     assert "heldout_wikitext" not in counts
@@ -136,7 +137,7 @@ def test_every_cka_hook_plans_the_caches_and_residual_cka(tmp_path):
         (tmp_path / hook).mkdir()
         counts = _job_counts(_dry_run(tmp_path / hook, lambda c: c["analysis"].update(cka_hook=hook)))
         assert (
-            counts.get("cache_activations") == 32 + 9 and counts.get("residual_cka") == 8
+            counts.get("cache_activations") == 32 + 9 + 3 and counts.get("residual_cka") == 8
         )  # 8 archs x 4 seeds + the 3x3 grid
 
 

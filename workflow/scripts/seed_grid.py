@@ -1,6 +1,7 @@
 """Rule seed_grid: the caches of a seed grid's refits ({init}-{data}) -> tables/seed_grid_pairs.csv (pair stability
 per ordered pair and layer, with its kind), tables/seed_grid.csv (per layer: the shares-init, shares-data and
-shares-neither means and the init / data / interaction fractions, refit-resampled intervals) and
+shares-neither means and the init / data / interaction fractions; with one-ulp twins also the shares-both mean and
+the floor fractions; refit-resampled intervals) and
 figures/seed_grid.png (docs/beyond_the_paper.md)."""
 
 import logging
