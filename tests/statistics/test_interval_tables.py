@@ -8,7 +8,7 @@ import pytest
 from helpers.tolerances import reduction_atol, reduction_rtol
 from scipy import stats
 
-from headstab.sections.optimizers import OPTIMIZER_TEST_COLUMNS, optimizer_tests
+from headstab.sections.optimizer_tests import OPTIMIZER_TEST_COLUMNS, optimizer_tests
 from headstab.similarity.prompt_groups import GroupedSimilarity
 from headstab.stability import stability_tables
 from headstab.statistics.bootstrap import draw_resamples, stability_replicates

@@ -15,7 +15,7 @@ os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [LIBRARY, os.environ.g
 
 from headstab.plan import jobs, resources
 from headstab.plan.config import architecture_spec, selected_architectures, validate_config
-from headstab.plan.spec import ConfigError
+from headstab.plan.spec import ConfigError, paired_twins
 from headstab.plan.formats import CACHE_FORMAT_VERSION
 from headstab.plan.layout import ANALYSIS_ROOT_RULES, Layout
 from headstab.prompts import load_prompt_sets
@@ -62,8 +62,8 @@ COMPUTE = config["compute"]
 STATISTICS = config["statistics"]
 # In the params of the rules whose numbers this library code computes: editing it reruns them.
 STATISTICS_CODE = jobs.library_digest("statistics", "stability.py")
-PROMPT_GROUPS_CODE = jobs.library_digest("similarity/prompt_groups.py")
-OPTIMIZER_TESTS_CODE = jobs.library_digest("statistics", "sections/optimizers.py")
+PROMPT_GROUPS_CODE = jobs.library_digest("similarity/prompt_groups.py", "sharpness.py")
+OPTIMIZER_TESTS_CODE = jobs.library_digest("statistics", "sections/optimizer_tests.py")
 ARCHITECTURE_FACTS = {arch: architecture_facts(SPECS[arch]) for arch in ARCHITECTURES}
 RUN_SUMMARY = f"{len(ARCHITECTURES)} architectures ({', '.join(ARCHITECTURES)}), results_dir {RESULTS}"
 
