@@ -45,6 +45,7 @@ ARCH_SUBCATEGORIES = {
 # Cross-architecture tables (summary/tables): (category, subcategory) of their figures.
 SUMMARY_PLACES = {
     "stability_gap": ("Across architectures", "Stability gap (§4.6)"),
+    "stability_gap_depth": ("Across architectures", "Stability gap (§4.6)"),
     "meta_sne": ("Across architectures", "meta-SNE (§4.9)"),
     "weight_norm_correlation": ("Across architectures", "Weight norms (§4.4.1)"),
     "effective_rank": ("Across architectures", "Beyond the paper: effective rank"),
@@ -80,7 +81,8 @@ DESCRIPTIONS = {
     "optimizer_final_loss": "final training loss of the Adam and AdamW refits",
     "optimizer_tests": "Adam - AdamW differences with intervals, tests and equivalence (§4.5)",
     "perplexity": "Adam vs AdamW validation perplexity: refits, means and tests (Table B.7)",
-    "stability_gap": "stability gap ΔS and depth of the extreme layers per architecture and anchor (Fig. 7-8)",
+    "stability_gap": "stability gap ΔS and depth of the extreme layers per architecture and anchor (Fig. 7-8), with ΔS under the nulls",
+    "stability_gap_depth": "ΔS and its excess over the no-layer-difference null against depth, with Spearman's rho and permutation p",
     "meta_sne": "t-SNE coordinates of every head of every refit (Fig. 11)",
     "stability_against_chance": "pooled layer stability of every architecture against its null",
 }
