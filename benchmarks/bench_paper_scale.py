@@ -47,7 +47,7 @@ SWEEP_TOKENS = (5, 10, 20, 30, 40, 50)
 
 def paper_lengths(n_primary: int | None = None, n_sweep: int = 20) -> dict[str, list[int]]:
     """{prompt set: token counts (BOS included)} of the paper's length distribution."""
-    from headstab.prompts import load_prompt_file
+    from headstab.prompts.loading import load_prompt_file
 
     prompts = load_prompt_file("primary", common.REPO / "resources" / "prompts" / "primary.json")["primary"]
     primary = [1 + round(len(text.split()) * TOKENS_PER_WORD) for text in prompts][:n_primary]

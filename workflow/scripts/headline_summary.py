@@ -4,9 +4,9 @@
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from headstab.joblog import run_job
+from headstab.plan.yaml_files import load_yaml_file
 from headstab.plots.headline import plot_stability_by_depth
 from headstab.report_pages import table_kind, table_page
 from headstab.sections.headline import headline_table, paper_values_frame
@@ -34,7 +34,7 @@ def main():
                 by_arch.setdefault(member, {})["tests"] = pd.read_csv(path)
         else:
             shared[ARGUMENTS[name]] = pd.read_csv(path)
-    paper = paper_values_frame(yaml.safe_load(Path(snakemake.input.paper).read_text())["values"] or [])
+    paper = paper_values_frame(load_yaml_file(snakemake.input.paper)["values"] or [])
     tables = [
         headline_table(arch, params.promptset, params.confidence, **by_arch.get(arch, {}), **shared, paper=paper)
         for arch in params.architectures
