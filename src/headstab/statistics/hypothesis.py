@@ -156,8 +156,9 @@ def pair_pseudo_values(values: np.ndarray) -> np.ndarray:
 
     values: [refit_a, refit_b, ...] (the diagonal is ignored). Pseudo-value s is N U - (N - 1) U_(-s), with
     U_(-s) the mean over pairs without refit s: they average to U exactly, and, unlike a refit's mean over
-    its own pairs, their spread carries the variance of a mean over pairs (about four times that of the
-    per-anchor means when anchors and partners vary alike). Needs N >= 3. Returns float64 [refit, ...].
+    its own pairs, their spread carries the variance of a mean over pairs (which the spread of the
+    per-anchor means understates 2 to 4 times when anchors and partners vary alike). Needs N >= 3.
+    Returns float64 [refit, ...].
     """
     values = np.asarray(values, dtype=np.float64)
     n = values.shape[0]
