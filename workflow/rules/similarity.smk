@@ -68,3 +68,5 @@ use rule prompt_group_similarity as snapshot_prompt_group_similarity with:
         },
     log:
         f"{RESULTS}/logs/prompt_group_similarity/{{arch}}/step{{step}}.log",
+    params:
+        content_promptsets=[],  # snapshots (step 0, training dynamics) need no content variant
