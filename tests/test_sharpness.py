@@ -62,6 +62,7 @@ def test_packed_row_entropy_equals_the_entropy_of_each_unpacked_prompt():
     block, lengths, offsets = _packed(patterns)
     out = packed_row_entropy(block, lengths, offsets)
     assert out.shape == (3, 4) and np.isnan(out[:, 1]).all()
+    np.testing.assert_array_equal(packed_row_entropy(block, lengths, offsets, rows_per_chunk=2), out)  # chunks
     for p in (0, 2, 3):
         expected = normalised_row_entropy(patterns[p].astype(np.float32))
         np.testing.assert_allclose(out[:, p], expected, atol=reduction_atol(np.float32, 7, magnitude=np.log(7)))

@@ -52,22 +52,32 @@ def _row_starts(lengths: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, n
     return prompt_start + query * (query + 1) // 2, query
 
 
-def packed_row_entropy(block: np.ndarray, lengths: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+def packed_row_entropy(
+    block: np.ndarray, lengths: np.ndarray, offsets: np.ndarray, rows_per_chunk: int = 64
+) -> np.ndarray:
     """`normalised_row_entropy` of every prompt's pattern, from packed lower triangles.
 
     block: [row, entry] packed causal patterns (`headstab.activations.packing`; prompt p's entries at
     offsets[p]:offsets[p + 1]). Returns float64 [row, prompt]; NaN for prompts of fewer than two tokens.
+    Works through rows_per_chunk rows at a time, so its temporaries stay small beside the block.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     starts, query = _row_starts(lengths, offsets)
-    values = np.asarray(block, dtype=np.float32)
-    terms = np.where(values > 0, values * np.log(np.where(values > 0, values, 1.0)), 0.0)
-    entropy = -np.add.reduceat(terms, starts, axis=1, dtype=np.float64) if starts.size else np.zeros((len(values), 0))
-    entropy[:, query == 0] = 0.0  # query 0 sees one key: no entropy to normalise
-    entropy /= np.log(np.maximum(query, 1) + 1.0)
-    per_prompt = np.add.reduceat(entropy, np.r_[0, np.cumsum(lengths)[:-1]], axis=1) if lengths.size else entropy
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(lengths >= 2, per_prompt / (lengths - 1), np.nan)
+    out = np.full((len(block), lengths.size), np.nan)
+    if starts.size == 0:
+        return out
+    prompt_starts = np.r_[0, np.cumsum(lengths)[:-1]]
+    keys = np.log(np.maximum(query, 1) + 1.0)  # query 0 sees one key: its entropy is 0, divided by anything
+    for first in range(0, len(block), rows_per_chunk):
+        values = np.asarray(block[first : first + rows_per_chunk], dtype=np.float32)
+        positive = values > 0
+        terms = np.where(positive, values * np.log(np.where(positive, values, 1.0)), 0.0)
+        entropy = -np.add.reduceat(terms, starts, axis=1, dtype=np.float64) / keys
+        entropy[:, query == 0] = 0.0
+        per_prompt = np.add.reduceat(entropy, prompt_starts, axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[first : first + rows_per_chunk] = np.where(lengths >= 2, per_prompt / (lengths - 1), np.nan)
+    return out
 
 
 def position_template(block: np.ndarray, lengths: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
