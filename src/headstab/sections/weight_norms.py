@@ -36,9 +36,17 @@ MATRIX_ORDER = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "ln1_w", "ln2_w")
 ATTENTION_NORMS = ("per_head_mean", "layer")
 NORM_COLUMNS = ["seed", "layer", "matrix", "frobenius_norm", "whole_layer_norm"]
 CORRELATION_COLUMNS = [
-    "anchor_seed", "matrix", "pearson_r", "p_value", "spearman_r", "whole_layer_pearson_r", "n_layers",
-    "norm_ss", "stability_ss", "partial_r_entropy",
-]  # fmt: skip
+    "anchor_seed",
+    "matrix",
+    "pearson_r",
+    "p_value",
+    "spearman_r",
+    "whole_layer_pearson_r",
+    "n_layers",
+    "norm_ss",
+    "stability_ss",
+    "partial_r_entropy",
+]
 HEAD_NORM_COLUMNS = ["seed", "layer", "head", "matrix", "frobenius_norm"]
 PARTIAL_COLUMNS = ["layer", "matrix", "n_heads", "n_anchors", "pearson_r", "partial_r", "partial_r_ci_low"]
 PARTIAL_COLUMNS += ["partial_r_ci_high", "entropy_r", "n_boot"]
@@ -345,6 +353,18 @@ def head_norm_partial_table(
         x, y, z = (group[c].to_numpy(float) for c in ("frobenius_norm", "stability", "entropy"))
         replicates = partial_correlation(x, y, z, counts)
         low, high = percentile_interval(replicates, confidence) if np.isfinite(replicates).any() else (np.nan, np.nan)
-        rows.append((int(layer), matrix, len(group), len(anchors), pearson_or_nan(x, y)[0],
-                     float(partial_correlation(x, y, z)), low, high, pearson_or_nan(y, z)[0], n_boot))  # fmt: skip
+        rows.append(
+            (
+                int(layer),
+                matrix,
+                len(group),
+                len(anchors),
+                pearson_or_nan(x, y)[0],
+                float(partial_correlation(x, y, z)),
+                low,
+                high,
+                pearson_or_nan(y, z)[0],
+                n_boot,
+            )
+        )
     return pd.DataFrame(rows, columns=PARTIAL_COLUMNS)
