@@ -8,14 +8,13 @@ import pytest
 
 from headstab.activations.errors import CacheError
 from headstab.activations.reader import check_consistent_shapes, open_cache
-from headstab.activations.writer import write_activation_cache
+from headstab.activations.writer import CacheOptions, write_activation_cache
 
 
 @pytest.fixture(scope="module")
 def patterns_path(tmp_path_factory, model, token_sets):
     path = tmp_path_factory.mktemp("patterns") / "seed1.h5"
-    write_activation_cache(path, model, token_sets, pad_token_id=0, batch_size=3, patterns_only=True,
-                           extra_resid_hooks=("hook_resid_pre",), show_progress=False)  # fmt: skip
+    write_activation_cache(path, model, token_sets, pad_token_id=0, options=CacheOptions(batch_size=3, patterns_only=True, extra_resid_hooks=("hook_resid_pre",), show_progress=False))  # fmt: skip
     return path
 
 
@@ -47,8 +46,9 @@ def test_reading_another_hook_of_a_patterns_only_cache_names_file_and_fix(patter
 def residual_path(tmp_path_factory, model, token_sets):
     """A step-0 snapshot's cache: hook_pattern of every set, plus the residual hooks of primary alone."""
     path = tmp_path_factory.mktemp("residual") / "seed1.h5"
-    write_activation_cache(path, model, token_sets, pad_token_id=0, batch_size=3, residual_only=True,
-                           activation_sets=["primary"], extra_resid_hooks=("hook_resid_pre",), show_progress=False)  # fmt: skip
+    options = CacheOptions(batch_size=3, residual_only=True, activation_sets=["primary"],
+                           extra_resid_hooks=("hook_resid_pre",), show_progress=False)  # fmt: skip
+    write_activation_cache(path, model, token_sets, pad_token_id=0, options=options)
     return path
 
 
@@ -76,7 +76,6 @@ def test_reading_hook_z_of_a_residual_only_cache_names_file_and_fix(residual_pat
             cache.resid("len5", "hook_resid_mid")
 
 
-def test_a_cache_cannot_be_patterns_only_and_residual_only(tmp_path, model, token_sets):
+def test_a_cache_cannot_be_patterns_only_and_residual_only():
     with pytest.raises(ValueError, match="patterns_only or residual_only, not both"):
-        write_activation_cache(tmp_path / "x.h5", model, token_sets, pad_token_id=0, patterns_only=True,
-                               residual_only=True, show_progress=False)  # fmt: skip
+        CacheOptions(patterns_only=True, residual_only=True)

@@ -1,8 +1,6 @@
 """headstab.sections.residual_cka: §4.7 CKA table from the caches of an architecture's refits."""
 
 import logging
-import sys
-import types
 
 import numpy as np
 import pandas as pd
@@ -10,6 +8,7 @@ import pytest
 from helpers.tolerances import reduction_atol
 
 from headstab.cka import pairwise_layer_cka, subsample_tokens, token_activations
+from headstab.sections import residual_cka
 from headstab.sections.residual_cka import (
     CKA_COLUMNS,
     INIT_COLUMNS,
@@ -34,12 +33,13 @@ def _caches(fake_cache, lengths=(5, 3, 4), seeds=(1, 2, 3)):
 
 
 def _serve_caches(monkeypatch, caches, init=None):
-    """headstab.activations.reader.open_cache(str(seed)) hands out the fake cache of that seed, and
-    open_cache(f"init{seed}") its step-0 cache in `init`."""
-    reader = types.ModuleType("headstab.activations.reader")
-    reader.open_cache = lambda path: init[int(path[4:])] if path.startswith("init") else caches[int(path)]
-    monkeypatch.setitem(sys.modules, "headstab.activations", types.ModuleType("headstab.activations"))
-    monkeypatch.setitem(sys.modules, "headstab.activations.reader", reader)
+    """The section's open_cache(str(seed)) hands out the fake cache of that seed, and open_cache(f"init{seed}") its
+    step-0 cache in `init`."""
+    monkeypatch.setattr(
+        residual_cka,
+        "open_cache",
+        lambda path: init[int(path[4:])] if path.startswith("init") else caches[int(path)],
+    )
 
 
 def test_promptset_cka_is_pairwise_cka_of_the_same_kept_real_tokens(fake_cache):

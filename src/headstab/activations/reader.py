@@ -321,9 +321,11 @@ class CacheReader:
         hook_pattern and the residual hooks)."""
         marker = self._group(promptset).attrs.get("activations", "all")
         if marker == "residual" and hook not in RESID_HOOKS and not self.patterns_only:
-            raise CacheError(f"activation cache {self.path} stores hook_pattern and the residual hooks of /{promptset} "
-                             f"(residual_only, as a step-0 snapshot's), so no {hook}; read it from a refit's full cache "
-                             "(rule cache_activations)")  # fmt: skip
+            raise CacheError(
+                f"activation cache {self.path} stores hook_pattern and the residual hooks of /{promptset} "
+                f"(residual_only, as a step-0 snapshot's), so no {hook}; read it from a refit's full cache "
+                "(rule cache_activations)"
+            )
         if not self.patterns_only and marker == "hook_pattern":
             raise CacheError(activation_sets_message(self.path, promptset, hook, self.attrs.get("activation_sets")))
         if self.patterns_only:

@@ -79,8 +79,9 @@ def plot_meta_sne(table: pd.DataFrame, path: str | Path, mantel: pd.DataFrame | 
     if mappable is not None:
         figure.colorbar(mappable, ax=axes, label="relative depth (layer + 1) / L", shrink=0.9)
     kind = "one joint t-SNE" if joint else "one t-SNE per optimizer (axes not comparable)"
-    figure.suptitle(f"meta-SNE of attention heads (§4.9, Fig. 11; {kind}){_description_line(table, mantel)}",
-                    fontsize=10)  # fmt: skip
+    figure.suptitle(
+        f"meta-SNE of attention heads (§4.9, Fig. 11; {kind}){_description_line(table, mantel)}", fontsize=10
+    )
     save_figure(figure, path)
     return pd.DataFrame(counts, columns=["optimizer", "n_heads"])
 
@@ -92,6 +93,8 @@ def _description_line(table: pd.DataFrame, mantel: pd.DataFrame | None) -> str:
     rows = None if mantel is None else mantel[mantel["description"] == description]
     if rows is not None and len(rows):
         row = rows.iloc[0]
-        parts.append(f"Mantel r = {row['mantel_r']:.2f} with |Δ relative depth|, p = {row['p_value']:.3g} "
-                     f"({int(row['n_permutations'])} permutations within refits)")  # fmt: skip
+        parts.append(
+            f"Mantel r = {row['mantel_r']:.2f} with |Δ relative depth|, p = {row['p_value']:.3g} "
+            f"({int(row['n_permutations'])} permutations within refits)"
+        )
     return ("\n" + "; ".join(parts)) if parts else ""

@@ -32,12 +32,25 @@ def _controls(ax, x: np.ndarray, layer_intervals: pd.DataFrame | None, promptset
     full = _all_positions(rows).sort_values("layer")
     if "init_cka_mean" in full.columns and full["init_cka_mean"].notna().all():
         ax.fill_between(x, full["init_ci_low"], full["init_ci_high"], color="grey", alpha=0.2, linewidth=0)
-        ax.plot(x, full["init_cka_mean"], marker="s", linestyle=":", color="grey",
-                label="CKA at step 0 (untrained refits: chance), 95% interval")  # fmt: skip
+        ax.plot(
+            x,
+            full["init_cka_mean"],
+            marker="s",
+            linestyle=":",
+            color="grey",
+            label="CKA at step 0 (untrained refits: chance), 95% interval",
+        )
     if "positions" in rows.columns and (rows["positions"] == "no_bos").any():
         no_bos = rows[rows["positions"] == "no_bos"].sort_values("layer")
-        ax.plot(x, no_bos["cka_mean"], marker="^", linestyle="--", color="tab:purple", alpha=0.7,
-                label="CKA without the BOS rows")  # fmt: skip
+        ax.plot(
+            x,
+            no_bos["cka_mean"],
+            marker="^",
+            linestyle="--",
+            color="tab:purple",
+            alpha=0.7,
+            label="CKA without the BOS rows",
+        )
 
 
 def _interval_bars(ax, x: np.ndarray, data: pd.DataFrame) -> None:

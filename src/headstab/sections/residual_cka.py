@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headstab.cka import pairwise_layer_cka, subsample_tokens, token_activations
+from headstab.activations.reader import open_cache
+from headstab.cka import layer_cka_summary, pairwise_layer_cka, subsample_tokens, token_activations
+from headstab.statistics.resampling import pair_mean_interval
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +108,6 @@ def residual_cka_table(
     """CKA_COLUMNS + init_cka of every prompt set and positions variant: cache_paths maps seed -> activation
     cache; init_paths seed -> the same refit's step-0 cache with the residual hook (None: init_cka NaN);
     settings are `promptset_cka`'s hook, kernel, threshold, debiased and max_tokens."""
-    from headstab.activations.reader import open_cache
-
     if init_paths is not None and sorted(map(str, init_paths)) != sorted(map(str, cache_paths)):
         raise ValueError(f"step-0 caches of refits {sorted(init_paths)} do not match the refits {sorted(cache_paths)}")
     with ExitStack() as stack:
@@ -166,9 +166,6 @@ def _pair_summary(
     part: pd.DataFrame, value: str, pairs: str, n_boot: int, seed: int, confidence: float
 ) -> pd.DataFrame:
     """layer, cka_mean, cka_std, n_pairs, ci_low, ci_high, n_boot of column `value` over one prompt set's pairs."""
-    from headstab.cka import layer_cka_summary
-    from headstab.statistics.resampling import pair_mean_interval
-
     values = part[["seed_a", "seed_b", "layer", value]].rename(columns={value: "cka"})
     summary = layer_cka_summary(values, pairs).merge(
         pair_mean_interval(values, "cka", n_boot, seed, confidence), on="layer"
