@@ -279,7 +279,7 @@ def test_guards_name_the_shapes():
 def test_describe_refits_opens_each_cache_and_keys_it_by_refit(fake_cache, monkeypatch, capsys):
     import contextlib
 
-    from headstab.activations import reader
+    from headstab.sections import meta_sne
     from headstab.sections.meta_sne import describe_refits
 
     z, lengths = _padded_hook_z()
@@ -293,7 +293,7 @@ def test_describe_refits_opens_each_cache_and_keys_it_by_refit(fake_cache, monke
         opened.append(path)
         yield caches[path]
 
-    monkeypatch.setattr(reader, "open_cache", open_cache)
+    monkeypatch.setattr(meta_sne, "open_cache", open_cache)
     described = describe_refits({("l2_h8", 1): "a", ("l2_h8", 2): "b"}, "primary")
     assert opened == ["a", "b"] and list(described) == [("l2_h8", 1), ("l2_h8", 2)]
     assert "describe heads: 100%" in capsys.readouterr().err  # the progress bar names its work
