@@ -3,7 +3,7 @@
 50 random-initialised refits of the paper's l8_h16 (config/config.yaml: 8 layers of 16 heads, d_head 64,
 d_model 512, d_mlp 2048, vocab 48,262), on prompts of the paper's length distribution: the 100 primary
 prompts with the word counts of resources/prompts/primary.json (21-63 words, median 37, as the
-paper's), at 4/3 tokens per word (a GPT-NeoX-style BPE on English; the paper's tokenizer is not shipped)
+authors' prompt file), at 4/3 tokens per word (a GPT-NeoX-style BPE on English; the paper's tokenizer is not shipped)
 plus BOS, and the length sweep: 20 prompts each of 5, 10, 20, 30, 40 and 50 tokens plus BOS. Token ids
 are random.
 
@@ -47,7 +47,7 @@ SWEEP_TOKENS = (5, 10, 20, 30, 40, 50)
 
 def paper_lengths(n_primary: int | None = None, n_sweep: int = 20) -> dict[str, list[int]]:
     """{prompt set: token counts (BOS included)} of the paper's length distribution."""
-    from headstab.prompts import load_prompt_file
+    from headstab.prompts.loading import load_prompt_file
 
     prompts = load_prompt_file("primary", common.REPO / "resources" / "prompts" / "primary.json")["primary"]
     primary = [1 + round(len(text.split()) * TOKENS_PER_WORD) for text in prompts][:n_primary]

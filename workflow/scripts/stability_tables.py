@@ -34,7 +34,9 @@ def main():
         logging.info(
             "%s: %d refits, tensor %s; %d prompt groups", path, len(seeds), similarity.shape, len(grouped.group_sizes)
         )
-        tables = stability_tables(similarity, seeds, promptset, ddof=ddof)
+        tables = stability_tables(
+            similarity, seeds, promptset, ddof=ddof, alignment_self_match=snakemake.params.alignment_self_match
+        )
         intervals = interval_tables(
             similarity,
             grouped,

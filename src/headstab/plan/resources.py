@@ -122,9 +122,9 @@ def statistics_mem_mb(spec: ArchitectureSpec, n_seeds: int, n_groups: int, batch
 
 
 def residual_cka_mem_mb(spec: ArchitectureSpec, n_seeds: int, max_tokens: int | None) -> int:
-    """One layer's kept token activations and centred float64 Gram matrices of every refit (5,000
-    tokens assumed when every token is kept)."""
-    n_tokens = max_tokens or 5000
+    """One layer's kept token activations and centred float64 Gram matrices of every refit (6,000
+    tokens assumed when every token is kept: the paper's primary prompts are about 5,300 neox tokens)."""
+    n_tokens = max_tokens or 6000
     return 2000 + int(n_seeds * n_tokens * (n_tokens * 8 * 2 + spec.d_model * 8) / 1e6)
 
 

@@ -9,7 +9,8 @@ trained refits' stability, of the prompt-permutation null and of the same refits
   per-group tensors of all layer pairs would cost n_layers times the memory);
 - null, null_ci_low, null_ci_high: the same statistic under the prompt-permutation null (same-layer);
 - above_null (stability - null) with its interval, and effect_size: mean / s.d. (ddof 1) of the
-  paired differences best_match - null_best_match over the pairs (and heads) averaged (Cohen's d_z);
+  paired differences best_match - null_best_match over the pairs (and heads) averaged (Cohen's d_z),
+  descriptive only: those pairs and heads are dependent units, so it is no test statistic;
 - init, init_ci_low, init_ci_high: the statistic for the refits' step-0 weights (same-layer).
 """
 
