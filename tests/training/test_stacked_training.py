@@ -3,6 +3,7 @@ divergence drops, kills and re-formed stacks; training never imports transformer
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -11,16 +12,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+from headstab.plan.seed_design import SHARED_DATA_SEED
 from headstab.training import NonFiniteLossError, RefitTarget, TrainingData, loop, train_refit, train_refits
 from headstab.training.checkpoint import load_latest_state
+from headstab.training.stack import make_optimizer
 
-from .conftest import final_state, patch_loss, quiet, read_log, states_equal
+from .conftest import final_state, patch_loss, quiet, read_log, states_equal, write_shards
 
 REPO = Path(__file__).resolve().parents[2]
-NAMES = (1, 2, "3-5")  # a seed grid's refit among them: init seed 3, data-order seed 5
+NAMES = (1, 2, "3-5", 4)  # k = 4, a seed grid's refit among them: init seed 3, data-order seed 5
 
 
 def job_spec(tiny_spec, **overrides):
@@ -87,19 +91,19 @@ def test_a_nan_in_one_refit_drops_it_and_leaves_the_others_bit_identical(
     def poison_the_second(model, loss):  # refit 2's loss (and so its gradient) NaN while it is in the stack
         if loss.shape[0] != len(NAMES):
             return loss
-        return loss * torch.tensor([1.0, float("nan"), 1.0])  # its gradient is NaN, the others' untouched
+        return loss * torch.tensor([1.0, float("nan"), 1.0, 1.0])  # its gradient is NaN, the others' untouched
 
     patch_loss(monkeypatch, range(6, 100), poison_the_second)
     with pytest.raises(NonFiniteLossError) as err:
         train_job(job_spec(tiny_spec), cyclic_shards, tmp_path / "stack")
     message = str(err.value)
-    assert message.startswith("1 of the 3 refits of this job stopped (the others finished and wrote their outputs)")
+    assert message.startswith("1 of the 4 refits of this job stopped (the others finished and wrote their outputs)")
     assert "tiny seed 2: loss is nan at step 6" in message  # read at the log row of step 6
     assert f"checkpoint before it, {tmp_path / 'stack/seed2/state_00000004.pt'}, is kept" in message
     assert not (tmp_path / "stack/seed2/final.pt").exists() and not (tmp_path / "stack/seed2/meta.json").exists()
     state, path = load_latest_state(tmp_path / "stack/seed2")
     assert path.name == "state_00000004.pt" and all(torch.isfinite(t).all() for t in state["model"].values())
-    for name in (1, "3-5"):
+    for name in (1, "3-5", 4):
         assert_same_refit(tmp_path / "stack" / f"seed{name}", alone / f"seed{name}")
 
 
@@ -142,6 +146,7 @@ def test_a_stack_killed_with_sigkill_resumes_re_formed_and_ends_bit_identical(
         str(tmp_path / "killed/seed1/state_00000004.pt"),
         None,
         str(tmp_path / "killed/seed3-5/state_00000004.pt"),
+        str(tmp_path / "killed/seed4/state_00000004.pt"),
     ]
     assert "resuming tiny seed 1 from" in caplog.text and "resuming tiny seed 2" not in caplog.text
     for name in NAMES:
@@ -223,3 +228,26 @@ def test_the_loop_reads_no_tensor_on_the_host_between_log_rows(tiny_spec, cyclic
     events = {3, 5, 6, 10, 12}  # snapshot, log rows, checkpoints, the last step
     assert reads and {step for step, _, _ in reads} <= {0} | {event - 1 for event in events} | {12}, reads
     assert {step for step, _, file in reads if file == "loop.py"} == {event - 1 for event in events}
+
+
+def test_a_shared_data_order_trains_every_refit_on_the_one_fixed_order(tiny_spec, tmp_path):
+    """data_order shared: refits 1 and 2 of a stack differ in their initialisation only; refit 1 ends with the
+    bits of a refit trained alone with data seed SHARED_DATA_SEED (grid refit "1-0"), not those of its own order."""
+    windows = np.random.default_rng(0).integers(0, 32, size=(64, 16))  # every window different: order matters
+    shards = write_shards(tmp_path, [windows.ravel()])
+    spec = job_spec(tiny_spec, snapshot_steps=())
+    metas = train_job(dataclasses.replace(spec, data_order="shared"), shards, tmp_path / "shared", names=(1, 2))
+    assert [(meta["init_seed"], meta["data_seed"]) for meta in metas] == [(1, SHARED_DATA_SEED), (2, SHARED_DATA_SEED)]
+    assert train_refit(spec, f"1-{SHARED_DATA_SEED}", shards, tmp_path / "grid", quiet())["data_seed"] == 0
+    assert states_equal(final_state(tmp_path / "shared/seed1"), final_state(tmp_path / "grid"))
+    assert train_refit(spec, 1, shards, tmp_path / "per_seed", quiet())["data_seed"] == 1
+    assert not states_equal(final_state(tmp_path / "shared/seed1"), final_state(tmp_path / "per_seed"))
+
+
+@pytest.mark.parametrize("optimizer, weight_decay", [("adam", 0.0), ("adamw", 0.1)])
+def test_adam_is_fused_on_cuda_only(tiny_spec, optimizer, weight_decay):
+    spec = tiny_spec(optimizer=optimizer, weight_decay=weight_decay)
+    parameters = [torch.nn.Parameter(torch.zeros(3))]
+    assert not make_optimizer(spec, parameters, torch.device("cpu")).defaults["fused"]
+    # Built, not stepped: torch checks a fused optimizer's parameters' device at its first step.
+    assert make_optimizer(spec, parameters, torch.device("cuda")).defaults["fused"] is True

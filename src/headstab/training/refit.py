@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from headstab.fileio import atomic_path, save_torch_atomic, sha256_file, write_json_atomic
-from headstab.plan.seed_design import refit_seeds
+from headstab.plan.seed_design import training_seeds
 from headstab.plan.spec import ArchitectureSpec
 from headstab.refits.models import WEIGHT_MATRIX_KEY
 from headstab.training.checkpoint import load_latest_state, prune_states, resume_identity, why_not_resumable
@@ -128,7 +128,7 @@ def prepare_refit(spec: ArchitectureSpec, corpus: Corpus, target: RefitTarget, p
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in out_dir.glob(".*.tmp"):  # left by a job killed mid-write
         stale.unlink()
-    init_seed, data_seed = refit_seeds(target.name)
+    init_seed, data_seed = training_seeds(target.name, spec.data_order)
     order = window_order(corpus.data.n_windows, data_seed, corpus.steps * spec.batch_size)
     identity = resume_identity(spec, init_seed, data_seed, corpus.sha256, precision)
     refit = Refit(spec, target.name, init_seed, data_seed, out_dir, order, identity, Position())
