@@ -270,22 +270,34 @@ def _flip_byte(path: Path, offset: int) -> None:
 
 
 def test_corrupted_checkpoint_is_reported_and_not_used(tiny_run: Path, tmp_path: Path) -> None:
+    """docs/operations.md: retraining one refit of a block is `snakemake <its final.pt> --forcerun train`; its newest
+    full state fails its sha256, so it trains from step 0, and its block's other refit is only exported again."""
     import torch
 
     results = copy_run(tiny_run, tmp_path)
     checkpoint = results / OTHER / "checkpoints/seed1"
     original = torch.load(checkpoint / "final.pt", weights_only=True)
-    state = sorted(checkpoint.glob("state_*.pt"))[-1]  # the newest full state: what a rerun would resume from
+    state = sorted((checkpoint / "training").glob("state_*.pt"))[-1]  # the newest full state: what a rerun resumes
     _flip_byte(state, state.stat().st_size // 2)
-    (checkpoint / "final.pt").unlink()
 
-    result = snakemake(results, str(checkpoint / "final.pt"), "--cores", "1")
+    result = snakemake(results, str(checkpoint / "final.pt"), "--forcerun", "train", "--cores", "1")
     assert result.returncode == 0, _failure(result, results)
-    log = (results / f"logs/train/{OTHER}/seed1.log").read_text()
+    log = (results / f"logs/train/{OTHER}/seeds1_2.log").read_text()
     assert f"checkpoint {state} fails its sha256 check" in log
-    assert "resuming" not in log  # it trained from scratch ...
+    assert f"resuming {OTHER} seed 1" not in log and f"resuming {OTHER} seed 2" in log  # refit 1 trained from scratch
     retrained = torch.load(checkpoint / "final.pt", weights_only=True)
     assert all(torch.equal(original[key], retrained[key]) for key in original)  # ... to the same weights (CPU)
+
+
+def test_a_deleted_final_pt_is_published_again_without_training(tiny_run: Path, tmp_path: Path) -> None:
+    results = copy_run(tiny_run, tmp_path)
+    weights = results / OTHER / "checkpoints/seed2/final.pt"
+    original = weights.read_bytes()
+    weights.unlink()
+    result = snakemake(results, str(weights), "--cores", "1")
+    assert result.returncode == 0, _failure(result, results)
+    assert planned_rules(result.stdout + result.stderr) == {"publish_refit"}, result.stdout[-3000:]
+    assert weights.read_bytes() == original
 
 
 def test_interrupted_cache_write_gives_the_rebuild_command_then_rebuilds_the_same_cache(
@@ -418,7 +430,8 @@ def paper_plan_on_slurm() -> str:
 def test_slurm_plan_of_the_paper_asks_a_gpu_for_every_gpu_rule_and_none_for_cpu_rules(paper_plan_on_slurm: str) -> None:
     jobs = _job_blocks(paper_plan_on_slurm)
     counts = {rule: sum(1 for r, _, _ in jobs if r == rule) for rule in {r for r, _, _ in jobs}}
-    assert counts["train"] == 1210 and counts["train_seed_grid"] == 20  # the grid's 5 diagonal refits are l2_h8's
+    # blocks of training.seeds_per_job = 5 refits; the grid's 5 diagonal refits are l2_h8's
+    assert counts["train"] == 24 * 10 + 2 and counts["train_seed_grid"] == 4 and counts["publish_refit"] == 1230
     assert counts["cache_activations"] == 1210 + 25
     for rule, resources, wildcards in jobs:
         if rule in GPU_RULES:
@@ -437,14 +450,16 @@ def test_slurm_plan_derives_train_runtime_and_memory_from_the_architecture(paper
     }
     tokens = config["corpora"]["c4_code_2b"]["expected_tokens"]  # one epoch of the whole corpus (n_tokens null)
     assert tokens == 1_657_102 * 1_024
-    for arch, layers in (("l2_h8", "l2"), ("l4_h8", "l4"), ("l8_h8", "l8")):
-        rate = compute["train_tokens_per_second"][layers]  # prefix entries of the throughput table
-        assert int(train[arch]["runtime"]) == math.ceil(compute["runtime_margin"] * tokens / rate / 60) + 10, arch
+    k = config["training"]["seeds_per_job"]  # refits per job: k times one refit's tokens
+    for arch, entry in (("l2_h16", "l2"), ("l4_h8_attn", "l4_h8"), ("l8_h16", "l8")):
+        rate = compute["train_tokens_per_second"][entry]  # prefix entries of the throughput table
+        expected = math.ceil(compute["runtime_margin"] * k * tokens / rate / 60) + 10
+        assert int(train[arch]["runtime"]) == expected, arch
     assert [int(train[arch]["runtime"]) for arch in ("l2_h8", "l4_h8", "l8_h8", "gpt2")] == [
-        718,
-        997,
-        1582,
-        9010,
+        1202,
+        1463,
+        1974,
+        20844,
     ]  # docs/operations.md
     assert (
         int(train["l2_h8"]["runtime"])

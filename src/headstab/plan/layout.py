@@ -86,6 +86,15 @@ class Layout:
     def final_weights(self, arch: str, seed: int | str) -> str:
         return f"{self.checkpoint_dir(arch, seed)}/final.pt"
 
+    def training_dir(self, arch: str, seed: int | str) -> str:
+        """Where a train job trains the refit: its full states, snapshots and outputs, which rule publish_refit then
+        links to final_weights' directory (a train job of k refits declares one record, not k refits' files)."""
+        return f"{self.checkpoint_dir(arch, seed)}/training"
+
+    def train_block_record(self, arch: str, block: str) -> str:
+        """Written by the train job of one block of refits once every one of them is trained."""
+        return f"{self.results}/{arch}/checkpoints/blocks/{block}.json"
+
     def train_outputs(self, arch: str, seeds: list[int]) -> list[str]:
         names = ("final.pt", "train_log.csv", "meta.json")
         return [f"{self.checkpoint_dir(arch, seed)}/{name}" for seed in seeds for name in names]
