@@ -49,7 +49,9 @@ TARGETS: dict[str, tuple[str, float] | None] = {
     "cache_published_l8_h16_seconds": None,
     "cache_published_l8_h16_mb": None,
     "paper_scale_analysis_seconds": ("<=", 300.0),
+    "paper_scale_one_to_one_fraction": ("<=", 0.10),
     "bootstrap_seconds": ("<=", 60.0),
+    "bootstrap_one_to_one_seconds": None,
     "bootstrap_peak_rss_gb": None,
     "train_vs_transformer_lens": (">=", 0.95),
     "demo_wall_seconds": ("<=", 900.0),
@@ -74,8 +76,20 @@ TARGETS: dict[str, tuple[str, float] | None] = {
     "train_compile_seconds": None,
     "train_gpu_peak_mem_gb": None,
     "train_gpu_syncs_per_step": ("<=", 0.0),
+    "head_types_seconds_per_refit": None,
+    "head_types_vs_cache": ("<=", 1.0),
 }
-STAGES = ("similarity", "cache", "paper_scale", "bootstrap", "train", "drop_swap", "training_model", "train_gpu")
+STAGES = (
+    "similarity",
+    "cache",
+    "paper_scale",
+    "bootstrap",
+    "train",
+    "drop_swap",
+    "head_types",
+    "training_model",
+    "train_gpu",
+)
 
 
 def run_demo(work_dir: Path, cores: str = "all") -> dict[str, Any]:
@@ -163,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     import bench_cache
     import bench_cache_published
     import bench_drop_swap
+    import bench_head_types
     import bench_paper_scale
     import bench_similarity
     import bench_train
@@ -249,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             shutil.rmtree(work_dir / "paper_scale", ignore_errors=True)
             summary["paper_scale_analysis_seconds"] = paper["paper_scale_analysis_seconds"]
+            summary["paper_scale_one_to_one_fraction"] = paper["paper_scale_one_to_one_fraction"]
             details["paper_scale"] = paper
         if "bootstrap" in stages:
             log.info("bootstrap: 1,000 resamples of 50 l8_h16 refits")
@@ -257,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             summary["bootstrap_seconds"] = boot["bootstrap_seconds"]
             summary["bootstrap_peak_rss_gb"] = boot["bootstrap_peak_rss_gb"]
+            summary["bootstrap_one_to_one_seconds"] = boot["bootstrap_one_to_one_seconds"]
             details["bootstrap"] = boot
         if "train" in stages:
             log.info("train: train_refit vs transformer_lens.tools.training.train")
@@ -280,6 +297,14 @@ def main(argv: list[str] | None = None) -> int:
             ):
                 summary[key] = drop_swap[key]
             details["drop_swap"] = drop_swap
+        if "head_types" in stages:
+            log.info("head_types: one l8_h16 refit's probe scores beside its cache stage")
+            head_types = bench_head_types.bench_head_types(
+                **({"architecture": "l2_h8", "repeats": 1, "n_primary": 4, "n_sweep": 2} if args.quick else {})
+            )
+            summary["head_types_seconds_per_refit"] = head_types["head_types_seconds_per_refit"]
+            summary["head_types_vs_cache"] = head_types["head_types_vs_cache"]
+            details["head_types"] = head_types
         if "training_model" in stages:
             log.info("training_model: the plain model against the bridge, stacks against refits trained alone (CPU)")
             model = bench_training_model.bench_training_model(

@@ -19,8 +19,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from headstab.fileio import atomic_path, sha256_file, write_json_atomic
+from headstab.fileio import atomic_path, save_torch_atomic, sha256_file, write_json_atomic
 from headstab.plan.spec import ArchitectureSpec
+from headstab.provenance import environment_record
+from headstab.refits.models import WEIGHT_MATRIX_KEY
+from headstab.training.initial_weights import initial_state_dict
 
 __all__ = [
     "SnapshotError",
@@ -51,8 +54,6 @@ def staged_snapshot_dir(checkpoint_dir: str | Path, step: int) -> Path:
 def save_snapshot(weights: Mapping[str, Any], directory: str | Path, meta: dict[str, Any]) -> dict[str, Any]:
     """Write `weights` (a TransformerBridge state dict, on the CPU) to `directory`/final.pt, then meta.json
     (`meta` plus the weights' sha256), the record that says the weights are complete; returns the record."""
-    from headstab.fileio import save_torch_atomic
-
     directory = Path(directory)
     save_torch_atomic(dict(weights), directory / "final.pt")
     record = {**meta, "final_weights_sha256": sha256_file(directory / "final.pt")}
@@ -82,10 +83,6 @@ def missing_snapshots(checkpoint_dir: str | Path, steps: Iterable[int], up_to: i
 def write_init_weights(spec: ArchitectureSpec, seed: int, path: str | Path) -> dict[str, Any]:
     """Refit `seed` of `spec` at step 0, the weights training starts from (bit-identical to `build_model(spec,
     seed)`, tested), saved at `path` (a final.pt) with its meta.json; returns the record."""
-    from headstab.provenance import environment_record
-    from headstab.refits.models import WEIGHT_MATRIX_KEY
-    from headstab.training.initial_weights import initial_state_dict
-
     path = Path(path)
     if path.name != "final.pt":
         raise ValueError(f"snapshot weights must be named final.pt (its meta.json goes beside it); got {path}")
