@@ -184,16 +184,17 @@ def test_a_compiled_loss_trains_the_same_refits(tiny_spec, cyclic_shards, tmp_pa
 TRAIN_AND_LIST_MODULES = """
 import json, sys
 from pathlib import Path
+import headstab.fileio, headstab.joblog  # what workflow/scripts/train.py imports besides
 from headstab.plan.spec import spec_from_dict
 from headstab.training import TrainingOptions, train_refit
 
 spec, shards, out = json.loads(sys.argv[1])
 train_refit(spec_from_dict(spec), 1, shards, Path(out), TrainingOptions(progress=False, device="cpu"))
-print(json.dumps(sorted(name for name in sys.modules if name.split(".")[0] == "transformer_lens")))
+print(json.dumps(sorted(name for name in sys.modules if name.split(".")[0] in ("transformer_lens", "transformers"))))
 """
 
 
-def test_training_never_imports_transformer_lens(tiny_spec, cyclic_shards, tmp_path):
+def test_training_never_imports_transformer_lens_or_transformers(tiny_spec, cyclic_shards, tmp_path):
     spec = tiny_spec(n_tokens=2 * 64, snapshot_steps=(1,))
     arguments = json.dumps([spec.to_dict(), [str(p) for p in cyclic_shards], str(tmp_path / "out")])
     result = subprocess.run(
