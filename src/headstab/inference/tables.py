@@ -9,7 +9,8 @@ trained refits' stability, of the prompt-permutation null and of the same refits
   per-group tensors of all layer pairs would cost n_layers times the memory);
 - null, null_ci_low, null_ci_high: the same statistic under the prompt-permutation null (same-layer);
 - above_null (stability - null) with its interval, and effect_size: mean / s.d. (ddof 1) of the
-  paired differences best_match - null_best_match over the pairs (and heads) averaged (Cohen's d_z);
+  paired differences best_match - null_best_match over the pairs (and heads) averaged (Cohen's d_z),
+  NaN where that s.d. is within the rounding of the inputs' dtype (no spread to measure against);
 - init, init_ci_low, init_ci_high: the statistic for the refits' step-0 weights (same-layer).
 """
 
@@ -31,6 +32,7 @@ __all__ = [
     "LAYER_INTERVAL_COLUMNS",
     "POOLED_COLUMNS",
     "StabilityReplicates",
+    "effect_size",
     "head_interval_table",
     "layer_interval_table",
     "pooled_layer_table",
@@ -79,20 +81,30 @@ def _interval(replicates: np.ndarray, confidence: float) -> dict[str, np.ndarray
     return {"ci_low": low, "ci_high": high}
 
 
-def _effect_size(differences: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    """mean / s.d. (ddof 1) over `axes`; NaN where the s.d. is 0 or undefined."""
+def effect_size(differences: np.ndarray, magnitudes: np.ndarray, axes: tuple[int, ...], eps: float) -> np.ndarray:
+    """Cohen's d_z: mean / s.d. (ddof 1) of the paired `differences` over `axes`; NaN where the s.d. is
+    undefined (one pair) or at most the resolution of the inputs.
+
+    magnitudes: max(|a|, |b|) of the pair whose difference a - b each entry is (same shape); eps: the
+    machine epsilon of the dtype a and b were stored in. Each of a, b is within eps/2 x its size of its
+    rounded value, so differences equal up to that rounding lie within eps x M of one value (M the
+    largest magnitude over `axes`), and n such values have an s.d. of at most eps x M x sqrt(n / (n - 1)):
+    the resolution. A smaller s.d. is rounding, and a mean divided by it is not an effect size.
+    """
     mean = differences.mean(axis=axes)
-    n = np.prod([differences.shape[a] for a in axes])
+    n = int(np.prod([differences.shape[a] for a in axes]))
     if n < 2:
         return np.full(mean.shape, np.nan)
     sd = differences.std(axis=axes, ddof=1)
-    return np.divide(mean, sd, out=np.full(mean.shape, np.nan), where=sd > 0)
+    resolution = eps * np.abs(magnitudes).max(axis=axes) * np.sqrt(n / (n - 1))
+    return np.divide(mean, sd, out=np.full(mean.shape, np.nan), where=sd > resolution)
 
 
 def _chance_columns(
-    kinds: StabilityReplicates, scope: str, key: str, confidence: float, reduce_pairs
+    kinds: StabilityReplicates, scope: str, key: str, confidence: float, reduce_pairs, eps: float
 ) -> dict[str, np.ndarray]:
-    """null/above_null/effect_size/init columns for statistic `key` ("head" or "layer") of `scope`."""
+    """null/above_null/effect_size/init columns for statistic `key` ("head" or "layer") of `scope`;
+    reduce_pairs(values [seed_a, seed_b, layer, head]) -> the pairs' values on the axes effect_size reduces."""
     observed = kinds[scope]
     shape = observed[f"{key}_estimate"].shape
     if scope != "same_layer":
@@ -104,7 +116,10 @@ def _chance_columns(
     columns["above_null"] = observed[f"{key}_estimate"] - null[f"{key}_estimate"]
     low, high = percentile_interval(observed[key] - null[key], confidence)
     columns.update(above_null_ci_low=low, above_null_ci_high=high)
-    columns["effect_size"] = reduce_pairs(observed["pair_best"] - null["pair_best"])
+    differences = observed["pair_best"] - null["pair_best"]
+    magnitudes = np.maximum(np.abs(observed["pair_best"]), np.abs(null["pair_best"]))
+    pairs, axes = reduce_pairs(differences)
+    columns["effect_size"] = effect_size(pairs, reduce_pairs(magnitudes)[0], axes, eps)
     if "init" in kinds:
         columns["init"] = kinds["init"][f"{key}_estimate"]
         low, high = percentile_interval(kinds["init"][key], confidence)
@@ -135,18 +150,17 @@ def _frame(
 
 
 def head_interval_table(
-    kinds: StabilityReplicates, seeds: Sequence[int], promptset: str, confidence: float
+    kinds: StabilityReplicates, seeds: Sequence[int], promptset: str, confidence: float, eps: float
 ) -> pd.DataFrame:
-    """HEAD_INTERVAL_COLUMNS: one row per (scope, anchor_seed, layer, head), as head_stability.csv."""
+    """HEAD_INTERVAL_COLUMNS: one row per (scope, anchor_seed, layer, head), as head_stability.csv; eps: the
+    machine epsilon of the similarities' dtype (effect_size)."""
     frames = []
     for scope in ("same_layer", "cross_layer"):
         estimate = kinds[scope]["head_estimate"]
         anchor, layer, head = np.indices(estimate.shape)
         base = {"anchor_seed": np.asarray(seeds)[anchor], "layer": layer, "head": head}
         columns = _interval(kinds[scope]["head"], confidence)
-        columns.update(
-            _chance_columns(kinds, scope, "head", confidence, lambda d: _effect_size(_off_diagonal_pairs(d), (1,)))
-        )
+        columns.update(_chance_columns(kinds, scope, "head", confidence, lambda d: (_off_diagonal_pairs(d), (1,)), eps))
         frames.append(_frame(base, columns, kinds[scope]["head"].shape[0], scope, promptset))
     return pd.concat(frames, ignore_index=True)[HEAD_INTERVAL_COLUMNS]
 
@@ -156,7 +170,7 @@ def _anchor_layer(kinds_scope: dict[str, np.ndarray]) -> tuple[np.ndarray, np.nd
 
 
 def layer_interval_table(
-    kinds: StabilityReplicates, seeds: Sequence[int], promptset: str, confidence: float
+    kinds: StabilityReplicates, seeds: Sequence[int], promptset: str, confidence: float, eps: float
 ) -> pd.DataFrame:
     """LAYER_INTERVAL_COLUMNS: per (scope, anchor_seed, layer), the anchor's mean over heads, as layer_stability.csv."""
     per_anchor = {
@@ -171,15 +185,13 @@ def layer_interval_table(
         base = {"anchor_seed": np.asarray(seeds)[anchor], "layer": layer}
         columns = _interval(per_anchor[scope]["layer"], confidence)
         columns.update(
-            _chance_columns(
-                per_anchor, scope, "layer", confidence, lambda d: _effect_size(_off_diagonal_pairs(d), (1, 3))
-            )
+            _chance_columns(per_anchor, scope, "layer", confidence, lambda d: (_off_diagonal_pairs(d), (1, 3)), eps)
         )
         frames.append(_frame(base, columns, per_anchor[scope]["layer"].shape[0], scope, promptset))
     return pd.concat(frames, ignore_index=True)[LAYER_INTERVAL_COLUMNS]
 
 
-def pooled_layer_table(kinds: StabilityReplicates, promptset: str, confidence: float) -> pd.DataFrame:
+def pooled_layer_table(kinds: StabilityReplicates, promptset: str, confidence: float, eps: float) -> pd.DataFrame:
     """POOLED_COLUMNS: per (scope, layer), stability averaged over ordered pairs of distinct refits and heads."""
     frames = []
     for scope in ("same_layer", "cross_layer"):
@@ -188,11 +200,11 @@ def pooled_layer_table(kinds: StabilityReplicates, promptset: str, confidence: f
         base = {"layer": np.arange(estimate.size), "stability": estimate}
         columns = _interval(kinds[scope]["layer"], confidence)
 
-        def reduce(d: np.ndarray) -> np.ndarray:
+        def reduce(d: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]]:
             pairs = d[~np.eye(n_seeds, dtype=bool)]  # [pair, layer, head]
-            return _effect_size(np.moveaxis(pairs, 1, 0).reshape(pairs.shape[1], -1), (1,))
+            return np.moveaxis(pairs, 1, 0).reshape(pairs.shape[1], -1), (1,)
 
-        columns.update(_chance_columns(kinds, scope, "layer", confidence, reduce))
+        columns.update(_chance_columns(kinds, scope, "layer", confidence, reduce, eps))
         frame = _frame(base, columns, kinds[scope]["layer"].shape[0], scope, promptset)
         frame["n_refits"] = n_seeds
         frames.append(frame)
@@ -249,10 +261,13 @@ def interval_tables(
             f"(best matches differ by up to {worst:.3g}); they were built from different caches. Rebuild both "
             "(snakemake --forcerun pair_similarity prompt_group_similarity)"
         )
+    eps = float(
+        np.finfo(np.result_type(grouped.observed, grouped.null)).eps
+    )  # the dtype the similarities were stored in
     return {
-        "head": head_interval_table(kinds, seeds, promptset, confidence),
-        "layer": layer_interval_table(kinds, seeds, promptset, confidence),
-        "pooled": pooled_layer_table(kinds, promptset, confidence),
+        "head": head_interval_table(kinds, seeds, promptset, confidence, eps),
+        "layer": layer_interval_table(kinds, seeds, promptset, confidence, eps),
+        "pooled": pooled_layer_table(kinds, promptset, confidence, eps),
         "gap": gap_interval_table(kinds, promptset, confidence),
         "commonness": commonness_interval_table(grouped, resamples, promptset, confidence),
     }
