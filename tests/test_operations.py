@@ -24,7 +24,7 @@ import yaml
 from workflow_runs import snakemake_env
 
 from headstab.fileio import temporary_path
-from headstab.layout import ANALYSIS_ROOT_RULES, GPU_RULES
+from headstab.layout import ANALYSIS_ROOT_RULES, GPU_RULES, writer_rule
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests/config/tiny.yaml"
@@ -125,6 +125,27 @@ def test_analysis_root_rules_are_the_rules_that_start_an_architectures_analyses(
             roots.add(rule.group(1))
     roots.discard(f"analyses_{RERUN}")
     assert roots == set(ANALYSIS_ROOT_RULES)
+
+
+def test_the_rule_named_for_a_file_is_the_rule_that_writes_it(tmp_path: Path) -> None:
+    """headstab.layout.writer_rule (the rule error messages tell to rerun) agrees with the DAG for every output."""
+    results = tmp_path / "results"
+    result = snakemake(results, "-n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    named = set()
+    for block in re.split(r"\n(?=\s*(?:local)?rule \w+:\n)", result.stdout):
+        rule = re.match(r"\s*(?:local)?rule (\w+):\n", block)
+        outputs = re.search(r"^\s*output: (.*)$", block, re.M)
+        if not rule or not outputs:
+            continue
+        for path in outputs.group(1).split(", "):
+            assert writer_rule(path) in (None, rule.group(1)), (path, rule.group(1))
+            named.add(writer_rule(path))
+    assert named >= {
+        "train", "init_weights", "cache_activations", "cache_snapshot_activations", "pair_similarity",
+        "prompt_group_similarity", "snapshot_prompt_group_similarity", "synthetic_text", "tokenize_shard",
+        "corpus_meta", "check_prompts", "report_configuration",
+    }  # fmt: skip
 
 
 def test_the_tested_one_liners_are_the_documented_ones() -> None:

@@ -97,6 +97,22 @@ def test_gpu_rules_are_exactly_the_rules_that_declare_a_gpu():
     assert "GPU_RULES" in (REPO / "slurm/config.yaml").read_text()
 
 
+def test_a_script_that_runs_several_rules_names_the_rule_of_its_job():
+    """A script shared through `use rule X as Y` reports failures under its job's rule (snakemake.rule), so a
+    snapshot's cache job does not say cache_activations."""
+    rules = {}
+    for path in (REPO / "workflow/rules").glob("*.smk"):
+        rules.update(_rule_blocks(path.read_text()))
+    shared = set()
+    for path in (REPO / "workflow/rules").glob("*.smk"):
+        shared |= {parent for parent, _ in re.findall(r"^use rule (\w+) as (\w+)", path.read_text(), re.M)}
+    assert shared >= {"cache_activations", "prompt_group_similarity", "train"}
+    for parent in shared:
+        script = re.search(r'^    script:\n        "\.\./scripts/(\w+\.py)"', rules[parent], re.M).group(1)
+        source = (REPO / "workflow/scripts" / script).read_text()
+        assert re.search(r"run_job\(\s*main,\s*snakemake\.rule,", source), f"{script} names a fixed rule in run_job"
+
+
 def _plan(*args: str) -> subprocess.CompletedProcess:
     """`snakemake -n <args>` at the repository root, every job printed with its wildcards and resources."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}

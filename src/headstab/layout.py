@@ -7,6 +7,7 @@ they are exactly the rules whose `resources:` declare `gpu` (workflow/rules/*.sm
 runs a model declares `gpu=MODEL_GPUS` (common.smk) and is added here.
 """
 
+import re
 from pathlib import PurePath
 
 # The rules that run a model: training, the activation caches, the validation perplexity of every
@@ -138,3 +139,54 @@ class Layout:
     def log(self, rule: str, *parts: str) -> str:
         """The log file of one job of `rule`, e.g. log("train", "{arch}", "seed{seed}") -> logs/train/{arch}/seed{seed}.log."""
         return "/".join([self.results, "logs", rule, *parts]) + ".log"
+
+
+# Every kind of file the workflow writes under results_dir, from its place there (the paths of Layout, most
+# specific first), with the rule that writes it (None: several rules, or Snakemake itself).
+_FILES = (
+    (r"/snapshots/step0/weights/seed[^/]+/(final\.pt|meta\.json)$", "snapshot weights", "init_weights"),
+    (r"/snapshots/step[1-9]\d*/weights/seed[^/]+/(final\.pt|meta\.json)$", "snapshot weights", "snapshot_weights"),
+    (r"/snapshots/step\d+/caches/seed[^/]+\.h5$", "activation cache", "cache_snapshot_activations"),
+    (r"/snapshots/step\d+/similarity/[^/]+\.groups\.h5$", "prompt-group similarity", "snapshot_prompt_group_similarity"),
+    (r"/checkpoints/seed[^/]+/snapshots/step\d+/(final\.pt|meta\.json)$", "snapshot weights", "train"),
+    (r"/checkpoints/seed[^/]+/state_\d+\.pt(\.sha256)?$", "full-state checkpoint", "train"),
+    (r"/checkpoints/seed[^/]+/(final\.pt|meta\.json|train_log\.csv)$", "checkpoint", "train"),
+    (r"/caches/seed[^/]+\.h5$", "activation cache", "cache_activations"),
+    (r"/similarity/[^/]+\.groups\.h5$", "prompt-group similarity", "prompt_group_similarity"),
+    (r"/similarity/[^/]+\.h5$", "pair similarity", "pair_similarity"),
+    (r"/data/heldout/[^/]+/[^/]+\.npy$", "held-out shard", "heldout_wikitext"),
+    (r"/data/[^/]+/shard_\d+\.(npy|json)$", "token shard", "tokenize_shard"),
+    (r"/data/[^/]+/meta\.json$", "corpus meta", "corpus_meta"),
+    (r"/data/[^/]+/text\.jsonl$", "corpus text", "synthetic_text"),
+    (r"/tokenizers/[^/]+/prompt_check/n_ctx\d+\.json$", "prompt check", "check_prompts"),
+    (r"/tokenizers/[^/]+/[^/]+$", "tokenizer", None),
+    (r"/summary/configuration\.yaml$", "configuration", "report_configuration"),
+    (r"/summary/report_tables(/.+)?$", "report page", "report_summary_tables"),
+    (r"/summary/headline(/.+)?$", "report page", "headline_summary"),
+    (r"/report_tables(/.+)?$", "report page", "report_tables"),
+    (r"/tables/[^/]+\.csv$", "table", None),
+    (r"/figures/[^/]+\.png$", "figure", None),
+    (r"/logs/.+\.log$", "log", None),
+    (r"/benchmarks/.+\.tsv$", "benchmark", None),
+    (r"/[^/]+\.(html|zip)$", "report", None),  # snakemake --report
+)  # fmt: skip
+
+
+def _file_entry(path: str | PurePath) -> tuple[str, str | None] | None:
+    text = "/" + PurePath(path).as_posix().lstrip("/")
+    return next(((kind, rule) for pattern, kind, rule in _FILES if re.search(pattern, text)), None)
+
+
+def file_kind(path: str | PurePath) -> str | None:
+    """What the workflow file `path` is ("checkpoint", "activation cache", "table", ...; headstab.provenance
+    traces each), from its place under results_dir; None for a file the workflow does not write."""
+    entry = _file_entry(path)
+    return entry[0] if entry else None
+
+
+def writer_rule(path: str | PurePath) -> str | None:
+    """The rule that writes `path` (a file under results_dir, laid out as Layout says), or None where the
+    path alone does not tell (tables and figures, a tokenizer's files). A refit's checkpoint files are
+    train's unless the refit was fetched or copied: headstab.models.weights_rule reads its meta.json."""
+    entry = _file_entry(path)
+    return entry[1] if entry else None

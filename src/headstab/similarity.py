@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from headstab.activations.reader import check_consistent_shapes, is_filter_failure, open_cache
+from headstab.layout import writer_rule
 
 __all__ = [
     "SIMILARITY_SCOPES",
@@ -219,8 +220,10 @@ class SimilarityChecksumError(SimilarityFileError):
 
 
 def rebuild_hint(path: Path, rule: str = "pair_similarity") -> str:
-    """How to rebuild the result file `path`: remove it and ask for it again, or force `rule`."""
+    """How to rebuild the result file `path`: remove it and ask for it again, or force the rule that writes
+    such a path (headstab.layout.writer_rule; `rule` where the path does not say)."""
     quoted = shlex.quote(str(path))
+    rule = writer_rule(path) or rule
     return f"rebuild it with `rm -f {quoted} && snakemake {quoted}` (or `snakemake {quoted} --forcerun {rule}`)"
 
 

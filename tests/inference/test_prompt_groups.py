@@ -272,3 +272,17 @@ def test_a_read_error_other_than_a_checksum_is_reported_as_damaged(tmp_path, mon
         match=rf"^prompt-group similarity file {path} is damaged \(Can't read data \(short read\)\); rebuild it .*{hint}",
     ):
         read_grouped_similarity(path)
+
+
+def test_a_damaged_grouped_file_names_the_rule_that_wrote_it_trained_or_snapshot(tmp_path):
+    for where, rule in (
+        ("l2_h4/similarity", "prompt_group_similarity"),
+        ("l2_h4/snapshots/step0/similarity", "snapshot_prompt_group_similarity"),
+    ):
+        path = tmp_path / where / "primary.groups.h5"
+        write_grouped_similarity(path, small_grouped())
+        with h5py.File(path, "a") as handle:
+            handle.attrs.modify("complete", False)  # as a killed writer leaves it
+        with pytest.raises(GroupedSimilarityError) as error:
+            read_grouped_similarity(path)
+        assert str(error.value).endswith(f"(or `snakemake {path} --forcerun {rule}`)")

@@ -1,4 +1,5 @@
-"""Rule cache_activations: one refit's final.pt + the prompt sets -> caches/seed{seed}.h5 (paper §3.2)."""
+"""Rules cache_activations and cache_snapshot_activations: one refit's final.pt + the prompt sets -> caches/seed{seed}.h5
+(paper §3.2)."""
 
 import torch
 
@@ -65,4 +66,8 @@ def main():
     )
 
 
-run_job(main, "cache_activations", snakemake.log[0])
+# snakemake.rule: this script also runs rule cache_snapshot_activations.
+step = f" step {snakemake.wildcards.step}" if "step" in snakemake.wildcards.keys() else ""
+run_job(
+    main, snakemake.rule, snakemake.log[0], label=f"{snakemake.wildcards.arch}{step} seed {snakemake.wildcards.seed}"
+)

@@ -1,4 +1,5 @@
-"""Rule prompt_group_similarity: caches of all refits of one architecture -> similarity/{promptset}.groups.h5."""
+"""Rules prompt_group_similarity and snapshot_prompt_group_similarity: caches of all refits of one architecture ->
+similarity/{promptset}.groups.h5."""
 
 import logging
 
@@ -38,4 +39,6 @@ def main():
         logging.info("wrote %s: %d groups, %s", snakemake.output[promptset], len(groups), observed.shape)
 
 
-run_job(main, "prompt_group_similarity", snakemake.log[0])
+# snakemake.rule: this script also runs rule snapshot_prompt_group_similarity.
+step = f" step {snakemake.wildcards.step}" if "step" in snakemake.wildcards.keys() else ""
+run_job(main, snakemake.rule, snakemake.log[0], label=f"{snakemake.wildcards.arch}{step}")
