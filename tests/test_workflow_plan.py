@@ -113,6 +113,20 @@ def test_a_script_that_runs_several_rules_names_the_rule_of_its_job():
         assert re.search(r"run_job\(\s*main,\s*snakemake\.rule,", source), f"{script} names a fixed rule in run_job"
 
 
+def test_every_rule_writing_an_hdf5_file_carries_its_format_version():
+    """A format bump changes these params, so Snakemake rebuilds files older code wrote (headstab.formats)."""
+    rules = {}
+    for path in (REPO / "workflow/rules").glob("*.smk"):
+        rules.update(_rule_blocks(path.read_text()))
+    versions = {
+        "cache_activations": "CACHE_FORMAT_VERSION",  # and cache_snapshot_activations, which uses it
+        "pair_similarity": "SIMILARITY_FORMAT_VERSION",
+        "prompt_group_similarity": "GROUPED_FORMAT_VERSION",  # and snapshot_prompt_group_similarity
+    }
+    for rule, constant in versions.items():
+        assert re.search(rf"^        format_version={constant},$", rules[rule], re.M), rule
+
+
 def _plan(*args: str) -> subprocess.CompletedProcess:
     """`snakemake -n <args>` at the repository root, every job printed with its wildcards and resources."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}

@@ -286,3 +286,21 @@ def test_a_damaged_grouped_file_names_the_rule_that_wrote_it_trained_or_snapshot
         with pytest.raises(GroupedSimilarityError) as error:
             read_grouped_similarity(path)
         assert str(error.value).endswith(f"(or `snakemake {path} --forcerun {rule}`)")
+
+
+def test_a_grouped_file_with_a_changed_attribute_names_it_and_the_rule_that_wrote_the_file(tmp_path):
+    for where, rule in (
+        ("l2_h4/similarity", "prompt_group_similarity"),
+        ("l2_h4/snapshots/step0/similarity", "snapshot_prompt_group_similarity"),
+    ):
+        path = tmp_path / where / "primary.groups.h5"
+        write_grouped_similarity(path, small_grouped(), attrs={"promptset": "primary", "seed": 1})
+        with h5py.File(path, "a") as handle:
+            handle.attrs.modify("seed", 3)
+        with pytest.raises(GroupedSimilarityError) as error:
+            read_grouped_similarity(path)
+        assert str(error.value) == (
+            f"prompt-group similarity file {path}: attribute seed fails the digest in attribute attrs_sha256 (changed "
+            f"after the file was written); rebuild it with `rm -f {path} && snakemake {path}` (or `snakemake {path} "
+            f"--forcerun {rule}`)"
+        )

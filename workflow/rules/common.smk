@@ -15,7 +15,7 @@ os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [LIBRARY, os.environ.g
 
 from headstab import planning, resources
 from headstab.config import ConfigError, architecture_spec, selected_architectures, validate_config
-from headstab.formats import CACHE_FORMAT_VERSION
+from headstab.formats import CACHE_FORMAT_VERSION, GROUPED_FORMAT_VERSION, SIMILARITY_FORMAT_VERSION
 from headstab.layout import ANALYSIS_ROOT_RULES, Layout
 from headstab.prompts import load_prompt_sets
 from headstab.sections import architecture_facts, architecture_summary

@@ -24,6 +24,8 @@ rule pair_similarity:
         seeds=by_arch("seeds"),
         promptsets=PROMPT_SETS,
         prompt_chunk=config["similarity"]["prompt_chunk"],
+        # A new file layout changes this param, so Snakemake rebuilds files written by older code.
+        format_version=SIMILARITY_FORMAT_VERSION,
     script:
         "../scripts/pair_similarity.py"
 
@@ -50,6 +52,7 @@ rule prompt_group_similarity:
         promptsets=PROMPT_SETS,
         prompt_groups=STATISTICS["prompt_groups"],
         seed=STATISTICS["seed"],
+        format_version=GROUPED_FORMAT_VERSION,
     script:
         "../scripts/prompt_group_similarity.py"
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from headstab.activations.packing import n_lower_entries
 from headstab.activations.reader import check_consistent_shapes, is_filter_failure, open_cache
+from headstab.formats import GROUPED_FORMAT, GROUPED_FORMAT_VERSION
 from headstab.similarity import finish_result_file, normalize_lower_features, open_result_file, rebuild_hint
 
 __all__ = [
@@ -35,9 +36,6 @@ __all__ = [
     "read_grouped_similarity",
     "write_grouped_similarity",
 ]
-
-GROUPED_FORMAT = "headstab-prompt-group-similarity"
-GROUPED_FORMAT_VERSION = 1
 
 
 def prompt_groups(n_prompts: int, n_groups: int, seed: int) -> list[np.ndarray]:
@@ -227,7 +225,13 @@ def read_grouped_similarity(path: str | Path) -> GroupedSimilarity:
     path = Path(path)
     names = ("observed", "null", "group_sizes", "partners", "lengths")
     handle = open_result_file(
-        path, GROUPED_FORMAT, names, "prompt-group similarity", GroupedSimilarityError, "prompt_group_similarity"
+        path,
+        GROUPED_FORMAT,
+        GROUPED_FORMAT_VERSION,
+        names,
+        "prompt-group similarity",
+        GroupedSimilarityError,
+        "prompt_group_similarity",
     )
     with handle:
         try:
