@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from headstab.activations.h5util import attribute_digest_mismatches, decode_attr, stamp_attribute_digests
+from headstab.activations.h5util import attribute_digest_mismatches, decode_attr, seal
 from headstab.activations.reader import check_consistent_shapes, is_filter_failure, open_cache
 from headstab.formats import SIMILARITY_FORMAT, SIMILARITY_FORMAT_VERSION
 from headstab.layout import writer_rule
@@ -233,8 +233,7 @@ def finish_result_file(handle, file_format: str, version: int, seeds: Sequence[i
     handle.attrs["format_version"] = version
     for key, value in (attrs or {}).items():
         handle.attrs[key] = value if isinstance(value, (int, float, str)) else json.dumps(value, default=str)
-    stamp_attribute_digests(handle)
-    handle.attrs["complete"] = True
+    seal(handle)
 
 
 def open_result_file(

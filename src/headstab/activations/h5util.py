@@ -17,6 +17,7 @@ __all__ = [
     "attribute_digest_mismatches",
     "attribute_digests",
     "decode_attr",
+    "seal",
     "stamp_attribute_digests",
     "with_chunk_cache",
 ]
@@ -95,6 +96,13 @@ def attribute_digests(handle: h5py.File) -> dict[str, dict[str, str]]:
 def stamp_attribute_digests(handle: h5py.File) -> None:
     """Store the digest of every attribute written so far (call it after the last one but `complete`)."""
     handle.attrs[ATTRS_DIGEST] = json.dumps(attribute_digests(handle), sort_keys=True)
+
+
+def seal(handle: h5py.File) -> None:
+    """Finish a file being written: the digests of its attributes, then `complete = True`, last (a file
+    without it was interrupted; readers require it)."""
+    stamp_attribute_digests(handle)
+    handle.attrs["complete"] = True
 
 
 def _where(name: str, key: str) -> str:
