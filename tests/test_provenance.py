@@ -95,6 +95,7 @@ def _flip_middle_byte(path: Path, start: int = 0, size: int | None = None) -> No
 def built_run(tmp_path, tiny_spec):
     """A checkpoint with its meta.json, a cache built from it, a similarity file and a table, laid out as the workflow does."""
     from headstab.activations.writer import write_activation_cache
+    from headstab.inference.prompt_groups import GroupedSimilarity, write_grouped_similarity
     from headstab.models import build_model, save_weights
     from headstab.similarity import pair_similarity_from_caches, write_pair_similarity
 
@@ -127,10 +128,14 @@ def built_run(tmp_path, tiny_spec):
         [1],
         attrs={"architecture": "l2_h4", "promptset": "primary", "inputs": {str(cache): {"seed": 1}}},
     )
+    groups = arch / "similarity" / "primary.groups.h5"
+    observed = np.full((2, 1, 1, spec.n_layers, spec.n_heads, spec.n_heads), 0.5, dtype=np.float32)
+    grouped = GroupedSimilarity(observed, observed / 2, np.array([2, 1]), [1], np.array([2, 0, 1]), np.array([4, 2, 6]))
+    write_grouped_similarity(groups, grouped, attrs={"promptset": "primary", "seed": 1, "caches": [str(cache)]})
     table = arch / "tables" / "head_stability.csv"
     table.parent.mkdir()
     table.write_text("layer,head,stability\n0,0,1.0\n")
-    return {"checkpoint": weights, "cache": cache, "similarity": similarity, "table": table}
+    return {"checkpoint": weights, "cache": cache, "similarity": similarity, "groups": groups, "table": table}
 
 
 def test_verify_passes_a_sound_run(built_run):
@@ -170,3 +175,70 @@ def test_verify_catches_a_flipped_bit_in_the_checkpoint_from_every_output_built_
     for path in built_run.values():
         assert main([str(path), "--verify"]) == 1, path
         assert f"checkpoint: {checkpoint}  [sha256 mismatch]" in capsys.readouterr().out
+
+
+def test_verify_passes_a_sound_prompt_group_file_and_traces_it_to_its_caches(built_run, capsys):
+    groups = built_run["groups"]
+    assert main([str(groups), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        out.startswith(f"prompt-group similarity: {groups}  (") and f"<- activation cache: {built_run['cache']}" in out
+    )
+
+
+@pytest.mark.parametrize("dataset", ["observed", "null"])
+def test_verify_catches_a_flipped_byte_in_either_half_of_a_prompt_group_file(built_run, capsys, dataset):
+    import h5py
+
+    groups = built_run["groups"]
+    with h5py.File(groups) as handle:
+        info = handle[dataset].id.get_chunk_info_by_coord((1, 0, 0, 0, 0, 0))
+    _flip_middle_byte(groups, info.byte_offset, info.size - 4)
+    assert main([str(groups), "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert f"prompt-group similarity: {groups}  [checksum mismatch]" in out
+
+
+@pytest.mark.parametrize("name", ["cache", "similarity", "groups"])
+def test_verify_catches_an_attribute_changed_after_writing(built_run, capsys, name):
+    import h5py
+
+    path = built_run[name]
+    with h5py.File(path, "a") as handle:
+        key, value = ("seed", 3) if "seed" in handle.attrs else ("promptset", "len5")
+        handle.attrs.modify(key, value)
+    assert main([str(path)]) == (1 if name == "cache" else 0)  # the cache reader checks digests when it opens
+    capsys.readouterr()
+    assert main([str(path), "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert f"{path}  [digest mismatch]" in out and "attrs_sha256 differs" in out
+
+
+def test_full_state_checkpoint_shard_and_tokenizer_records_are_verified(tmp_path, capsys):
+    from headstab.training.checkpoint import save_state
+
+    checkpoint = _fake_run(tmp_path).parent
+    state = save_state(checkpoint, {"step": 8, "weights": np.arange(4)}, keep=1)
+    data = tmp_path / "data" / "toy"
+    record = data / "shard_000.json"
+    write_json_atomic(record, {"corpus": "toy", "shard_index": 0, "sha256": sha256_file(data / "shard_000.npy")})
+    tokenizer = tmp_path / "tokenizers" / "toy_bpe"
+    tokenizer.mkdir(parents=True)
+    (tokenizer / "tokenizer.json").write_text('{"model": {}}')
+    write_json_atomic(tokenizer / "meta.json", {"tokenizer_json_sha256": sha256_file(tokenizer / "tokenizer.json")})
+    log = tmp_path / "logs" / "train" / "l2_h4" / "seed1.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("rule train started\n")
+    sound = [state, state.with_name(state.name + ".sha256"), record, data / "shard_000.npy", tokenizer / "meta.json"]
+    for path in [*sound, tokenizer / "tokenizer.json", log]:
+        assert main([str(path), "--verify"]) == 0, path
+    assert "log: " in capsys.readouterr().out
+    damaged = {
+        state: "full-state checkpoint",
+        data / "shard_000.npy": "token shard",
+        tokenizer / "tokenizer.json": "tokenizer",
+    }
+    for path, kind in damaged.items():
+        _flip_middle_byte(path)
+        assert main([str(path), "--verify"]) == 1, path
+        assert f"{kind}: {path}  [sha256 mismatch]" in capsys.readouterr().out

@@ -84,8 +84,12 @@ class ProvenanceNode:
     path: str
     kind: str
     details: dict[str, Any] = field(default_factory=dict)
-    status: str = "ok"  # ok | missing | sha256 mismatch | checksum mismatch | unverified
+    # ok | missing | sha256 mismatch | checksum mismatch | digest mismatch | unreadable | unverified
+    status: str = "ok"
     inputs: list[ProvenanceNode] = field(default_factory=list)
+
+
+FAILED = ("missing", "sha256 mismatch", "checksum mismatch", "digest mismatch", "unreadable")
 
 
 def _check(path: Path, expected_sha256: str | None, verify: bool) -> str:
@@ -98,12 +102,25 @@ def _check(path: Path, expected_sha256: str | None, verify: bool) -> str:
     return "ok" if sha256_file(path) == expected_sha256 else "sha256 mismatch"
 
 
+def _record(path: Path, node: ProvenanceNode, what: str) -> dict[str, Any] | None:
+    """The JSON record `path` (None, with the node marked, when it is missing or unreadable)."""
+    try:
+        record = read_json(path, what)
+    except (FileNotFoundError, ValueError, UnicodeDecodeError) as error:
+        node.status = "missing" if isinstance(error, FileNotFoundError) else "unreadable"
+        node.details["error"] = str(error)
+        return None
+    if not isinstance(record, dict):
+        node.status, node.details["error"] = "unreadable", f"{what} file {path} is not a JSON object"
+        return None
+    return record
+
+
 def _corpus_node(meta_path: Path, expected_sha256: str | None, verify: bool) -> ProvenanceNode:
     node = ProvenanceNode(str(meta_path), "corpus meta", status=_check(meta_path, expected_sha256, verify))
-    if node.status == "missing":
+    if node.status == "missing" or (meta := _record(meta_path, node, "corpus metadata")) is None:
         return node
-    meta = read_json(meta_path, "corpus metadata")
-    node.details = {key: meta.get(key) for key in ("corpus", "n_tokens", "n_documents", "source") if key in meta}
+    node.details |= {key: meta.get(key) for key in ("corpus", "n_tokens", "n_documents", "source") if key in meta}
     tokenizer = meta.get("tokenizer") or {}
     if tokenizer:
         node.details["tokenizer"] = {
@@ -122,93 +139,155 @@ def _corpus_node(meta_path: Path, expected_sha256: str | None, verify: bool) -> 
     return node
 
 
+def _shard_node(path: Path, verify: bool) -> ProvenanceNode:
+    """A token shard (.npy) checked against its record (.json, written with it)."""
+    shard, record_path = path.with_suffix(".npy"), path.with_suffix(".json")
+    node = ProvenanceNode(str(record_path), "token shard record")
+    if (record := _record(record_path, node, "shard record")) is not None:
+        node.details = {key: record.get(key) for key in ("corpus", "shard_index", "n_tokens") if key in record}
+        node.inputs.append(
+            ProvenanceNode(str(shard), "token shard", status=_check(shard, record.get("sha256"), verify))
+        )
+    return node
+
+
 def _checkpoint_node(weights: Path, expected_sha256: str | None, verify: bool) -> ProvenanceNode:
     node = ProvenanceNode(str(weights), "checkpoint", status=_check(weights, expected_sha256, verify))
     meta_path = weights.parent / "meta.json"
     if not meta_path.exists():
         node.details["meta"] = f"{meta_path} missing"
         return node
-    meta = read_json(meta_path, "training metadata")
+    if (meta := _record(meta_path, node, "training metadata")) is None:
+        node.path, node.kind = str(meta_path), "checkpoint meta"
+        return node
     arch = meta.get("architecture", {})
     node.details = {
-        "architecture": arch.get("name"),
+        "architecture": arch.get("name") if isinstance(arch, dict) else arch,
         "seed": meta.get("seed"),
-        "steps": meta.get("steps"),
+        "steps": meta.get("steps", meta.get("step")),
         "tokens_trained": meta.get("tokens_trained"),
         "final_loss": meta.get("final_loss"),
         "git_commit": meta.get("environment", {}).get("git_commit"),
         "device": meta.get("environment", {}).get("device"),
         "host": meta.get("environment", {}).get("host"),
     }
-    if node.status != "missing" and meta.get("final_weights_sha256") and verify:
-        if sha256_file(weights) != meta["final_weights_sha256"]:
-            node.status = "sha256 mismatch"
+    if node.status != "missing" and meta.get("final_weights_sha256"):
+        node.status = _check(weights, meta["final_weights_sha256"], verify)
+        node.details["record"] = str(meta_path) if node.status != "ok" else None
     corpus = meta.get("corpus", {})
     if corpus.get("meta"):
         node.inputs.append(_corpus_node(Path(corpus["meta"]), corpus.get("meta_sha256"), verify))
     return node
 
 
-def _cache_node(path: Path, verify: bool) -> ProvenanceNode:
-    from headstab.activations.reader import CacheChecksumError, open_cache
+def _state_node(path: Path, verify: bool) -> ProvenanceNode:
+    """A full-state checkpoint (state_*.pt) checked against its sidecar (state_*.pt.sha256)."""
+    state = path.with_name(path.name.removesuffix(".sha256"))
+    sidecar = state.with_name(state.name + ".sha256")
+    node = ProvenanceNode(str(state), "full-state checkpoint", {"sidecar": str(sidecar)})
+    try:
+        expected = sidecar.read_text().split()[0]
+    except (OSError, IndexError, UnicodeDecodeError) as error:
+        node.status, node.details["error"] = "unreadable", f"sidecar {sidecar}: {error}"
+        return node
+    node.status = _check(state, expected, verify)
+    return node
 
-    node = ProvenanceNode(str(path), "activation cache")
+
+def _tokenizer_node(path: Path, verify: bool) -> ProvenanceNode:
+    """A tokenizer directory the workflow built, its tokenizer.json checked against its meta.json."""
+    directory = path.parent
+    node = ProvenanceNode(str(directory / "meta.json"), "tokenizer")
+    if (meta := _record(directory / "meta.json", node, "tokenizer metadata")) is not None:
+        node.details = {key: meta.get(key) for key in ("vocab_size", "origin") if key in meta}
+        expected = meta.get("tokenizer_json_sha256")
+        tokenizer_json = directory / "tokenizer.json"
+        node.inputs.append(
+            ProvenanceNode(str(tokenizer_json), "tokenizer", status=_check(tokenizer_json, expected, verify))
+        )
+    return node
+
+
+def _h5_attrs(path: Path, node: ProvenanceNode, verify: bool) -> dict[str, Any] | None:
+    """The file attributes of an HDF5 file of the workflow (None, the node marked, when it is missing or
+    unreadable); with `verify` also their digests (attrs_sha256)."""
+    import h5py
+
+    from headstab.activations.h5util import attribute_digest_mismatches, decode_attr
+
     if not path.exists():
         node.status = "missing"
+        return None
+    try:
+        with h5py.File(path, "r") as handle:
+            attrs = {key: decode_attr(handle.attrs[key]) for key in handle.attrs}
+            mismatches = attribute_digest_mismatches(handle) if verify else []
+    except OSError as error:
+        node.status, node.details["error"] = "unreadable", str(error)
+        return None
+    if mismatches:
+        node.status, node.details["error"] = "digest mismatch", f"{'; '.join(mismatches)} (attrs_sha256 differs)"
+    return attrs
+
+
+def _read_in_full(node: ProvenanceNode, read) -> None:
+    """Run `read()`, a reader that checks the file's format and reads its datasets (their fletcher32 checksums)."""
+    from headstab.activations.errors import is_filter_failure
+
+    try:
+        read()
+    except ValueError as error:  # CacheError, SimilarityFileError, GroupedSimilarityError
+        if node.status == "ok":
+            cause = error.__cause__
+            checksum = isinstance(cause, OSError) and is_filter_failure(cause)
+            node.status, node.details["error"] = "checksum mismatch" if checksum else "unreadable", str(error)
+
+
+def _cache_node(path: Path, verify: bool) -> ProvenanceNode:
+    from headstab.activations.reader import open_cache
+
+    node = ProvenanceNode(str(path), "activation cache")
+    if (attrs := _h5_attrs(path, node, verify)) is None:
         return node
-    with open_cache(path) as cache:
-        attrs = cache.attrs
-        node.details = {
-            "architecture": attrs.get("architecture"),
-            "seed": attrs.get("seed"),
-            "prompt_sets": attrs.get("prompt_sets"),
-            "cache_dtype": attrs.get("cache_dtype"),
-            "git_commit": (attrs.get("environment") or {}).get("git_commit"),
-        }
-        prompt_files = attrs.get("prompt_file_sha256") or {}
-        if verify:
-            try:
+    node.details |= {
+        key: attrs.get(key) for key in ("architecture", "seed", "prompt_sets", "cache_dtype", "patterns_only")
+    }
+    node.details["git_commit"] = (attrs.get("environment") or {}).get("git_commit")
+
+    def read() -> None:
+        with open_cache(path) as cache:
+            if verify:
                 cache.verify()  # reads every dataset in full: every fletcher32 checksum
-            except CacheChecksumError as error:
-                node.status = "checksum mismatch"
-                node.details["error"] = str(error)
+
+    _read_in_full(node, read)
     if attrs.get("checkpoint"):
         node.inputs.append(_checkpoint_node(Path(attrs["checkpoint"]), attrs.get("checkpoint_sha256"), verify))
-    for name, digest in prompt_files.items():
+    for name, digest in (attrs.get("prompt_file_sha256") or {}).items():
         node.inputs.append(ProvenanceNode(name, "prompt file", {"sha256": digest}))
     return node
 
 
-def _similarity_node(path: Path, verify: bool, expand_all: bool) -> ProvenanceNode:
-    import h5py
+def _result_node(path: Path, verify: bool, expand_all: bool) -> ProvenanceNode:
+    """A pair-similarity or prompt-group similarity file, and the caches it was computed from."""
+    from headstab.inference.prompt_groups import read_grouped_similarity
+    from headstab.layout import file_kind
+    from headstab.similarity import read_pair_similarity
 
-    from headstab.similarity import SimilarityChecksumError, SimilarityFileError, read_pair_similarity
-
-    node = ProvenanceNode(str(path), "pair similarity")
-    if not path.exists():
-        node.status = "missing"
+    kind = file_kind(path) or "pair similarity"
+    node = ProvenanceNode(str(path), kind)
+    if (attrs := _h5_attrs(path, node, verify)) is None:
         return node
-    try:
-        with h5py.File(path, "r") as handle:
-            attrs = {key: handle.attrs[key] for key in handle.attrs}
-    except OSError as error:
-        node.status, node.details["error"] = "unreadable", str(error)
-        return node
-    if verify:
-        try:
-            read_pair_similarity(path)  # reads the data in full: its fletcher32 checksums
-        except SimilarityFileError as error:
-            node.status = "checksum mismatch" if isinstance(error, SimilarityChecksumError) else "unreadable"
-            node.details["error"] = str(error)
-    inputs = json.loads(attrs.get("inputs", "{}"))
-    environment = json.loads(attrs.get("environment", "{}"))
+    if verify:  # reads the data in full: its fletcher32 checksums
+        reader = read_grouped_similarity if kind == "prompt-group similarity" else read_pair_similarity
+        _read_in_full(node, lambda: reader(path))
     node.details |= {
         "architecture": attrs.get("architecture"),
         "promptset": attrs.get("promptset"),
         "seeds": [int(s) for s in attrs.get("seeds", [])],
-        "git_commit": environment.get("git_commit"),
+        "git_commit": (attrs.get("environment") or {}).get("git_commit"),
     }
-    for index, cache_path in enumerate(inputs):
+    caches = attrs.get("inputs") or attrs.get("caches") or []
+    for index, cache_path in enumerate(caches):
         if index == 0 or expand_all:
             node.inputs.append(_cache_node(Path(cache_path), verify))
         else:
@@ -216,44 +295,56 @@ def _similarity_node(path: Path, verify: bool, expand_all: bool) -> ProvenanceNo
     return node
 
 
-def trace(path: str | Path, verify: bool = False, expand_all: bool = False) -> ProvenanceNode:
-    """The chain of files behind an output of the workflow, back to the corpus shards.
+def _output_node(path: Path, kind: str, verify: bool, expand_all: bool) -> ProvenanceNode:
+    """A table or figure: traced through its architecture's similarity files, the primary one first."""
+    node = ProvenanceNode(str(path), kind, status="ok" if path.exists() else "missing")
+    similarity_dir = path.parent.parent / "similarity"
+    sources = sorted(p for p in similarity_dir.glob("*.h5") if not p.name.endswith(".groups.h5"))
+    primary = similarity_dir / "primary.h5"
+    if primary.exists():
+        sources = [primary] + [p for p in sources if p != primary]
+    for index, source in enumerate(sources):
+        if index == 0 or expand_all:
+            node.inputs.append(_result_node(source, verify, expand_all))
+        else:
+            node.inputs.append(ProvenanceNode(str(source), "pair similarity", {"expanded": "no (use --all)"}))
+    if not sources:
+        node.details["note"] = f"no similarity files under {similarity_dir}"
+    return node
 
-    Knows checkpoints (final.pt + meta.json), activation caches, similarity files, corpus metas, and
-    tables/figures of an architecture (traced through that architecture's primary similarity file).
-    verify=True recomputes every recorded sha256 and reads caches and similarity files in full, which
-    checks their fletcher32 checksums (slow for big files); otherwise hashes are only listed.
+
+def trace(path: str | Path, verify: bool = False, expand_all: bool = False) -> ProvenanceNode:
+    """The chain of files behind a file of the workflow, back to the corpus shards.
+
+    Knows every kind of file the workflow writes under results_dir (headstab.layout.file_kind): checkpoints
+    (final.pt, meta.json, train_log.csv), full-state checkpoints, snapshot weights, activation caches,
+    similarity and prompt-group similarity files, token shards, corpus metas, tokenizers, and tables and
+    figures (traced through their architecture's primary similarity file); files no record covers (logs,
+    benchmarks, report pages, the configuration, the corpus text) are listed as such. verify=True recomputes
+    every recorded sha256, checks every HDF5 file's attribute digests and reads it in full, which checks its
+    fletcher32 checksums (slow for big files); otherwise hashes are only listed.
     """
+    from headstab.layout import file_kind
+
     path = Path(path)
-    name = path.name
-    if name == "final.pt" or name in ("meta.json", "train_log.csv") and path.parent.name.startswith("seed"):
+    kind = file_kind(path)
+    if kind in ("checkpoint", "snapshot weights"):
         return _checkpoint_node(path.parent / "final.pt", None, verify)
-    if path.suffix == ".h5" and path.parent.name == "caches":
-        return _cache_node(path, verify)
-    if path.suffix == ".h5" and path.parent.name == "similarity":
-        return _similarity_node(path, verify, expand_all)
-    if name == "meta.json" and path.parent.parent.name == "data":
-        return _corpus_node(path, None, verify)
-    if path.parent.name in ("tables", "figures") and path.suffix in (".csv", ".png"):
-        node = ProvenanceNode(
-            str(path), "table" if path.suffix == ".csv" else "figure", status="ok" if path.exists() else "missing"
-        )
-        similarity_dir = path.parent.parent / "similarity"
-        sources = sorted(similarity_dir.glob("*.h5"))
-        primary = similarity_dir / "primary.h5"
-        if primary.exists():
-            sources = [primary] + [p for p in sources if p != primary]
-        for index, source in enumerate(sources):
-            if index == 0 or expand_all:
-                node.inputs.append(_similarity_node(source, verify, expand_all))
-            else:
-                node.inputs.append(ProvenanceNode(str(source), "pair similarity", {"expanded": "no (use --all)"}))
-        if not sources:
-            node.details["note"] = f"no similarity files under {similarity_dir}"
-        return node
+    if kind in ("pair similarity", "prompt-group similarity"):
+        return _result_node(path, verify, expand_all)
+    if kind in ("table", "figure"):
+        return _output_node(path, kind, verify, expand_all)
+    builders = {"full-state checkpoint": _state_node, "activation cache": _cache_node, "token shard": _shard_node}
+    builders |= {"tokenizer": _tokenizer_node, "corpus meta": lambda path, verify: _corpus_node(path, None, verify)}
+    if kind in builders:
+        return builders[kind](path, verify)
+    if kind is not None:  # written by the workflow, covered by no record: there is nothing to check it against
+        status = "ok" if path.exists() else "missing"
+        return ProvenanceNode(str(path), kind, {"record": "none (nothing to verify)"}, status=status)
     raise ValueError(
-        f"don't know how to trace {path}: expected a final.pt, a cache (caches/*.h5), a similarity file "
-        "(similarity/*.h5), a corpus meta.json (data/<corpus>/meta.json) or an architecture's table/figure"
+        f"don't know how to trace {path}: it is not a file the workflow writes under results_dir (a checkpoint, "
+        "cache, similarity file, token shard, corpus meta.json, tokenizer, table, figure, log ...; "
+        "headstab.layout.file_kind)"
     )
 
 
@@ -278,14 +369,12 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m headstab.provenance",
         description="Print the chain from a workflow output back to the corpus shards.",
     )
-    parser.add_argument(
-        "output", help="final.pt, caches/seed*.h5, similarity/*.h5, data/<corpus>/meta.json, or a table/figure"
-    )
+    parser.add_argument("output", help="a file the workflow wrote: final.pt, a cache, a similarity file, a table ...")
     parser.add_argument(
         "--verify",
         action="store_true",
-        help="recompute every recorded sha256 and read every cache and similarity file in full "
-        "(checks their checksums; slow for big files)",
+        help="recompute every recorded sha256, check the attribute digests of every HDF5 file and read it in "
+        "full (its checksums; slow for big files)",
     )
     parser.add_argument("--all", action="store_true", help="expand every refit, not only the first")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a tree")
@@ -296,8 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(json.dumps(_as_dict(chain), indent=2, default=str) if args.json else format_chain(chain))
-    bad = [n for n in _walk(chain) if n.status in ("missing", "sha256 mismatch", "checksum mismatch", "unreadable")]
-    return 1 if bad else 0
+    return 1 if any(node.status in FAILED for node in _walk(chain)) else 0
 
 
 def _walk(node: ProvenanceNode):
