@@ -150,6 +150,23 @@ def test_the_rule_named_for_a_file_is_the_rule_that_writes_it(tmp_path: Path) ->
     }  # fmt: skip
 
 
+def test_outputs_a_killed_forced_job_left_missing_are_rebuilt_by_the_next_run(tiny_run: Path, tmp_path: Path) -> None:
+    """A job of a forced rerun that fails (killed) loses its outputs (Snakemake deletes them) while the tables
+    read from them stay up to date; the next run, with --rerun-incomplete as the profiles set it, plans the
+    job again instead of 'Nothing to be done'."""
+    results = copy_run(tiny_run, tmp_path)
+    killed = [results / RERUN / "similarity", results / RERUN / "snapshots/step0/similarity"]
+    for directory in killed:  # what a killed prompt_group_similarity (trained or step 0) leaves
+        for path in directory.glob("*.groups.h5"):
+            path.unlink()
+    for target in ("analyses_" + RERUN, "all"):
+        plan = snakemake(results, target, "-n", "--rerun-incomplete")
+        assert plan.returncode == 0, plan.stderr[-2000:]
+        assert {"prompt_group_similarity", "snapshot_prompt_group_similarity", "stability_tables"} <= planned_rules(
+            plan.stdout
+        ), plan.stdout[-3000:]
+
+
 def test_the_tested_one_liners_are_the_documented_ones() -> None:
     text = (REPO / "docs/operations.md").read_text()
     assert re.search(r"snakemake arch_\w+\n", text)

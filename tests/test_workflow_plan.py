@@ -7,6 +7,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -125,6 +126,16 @@ def test_every_rule_writing_an_hdf5_file_carries_its_format_version():
     }
     for rule, constant in versions.items():
         assert re.search(rf"^        format_version={constant},$", rules[rule], re.M), rule
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_demo_writes_the_report_under_a_temporary_name_and_renames_it():
+    """Snakemake writes --report in place: a killed call must not leave a report.html that looks whole."""
+    result = subprocess.run(["make", "-n", "demo", "STAMP="], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    written = re.search(r"--report (\S+)", result.stdout).group(1)
+    assert written != "results/demo/report.html" and written.endswith(".html")  # Snakemake wants .html or .zip
+    assert result.stdout.index(f"mv -f {written} results/demo/report.html") > result.stdout.index("--report")
 
 
 def _plan(*args: str) -> subprocess.CompletedProcess:

@@ -14,11 +14,29 @@
 #                                        corpora's shards, wikitext-2), on a node that has it
 
 
+# The prompt-group similarity files of the trained refits and of every snapshot step read (step 0 included):
+# targets themselves, so a file deleted with a killed job of a forced rerun is rebuilt by the next snakemake
+# (no table that reads it asks for it again while the table is up to date).
+GROUPED_TARGETS = {
+    arch: list(
+        dict.fromkeys(
+            ARCH[arch]["grouped_similarities"]
+            + ARCH[arch]["init_grouped_similarities"]
+            + [
+                LAYOUT.snapshot_grouped_similarity_path(arch, step, promptset)
+                for step in SNAPSHOT_STEPS[arch]
+                for promptset in PROMPT_SETS
+            ]
+        )
+    )
+    for arch in ARCHITECTURES
+}
 # Every output of one architecture: weights, caches, similarity, then each section's.
 ARCHITECTURE_TARGETS = {
     arch: CHECKPOINT_OUTPUTS[arch]
     + ARCH[arch]["caches"]
     + ARCH[arch]["similarities"]
+    + GROUPED_TARGETS[arch]
     + STABILITY_TARGETS[arch]
     + WEIGHT_NORMS_TARGETS[arch]
     + PROMPT_LENGTH_TARGETS[arch]
