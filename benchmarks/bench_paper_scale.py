@@ -3,7 +3,7 @@
 50 random-initialised refits of the paper's l8_h16 (config/config.yaml: 8 layers of 16 heads, d_head 64,
 d_model 512, d_mlp 2048, vocab 48,262), on prompts of the paper's length distribution: the 100 primary
 prompts with the word counts of resources/prompts/primary.json (21-63 words, median 37, as the
-paper's), at 4/3 tokens per word (a GPT-NeoX-style BPE on English; the paper's tokenizer is not shipped)
+authors' prompt file), at 4/3 tokens per word (a GPT-NeoX-style BPE on English; the paper's tokenizer is not shipped)
 plus BOS, and the length sweep: 20 prompts each of 5, 10, 20, 30, 40 and 50 tokens plus BOS. Token ids
 are random.
 
@@ -47,7 +47,7 @@ SWEEP_TOKENS = (5, 10, 20, 30, 40, 50)
 
 def paper_lengths(n_primary: int | None = None, n_sweep: int = 20) -> dict[str, list[int]]:
     """{prompt set: token counts (BOS included)} of the paper's length distribution."""
-    from headstab.prompts import load_prompt_file
+    from headstab.prompts.loading import load_prompt_file
 
     prompts = load_prompt_file("primary", common.REPO / "resources" / "prompts" / "primary.json")["primary"]
     primary = [1 + round(len(text.split()) * TOKENS_PER_WORD) for text in prompts][:n_primary]
@@ -61,8 +61,8 @@ def write_caches(
     import torch
 
     from headstab.activations.writer import write_activation_cache
-    from headstab.config import architecture_spec, load_config
-    from headstab.models import build_model
+    from headstab.plan.config import architecture_spec, load_config
+    from headstab.refits.models import build_model
 
     config = load_config(common.REPO / "config" / "config.yaml")
     spec = architecture_spec(config, architecture)
@@ -96,7 +96,7 @@ def write_caches(
 def similarity_job(caches: list[str], out_dir: Path, promptsets: list[str], prompt_chunk: int) -> dict[str, Any]:
     import torch  # noqa: F401  (the engine's GEMM backend: a one-off import, kept out of the clock)
 
-    from headstab.similarity import pair_similarity_from_caches, write_pair_similarity
+    from headstab.similarity.pairs import pair_similarity_from_caches, write_pair_similarity
 
     start, seconds = time.perf_counter(), {}
     for promptset in promptsets:
@@ -112,7 +112,7 @@ def similarity_job(caches: list[str], out_dir: Path, promptsets: list[str], prom
 def tables_job(similarity_dir: Path, out_dir: Path, promptsets: list[str], ddof: int) -> dict[str, Any]:
     import pandas as pd
 
-    from headstab.similarity import read_pair_similarity
+    from headstab.similarity.pairs import read_pair_similarity
     from headstab.stability import TABLE_NAMES, stability_tables
 
     start = time.perf_counter()
@@ -142,7 +142,7 @@ def bench_paper_scale(
     architecture: str = "l8_h16",
     timeout: float = 1800.0,
 ) -> dict[str, Any]:
-    from headstab.config import load_config
+    from headstab.plan.config import load_config
 
     config = load_config(common.REPO / "config" / "config.yaml")
     lengths = paper_lengths(n_primary, n_sweep)

@@ -14,11 +14,11 @@ from types import SimpleNamespace
 import h5py
 import pytest
 from conftest import TINY_CONFIG, tiny_snakemake
-from workflow_runs import snakemake_env
+from helpers.workflow_runs import snakemake_env
 
-from headstab.config import architecture_spec, load_config
 from headstab.fileio import sha256_file
-from headstab.planning import job_spec
+from headstab.plan.config import architecture_spec, load_config
+from headstab.plan.jobs import job_spec
 from headstab.status import failed_jobs, format_table, incomplete_outputs, parse_failures, run_status
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """Evaluating a trained refit: next-token loss, perplexity and head ablations (paper §4.5, §4.8).
 
-The validation perplexity of §4.5 (Table B.7) runs every refit over held-out text cut into windows
+The validation perplexity of §4.5 (§B.7 figures) runs every refit over held-out text cut into windows
 (`heldout_windows`); the ablations of §4.8 rerun the anchor refit on the prompts with one head's
 `blocks.{layer}.attn.hook_z` zeroed at a time. torch is imported lazily: `heldout_windows` and
 `perplexity_from_loss` need none.
@@ -182,7 +182,7 @@ def heldout_windows(shards: Sequence[np.ndarray], n_tokens: int, seq_len: int) -
     return stream[: n_windows * seq_len].reshape(n_windows, seq_len)
 
 
-def check_vocabulary(windows: np.ndarray, d_vocab: int, source: object) -> None:
+def check_heldout_vocabulary(windows: np.ndarray, d_vocab: int, source: object) -> None:
     """Fail naming `source` when a held-out token id is outside the model's vocabulary."""
     if windows.max() >= d_vocab:
         raise ValueError(

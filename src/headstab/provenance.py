@@ -269,9 +269,9 @@ def _cache_node(path: Path, verify: bool) -> ProvenanceNode:
 
 def _result_node(path: Path, verify: bool, expand_all: bool) -> ProvenanceNode:
     """A pair-similarity or prompt-group similarity file, and the caches it was computed from."""
-    from headstab.inference.prompt_groups import read_grouped_similarity
-    from headstab.layout import file_kind
-    from headstab.similarity import read_pair_similarity
+    from headstab.plan.layout import file_kind
+    from headstab.similarity.pairs import read_pair_similarity
+    from headstab.similarity.prompt_groups import read_grouped_similarity
 
     kind = file_kind(path) or "pair similarity"
     node = ProvenanceNode(str(path), kind)
@@ -316,7 +316,7 @@ def _output_node(path: Path, kind: str, verify: bool, expand_all: bool) -> Prove
 def trace(path: str | Path, verify: bool = False, expand_all: bool = False) -> ProvenanceNode:
     """The chain of files behind a file of the workflow, back to the corpus shards.
 
-    Knows every kind of file the workflow writes under results_dir (headstab.layout.file_kind): checkpoints
+    Knows every kind of file the workflow writes under results_dir (headstab.plan.layout.file_kind): checkpoints
     (final.pt, meta.json, train_log.csv), full-state checkpoints, snapshot weights, activation caches,
     similarity and prompt-group similarity files, token shards, corpus metas, tokenizers, and tables and
     figures (traced through their architecture's primary similarity file); files no record covers (logs,
@@ -324,7 +324,7 @@ def trace(path: str | Path, verify: bool = False, expand_all: bool = False) -> P
     every recorded sha256, checks every HDF5 file's attribute digests and reads it in full, which checks its
     fletcher32 checksums (slow for big files); otherwise hashes are only listed.
     """
-    from headstab.layout import file_kind
+    from headstab.plan.layout import file_kind
 
     path = Path(path)
     kind = file_kind(path)
@@ -344,7 +344,7 @@ def trace(path: str | Path, verify: bool = False, expand_all: bool = False) -> P
     raise ValueError(
         f"don't know how to trace {path}: it is not a file the workflow writes under results_dir (a checkpoint, "
         "cache, similarity file, token shard, corpus meta.json, tokenizer, table, figure, log ...; "
-        "headstab.layout.file_kind)"
+        "headstab.plan.layout.file_kind)"
     )
 
 

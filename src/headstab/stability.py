@@ -1,7 +1,7 @@
 """Head, layer and cross-layer stability across refits, alignment maps and commonness.
 
 Paper Eq. 3-5 (§3.2), the cross-layer variant (§3.3, §4.2) and within-layer commonness (Eq. 10,
-§A.6), computed from the pair-similarity tensor of `headstab.similarity` and returned as tidy
+§A.6), computed from the pair-similarity tensor of `headstab.similarity.pairs` and returned as tidy
 pandas DataFrames whose columns are the CSV contract of the workflow's tables. Layers and heads are
 0-based (as in hook names); seeds are the refits' seeds as given.
 
@@ -193,13 +193,16 @@ def layer_stability_table(head_table: pd.DataFrame, ddof: int = 0) -> pd.DataFra
     return table.reset_index()[LAYER_COLUMNS]
 
 
-def alignment_map_table(pair_table: pd.DataFrame) -> pd.DataFrame:
+def alignment_map_table(pair_table: pd.DataFrame, include_self: bool = False) -> pd.DataFrame:
     """Cross-layer alignment map: where each layer's heads find their best match (§4.2, Fig. 3).
 
     pair_table: PAIR_COLUMNS with scope "cross_layer" rows.
     For each (promptset, anchor_seed, layer), fraction is the share of (head, pair refit) best
     matches that fall in match_layer, pooled over the layer's heads and all pair refits. Every
     (layer, match_layer) appears, zeros included; each row's fractions sum to 1.
+    include_self: also count each anchor head's match to itself (in its own layer) as one of N matches, as
+    the authors' code does (config key analysis.alignment_self_match). The diagonal d then reads
+    d + (1 - d) / N and every other fraction f reads f (N - 1) / N, N the number of refits.
     Returns ALIGNMENT_COLUMNS.
     """
     _require_columns(pair_table, PAIR_COLUMNS, "pair_table")
@@ -209,6 +212,9 @@ def alignment_map_table(pair_table: pd.DataFrame) -> pd.DataFrame:
             "pair_table has no scope 'cross_layer' rows; build it with pair_stability_table on the "
             "full [seed_a, seed_b, layer_a, head_a, layer_b, head_b] tensor"
         )
+    if include_self:
+        heads = cross[["promptset", "anchor_seed", "layer", "head"]].drop_duplicates()
+        cross = pd.concat([cross, heads.assign(best_layer=heads["layer"])], ignore_index=True)
     layers = np.unique(np.concatenate([cross["layer"].to_numpy(), cross["best_layer"].to_numpy()]))
     n_layers = int(layers.max()) + 1
     keys = ["promptset", "anchor_seed", "layer"]
@@ -354,16 +360,17 @@ TABLE_NAMES = (
 
 
 def stability_tables(
-    similarity: np.ndarray, seeds: Sequence[int], promptset: str, ddof: int = 0
+    similarity: np.ndarray, seeds: Sequence[int], promptset: str, ddof: int = 0, alignment_self_match: bool = False
 ) -> dict[str, pd.DataFrame]:
     """Every table of §3.2-3.3, §4.2 and §A.6 for one prompt set, keyed by TABLE_NAMES.
 
     similarity: S [seed_a, seed_b, layer_a, head_a, layer_b, head_b] (Eq. 2), all refits of one architecture.
     ddof: of the layer standard deviation over heads (`layer_stability_table`): 0 population, 1 sample.
+    alignment_self_match: count each anchor head's match to itself in the alignment map (`alignment_map_table`).
     """
     pairs = pair_stability_table(similarity, seeds, promptset)
     heads = head_stability_table(pairs)
-    alignment = alignment_map_table(pairs)
+    alignment = alignment_map_table(pairs, include_self=alignment_self_match)
     return {
         "pair_stability": pairs,
         "head_stability": heads,

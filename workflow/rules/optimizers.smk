@@ -1,4 +1,4 @@
-# Paper §4.5, Fig. 6 / B.6, Fig. 35, Table B.7: Adam vs AdamW.
+# Paper §4.5, Fig. 6 / B.6, Fig. 35, §B.7 figures: Adam vs AdamW.
 #
 #   heldout_wikitext       {RESULTS}/data/heldout/wikitext-2-raw-v1_test/{tokenizer}.npy  (heldout_corpus null)
 #   validation_perplexity  {RESULTS}/{arch}/tables/validation_perplexity.csv  every refit on held-out text (GPU)
@@ -36,12 +36,12 @@ PAIR_CONFIGURATIONS = {
 
 # Held-out text: a corpus of this config in the architecture's tokenizer, else wikitext-2 (rule heldout_wikitext).
 HELDOUT_CORPUS = config["analysis"]["heldout_corpus"]
-HELDOUT_LABEL = HELDOUT_CORPUS or f"{planning.HELDOUT_HUB['config_name']} {planning.HELDOUT_HUB['split']}"
+HELDOUT_LABEL = HELDOUT_CORPUS or f"{jobs.HELDOUT_HUB['config_name']} {jobs.HELDOUT_HUB['split']}"
 try:
-    HELDOUT_SHARDS = planning.heldout_shards(config, SPECS, LAYOUT)
+    HELDOUT_SHARDS = jobs.heldout_shards(config, SPECS, LAYOUT)
 except ValueError as error:
     raise WorkflowError(str(error)) from None
-HELDOUT_HUB_SHARD = LAYOUT.heldout_shard(planning.HELDOUT_HUB_DATASET, "{tokenizer}")
+HELDOUT_HUB_SHARD = LAYOUT.heldout_shard(jobs.HELDOUT_HUB_DATASET, "{tokenizer}")
 
 
 rule heldout_wikitext:
@@ -62,14 +62,14 @@ rule heldout_wikitext:
         mem_mb=2000,
         runtime=20,
     params:
-        dataset=planning.HELDOUT_HUB,
+        dataset=jobs.HELDOUT_HUB,
         tokenizer_dir=lookup(dpath="{tokenizer}/dir", within=TOKENIZER_JOBS),
     script:
         "../scripts/heldout_wikitext.py"
 
 
 rule validation_perplexity:
-    """Validation perplexity of every refit (paper §4.5, Table B.7) on the first analysis.heldout_tokens
+    """Validation perplexity of every refit (paper §4.5, §B.7 figures) on the first analysis.heldout_tokens
     tokens of held-out text in seq_len windows, weights processed as the caches were
     (analysis.weight_processing). Runs the models: a GPU where the run has one."""
     input:
@@ -126,7 +126,7 @@ rule activation_norms:
 rule optimizer_comparison:
     """Adam vs AdamW (paper §4.5): layer-wise stability side by side (Fig. 6 / B.6), attention-output
     and resid_mid norms (Fig. 35), and performance parity of the refits' validation perplexities with
-    mean, spread and Welch's two-sided test (Table B.7)."""
+    mean, spread and Welch's two-sided test (§B.7 figures)."""
     input:
         unpack(lookup(dpath="{arch}", within=TWIN_INPUTS)),
     output:

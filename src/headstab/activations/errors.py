@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from headstab.layout import writer_rule
+from headstab.plan.layout import writer_rule
 
 __all__ = [
     "CacheChecksumError",

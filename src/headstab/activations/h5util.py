@@ -10,7 +10,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from headstab.formats import ATTRS_DIGEST
+from headstab.plan.formats import ATTRS_DIGEST
 
 __all__ = [
     "ATTRS_DIGEST",

@@ -9,7 +9,7 @@ import pandas as pd
 
 from headstab.cka import layer_cka_summary
 from headstab.plots import STABILITY_LABEL, layer_palette, layer_ticks, new_figure, save_figure
-from headstab.tables import pearson_or_nan, select_rows
+from headstab.table_rows import pearson_or_nan, select_rows
 
 __all__ = ["plot_residual_stream"]
 
@@ -24,8 +24,15 @@ def _interval_bars(ax, x: np.ndarray, data: pd.DataFrame) -> None:
     if "ci_low" not in data:
         return
     low, high = data["cka_mean"] - data["ci_low"], data["ci_high"] - data["cka_mean"]
-    ax.errorbar(x, data["cka_mean"], yerr=[low.clip(lower=0), high.clip(lower=0)], fmt="none", ecolor="tab:purple",
-                capsize=3, label="CKA mean, 95% bootstrap interval (refits)")  # fmt: skip
+    ax.errorbar(
+        x,
+        data["cka_mean"],
+        yerr=[low.clip(lower=0), high.clip(lower=0)],
+        fmt="none",
+        ecolor="tab:purple",
+        capsize=3,
+        label="CKA mean, 95% bootstrap interval (refits)",
+    )
 
 
 def plot_residual_stream(

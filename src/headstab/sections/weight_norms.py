@@ -1,9 +1,15 @@
 """Weight norms vs layer stability (paper §4.4.1, Table B.5).
 
 Each refit's per-layer weight norms (W_Q, W_K, W_V, W_O, MLP W_in/W_out, LayerNorm gains) from its
-`final.pt`, processed as the caches were (config key analysis.weight_processing); their Pearson
-correlation over layers with that refit's layer stability as anchor; and Table B.5 across
+`final.pt`, processed as the caches were (config key analysis.weight_processing); their Pearson and
+Spearman correlations over layers with that refit's layer stability as anchor; and Table B.5 across
 architectures. Layers are 0-based.
+
+A correlation over 2, 4, 8 or 12 layers has few points: with 2 layers every r is +-1 by construction
+(`by_construction` in the summary). The summary therefore also pools over anchors: the repeated-measures
+correlation (Bakdash & Marusich 2017), Pearson's r of the layer values centred within each anchor, from the
+per-anchor sums of squares (`norm_ss`, `stability_ss`). Table B.5 used the whole layer's W_Q norm;
+`whole_layer_norm` (and the correlations `whole_layer_*`) give it beside the configured norm.
 """
 
 from __future__ import annotations
@@ -15,14 +21,19 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
-from headstab.config import ArchitectureSpec
-from headstab.tables import pearson_or_nan, select_rows
+from headstab.plan.spec import ArchitectureSpec
+from headstab.table_rows import pearson_or_nan, select_rows
 
 ATTENTION_MATRICES = ("W_Q", "W_K", "W_V", "W_O")
 MATRIX_ORDER = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "ln1_w", "ln2_w")
 ATTENTION_NORMS = ("per_head_mean", "layer")
-NORM_COLUMNS = ["seed", "layer", "matrix", "frobenius_norm"]
+NORM_COLUMNS = ["seed", "layer", "matrix", "frobenius_norm", "whole_layer_norm"]
+CORRELATION_COLUMNS = [
+    "anchor_seed", "matrix", "pearson_r", "p_value", "spearman_r", "whole_layer_pearson_r", "n_layers",
+    "norm_ss", "stability_ss",
+]  # fmt: skip
 
 # Bridge state-dict names (`blocks.{l}.attn.q.weight`, nn.Linear layout [out_features, in_features]).
 _STATE_KEYS = {
@@ -61,15 +72,18 @@ def to_numpy(value: Any) -> np.ndarray:
 
 def trained_state(spec: ArchitectureSpec, weights_path: str | Path, weight_processing: Sequence[str]) -> dict[str, Any]:
     """A refit's weights as every analysis sees them: `final.pt` checked and processed as the caches
-    were (`headstab.models.load_trained_model`), as CPU tensors."""
-    from headstab.models import load_trained_model
+    were (`headstab.refits.models.load_trained_model`), as CPU tensors."""
+    from headstab.refits.models import load_trained_model
 
     model = load_trained_model(spec, weights_path, "cpu", weight_processing=weight_processing)
     return {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
 
 
-def _attention_norm(w: np.ndarray, key: str, matrix: str, n_heads: int, d_head: int, attention_norm: str) -> float:
-    """Norm of one attention matrix: per head, then averaged or combined over heads."""
+def _attention_norm(
+    w: np.ndarray, key: str, matrix: str, n_heads: int, d_head: int, attention_norm: str
+) -> tuple[float, float]:
+    """Norm of one attention matrix as `attention_norm` asks (per head, then averaged or combined over heads),
+    and the whole layer's Frobenius norm."""
     per_head_axis = 1 if matrix == "W_O" else 0
     if w.ndim != 2 or w.shape[per_head_axis] != n_heads * d_head:
         raise ValueError(
@@ -80,7 +94,8 @@ def _attention_norm(w: np.ndarray, key: str, matrix: str, n_heads: int, d_head: 
         w = w.T
     heads = w.reshape(n_heads, d_head, -1)
     per_head = np.sqrt((heads**2).sum(axis=(1, 2)))
-    return float(per_head.mean() if attention_norm == "per_head_mean" else np.sqrt((per_head**2).sum()))
+    whole = float(np.sqrt((per_head**2).sum()))
+    return (float(per_head.mean()) if attention_norm == "per_head_mean" else whole), whole
 
 
 def layer_weight_norms(
@@ -97,7 +112,9 @@ def layer_weight_norms(
     matrix, all heads together (the authors' code; config key analysis.attention_norm).
     W_in, W_out: the whole MLP matrix; ln1_w, ln2_w: the L2 norm of the LayerNorm gain.
     Matrices absent from the state dict (no MLP in attention-only models, no LayerNorm) are skipped.
-    Returns columns layer (0-based), matrix, frobenius_norm.
+    Returns columns layer (0-based), matrix, frobenius_norm (as attention_norm asks), whole_layer_norm (the
+    whole layer's Frobenius norm, Table B.5's; equal to frobenius_norm for every matrix but the attention ones
+    under per_head_mean).
     """
     if attention_norm not in ATTENTION_NORMS:
         raise ValueError(
@@ -116,11 +133,11 @@ def layer_weight_norms(
                 continue
             w = to_numpy(state[key])
             if matrix in ATTENTION_MATRICES:
-                norm = _attention_norm(w, key, matrix, n_heads, d_head, attention_norm)
+                norm, whole = _attention_norm(w, key, matrix, n_heads, d_head, attention_norm)
             else:
-                norm = float(np.linalg.norm(w))
-            rows.append((layer, matrix, norm))
-    return pd.DataFrame(rows, columns=["layer", "matrix", "frobenius_norm"])
+                norm = whole = float(np.linalg.norm(w))
+            rows.append((layer, matrix, norm, whole))
+    return pd.DataFrame(rows, columns=["layer", "matrix", "frobenius_norm", "whole_layer_norm"])
 
 
 def refit_weight_norms(
@@ -145,15 +162,22 @@ def norm_stability_correlation(
     promptset: str | None = "primary",
     scope: str | None = "same_layer",
 ) -> pd.DataFrame:
-    """Pearson correlation over layers between each weight norm and layer-wise stability.
+    """Pearson and Spearman correlations over layers between each weight norm and layer-wise stability.
 
     norms: NORM_COLUMNS (`layer_weight_norms` of each refit, with its seed added).
     layer_stability: columns (promptset, scope,) anchor_seed, layer, mean.
     Each anchor's stability is paired with that same refit's weights.
-    Returns columns anchor_seed, matrix, pearson_r, p_value, n_layers (p is NaN for 2 layers).
+    Returns CORRELATION_COLUMNS: pearson_r and its p_value (NaN for 2 layers, where r is +-1), spearman_r,
+    whole_layer_pearson_r (Pearson's r with whole_layer_norm, Table B.5's norm), n_layers, and the sums of
+    squares of the norm and of stability about their means over layers (norm_ss, stability_ss), from which
+    `weight_norm_summary` pools r over anchors.
     """
     if "seed" not in norms.columns:
         raise ValueError("norms needs a 'seed' column naming the refit the weights come from")
+    if "whole_layer_norm" not in norms.columns:
+        raise ValueError(
+            "norms lacks the column whole_layer_norm (Table B.5's norm); rebuild tables/weight_norms.csv (rule weight_norms)"
+        )
     stab = select_rows(layer_stability, "layer stability", promptset=promptset, scope=scope)
     merged = norms.merge(
         stab[["anchor_seed", "layer", "mean"]],
@@ -168,9 +192,13 @@ def norm_stability_correlation(
     rows = []
     for (anchor, matrix), group in merged.groupby(["anchor_seed", "matrix"], sort=False):
         group = group.sort_values("layer")
-        r, p = pearson_or_nan(group["frobenius_norm"].to_numpy(), group["mean"].to_numpy())
-        rows.append((anchor, matrix, r, p, len(group)))
-    out = pd.DataFrame(rows, columns=["anchor_seed", "matrix", "pearson_r", "p_value", "n_layers"])
+        norm, stability = group["frobenius_norm"].to_numpy(float), group["mean"].to_numpy(float)
+        r, p = pearson_or_nan(norm, stability)
+        whole_r, _ = pearson_or_nan(group["whole_layer_norm"].to_numpy(float), stability)
+        rho, _ = pearson_or_nan(stats.rankdata(norm), stats.rankdata(stability))  # Spearman: Pearson of ranks
+        norm_ss, stability_ss = ((norm - norm.mean()) ** 2).sum(), ((stability - stability.mean()) ** 2).sum()
+        rows.append((anchor, matrix, r, p, rho, whole_r, len(group), norm_ss, stability_ss))
+    out = pd.DataFrame(rows, columns=CORRELATION_COLUMNS)
     order = {m: i for i, m in enumerate(MATRIX_ORDER)}
     out = out.assign(_order=out["matrix"].map(order)).sort_values(["anchor_seed", "_order"])
     return out.drop(columns="_order").reset_index(drop=True)
@@ -186,18 +214,32 @@ def weight_norm_summary(
 
     correlations: architecture -> its `norm_stability_correlation` table; facts: architecture ->
     `headstab.sections.architecture_facts`; anchor_seeds: architecture -> the paper's single anchor.
-    Columns: architecture, its facts, matrix, mean_pearson_r and std_pearson_r (ddof 0) over anchors,
-    n_anchors (finite r), first_anchor_r / first_anchor_p (NaN when that anchor has no row).
+    Columns: architecture, its facts, matrix,
+    - mean_pearson_r and std_pearson_r (ddof 0) over anchors, n_anchors (finite r);
+    - mean_spearman_r: the mean Spearman rho over anchors (the rank correlation pooled over anchors: without
+      ties every anchor's ranks have the same spread);
+    - pooled_pearson_r: the repeated-measures r, Pearson's r of all anchors' layer values each centred within
+      its anchor (sum_a r_a sqrt(norm_ss_a stability_ss_a) / sqrt(sum norm_ss * sum stability_ss)); n_points;
+    - by_construction: True when every anchor has 2 layers, so each per-anchor r and rho is +-1;
+    - mean_whole_layer_r: the mean r with the whole layer's norm (Table B.5's);
+    - first_anchor_r / first_anchor_p / first_anchor_spearman_r / first_anchor_whole_layer_r: the paper's
+      anchor's (NaN when that anchor has no row).
     intervals: {n_boot, seed, confidence}: adds mean_pearson_r_ci_low/high, the bootstrap interval of the
-    mean r with the anchors (refits) resampled (`headstab.inference.resampling.mean_interval`).
+    mean r with the anchors (refits) resampled (`headstab.statistics.resampling.mean_interval`).
     """
-    from headstab.inference.resampling import mean_interval
+    from headstab.statistics.resampling import mean_interval
 
+    nan = float("nan")
     rows = []
     for arch, table in correlations.items():
         for matrix in [m for m in MATRIX_ORDER if m in set(table["matrix"])]:
             rows_m = table[table["matrix"] == matrix]
             first = rows_m[rows_m["anchor_seed"] == anchor_seeds[arch]]
+            spread = np.sqrt(rows_m["norm_ss"].to_numpy(float) * rows_m["stability_ss"].to_numpy(float))
+            r = rows_m["pearson_r"].to_numpy(float)
+            # An anchor with a constant norm or stability has no r; its centred values add no cross product.
+            cross = np.where(np.isfinite(r), r * spread, 0.0).sum()
+            scale = np.sqrt(rows_m["norm_ss"].sum() * rows_m["stability_ss"].sum())
             rows.append(
                 {
                     "architecture": arch,
@@ -206,8 +248,15 @@ def weight_norm_summary(
                     "mean_pearson_r": rows_m["pearson_r"].mean(),
                     "std_pearson_r": rows_m["pearson_r"].std(ddof=0),
                     "n_anchors": int(rows_m["pearson_r"].notna().sum()),
-                    "first_anchor_r": first["pearson_r"].iloc[0] if len(first) else float("nan"),
-                    "first_anchor_p": first["p_value"].iloc[0] if len(first) else float("nan"),
+                    "mean_spearman_r": rows_m["spearman_r"].mean(),
+                    "pooled_pearson_r": cross / scale if scale > 0 else nan,
+                    "n_points": int(rows_m["n_layers"].sum()),
+                    "by_construction": bool((rows_m["n_layers"] == 2).all()),
+                    "mean_whole_layer_r": rows_m["whole_layer_pearson_r"].mean(),
+                    "first_anchor_r": first["pearson_r"].iloc[0] if len(first) else nan,
+                    "first_anchor_p": first["p_value"].iloc[0] if len(first) else nan,
+                    "first_anchor_spearman_r": first["spearman_r"].iloc[0] if len(first) else nan,
+                    "first_anchor_whole_layer_r": first["whole_layer_pearson_r"].iloc[0] if len(first) else nan,
                 }
             )
             if intervals is not None:

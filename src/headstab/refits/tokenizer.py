@@ -1,0 +1,145 @@
+"""Tokenizers as directories loadable with `transformers.AutoTokenizer.from_pretrained`.
+
+Everything downstream (shards, TransformerLens models, prompt caches) loads a tokenizer from its
+directory, never from an in-memory `tokenizer_object`: TransformerLens fails on the latter, and a
+directory is what a checkpoint's metadata can point at. Each directory built by the workflow holds a
+`meta.json` (written last, the rules' sentinel) with the tokenizer's identity: where it came from,
+vocabulary size, special tokens, BOS/EOS ids and the sha256 of tokenizer.json.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from headstab.fileio import read_json, sha256_file, write_json_atomic
+from headstab.provenance import environment_record
+
+log = logging.getLogger(__name__)
+
+ENDOFTEXT = "<|endoftext|>"
+
+
+class TokenizerError(ValueError):
+    """A tokenizer directory is missing or unusable; the message names it and the rule that builds it."""
+
+
+def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Path) -> Any:
+    """Train a byte-level BPE tokenizer (GPT-2 style) on `texts` and save it to `out_dir`.
+
+    `<|endoftext|>` (id 0) is BOS, EOS, pad and unk, as in GPT-2; byte-level pre-tokenization means
+    every string round-trips through encode/decode. Returns the tokenizer reloaded from `out_dir`
+    with AutoTokenizer (so a save that cannot be loaded fails here, not in training).
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    if vocab_size < len(alphabet) + 1:
+        raise TokenizerError(
+            f"vocab_size {vocab_size} is below the {len(alphabet) + 1} ids a byte-level BPE needs "
+            "(256 bytes + <|endoftext|>); raise the tokenizer's vocab_size"
+        )
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=[ENDOFTEXT], initial_alphabet=alphabet, show_progress=False
+    )
+    bpe.train_from_iterator(texts, trainer=trainer)
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, bos_token=ENDOFTEXT, eos_token=ENDOFTEXT, pad_token=ENDOFTEXT, unk_token=ENDOFTEXT
+    )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    wrapped.save_pretrained(str(out_dir))
+    log.info("trained byte-level BPE with %d ids into %s", bpe.get_vocab_size(), out_dir)
+    return load_tokenizer(out_dir)
+
+
+def fetch_hub_tokenizer(hub_id: str, out_dir: str | Path) -> Any:
+    """Download tokenizer `hub_id` from the Hugging Face hub and save it to `out_dir` (needs internet)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(hub_id, trust_remote_code=False)
+    except OSError as err:
+        raise TokenizerError(
+            f"cannot load tokenizer '{hub_id}' from the Hugging Face hub ({err}); run rule fetch_tokenizer on a "
+            "node with internet access, or download it and use `source: local` with `path:`"
+        ) from err
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(str(out_dir))
+    log.info("saved tokenizer %s (%d ids) into %s", hub_id, len(tokenizer), out_dir)
+    return load_tokenizer(out_dir)
+
+
+def load_tokenizer(directory: str | Path) -> Any:
+    """AutoTokenizer.from_pretrained(directory), with an error naming the directory and how to build it."""
+    from transformers import AutoTokenizer
+
+    directory = Path(directory)
+    if not directory.is_dir() or not (directory / "tokenizer_config.json").is_file():
+        raise TokenizerError(
+            f"tokenizer directory {directory} does not exist or has no tokenizer_config.json; build it with "
+            "rule train_tokenizer (source: train) or fetch_tokenizer (source: hub), e.g. "
+            f"`snakemake {shlex.quote(str(directory / 'meta.json'))}`, or for source: local save one there with "
+            "save_pretrained"
+        )
+    try:
+        return AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False)
+    except (OSError, ValueError) as err:
+        raise TokenizerError(
+            f"tokenizer directory {directory} cannot be loaded with AutoTokenizer ({err}); {_repair_hint(directory)}"
+        ) from err
+
+
+def _repair_hint(directory: Path) -> str:
+    """Rebuild advice: the workflow may delete what it built (it wrote meta.json), never the user's own directory."""
+    if (directory / "meta.json").is_file():
+        quoted = shlex.quote(str(directory))
+        return f"it was built by the workflow: rebuild it with `rm -rf {quoted} && snakemake {shlex.quote(str(directory / 'meta.json'))}`"
+    return (
+        "it is not one the workflow built (no meta.json), so headstab will not touch it: repair or replace it, or "
+        "point config key tokenizers.<name>.path at a directory saved with save_pretrained"
+    )
+
+
+def tokenizer_identity(directory: str | Path, origin: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What identifies a tokenizer: vocabulary, special tokens, BOS/EOS ids, sha256 of tokenizer.json.
+
+    origin: where it came from (e.g. {"source": "hub", "name": "gpt2"}); None reads it from the
+    directory's meta.json when there is one, else records {"source": "local"}.
+    """
+    directory = Path(directory)
+    tokenizer = load_tokenizer(directory)
+    if origin is None:
+        meta_path = directory / "meta.json"
+        origin = (
+            read_json(meta_path, "tokenizer metadata").get("origin", {}) if meta_path.is_file() else {"source": "local"}
+        )
+    tokenizer_json = directory / "tokenizer.json"
+    return {
+        "path": str(directory),
+        "origin": dict(origin),
+        "vocab_size": len(tokenizer),
+        "special_tokens": list(tokenizer.all_special_tokens),
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        "tokenizer_class": type(tokenizer).__name__,
+        "tokenizer_json_sha256": sha256_file(tokenizer_json) if tokenizer_json.is_file() else None,
+    }
+
+
+def write_tokenizer_meta(directory: str | Path, origin: dict[str, Any]) -> dict[str, Any]:
+    """Write `meta.json` (identity + environment) into a tokenizer directory; returns it."""
+    directory = Path(directory)
+    meta = tokenizer_identity(directory, origin)
+    meta["environment"] = environment_record()
+    write_json_atomic(directory / "meta.json", meta)
+    return meta
