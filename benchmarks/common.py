@@ -235,3 +235,29 @@ def machine_note() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
+
+
+# ---------------------------------------------------------------- time spent in one library function
+class TimedCalls:
+    """Replace `module.name` by a wrapper that adds each call's wall time to `seconds` (restored on exit):
+    what one step of a timed job costs, measured inside the same run."""
+
+    def __init__(self, module: Any, name: str) -> None:
+        self.module, self.name, self.seconds, self.calls = module, name, 0.0, 0
+
+    def __enter__(self) -> "TimedCalls":
+        original = self.original = getattr(self.module, self.name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+                self.calls += 1
+
+        setattr(self.module, self.name, wrapper)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        setattr(self.module, self.name, self.original)

@@ -35,6 +35,13 @@ ARCH_SUBCATEGORIES = {
     "Stability along training": ("stability_along_training",),
     "Training": ("training_curves", "training_final_loss"),
     "Beyond the paper: effective rank": ("effective_rank", "effective_rank_matched", "effective_rank_correlation"),
+    "Beyond the paper: head types": (
+        "head_type_scores",
+        "head_type_scores_step0",
+        "head_types",
+        "head_type_thresholds",
+        "head_type_universality",
+    ),
     "Beyond the paper: layer drop and swap": (
         "layer_drop_swap",
         "layer_robustness",
@@ -48,15 +55,16 @@ SUMMARY_PLACES = {
     "meta_sne": ("Across architectures", "meta-SNE (§4.9)"),
     "weight_norm_correlation": ("Across architectures", "Weight norms (§4.4.1)"),
     "effective_rank": ("Across architectures", "Beyond the paper: effective rank"),
+    "head_type_universality": ("Across architectures", "Beyond the paper: head types"),
     "layer_robustness": ("Across architectures", "Beyond the paper: layer drop and swap"),
     "layer_robustness_depth": ("Across architectures", "Beyond the paper: layer drop and swap"),
     "stability_against_chance": ("Stability against chance", "All architectures"),
     "stability_gap_intervals": ("Stability against chance", "All architectures"),
 }
 DESCRIPTIONS = {
-    "head_stability": "head stability (Eq. 3-4) per prompt set, scope, anchor, layer and head, with interval, null and step-0 baseline",
+    "head_stability": "head stability (Eq. 3-4) and one-to-one stability per prompt set, scope, anchor, layer and head, with interval, null and step-0 baseline",
     "layer_stability": "layer stability (Eq. 5: mean and s.d. over heads) per prompt set, scope, anchor and layer, with interval, null and step-0 baseline",
-    "pair_stability": "best match of every anchor head in every other refit (Eq. 2-3)",
+    "pair_stability": "best match (Eq. 2-3) and one-to-one partner of every anchor head in every other refit",
     "layer_stability_pooled": "layer stability pooled over all refits as anchors, with multi-bootstrap interval and null",
     "alignment_map": "share of each layer's best matches falling in each layer (§4.2)",
     "alignment_dispersion": "how concentrated each layer's alignment is: diagonal share, entropy, distance, kurtosis",
@@ -83,6 +91,11 @@ DESCRIPTIONS = {
     "stability_gap": "stability gap ΔS and depth of the extreme layers per architecture and anchor (Fig. 7-8)",
     "meta_sne": "t-SNE coordinates of every head of every refit (Fig. 11)",
     "stability_against_chance": "pooled layer stability of every architecture against its null",
+    "head_type_scores": "previous-token, duplicate-token, induction and BOS scores and row entropy of every head on the probe set",
+    "head_type_scores_step0": "the same scores of the refits at step 0, which calibrate the type thresholds",
+    "head_types": "scores, entropy and type of every head of every refit, and the threshold rule that typed it",
+    "head_type_thresholds": "the threshold of each head type and the rule behind it (step-0 quantile or fixed)",
+    "head_type_universality": "per layer and head type: weak and strong universality (best match, one-to-one), stability and above-null, with refit-resampled intervals",
 }
 
 

@@ -91,6 +91,23 @@ def test_paper_scale_benchmark_runs_both_jobs(tmp_path):
     assert result["paper_scale_analysis_seconds"] > 0
     assert result["paper_scale_tables_seconds"]["rows"]["layer_stability"] > 0
     assert set(result["paper_scale_similarity_seconds"]["by_promptset"]) == set(lengths)
+    assert 0 < result["paper_scale_one_to_one_seconds"] < result["paper_scale_analysis_seconds"]
+    assert result["paper_scale_one_to_one_fraction"] < 1
+
+
+def test_head_types_benchmark_times_the_probe_scores_beside_the_cache_stage():
+    bench = pytest.importorskip("bench_head_types")
+    result = bench.bench_head_types(architecture="l2_h8_attn", repeats=1, n_primary=2, n_sweep=1)
+    assert result["head_types_seconds_per_refit"] > 0 and result["head_types_cache_seconds_per_refit"] > 0
+    assert result["head_types_vs_cache"] == result["head_types_seconds_per_refit"] / result[
+        "head_types_cache_seconds_per_refit"
+    ]
+
+
+def test_bootstrap_benchmark_times_the_one_to_one_part():
+    bench = pytest.importorskip("bench_bootstrap")
+    result = bench.bench_bootstrap(n_refits=3, n_groups=2, n_boot=10)
+    assert 0 < result["bootstrap_one_to_one_seconds"] < result["bootstrap_seconds"]
 
 
 def test_published_cache_benchmark_writes_the_published_defaults(tmp_path):

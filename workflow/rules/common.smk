@@ -66,7 +66,7 @@ ANALYSIS_SPECS = {arch: jobs.analysis_spec(spec, config["analysis"]["act_fn"]) f
 COMPUTE = config["compute"]
 STATISTICS = config["statistics"]
 # In the params of the rules whose numbers this library code computes: editing it reruns them.
-STATISTICS_CODE = jobs.library_digest("statistics", "stability.py")
+STATISTICS_CODE = jobs.library_digest("statistics", "stability.py", "matching.py")
 PROMPT_GROUPS_CODE = jobs.library_digest("similarity/prompt_groups.py")
 OPTIMIZER_TESTS_CODE = jobs.library_digest("statistics", "sections/optimizers.py")
 ARCHITECTURE_FACTS = {arch: architecture_facts(SPECS[arch]) for arch in ARCHITECTURES}

@@ -89,6 +89,22 @@ def cache_runtime(spec: ArchitectureSpec) -> int:
     return 30 if spec.n_layers * spec.d_model <= 4096 else 60
 
 
+def head_type_mem_mb(spec: ArchitectureSpec, batch_size: int, length: int) -> int:
+    """The weights, and one batch's attention patterns of every layer: float32 from the forward pass twice
+    (torch's and numpy's), float64 in the scores of one layer (the pattern and its entropy terms)."""
+    patterns = spec.n_layers * spec.n_heads * batch_size * length * length
+    scores = spec.n_heads * batch_size * length * length * 8 * 3
+    weights = 4 * (spec.n_params + 2 * spec.d_vocab * spec.d_model)
+    return _round_up_mb(BASE_MB + (2 * 4 * patterns + scores + 2 * weights) / 1e6)
+
+
+def head_type_runtime(spec: ArchitectureSpec, n_seeds: int) -> int:
+    """Minutes for every refit of one architecture: each loads its weights and runs a few thousand probe
+    tokens, seconds on a CPU; a minute per refit of a gpt2-sized model, at least 20 in all."""
+    per_refit = 0.25 if spec.n_layers * spec.d_model <= 4096 else 1.0
+    return max(20, math.ceil(10 + per_refit * n_seeds))
+
+
 def similarity_mem_mb(spec: ArchitectureSpec, n_seeds: int, prompt_chunk: int) -> int:
     """One streamed block of every refit's packed patterns, the float64 Gram and its float32 copies."""
     rows = n_seeds * spec.n_layers * spec.n_heads

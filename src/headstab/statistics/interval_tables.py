@@ -12,7 +12,9 @@ trained refits' stability, of the prompt-permutation null and of the same refits
   paired differences best_match - null_best_match over the pairs (and heads) averaged (Cohen's d_z),
   NaN where that s.d. is within the rounding of the inputs' dtype (no spread to measure against);
   descriptive only: those pairs and heads are dependent units, so it is no test statistic;
-- init, init_ci_low, init_ci_high: the statistic for the refits' step-0 weights (same-layer).
+- init, init_ci_low, init_ci_high: the statistic for the refits' step-0 weights (same-layer);
+- one_to_one_*: the interval, null, above_null and step-0 value of one-to-one stability (same-layer;
+  `headstab.matching`), its assignment solved once per pair and layer on the full data of each kind.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from headstab.statistics.bootstrap import Resamples, draw_resamples, percentile_interval, stability_replicates
+from headstab.matching import one_to_one_assignment
+from headstab.statistics.bootstrap import (
+    Resamples,
+    draw_resamples,
+    one_to_one_replicates,
+    percentile_interval,
+    stability_replicates,
+)
 from headstab.statistics.hypothesis import gap_replicates
 from headstab.statistics.resampling import commonness_replicates
 
@@ -43,10 +52,14 @@ __all__ = [
 INTERVAL = ["ci_low", "ci_high", "n_boot", "resampled"]
 CHANCE = ["null", "null_ci_low", "null_ci_high", "above_null", "above_null_ci_low", "above_null_ci_high"]
 CHANCE += ["effect_size", "init", "init_ci_low", "init_ci_high"]
-HEAD_INTERVAL_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", "head", *INTERVAL, *CHANCE]
-LAYER_INTERVAL_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", *INTERVAL, *CHANCE]
+# One-to-one stability's interval and chance columns (its estimate is head/layer_stability's stability_one_to_one).
+ONE_TO_ONE = ["ci_low", "ci_high", "null", "null_ci_low", "null_ci_high", "above_null", "above_null_ci_low"]
+ONE_TO_ONE = [f"one_to_one_{name}" for name in (*ONE_TO_ONE, "above_null_ci_high", "init")]
+HEAD_INTERVAL_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", "head", *INTERVAL, *CHANCE, *ONE_TO_ONE]
+LAYER_INTERVAL_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", *INTERVAL, *CHANCE, *ONE_TO_ONE]
 GAP_INTERVAL_COLUMNS = ["promptset", "statistic", "estimate", "ci_low", "ci_high", "n_boot"]
 POOLED_COLUMNS = ["promptset", "scope", "layer", "stability", *INTERVAL, *CHANCE, "n_refits"]
+POOLED_COLUMNS += ["stability_one_to_one", *ONE_TO_ONE]
 
 StabilityReplicates = dict[str, dict[str, np.ndarray]]
 # The tables of their own that rule stability_tables writes from `interval_tables` (after headstab.stability's).
@@ -61,19 +74,27 @@ def replicates_by_kind(
     cross_layer_best: np.ndarray,
     init: np.ndarray | None = None,
     init_group_sizes: np.ndarray | None = None,
+    assignments: dict[str, np.ndarray] | None = None,
 ) -> StabilityReplicates:
     """Replicates of every kind, one set of resamples: "same_layer", "null", "cross_layer" and "init"
     (when given). observed, null, init: [group, seed_a, seed_b, layer, head_a, head_b];
-    cross_layer_best: [seed_a, seed_b, layer, head] best matches over every layer's heads."""
+    cross_layer_best: [seed_a, seed_b, layer, head] best matches over every layer's heads.
+    assignments: one-to-one assignments [seed_a, seed_b, layer, head_a] keyed "one_to_one" (of observed),
+    "one_to_one_null" and "one_to_one_init"; each given one adds that kind (`one_to_one_replicates`)."""
+    init_sizes = group_sizes if init_group_sizes is None else init_group_sizes
     kinds = {
         "same_layer": stability_replicates(resamples, observed, group_sizes),
         "null": stability_replicates(resamples, null, group_sizes),
         "cross_layer": stability_replicates(resamples, best=cross_layer_best),
     }
     if init is not None:
-        kinds["init"] = stability_replicates(
-            resamples, init, group_sizes if init_group_sizes is None else init_group_sizes
-        )
+        kinds["init"] = stability_replicates(resamples, init, init_sizes)
+    sources = {"one_to_one": (observed, group_sizes), "one_to_one_null": (null, group_sizes)}
+    if init is not None:
+        sources["one_to_one_init"] = (init, init_sizes)
+    for kind, assignment in (assignments or {}).items():
+        values, sizes = sources[kind]
+        kinds[kind] = one_to_one_replicates(resamples, values, sizes, assignment)
     return kinds
 
 
@@ -105,7 +126,8 @@ def _chance_columns(
     kinds: StabilityReplicates, scope: str, key: str, confidence: float, reduce_pairs, eps: float
 ) -> dict[str, np.ndarray]:
     """null/above_null/effect_size/init columns for statistic `key` ("head" or "layer") of `scope`;
-    reduce_pairs(values [seed_a, seed_b, layer, head]) -> the pairs' values on the axes effect_size reduces."""
+    reduce_pairs(values [seed_a, seed_b, layer, head]) -> the pairs' values on the axes effect_size reduces
+    (None: no effect_size, NaN)."""
     observed = kinds[scope]
     shape = observed[f"{key}_estimate"].shape
     if scope != "same_layer":
@@ -117,10 +139,13 @@ def _chance_columns(
     columns["above_null"] = observed[f"{key}_estimate"] - null[f"{key}_estimate"]
     low, high = percentile_interval(observed[key] - null[key], confidence)
     columns.update(above_null_ci_low=low, above_null_ci_high=high)
-    differences = observed["pair_best"] - null["pair_best"]
-    magnitudes = np.maximum(np.abs(observed["pair_best"]), np.abs(null["pair_best"]))
-    pairs, axes = reduce_pairs(differences)
-    columns["effect_size"] = effect_size(pairs, reduce_pairs(magnitudes)[0], axes, eps)
+    if reduce_pairs is None:
+        columns["effect_size"] = np.full(shape, np.nan)
+    else:
+        differences = observed["pair_best"] - null["pair_best"]
+        magnitudes = np.maximum(np.abs(observed["pair_best"]), np.abs(null["pair_best"]))
+        pairs, axes = reduce_pairs(differences)
+        columns["effect_size"] = effect_size(pairs, reduce_pairs(magnitudes)[0], axes, eps)
     if "init" in kinds:
         columns["init"] = kinds["init"][f"{key}_estimate"]
         low, high = percentile_interval(kinds["init"][key], confidence)
@@ -130,6 +155,19 @@ def _chance_columns(
             init=np.full(shape, np.nan), init_ci_low=np.full(shape, np.nan), init_ci_high=np.full(shape, np.nan)
         )
     return columns
+
+
+def _one_to_one_columns(kinds: StabilityReplicates, scope: str, key: str, confidence: float) -> dict[str, np.ndarray]:
+    """ONE_TO_ONE columns of statistic `key` ("head" or "layer"): NaN outside same-layer or without the kinds."""
+    shape = kinds[scope][f"{key}_estimate"].shape
+    if scope != "same_layer" or "one_to_one" not in kinds:
+        return {column: np.full(shape, np.nan) for column in ONE_TO_ONE}
+    sub = {"same_layer": kinds["one_to_one"], "null": kinds["one_to_one_null"]}
+    if "one_to_one_init" in kinds:
+        sub["init"] = kinds["one_to_one_init"]
+    columns = {**_interval(sub["same_layer"][key], confidence)}
+    columns.update(_chance_columns(sub, "same_layer", key, confidence, None, np.nan))  # no one-to-one effect_size
+    return {column: columns[column.removeprefix("one_to_one_")] for column in ONE_TO_ONE}
 
 
 def _off_diagonal_pairs(pair_values: np.ndarray) -> np.ndarray:
@@ -162,6 +200,7 @@ def head_interval_table(
         base = {"anchor_seed": np.asarray(seeds)[anchor], "layer": layer, "head": head}
         columns = _interval(kinds[scope]["head"], confidence)
         columns.update(_chance_columns(kinds, scope, "head", confidence, lambda d: (_off_diagonal_pairs(d), (1,)), eps))
+        columns.update(_one_to_one_columns(kinds, scope, "head", confidence))
         frames.append(_frame(base, columns, kinds[scope]["head"].shape[0], scope, promptset))
     return pd.concat(frames, ignore_index=True)[HEAD_INTERVAL_COLUMNS]
 
@@ -188,6 +227,7 @@ def layer_interval_table(
         columns.update(
             _chance_columns(per_anchor, scope, "layer", confidence, lambda d: (_off_diagonal_pairs(d), (1, 3)), eps)
         )
+        columns.update(_one_to_one_columns(per_anchor, scope, "layer", confidence))
         frames.append(_frame(base, columns, per_anchor[scope]["layer"].shape[0], scope, promptset))
     return pd.concat(frames, ignore_index=True)[LAYER_INTERVAL_COLUMNS]
 
@@ -206,6 +246,11 @@ def pooled_layer_table(kinds: StabilityReplicates, promptset: str, confidence: f
             return np.moveaxis(pairs, 1, 0).reshape(pairs.shape[1], -1), (1,)
 
         columns.update(_chance_columns(kinds, scope, "layer", confidence, reduce, eps))
+        one_to_one = kinds["one_to_one"]["layer_estimate"] if "one_to_one" in kinds else np.nan
+        columns["stability_one_to_one"] = np.broadcast_to(
+            one_to_one if scope == "same_layer" else np.nan, estimate.shape
+        )
+        columns.update(_one_to_one_columns(kinds, scope, "layer", confidence))
         frame = _frame(base, columns, kinds[scope]["layer"].shape[0], scope, promptset)
         frame["n_refits"] = n_seeds
         frames.append(frame)
@@ -240,6 +285,15 @@ def interval_tables(
     if init is not None and list(init.seeds) != seeds:
         raise ValueError(f"the step-0 prompt groups cover seeds {list(init.seeds)}, the trained refits {seeds}")
     resamples = draw_resamples(n_boot, len(seeds), n_groups, seed)
+    same_layer_blocks = np.moveaxis(np.diagonal(similarity, axis1=2, axis2=4), -1, 2)
+    # The observed assignment is the pair table's (solved on the pair-similarity tensor); the null's and
+    # step 0's are solved on their own full-data similarity, as their best matches are taken from it.
+    assignments = {
+        "one_to_one": one_to_one_assignment(same_layer_blocks),
+        "one_to_one_null": one_to_one_assignment(grouped.mean("null")),
+    }
+    if init is not None:
+        assignments["one_to_one_init"] = one_to_one_assignment(init.mean())
     kinds = replicates_by_kind(
         resamples,
         grouped.observed,
@@ -248,8 +302,8 @@ def interval_tables(
         cross_layer_best(similarity),
         init=None if init is None else init.observed,
         init_group_sizes=None if init is None else init.group_sizes,
+        assignments=assignments,
     )
-    same_layer_blocks = np.moveaxis(np.diagonal(similarity, axis1=2, axis2=4), -1, 2)
     expected = same_layer_blocks.max(axis=-1).astype(np.float64)
     # Both are float32 dot products of unit vectors over a prompt's lower-triangle entries: rounding
     # grows like sqrt(entries) ulps.
