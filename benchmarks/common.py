@@ -245,7 +245,7 @@ class TimedCalls:
     def __init__(self, module: Any, name: str) -> None:
         self.module, self.name, self.seconds, self.calls = module, name, 0.0, 0
 
-    def __enter__(self) -> "TimedCalls":
+    def __enter__(self) -> TimedCalls:
         original = self.original = getattr(self.module, self.name)
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:

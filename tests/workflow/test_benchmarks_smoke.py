@@ -99,9 +99,10 @@ def test_head_types_benchmark_times_the_probe_scores_beside_the_cache_stage():
     bench = pytest.importorskip("bench_head_types")
     result = bench.bench_head_types(architecture="l2_h8_attn", repeats=1, n_primary=2, n_sweep=1)
     assert result["head_types_seconds_per_refit"] > 0 and result["head_types_cache_seconds_per_refit"] > 0
-    assert result["head_types_vs_cache"] == result["head_types_seconds_per_refit"] / result[
-        "head_types_cache_seconds_per_refit"
-    ]
+    assert (
+        result["head_types_vs_cache"]
+        == result["head_types_seconds_per_refit"] / result["head_types_cache_seconds_per_refit"]
+    )
 
 
 def test_bootstrap_benchmark_times_the_one_to_one_part():
