@@ -311,7 +311,7 @@ def _flip_byte(path: Path, offset: int) -> None:
 
 def _verify(path: Path) -> tuple[int, str]:
     """`python -m headstab.provenance <path> --verify`, in this process: (exit status, output)."""
-    from headstab.provenance import main
+    from headstab.provenance.__main__ import main
 
     output = io.StringIO()
     with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):

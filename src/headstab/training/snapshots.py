@@ -81,7 +81,7 @@ def missing_snapshots(checkpoint_dir: str | Path, steps: Iterable[int], up_to: i
 def write_init_weights(spec: ArchitectureSpec, seed: int, path: str | Path) -> dict[str, Any]:
     """Refit `seed` of `spec` at step 0: `build_model(spec, seed)` (on the CPU, where it is bit-identical
     to the model training starts from) saved at `path` (a final.pt) with its meta.json; returns the record."""
-    from headstab.provenance import environment_record
+    from headstab.provenance.records import environment_record
     from headstab.refits.models import build_model, count_weight_matrix_params
 
     path = Path(path)
