@@ -158,8 +158,16 @@ def write_activation_cache(
     Written through a temporary file, `complete=True` last; returns the path.
     """
     set_attrs = set_attrs or {}
-    _check_arguments(token_sets, int(model.cfg.n_ctx), dtype, batch_size, compression_level, set_attrs, activation_sets,
-                     pattern_compression_level)  # fmt: skip
+    _check_arguments(
+        token_sets,
+        int(model.cfg.n_ctx),
+        dtype,
+        batch_size,
+        compression_level,
+        set_attrs,
+        activation_sets,
+        pattern_compression_level,
+    )
     full_sets = (
         [] if patterns_only else [name for name in token_sets if activation_sets is None or name in activation_sets]
     )
@@ -169,17 +177,31 @@ def write_activation_cache(
     padded = {name: pad_token_lists(lists, pad_token_id) for name, lists in token_sets.items()}
     n_batches = sum(-(-len(lengths) // batch_size) for _, lengths in padded.values())
     model.eval()
-    writer = _SetWriter(model, dtype, _filters(compression_level, checksum), _filters(None, checksum), extra, batch_size,
-                        patterns_only, pattern_filters=_filters(pattern_compression_level, checksum))  # fmt: skip
+    writer = _SetWriter(
+        model,
+        dtype,
+        _filters(compression_level, checksum),
+        _filters(None, checksum),
+        extra,
+        batch_size,
+        patterns_only,
+        pattern_filters=_filters(pattern_compression_level, checksum),
+    )
     file_attrs = {
-        **(attrs or {}), "prompt_sets": list(token_sets), "resid_hook": resid_hook, "extra_resid_hooks": extra,
-        "cache_dtype": dtype, "compression": _compression_attr(compression_level),
+        **(attrs or {}),
+        "prompt_sets": list(token_sets),
+        "resid_hook": resid_hook,
+        "extra_resid_hooks": extra,
+        "cache_dtype": dtype,
+        "compression": _compression_attr(compression_level),
         "pattern_compression": _compression_attr(pattern_compression_level),
-        "checksum": "fletcher32" if checksum else "none", "batch_size": batch_size, "pad_token_id": pad_token_id,
+        "checksum": "fletcher32" if checksum else "none",
+        "batch_size": batch_size,
+        "pad_token_id": pad_token_id,
         **({"patterns_only": True} if patterns_only else {}),
         **({} if patterns_only or activation_sets is None else {"activation_sets": full_sets}),
         **{key: int(getattr(model.cfg, key)) for key in ("n_layers", "n_heads", "d_model", "d_head", "n_ctx")},
-    }  # fmt: skip
+    }
     with (
         tqdm(total=n_batches, desc=f"cache {path.name}", unit="batch", disable=not show_progress) as progress,
         atomic_path(path) as tmp,
@@ -351,6 +373,13 @@ def cache_activations(
         "bos_token_id": -1 if tokenizer.bos_token_id is None else int(tokenizer.bos_token_id),
         "prepend_bos": bool(prepend_bos),
     }
-    return write_activation_cache(path, model, token_sets, pad_token_id=pad_token_id_of(tokenizer),
-                                  prompt_texts=prompt_sets, set_attrs=prompt_files, attrs={**identity, **(attrs or {})},
-                                  **options)  # fmt: skip
+    return write_activation_cache(
+        path,
+        model,
+        token_sets,
+        pad_token_id=pad_token_id_of(tokenizer),
+        prompt_texts=prompt_sets,
+        set_attrs=prompt_files,
+        attrs={**identity, **(attrs or {})},
+        **options,
+    )

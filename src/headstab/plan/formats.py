@@ -21,5 +21,6 @@ SIMILARITY_FORMAT = "headstab-pair-similarity"
 SIMILARITY_FORMAT_VERSION = 3
 
 GROUPED_FORMAT = "headstab-prompt-group-similarity"
-# 2: attrs_sha256 over every attribute.
-GROUPED_FORMAT_VERSION = 2
+# 3: head entropy (`entropy` [seed, layer, head]) and the optional content variant (content_observed,
+# content_null) beside attrs_sha256; 2: attrs_sha256 over every attribute.
+GROUPED_FORMAT_VERSION = 3

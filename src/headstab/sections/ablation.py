@@ -99,9 +99,16 @@ def ablation_table(
 
 
 CORRELATION_COLUMNS = [
-    "layer", "pearson_r", "p_value", "spearman_r", "spearman_p", "n_heads", "pooled_pearson_r", "pooled_spearman_r",
+    "layer",
+    "pearson_r",
+    "p_value",
+    "spearman_r",
+    "spearman_p",
+    "n_heads",
+    "pooled_pearson_r",
+    "pooled_spearman_r",
     "n_anchors",
-]  # fmt: skip
+]
 
 
 def _centred_within(values: pd.Series, anchors: pd.Series, ranks: bool) -> np.ndarray:
