@@ -8,6 +8,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from headstab.activations.reader import open_cache
+from headstab.plan.layout import file_kind
 from headstab.provenance.records import (
     ProvenanceNode,
     check_sha256,
@@ -15,6 +17,8 @@ from headstab.provenance.records import (
     read_in_full,
     read_record,
 )
+from headstab.similarity.pairs import read_pair_similarity
+from headstab.similarity.prompt_groups import read_grouped_similarity
 
 __all__ = ["as_dict", "format_chain", "trace", "walk"]
 
@@ -112,8 +116,6 @@ def _tokenizer_node(path: Path, verify: bool) -> ProvenanceNode:
 
 
 def _cache_node(path: Path, verify: bool) -> ProvenanceNode:
-    from headstab.activations.reader import open_cache
-
     node = ProvenanceNode(str(path), "activation cache")
     if (attrs := read_h5_attrs(path, node, verify)) is None:
         return node
@@ -137,10 +139,6 @@ def _cache_node(path: Path, verify: bool) -> ProvenanceNode:
 
 def _result_node(path: Path, verify: bool, expand_all: bool) -> ProvenanceNode:
     """A pair-similarity or prompt-group similarity file, and the caches it was computed from."""
-    from headstab.plan.layout import file_kind
-    from headstab.similarity.pairs import read_pair_similarity
-    from headstab.similarity.prompt_groups import read_grouped_similarity
-
     kind = file_kind(path) or "pair similarity"
     node = ProvenanceNode(str(path), kind)
     if (attrs := read_h5_attrs(path, node, verify)) is None:
@@ -192,8 +190,6 @@ def trace(path: str | Path, verify: bool = False, expand_all: bool = False) -> P
     every recorded sha256, checks every HDF5 file's attribute digests and reads it in full, which checks its
     fletcher32 checksums (slow for big files); otherwise hashes are only listed.
     """
-    from headstab.plan.layout import file_kind
-
     path = Path(path)
     kind = file_kind(path)
     if kind in ("checkpoint", "snapshot weights"):

@@ -19,6 +19,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import h5py
+
+from headstab.activations.errors import is_filter_failure
+from headstab.activations.h5util import attribute_digest_mismatches, decode_attr
 from headstab.fileio import read_json, sha256_file
 
 __all__ = [
@@ -133,10 +137,6 @@ def read_record(path: Path, node: ProvenanceNode, what: str) -> dict[str, Any] |
 def read_h5_attrs(path: Path, node: ProvenanceNode, verify: bool) -> dict[str, Any] | None:
     """The file attributes of an HDF5 file of the workflow (None, the node marked, when it is missing or
     unreadable); with `verify` also their digests (attrs_sha256)."""
-    import h5py
-
-    from headstab.activations.h5util import attribute_digest_mismatches, decode_attr
-
     if not path.exists():
         node.status = "missing"
         return None
@@ -154,8 +154,6 @@ def read_h5_attrs(path: Path, node: ProvenanceNode, verify: bool) -> dict[str, A
 
 def read_in_full(node: ProvenanceNode, read: Callable[[], Any]) -> None:
     """Run `read()`, a reader that checks the file's format and reads its datasets (their fletcher32 checksums)."""
-    from headstab.activations.errors import is_filter_failure
-
     try:
         read()
     except ValueError as error:  # CacheError, SimilarityFileError, GroupedSimilarityError

@@ -28,7 +28,9 @@ import pandas as pd
 from scipy import stats
 
 from headstab.plan.spec import ArchitectureSpec
-from headstab.statistics.resampling import partial_correlation
+from headstab.refits.models import load_trained_model
+from headstab.statistics.bootstrap import percentile_interval
+from headstab.statistics.resampling import mean_interval, partial_correlation
 from headstab.table_rows import pearson_or_nan, select_rows
 
 ATTENTION_MATRICES = ("W_Q", "W_K", "W_V", "W_O")
@@ -89,7 +91,6 @@ def to_numpy(value: Any) -> np.ndarray:
 def trained_state(spec: ArchitectureSpec, weights_path: str | Path, weight_processing: Sequence[str]) -> dict[str, Any]:
     """A refit's weights as every analysis sees them: `final.pt` checked and processed as the caches
     were (`headstab.refits.models.load_trained_model`), as CPU tensors."""
-    from headstab.refits.models import load_trained_model
 
     model = load_trained_model(spec, weights_path, "cpu", weight_processing=weight_processing)
     return {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
@@ -280,7 +281,6 @@ def weight_norm_summary(
     intervals: {n_boot, seed, confidence}: adds mean_pearson_r_ci_low/high, the bootstrap interval of the
     mean r with the anchors (refits) resampled (`headstab.statistics.resampling.mean_interval`).
     """
-    from headstab.statistics.resampling import mean_interval
 
     nan = float("nan")
     rows = []
@@ -337,7 +337,6 @@ def head_norm_partial_table(
     head_norms: HEAD_NORM_COLUMNS; head_stability: promptset, scope, anchor_seed, layer, head, stability,
     entropy (same-layer rows are read).
     """
-    from headstab.statistics.bootstrap import percentile_interval
 
     stab = select_rows(head_stability, "head stability", promptset=promptset, scope="same_layer")
     merged = head_norms[head_norms["matrix"].isin(matrices)].merge(

@@ -27,6 +27,7 @@ import numpy as np
 
 from headstab.activations.packing import n_lower_entries
 from headstab.activations.reader import check_consistent_shapes, is_filter_failure, open_cache
+from headstab.fileio import atomic_path
 from headstab.plan.formats import GROUPED_FORMAT, GROUPED_FORMAT_VERSION
 from headstab.sharpness import content_remainder, packed_row_entropy
 from headstab.similarity.pairs import finish_result_file, normalize_lower_features, open_result_file, rebuild_hint
@@ -255,8 +256,6 @@ def write_grouped_similarity(path: str | Path, grouped: GroupedSimilarity, attrs
     """Write `grouped` (fletcher32 checksums, one chunk per group) through a temporary file and a rename;
     the entropy and content arrays only when present."""
     import h5py
-
-    from headstab.fileio import atomic_path
 
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as handle:
         for name in ("observed", "null", *CONTENT):
