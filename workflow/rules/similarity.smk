@@ -11,9 +11,9 @@ rule pair_similarity:
     input:
         caches=by_arch("caches"),
     output:
-        **{promptset: similarity_path("{arch}", promptset) for promptset in PROMPT_SETS},
+        **{promptset: LAYOUT.similarity_path("{arch}", promptset) for promptset in PROMPT_SETS},
     log:
-        f"{RESULTS}/logs/similarity/{{arch}}.log",
+        LAYOUT.log("pair_similarity", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1
@@ -38,9 +38,9 @@ rule prompt_group_similarity:
     input:
         caches=by_arch("caches"),
     output:
-        **{promptset: grouped_similarity_path("{arch}", promptset) for promptset in PROMPT_SETS},
+        **{promptset: LAYOUT.grouped_similarity_path("{arch}", promptset) for promptset in PROMPT_SETS},
     log:
-        f"{RESULTS}/logs/prompt_group_similarity/{{arch}}.log",
+        LAYOUT.log("prompt_group_similarity", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1
@@ -67,6 +67,6 @@ use rule prompt_group_similarity as snapshot_prompt_group_similarity with:
             for promptset in PROMPT_SETS
         },
     log:
-        f"{RESULTS}/logs/prompt_group_similarity/{{arch}}/step{{step}}.log",
+        LAYOUT.log("snapshot_prompt_group_similarity", "{arch}", "step{step}"),
     params:
         content_promptsets=[],  # snapshots (step 0, training dynamics) need no content variant

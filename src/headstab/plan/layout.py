@@ -60,6 +60,10 @@ class Layout:
         entry = self._tokenizers[name]
         if entry["source"] == "local":
             return str(PurePath(entry["path"]) / "tokenizer_config.json")
+        return self.tokenizer_meta(name)
+
+    def tokenizer_meta(self, name: str) -> str:
+        """The record a fetched or trained tokenizer's rule writes last (name may be the wildcard "{tokenizer}")."""
         return f"{self.results}/tokenizers/{name}/meta.json"
 
     def prompt_check_record(self, tokenizer: str, n_ctx: int | str) -> str:
@@ -74,7 +78,14 @@ class Layout:
         return f"{self.corpus_dir(name)}/text.jsonl"
 
     def corpus_shards(self, name: str) -> list[str]:
-        return [f"{self.corpus_dir(name)}/shard_{i:03d}.npy" for i in range(self._corpora[name]["n_shards"])]
+        return [self.corpus_shard(name, f"{i:03d}") for i in range(self._corpora[name]["n_shards"])]
+
+    def corpus_shard(self, name: str, shard: str) -> str:
+        return f"{self.corpus_dir(name)}/shard_{shard}.npy"
+
+    def shard_record(self, name: str, shard: str) -> str:
+        """What tokenize_shard records beside a shard: its documents, tokens and sha256."""
+        return f"{self.corpus_dir(name)}/shard_{shard}.json"
 
     def corpus_meta(self, name: str) -> str:
         return f"{self.corpus_dir(name)}/meta.json"
@@ -88,11 +99,15 @@ class Layout:
         return f"{self.results}/{arch}/checkpoints/seed{seed}"
 
     def final_weights(self, arch: str, seed: int | str) -> str:
-        return f"{self.checkpoint_dir(arch, seed)}/final.pt"
+        return self.checkpoint_file(arch, seed, "final.pt")
+
+    def checkpoint_file(self, arch: str, seed: int | str, name: str) -> str:
+        """A refit's final.pt, meta.json or train_log.csv."""
+        return f"{self.checkpoint_dir(arch, seed)}/{name}"
 
     def train_outputs(self, arch: str, seeds: list[int]) -> list[str]:
         names = ("final.pt", "train_log.csv", "meta.json")
-        return [f"{self.checkpoint_dir(arch, seed)}/{name}" for seed in seeds for name in names]
+        return [self.checkpoint_file(arch, seed, name) for seed in seeds for name in names]
 
     def cache_path(self, arch: str, seed: int | str) -> str:
         return f"{self.results}/{arch}/caches/seed{seed}.h5"
@@ -139,6 +154,18 @@ class Layout:
     def report_configuration_path(self) -> str:
         return f"{self.results}/summary/configuration.yaml"
 
+    def report_tables_dir(self, arch: str) -> str:
+        """The report's table pages of one architecture, or of compare/ and summary/ for arch "summary"."""
+        return f"{self.results}/{arch}/report_tables"
+
+    def headline_dir(self) -> str:
+        """The headline's pages per statistic (rule headline_summary)."""
+        return f"{self.results}/summary/headline"
+
     def log(self, rule: str, *parts: str) -> str:
         """The log file of one job of `rule`, e.g. log("train", "{arch}", "seed{seed}") -> logs/train/{arch}/seed{seed}.log."""
         return "/".join([self.results, "logs", rule, *parts]) + ".log"
+
+    def benchmark(self, rule: str, *parts: str) -> str:
+        """The `benchmark:` file of one job of `rule` (wall time, memory), laid out as its log."""
+        return "/".join([self.results, "benchmarks", rule, *parts]) + ".tsv"
