@@ -31,7 +31,7 @@ Error in rule cache_activations:
     jobid: 7
     input: {r}/l2_h4/checkpoints/seed2/final.pt
     output: {r}/l2_h4/caches/seed2.h5
-    log: {r}/logs/cache/l2_h4/seed2.log (check log file(s) for error details)
+    log: {r}/logs/cache_activations/l2_h4/seed2.log (check log file(s) for error details)
     wildcards: arch=l2_h4, seed=2
 [Mon Nov 23 00:34:29 2026]
 Finished jobid: 15 (Rule: tokenize_shard)
@@ -50,7 +50,7 @@ def test_a_failure_record_gives_rule_time_wildcards_log_and_outputs():
         "Mon Nov 23 00:34:28 2026",
         "arch=l2_h4, seed=2",
     )
-    assert job.log == ["res/logs/cache/l2_h4/seed2.log"] and job.output == ["res/l2_h4/caches/seed2.h5"]
+    assert job.log == ["res/logs/cache_activations/l2_h4/seed2.log"] and job.output == ["res/l2_h4/caches/seed2.h5"]
 
 
 def test_failed_jobs_are_those_of_this_results_dir_whose_outputs_are_still_missing(tmp_path):
@@ -208,4 +208,6 @@ def test_status_of_a_tiny_run_stopped_by_a_failed_job(tiny_run, tmp_path):
         }
     )
     assert "failed jobs (outputs still missing): 1" in result.stdout
-    assert "pair_similarity at " in result.stdout and f"log {results}/logs/similarity/l2_h4_wd.log" in result.stdout
+    assert (
+        "pair_similarity at " in result.stdout and f"log {results}/logs/pair_similarity/l2_h4_wd.log" in result.stdout
+    )

@@ -109,8 +109,11 @@ def spec_differences(recorded: Any, expected: dict[str, Any]) -> list[str]:
         return [f"architecture {recorded!r} (config now a full architecture entry)"]
     expected = json.loads(json.dumps(expected))  # tuples as lists, as the record holds them
     keys = sorted((set(recorded) | set(expected)) - {"name", "seeds"})
-    return [f"{key} {recorded.get(key)!r} (config now {expected.get(key)!r})" for key in keys
-            if recorded.get(key) != expected.get(key)]  # fmt: skip
+    return [
+        f"{key} {recorded.get(key)!r} (config now {expected.get(key)!r})"
+        for key in keys
+        if recorded.get(key) != expected.get(key)
+    ]
 
 
 def refit_state(checkpoint: Path, seed: int | str, expected: dict[str, Any], verify: bool = True) -> tuple[str, str]:

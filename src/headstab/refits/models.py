@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from headstab.fileio import save_torch_atomic, sha256_file
+from headstab.plan.layout import writer_rule
 from headstab.plan.spec import ArchitectureSpec, ConfigError
 from headstab.refits.hub_models import load_family_model
 from headstab.refits.weight_processing import process_weights
@@ -52,7 +53,6 @@ def weights_rule(weights_path: str | Path) -> str:
     else by its meta.json: fetch_published (a published refit), fetch_family (a hub family's),
     reuse_paper_refit (a seed grid's copy of a paper refit) or train; without a readable meta.json
     'train' with the fetching rules named beside it."""
-    from headstab.plan.layout import writer_rule
 
     weights_path = Path(weights_path)
     rule = writer_rule(weights_path)
