@@ -29,7 +29,7 @@ rule check_prompts:
     output:
         record=LAYOUT.prompt_check_record("{tokenizer}", "{n_ctx}"),
     log:
-        f"{RESULTS}/logs/check_prompts/{{tokenizer}}/n_ctx{{n_ctx}}.log",
+        LAYOUT.log("check_prompts", "{tokenizer}", "n_ctx{n_ctx}"),
     wildcard_constraints:
         n_ctx=r"\d+",
     localrule: True
@@ -60,7 +60,7 @@ rule train:
     log:
         LAYOUT.log("train", "{arch}", "{block}"),
     benchmark:
-        f"{RESULTS}/benchmarks/train/{{arch}}/{{block}}.tsv"
+        LAYOUT.benchmark("train", "{arch}", "{block}")
     wildcard_constraints:
         arch=jobs.names_regex(TRAINED_ARCHITECTURES),  # published refits: rule fetch_published (published.smk)
     conda:
@@ -88,9 +88,9 @@ rule publish_refit:
     input:
         record=refit_train_record,
     output:
-        weights=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/final.pt",
-        train_log=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/train_log.csv",
-        meta=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/meta.json",
+        weights=LAYOUT.final_weights("{arch}", "{seed}"),
+        train_log=LAYOUT.checkpoint_file("{arch}", "{seed}", "train_log.csv"),
+        meta=LAYOUT.checkpoint_file("{arch}", "{seed}", "meta.json"),
     log:
         LAYOUT.log("publish_refit", "{arch}", "seed{seed}"),
     wildcard_constraints:

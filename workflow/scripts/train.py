@@ -41,5 +41,11 @@ def main():
     write_json_atomic(snakemake.output.record, record)
 
 
-# Appending: a resumed job keeps the history of the run it continues.
-run_job(main, "train", snakemake.log[0], append=True, label=f"{snakemake.wildcards.arch} {snakemake.wildcards.block}")
+# Appending: a resumed job keeps the history of the run it continues. snakemake.rule: also train_seed_grid.
+run_job(
+    main,
+    snakemake.rule,
+    snakemake.log[0],
+    append=True,
+    label=f"{snakemake.wildcards.arch} {snakemake.wildcards.block}",
+)

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from headstab.plan.spec import ArchitectureSpec
-from headstab.provenance import environment_record
+from headstab.provenance.records import environment_record
 from headstab.refits.models import resolve_device
 from headstab.training.checkpoint import save_state
 from headstab.training.errors import DivergenceError, NonFiniteLossError, TrainingError

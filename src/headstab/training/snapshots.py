@@ -21,7 +21,7 @@ from typing import Any
 
 from headstab.fileio import atomic_path, save_torch_atomic, sha256_file, write_json_atomic
 from headstab.plan.spec import ArchitectureSpec
-from headstab.provenance import environment_record
+from headstab.provenance.records import environment_record
 from headstab.refits.models import WEIGHT_MATRIX_KEY
 from headstab.training.initial_weights import initial_state_dict
 
