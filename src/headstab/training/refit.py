@@ -23,6 +23,7 @@ from headstab.fileio import atomic_path, save_torch_atomic, sha256_file, write_j
 from headstab.plan.seed_design import training_seeds
 from headstab.plan.spec import ArchitectureSpec
 from headstab.refits.models import WEIGHT_MATRIX_KEY
+from headstab.refits.tokenizer import tokenizer_identity
 from headstab.training.checkpoint import load_latest_state, prune_states, resume_identity, why_not_resumable
 from headstab.training.data import TokenWindows, check_training_vocabulary, training_steps, window_order
 from headstab.training.errors import TrainingError
@@ -53,8 +54,6 @@ def open_corpus(spec: ArchitectureSpec, data: TrainingData) -> Corpus:
     corpus_label = f"'{spec.corpus}' ({data.corpus_meta_path or ', '.join(map(str, shards))})"
     tokenizer_info = None
     if data.tokenizer_dir is not None:
-        from headstab.refits.tokenizer import tokenizer_identity
-
         tokenizer_info = tokenizer_identity(data.tokenizer_dir)
     windows = TokenWindows.open(shards, spec.seq_len)
     tokenizer_size = tokenizer_info["vocab_size"] if tokenizer_info else None
