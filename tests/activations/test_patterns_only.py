@@ -46,8 +46,13 @@ def test_reading_another_hook_of_a_patterns_only_cache_names_file_and_fix(patter
 def residual_path(tmp_path_factory, model, token_sets):
     """A step-0 snapshot's cache: hook_pattern of every set, plus the residual hooks of primary alone."""
     path = tmp_path_factory.mktemp("residual") / "seed1.h5"
-    options = CacheOptions(batch_size=3, residual_only=True, activation_sets=["primary"],
-                           extra_resid_hooks=("hook_resid_pre",), show_progress=False)  # fmt: skip
+    options = CacheOptions(
+        batch_size=3,
+        residual_only=True,
+        activation_sets=["primary"],
+        extra_resid_hooks=("hook_resid_pre",),
+        show_progress=False,
+    )
     write_activation_cache(path, model, token_sets, pad_token_id=0, options=options)
     return path
 
@@ -69,8 +74,10 @@ def test_a_residual_only_cache_holds_the_patterns_and_the_residual_hooks_of_its_
 
 def test_reading_hook_z_of_a_residual_only_cache_names_file_and_fix(residual_path):
     with open_cache(residual_path) as cache:
-        with pytest.raises(CacheError, match=r"seed1.h5 stores hook_pattern and the residual hooks of /primary .*no "
-                                             r"hook_z; .*cache_activations"):  # fmt: skip
+        message = (
+            r"seed1.h5 stores hook_pattern and the residual hooks of /primary .*no /primary/hook_z; .*cache_activations"
+        )
+        with pytest.raises(CacheError, match=message):
             cache.hook_z("primary", layer=0)
         with pytest.raises(CacheError, match=r"/len5"):
             cache.resid("len5", "hook_resid_mid")
@@ -79,3 +86,19 @@ def test_reading_hook_z_of_a_residual_only_cache_names_file_and_fix(residual_pat
 def test_a_cache_cannot_be_patterns_only_and_residual_only():
     with pytest.raises(ValueError, match="patterns_only or residual_only, not both"):
         CacheOptions(patterns_only=True, residual_only=True)
+
+
+def test_a_damaged_snapshot_cache_names_the_rule_that_writes_it(patterns_path, tmp_path):
+    for where, rule in (
+        ("l2_h4/snapshots/step0/caches", "cache_snapshot_activations"),
+        ("l2_h4/caches", "cache_activations"),
+    ):
+        truncated = tmp_path / where / "seed1.h5"
+        truncated.parent.mkdir(parents=True)
+        truncated.write_bytes(patterns_path.read_bytes()[: patterns_path.stat().st_size // 2])
+        with pytest.raises(CacheError) as error:
+            open_cache(truncated)
+        assert str(error.value).endswith(
+            f"rebuild it with `rm -f {truncated} && snakemake {truncated}` (rule {rule}; with the --configfile/--profile "
+            "of the run that made it)"
+        )

@@ -24,7 +24,9 @@ from headstab.plan.jobs import (
     network_targets,
     paper_twins,
     prompt_checks,
+    tokenizer_jobs,
     tokenizer_training_entry,
+    trained_refits,
     twin_diagonal,
 )
 from headstab.plan.layout import Layout
@@ -91,6 +93,24 @@ def test_tokenizer_training_ignores_the_keys_that_only_shape_the_shards(demo):
     assert tokenizer_training_entry(changed, layout, name) == before
     changed["corpora"][corpus]["seed"] = demo["corpora"][corpus]["seed"] + 1
     assert tokenizer_training_entry(changed, layout, name) != before
+
+
+def test_tokenizer_jobs_name_each_tokenizers_files_and_what_a_trained_one_trains_on(demo, paper):
+    for config in (demo, paper):
+        layout, table = Layout(config), tokenizer_jobs(config, Layout(config))
+        assert table.keys() == config["tokenizers"].keys()
+        for name, entry in config["tokenizers"].items():
+            jobs = table[name]
+            assert (jobs["dir"], jobs["target"]) == (layout.tokenizer_dir(name), layout.tokenizer_target(name))
+            if entry["source"] == "train":
+                assert jobs["training_inputs"] == corpus_source_inputs(config, layout, entry["corpus"])
+                assert jobs["training_corpus"] == tokenizer_training_entry(config, layout, name)
+            else:
+                assert (jobs["training_inputs"], jobs["training_corpus"]) == ([], {})
+    assert tokenizer_jobs(demo, Layout(demo))["demo_bpe"]["training_inputs"] == [
+        Layout(demo).synthetic_text("synthetic")
+    ]
+    assert any(entry["source"] != "train" for entry in paper["tokenizers"].values())
 
 
 def test_hub_corpora_have_no_input_files_and_local_ones_their_path(paper):
@@ -230,3 +250,12 @@ def test_a_seed_grid_whose_training_model_data_or_tokenizer_differs_has_no_twin(
     assert paper_twins(specs, ["grid"]) == {"grid": "paper"}
     specs["grid"] = tiny_spec(name="grid", seeds=("1-1", "1-2"), **differs)
     assert paper_twins(specs, ["grid"]) == {}
+
+
+def test_trained_refits_leave_out_only_the_grid_diagonal_its_twin_trains(demo):
+    specs = {arch: architecture_spec(demo, arch) for arch in selected_architectures(demo)}
+    trained = trained_refits(specs, paper_twins(specs, ["l2_h8_grid"]))
+    assert trained["l2_h8"] == [1, 2, 3, 4]
+    # 1-1, 2-2, 3-3 are l2_h8's 1, 2, 3; their one-ulp twins train
+    assert trained["l2_h8_grid"] == ["1-2", "1-3", "2-1", "2-3", "3-1", "3-2", "1-1-ulp", "2-2-ulp", "3-3-ulp"]
+    assert trained_refits(specs, {})["l2_h8_grid"] == list(specs["l2_h8_grid"].seeds)

@@ -7,11 +7,14 @@ import pytest
 import torch
 
 from headstab.plan.seed_design import (
+    BLOCK_WILDCARD,
     SEED_WILDCARD,
     SHARED_DATA_SEED,
+    block_name,
     grid_refits,
     refit_name,
     refit_seeds,
+    train_blocks,
     training_seeds,
     ulp_perturbed,
     unperturbed,
@@ -69,6 +72,9 @@ def test_a_cells_one_ulp_twin_has_its_seeds_and_its_own_name():
     for name in ("7", "2-3", "2-3-ulp"):
         assert re.fullmatch(SEED_WILDCARD, name)
     assert not re.fullmatch(SEED_WILDCARD, "7-ulp")
+    # a twin trains in a block beside its cell
+    assert train_blocks(["1-1", "1-1-ulp"], 4) == {"seeds1-1_1-1-ulp": ["1-1", "1-1-ulp"]}
+    assert re.fullmatch(BLOCK_WILDCARD, "seeds1-1_1-1-ulp") and not re.fullmatch(BLOCK_WILDCARD, "seeds1-ulp")
 
 
 def test_a_one_ulp_twin_trains_with_its_cells_seeds_and_cannot_share_a_data_order():
@@ -82,3 +88,16 @@ def test_a_one_ulp_twin_trains_with_its_cells_seeds_and_cannot_share_a_data_orde
 def test_a_twin_of_a_cell_outside_the_grid_is_refused():
     with pytest.raises(ValueError, match=r"ulp_twins \['5-5'\] are not cells of the grid"):
         grid_refits([1, 2], [1, 2], ulp_twins=["1-1", "5-5"])
+
+
+def test_train_blocks_cut_the_refits_in_order_and_name_each_block_by_its_refits():
+    assert train_blocks([1, 2, 3, 4, 5], 2) == {"seeds1_2": [1, 2], "seeds3_4": [3, 4], "seeds5": [5]}
+    assert train_blocks([1, 2, 3], 1) == {"seeds1": [1], "seeds2": [2], "seeds3": [3]}
+    assert train_blocks([7, 8], 10) == {"seeds7_8": [7, 8]}
+    assert train_blocks(["1-2", "1-3", "2-1"], 2) == {"seeds1-2_1-3": ["1-2", "1-3"], "seeds2-1": ["2-1"]}
+    assert all(
+        re.fullmatch(BLOCK_WILDCARD, name) for name in ("seeds1", "seeds1_2_3", "seeds1-2_10-3", block_name([5]))
+    )
+    assert not any(re.fullmatch(BLOCK_WILDCARD, name) for name in ("seeds", "seeds1_", "seeds1__2", "seed1", "1_2"))
+    with pytest.raises(ValueError, match="seeds_per_job must be at least 1, not 0"):
+        train_blocks([1], 0)

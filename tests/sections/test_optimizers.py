@@ -2,8 +2,6 @@
 
 import logging
 import math
-import sys
-import types
 
 import numpy as np
 import pandas as pd
@@ -12,6 +10,7 @@ import scipy.stats
 import torch
 from helpers.tolerances import reduction_atol, reduction_rtol
 
+import headstab.sections.optimizers as optimizers
 from headstab.sections.optimizers import (
     ACTIVATION_NORM_COLUMNS,
     PERPLEXITY_COLUMNS,
@@ -121,10 +120,8 @@ def test_activation_norm_table_reads_each_refits_weights_and_cache_in_seed_order
             hook_z=rng.normal(size=(2, 2, 4, 2, 8)).astype(np.float32),
             resid={"hook_resid_mid": rng.normal(size=(2, 2, 4, 16)).astype(np.float32)},
         )
-    reader = types.ModuleType("headstab.activations.reader")
-    reader.open_cache = lambda path: caches[str(path)]
-    monkeypatch.setitem(sys.modules, "headstab.activations", types.ModuleType("headstab.activations"))
-    monkeypatch.setitem(sys.modules, "headstab.activations.reader", reader)
+    # the section imports open_cache at its top: its own name is the one to serve the fake caches through
+    monkeypatch.setattr(optimizers, "open_cache", lambda path: caches[str(path)])
     refits = {seed: (tmp_path / f"seed{seed}.pt", tmp_path / f"seed{seed}.h5") for seed in (2, 1)}
     table = activation_norm_table(spec, refits, "primary", ())
     assert list(table.columns) == ACTIVATION_NORM_COLUMNS and table.index.tolist() == list(range(8))
@@ -310,12 +307,9 @@ def test_refit_rows_are_perplexities():
 
 
 def test_validation_perplexity_passes_device_batch_size_and_processing_and_logs(monkeypatch, caplog):
-    import headstab.refits.models
-    import headstab.sections.optimizers as optimizers
-
     calls = []
     monkeypatch.setattr(
-        headstab.refits.models, "load_trained_model", lambda *args, **kwargs: calls.append((args, kwargs)) or "model"
+        optimizers, "load_trained_model", lambda *args, **kwargs: calls.append((args, kwargs)) or "model"
     )
 
     def summed(model, windows, lengths, batch_size=16):

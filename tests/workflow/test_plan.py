@@ -7,6 +7,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -27,17 +28,20 @@ def _dry_run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     )
 
 
-def test_full_paper_plans_1210_train_jobs():
+def test_full_paper_plans_its_1210_refits_in_train_jobs_of_5():
     result = _dry_run("--configfile", "config/config.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout + result.stderr)
-    assert counts.get("train") == 24 * 50 + 2 * 5, counts
+    # 24 architectures x 50 seeds in blocks of 5, gpt2 and gpt2_wd's 5 seeds in one; the seed grid's 20 refits
+    # beyond its diagonal (l2_h8's) in 4 blocks.
+    assert counts.get("train") == 24 * 10 + 2 and counts.get("train_seed_grid") == 4, counts
+    assert counts.get("publish_refit") == 24 * 50 + 2 * 5 + 20 and counts.get("reuse_paper_refit") == 5, counts
 
 
 def test_default_config_is_the_full_paper():
     result = _dry_run()
     assert result.returncode == 0, result.stderr[-3000:]
-    assert job_counts(result.stdout + result.stderr).get("train") == 1210
+    assert job_counts(result.stdout + result.stderr).get("publish_refit") == 1210 + 20
 
 
 def test_one_architecture_with_a_seed_override(tmp_path):
@@ -47,7 +51,8 @@ def test_one_architecture_with_a_seed_override(tmp_path):
     path.write_text(yaml.safe_dump(config))
     result = _dry_run("--configfile", str(path))
     assert result.returncode == 0, result.stderr[-3000:]
-    assert job_counts(result.stdout + result.stderr).get("train") == 3
+    counts = job_counts(result.stdout + result.stderr)
+    assert counts.get("train") == 1 and counts.get("publish_refit") == 3, counts  # one block of the 3 seeds
 
 
 def _failing_run(tmp_path: Path, mutate) -> str:
@@ -120,6 +125,46 @@ def test_gpu_rules_are_exactly_the_rules_that_declare_a_gpu():
     assert "GPU_RULES" in (REPO / "slurm/config.yaml").read_text()
 
 
+def test_a_script_that_runs_several_rules_names_the_rule_of_its_job():
+    """A script shared through `use rule X as Y` reports failures under its job's rule (snakemake.rule), so a
+    snapshot's cache job does not say cache_activations."""
+    rules = {}
+    for path in (REPO / "workflow/rules").glob("*.smk"):
+        rules.update(_rule_blocks(path.read_text()))
+    shared = set()
+    for path in (REPO / "workflow/rules").glob("*.smk"):
+        shared |= {parent for parent, _ in re.findall(r"^use rule (\w+) as (\w+)", path.read_text(), re.M)}
+    assert shared >= {"cache_activations", "prompt_group_similarity", "train"}
+    for parent in shared:
+        script = re.search(r'^    script:\n        "\.\./scripts/(\w+\.py)"', rules[parent], re.M).group(1)
+        source = (REPO / "workflow/scripts" / script).read_text()
+        assert re.search(r"run_job\(\s*main,\s*snakemake\.rule,", source), f"{script} names a fixed rule in run_job"
+
+
+def test_every_rule_writing_an_hdf5_file_carries_its_format_version():
+    """A format bump changes these params, so Snakemake rebuilds files older code wrote (headstab.plan.formats)."""
+    rules = {}
+    for path in (REPO / "workflow/rules").glob("*.smk"):
+        rules.update(_rule_blocks(path.read_text()))
+    versions = {
+        "cache_activations": "CACHE_FORMAT_VERSION",  # and cache_snapshot_activations, which uses it
+        "pair_similarity": "SIMILARITY_FORMAT_VERSION",
+        "prompt_group_similarity": "GROUPED_FORMAT_VERSION",  # and snapshot_prompt_group_similarity
+    }
+    for rule, constant in versions.items():
+        assert re.search(rf"^        format_version={constant},$", rules[rule], re.M), rule
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_demo_writes_the_report_under_a_temporary_name_and_renames_it():
+    """Snakemake writes --report in place: a killed call must not leave a report.html that looks whole."""
+    result = subprocess.run(["make", "-n", "demo", "STAMP="], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    written = re.search(r"--report (\S+)", result.stdout).group(1)
+    assert written != "results/demo/report.html" and written.endswith(".html")  # Snakemake wants .html or .zip
+    assert result.stdout.index(f"mv -f {written} results/demo/report.html") > result.stdout.index("--report")
+
+
 def _plan(*args: str) -> subprocess.CompletedProcess:
     """`snakemake -n <args>` at the repository root, every job printed with its wildcards and resources."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -146,7 +191,9 @@ def test_the_readmes_run_selection_command_plans_2_architectures_x_3_seeds():
     result = _plan(*shlex.split(documented.group(1)))
     assert result.returncode == 0, result.stderr[-3000:]
     trained = sorted(wildcards for rule, wildcards, _ in _jobs(result.stdout) if rule == "train")
-    assert trained == sorted(f"arch={arch}, seed={seed}" for arch in ("l4_h8", "l4_h8_wd") for seed in (1, 2, 3))
+    assert trained == [f"arch={arch}, block=seeds1_2_3" for arch in ("l4_h8", "l4_h8_wd")]
+    published = sorted(wildcards for rule, wildcards, _ in _jobs(result.stdout) if rule == "publish_refit")
+    assert published == sorted(f"arch={arch}, seed={seed}" for arch in ("l4_h8", "l4_h8_wd") for seed in (1, 2, 3))
 
 
 def test_a_results_dir_that_climbs_out_of_the_working_directory_fails_at_parse_time():
@@ -171,7 +218,8 @@ def test_results_dir_below_a_file_fails_at_parse_time_naming_key_path_and_file()
 
 
 def test_train_runtime_is_planned_from_the_config_alone(tmp_path):
-    """One epoch of C4's expected_tokens at the l2 throughput; a corpus meta.json in results_dir is not read."""
+    """One epoch of C4's expected_tokens per refit, a job's seeds_per_job refits at l2_h8's throughput; a corpus
+    meta.json in results_dir is not read."""
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     results = tmp_path / "results"
     (results / "data/c4_code_2b").mkdir(parents=True)
@@ -185,9 +233,8 @@ def test_train_runtime_is_planned_from_the_config_alone(tmp_path):
     }
     compute = config["compute"]
     tokens = config["corpora"]["c4_code_2b"]["expected_tokens"]
-    assert runtimes == {
-        str(math.ceil(compute["runtime_margin"] * tokens / compute["train_tokens_per_second"]["l2"] / 60) + 10)
-    }
+    k, rate = config["training"]["seeds_per_job"], compute["train_tokens_per_second"]["l2_h8"]
+    assert runtimes == {str(math.ceil(compute["runtime_margin"] * k * tokens / rate / 60) + 10)}
 
 
 def test_network_inputs_plans_exactly_the_jobs_that_download():
@@ -249,7 +296,7 @@ def test_a_second_worktree_plans_in_its_own_directory(tmp_path):
     try:
         result = _dry_run(cwd=worktree)
         assert result.returncode == 0, result.stderr[-3000:]
-        assert job_counts(result.stdout + result.stderr).get("train") == 1210
+        assert job_counts(result.stdout + result.stderr).get("publish_refit") == 1210 + 20
         assert (worktree / ".snakemake").is_dir()
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, capture_output=True)

@@ -104,8 +104,9 @@ def test_demo_plans_one_job_per_section_rule_and_architecture_and_one_comparison
         )
     ] == [1] * 6
     # the 3 x 3 seed grid of l2_h8: its diagonal copied from l2_h8, six refits and the diagonal's three one-ulp
-    # twins trained, one decomposition
-    assert counts.get("reuse_paper_refit") == 3 and counts.get("train_seed_grid") == 6 + 3
+    # twins trained in blocks of training.seeds_per_job = 4 (three train jobs), one decomposition
+    assert counts.get("reuse_paper_refit") == 3 and counts.get("train_seed_grid") == 3
+    assert counts.get("publish_refit") == 32 + 6 + 3
     assert counts.get("seed_grid") == 1
     # the demo's held-out text is its synthetic_heldout corpus, not wikitext
     assert "heldout_wikitext" not in counts

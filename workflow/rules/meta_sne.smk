@@ -8,10 +8,10 @@
 from headstab.plan.resources import meta_sne_mem_mb
 
 META_SNE_REFITS = [[arch, seed] for arch in ARCHITECTURES for seed in SEEDS[arch]]
-META_SNE_CACHES = [cache_path(arch, seed) for arch, seed in META_SNE_REFITS]
+META_SNE_CACHES = [LAYOUT.cache_path(arch, seed) for arch, seed in META_SNE_REFITS]
 META_SNE_TARGETS = (
-    [summary_table_path(name) for name in ("meta_sne", "meta_sne_scale_normalised", "meta_sne_mantel")]
-    + [summary_figure_path(name) for name in ("meta_sne", "meta_sne_scale_normalised")]
+    [LAYOUT.summary_table_path(name) for name in ("meta_sne", "meta_sne_scale_normalised", "meta_sne_mantel")]
+    + [LAYOUT.summary_figure_path(name) for name in ("meta_sne", "meta_sne_scale_normalised")]
     if ARCHITECTURES
     else []
 )
@@ -21,6 +21,8 @@ META_SNE_MEM_MB = meta_sne_mem_mb(
     200,
     config["analysis"]["meta_sne_mantel_max_heads"],
 )
+
+add_outputs(shared=META_SNE_TARGETS)
 
 
 rule meta_sne:
@@ -33,23 +35,23 @@ rule meta_sne:
     input:
         caches=META_SNE_CACHES,
     output:
-        table=summary_table_path("meta_sne"),
+        table=LAYOUT.summary_table_path("meta_sne"),
         figure=report(
-            summary_figure_path("meta_sne"),
+            LAYOUT.summary_figure_path("meta_sne"),
             caption="../report/meta_sne.rst",
             category="Across architectures",
             subcategory="meta-SNE (§4.9)",
         ),
-        normalised_table=summary_table_path("meta_sne_scale_normalised"),
+        normalised_table=LAYOUT.summary_table_path("meta_sne_scale_normalised"),
         normalised_figure=report(
-            summary_figure_path("meta_sne_scale_normalised"),
+            LAYOUT.summary_figure_path("meta_sne_scale_normalised"),
             caption="../report/meta_sne_scale_normalised.rst",
             category="Across architectures",
             subcategory="meta-SNE (§4.9)",
         ),
-        mantel=summary_table_path("meta_sne_mantel"),
+        mantel=LAYOUT.summary_table_path("meta_sne_mantel"),
     log:
-        f"{RESULTS}/logs/meta_sne/summary.log",
+        LAYOUT.log("meta_sne", "summary"),
     conda:
         CONDA_ENV
     threads: 1

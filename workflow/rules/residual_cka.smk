@@ -8,9 +8,9 @@ from headstab.plan.resources import residual_cka_mem_mb
 
 RESIDUAL_CKA_TARGETS = {
     arch: [
-        table_path(arch, "residual_cka"),
-        table_path(arch, "residual_cka_layers"),
-        figure_path(arch, "residual_stream"),
+        LAYOUT.table_path(arch, "residual_cka"),
+        LAYOUT.table_path(arch, "residual_cka_layers"),
+        LAYOUT.figure_path(arch, "residual_stream"),
     ]
     for arch in ARCHITECTURES
 }
@@ -18,6 +18,18 @@ RESIDUAL_CKA_MEM_MB = {
     arch: residual_cka_mem_mb(SPECS[arch], len(SEEDS[arch]), config["analysis"]["cka_max_tokens"])
     for arch in ARCHITECTURES
 }
+# The refits' step-0 caches, for init_cka, the chance level: when statistics.init_baseline and we trained them
+# (our seed does not rebuild a fetched refit's initialisation).
+RESIDUAL_CKA_INIT_CACHES = {
+    arch: (
+        [LAYOUT.snapshot_cache_path(arch, 0, seed) for seed in SEEDS[arch]]
+        if STATISTICS["init_baseline"] and SOURCES[arch].trained
+        else []
+    )
+    for arch in ARCHITECTURES
+}
+
+add_outputs(RESIDUAL_CKA_TARGETS)
 
 
 rule residual_cka:
@@ -30,19 +42,19 @@ rule residual_cka:
     level."""
     input:
         caches=by_arch("caches"),
-        init_caches=by_arch("init_caches"),  # step 0: init_cka, the chance level (none for a fetched refit)
-        layer_stability=table_path("{arch}", "layer_stability"),
+        init_caches=jobs.WildcardLookup(RESIDUAL_CKA_INIT_CACHES, "arch"),  # step 0: init_cka
+        layer_stability=LAYOUT.table_path("{arch}", "layer_stability"),
     output:
-        table=table_path("{arch}", "residual_cka"),
-        layers=table_path("{arch}", "residual_cka_layers"),
+        table=LAYOUT.table_path("{arch}", "residual_cka"),
+        layers=LAYOUT.table_path("{arch}", "residual_cka_layers"),
         figure=report(
-            figure_path("{arch}", "residual_stream"),
+            LAYOUT.figure_path("{arch}", "residual_stream"),
             caption="../report/residual_stream.rst",
             category="{arch}",
             subcategory="Residual stream (§4.7)",
         ),
     log:
-        f"{RESULTS}/logs/residual_cka/{{arch}}.log",
+        LAYOUT.log("residual_cka", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1

@@ -2,32 +2,23 @@
 # baseline (statistics.init_baseline) and the stability along training (snapshot_steps; docs/operations.md).
 #
 #   init_weights                {RESULTS}/{arch}/snapshots/step0/weights/seed{seed}/final.pt, meta.json
-#                               (build_model(spec, seed): the model train starts from; no training)
+#                               (the weights train starts from, rebuilt from the seed; no training)
 #   snapshot_weights            {RESULTS}/{arch}/snapshots/step{step}/weights/seed{seed}/final.pt, meta.json
-#                               (step > 0: the weights train kept at that step, in its checkpoint directory)
+#                               (step > 0: the weights train kept at that step, in the refit's training/)
 #   cache_snapshot_activations  {RESULTS}/{arch}/snapshots/step{step}/caches/seed{seed}.h5 (hook_pattern; at
 #                               step 0 also the residual hooks of residual CKA's prompt sets, for its chance level)
 #
 # Library: headstab.training.snapshots, headstab.training (snapshot_steps), headstab.activations.writer (patterns_only).
 
-# The model of each architecture without the keys that only shape training (snapshot steps, data order):
-# changing them retrains (train's spec holds them), but leaves the step-0 weights and every snapshot's cache
-# params as they were. A snapshot's cache runs the model as the final caches do (analysis.act_fn).
-TRAINING_ONLY = ("snapshot_steps", "data_order")
-MODEL_SPECS = {
-    arch: {key: value for key, value in ARCH[arch]["job_spec"].items() if key not in TRAINING_ONLY}
-    for arch in ARCHITECTURES
-}
 SNAPSHOT_CACHE_SPECS = {
     arch: {key: value for key, value in ARCH[arch]["cache_spec"].items() if key not in TRAINING_ONLY}
     for arch in ARCHITECTURES
 }
-by_model_spec = partial(jobs.WildcardLookup, MODEL_SPECS, "arch")
 by_snapshot_cache_spec = partial(jobs.WildcardLookup, SNAPSHOT_CACHE_SPECS, "arch")
 
 
 rule init_weights:
-    """Refit {seed} of {arch} at step 0, rebuilt from the seed exactly as train_refit starts (no training).
+    """Refit {seed} of {arch} at step 0, rebuilt from the seed exactly as training starts (no training).
     Waits, like train, for the check that every prompt set fits n_ctx."""
     input:
         prompt_check=by_arch("train_inputs", "prompt_check"),
@@ -50,9 +41,9 @@ rule init_weights:
 
 rule snapshot_weights:
     """The weights refit {seed} of {arch} had after training step {step}: kept by train (snapshot_steps) in
-    its checkpoint directory, published here with their meta.json (a hard link where possible)."""
+    the refit's training/, published here with their meta.json (a hard link where possible)."""
     input:
-        weights=final_weights("{arch}", "{seed}"),
+        weights=LAYOUT.final_weights("{arch}", "{seed}"),
     output:
         weights=LAYOUT.snapshot_weights("{arch}", "{step}", "{seed}"),
         meta=str(Path(LAYOUT.snapshot_weights("{arch}", "{step}", "{seed}")).with_name("meta.json")),
@@ -67,6 +58,8 @@ rule snapshot_weights:
     resources:
         mem_mb=500,
         runtime=10,
+    params:
+        training=refit_training_dir,
     script:
         "../scripts/snapshot_weights.py"
 
@@ -79,9 +72,9 @@ use rule cache_activations as cache_snapshot_activations with:
     output:
         LAYOUT.snapshot_cache_path("{arch}", "{step}", "{seed}"),
     log:
-        LAYOUT.log("cache", "{arch}", "step{step}", "seed{seed}"),
+        LAYOUT.log("cache_snapshot_activations", "{arch}", "step{step}", "seed{seed}"),
     benchmark:
-        f"{RESULTS}/benchmarks/cache/{{arch}}/step{{step}}/seed{{seed}}.tsv"
+        LAYOUT.benchmark("cache_snapshot_activations", "{arch}", "step{step}", "seed{seed}")
     wildcard_constraints:
         step=r"\d+",
     params:

@@ -28,6 +28,7 @@ from headstab.activations.capture import (
     stored_hooks,
     tokenize_prompts,
 )
+from headstab.activations.h5util import seal
 from headstab.activations.options import CacheOptions
 from headstab.activations.packing import lower_triangle_index, lower_triangle_offsets
 from headstab.fileio import atomic_path
@@ -193,7 +194,7 @@ def write_activation_cache(
             if marker is not None:
                 group.attrs["activations"] = marker if name in full_sets else "hook_pattern"
             writer.write_set(group, tokens, lengths, texts, progress, patterns_only=name not in full_sets)
-        handle.attrs["complete"] = True  # last: a file without it was interrupted
+        seal(handle)  # the attributes' digests, then complete=True: a file without it was interrupted
     log.info("wrote activation cache %s (%s prompt sets, %s)", path, len(token_sets), dtype)
     return path
 

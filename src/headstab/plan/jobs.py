@@ -119,6 +119,17 @@ def twin_diagonal(specs: Mapping[str, ArchitectureSpec], twins: Mapping[str, str
     return sorted(names)
 
 
+def trained_refits(specs: Mapping[str, ArchitectureSpec], twins: Mapping[str, str]) -> dict[str, list[int | str]]:
+    """{architecture: the refits its train jobs train}: every refit, but a seed grid's s-s that its twin paper
+    architecture trains (rule reuse_paper_refit copies them; `twins` is paper_twins')."""
+    trained = {}
+    for arch, spec in specs.items():
+        twin = twins.get(arch)
+        copied = {refit for refit in twin_diagonal(specs, {arch: twin})} if twin else set()
+        trained[arch] = [refit for refit in spec.seeds if str(refit) not in copied]
+    return trained
+
+
 def corpus_source_inputs(config: Mapping[str, Any], layout: Layout, name: str) -> list[str]:
     """The files a corpus's documents come from: its synthetic text, its local path, or none (hub)."""
     entry = config["corpora"][name]
@@ -141,6 +152,21 @@ def tokenizer_training_entry(config: Mapping[str, Any], layout: Layout, name: st
     n_tokens or n_shards must not retrain the tokenizer and re-tokenize everything)."""
     corpus = corpus_job_entry(config, layout, config["tokenizers"][name]["corpus"])
     return {key: value for key, value in corpus.items() if key not in ("n_tokens", "n_shards", "tokenizer")}
+
+
+def tokenizer_jobs(config: Mapping[str, Any], layout: Layout) -> dict[str, dict[str, Any]]:
+    """Per tokenizer, what its jobs look up: its directory and target, and for a trained one the files and the
+    corpus entry it trains on (empty for a fetched one)."""
+    table = {}
+    for name, entry in config["tokenizers"].items():
+        trained = entry["source"] == "train"
+        table[name] = {
+            "dir": layout.tokenizer_dir(name),
+            "target": layout.tokenizer_target(name),
+            "training_inputs": corpus_source_inputs(config, layout, entry["corpus"]) if trained else [],
+            "training_corpus": tokenizer_training_entry(config, layout, name) if trained else {},
+        }
+    return table
 
 
 def prompt_checks(specs: Mapping[str, ArchitectureSpec]) -> dict[str, dict[str, list[str]]]:

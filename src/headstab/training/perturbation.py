@@ -10,9 +10,11 @@ subnormal, which GPUs flush to zero, so it would be a perturbation on one device
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 import torch
 
-__all__ = ["ULP", "nudge_one_ulp"]
+__all__ = ["ULP", "nudge_one_ulp", "nudge_weights_one_ulp"]
 
 ULP = "one_ulp"  # the name meta.json and the resume identity give the perturbation
 
@@ -22,13 +24,27 @@ def nudge_one_ulp(model: torch.nn.Module) -> int:
 
     A parameter tied under several names is moved once. Returns the number of elements moved.
     """
+    return _nudge(model.parameters())  # each tied parameter once, buffers not at all
+
+
+def nudge_weights_one_ulp(weights: Mapping[str, torch.Tensor]) -> int:
+    """`nudge_one_ulp` of a state dict of initial weights (training.initial_weights), in place.
+
+    Its one buffer, the unembedding's bias, is zero and stays; a tensor under several names moves once.
+    Returns the number of elements moved.
+    """
+    unique = {id(tensor): tensor for tensor in weights.values()}
+    return _nudge(unique.values())
+
+
+def _nudge(tensors: Iterable[torch.Tensor]) -> int:
     moved = 0
     with torch.no_grad():
-        for parameter in model.parameters():  # each tied parameter once
-            if not parameter.is_floating_point():
+        for tensor in tensors:
+            if not tensor.is_floating_point():
                 continue
-            nonzero = parameter != 0
-            up = torch.nextafter(parameter, torch.full_like(parameter, torch.inf))
-            parameter.copy_(torch.where(nonzero, up, parameter))
+            nonzero = tensor != 0
+            up = torch.nextafter(tensor, torch.full_like(tensor, torch.inf))
+            tensor.copy_(torch.where(nonzero, up, tensor))
             moved += int(nonzero.sum())
     return moved
