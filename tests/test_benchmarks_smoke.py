@@ -156,3 +156,78 @@ def test_handwritten_comparison_extracts_the_baseline_sources(tmp_path):
         pytest.skip("the baseline commit is not in this checkout's history")
     caches = (source / "headstab" / "caches.py").read_text()
     assert "write_direct_chunk" in caches and "preadv" in caches  # the hand-written machinery it measures
+
+
+def test_induction_benchmark_model_is_build_models_forward_pass():
+    import induction_phase_change as ipc
+    import torch
+
+    spec = ipc.demo_spec(vocab=300, seq_len=128)
+    bridge = ipc.build("bridge", spec, seed=3)
+    with torch.no_grad():  # biases and LayerNorms away from their init, so every term of the forward pass counts
+        for name, tensor in bridge.state_dict(keep_vars=True).items():
+            if "bias" in name or "ln" in name:
+                tensor.add_(0.3 * torch.randn(tensor.shape, generator=torch.Generator().manual_seed(len(name))))
+    plain = ipc.plain_from_spec(spec)
+    plain.load_state_dict(bridge.state_dict())
+    tokens = torch.randint(0, 300, (3, 40), generator=torch.Generator().manual_seed(0))
+    patterns: list = []
+    with torch.no_grad():
+        logits, cache = bridge.run_with_cache(tokens)
+        manual, fused = plain(tokens, patterns), plain(tokens)
+    # logits sum d_model products of O(1) terms after LayerNorm; each pattern row sums at most 40 keys
+    atol = reduction_atol(np.float32, spec.d_model, magnitude=float(logits.abs().max()))
+    np.testing.assert_allclose(manual.numpy(), logits.numpy(), atol=atol, rtol=0)
+    np.testing.assert_allclose(fused.numpy(), logits.numpy(), atol=atol, rtol=0)
+    for layer, pattern in enumerate(patterns):
+        expected = cache[f"blocks.{layer}.attn.hook_pattern"].numpy()
+        np.testing.assert_allclose(pattern.numpy(), expected, atol=reduction_atol(np.float32, 40), rtol=0)
+
+
+def test_induction_detectors_score_planted_heads_one_and_uniform_heads_their_chance():
+    import induction_phase_change as ipc
+    import torch
+
+    half, n = 5, 10
+    induction, prev_token, uniform = (torch.zeros(1, 1, n, n) for _ in range(3))
+    for i in range(half, n):
+        induction[0, 0, i, i - half + 1] = 1.0  # the token after the earlier copy of token i
+    for i in range(n):
+        prev_token[0, 0, i, max(i - 1, 0)] = 1.0
+        uniform[0, 0, i, : i + 1] = 1.0 / (i + 1)
+    scores = ipc.head_scores([torch.cat([induction, prev_token, uniform], dim=1)], half)
+    np.testing.assert_allclose(scores["induction"][0], [1.0, 0.0, np.mean([1 / (i + 1) for i in range(half, n)])])
+    np.testing.assert_allclose(scores["prev_token"][0], [0.0, 1.0, np.mean([1 / (i + 1) for i in range(1, n)])])
+    np.testing.assert_allclose(scores["duplicate"][0], [0.0, 0.0, np.mean([1 / (i + 1) for i in range(half, n)])])
+
+
+def test_repeated_span_windows_copy_spans_at_varying_distances():
+    import induction_phase_change as ipc
+
+    rng = np.random.default_rng(0)
+    probs = ipc.zipf_probs(500, 1.0)
+    assert probs[0] == 0 and np.isclose(probs.sum(), 1) and probs[1] == probs.max()
+    copied, distances = 0, set()
+    for _ in range(50):
+        tokens, mask = ipc.repeated_span_window(rng, 128, probs, 0.4, span=(8, 16), gap=(0, 20))
+        for i in np.flatnonzero(mask):
+            # a copied token and its predecessor both occur earlier at the same distance
+            d = next(d for d in range(2, i + 1) if tokens[i - d] == tokens[i] and tokens[i - 1 - d] == tokens[i - 1])
+            distances.add(d)
+        copied += mask.sum()
+    assert 0.25 < copied / (50 * 128) < 0.4  # the copies minus their first tokens: under repeat_fraction 0.4
+    assert len(distances) > 10  # never a fixed offset
+
+
+def test_induction_benchmark_quick_mode_runs_both_data_kinds(tmp_path):
+    import induction_phase_change as ipc
+
+    results = ipc.main(["--quick", "--out", str(tmp_path)])
+    assert [r["row"]["data"] for r in results] == ["tokens", "text"]
+    for result in results:
+        assert [row["step"] for row in result["curve"]] == [0, 10, 20]
+        assert np.isfinite(result["row"]["final_train_loss"])
+    assert len(ipc.read_rows(tmp_path / "runs.csv")) == 2
+    table = ipc.report(tmp_path)
+    assert "| quick_tokens | tokens zipf 0.0, repeat 0.5, span 8-32, gap 0-32 | 300 | 128 |" in table
+    assert "| quick_text | text, 2 repeated spans/doc | 300 | 128 |" in table
