@@ -24,8 +24,8 @@ import common  # noqa: E402
 
 
 def job(n_refits: int, n_groups: int, n_boot: int) -> dict[str, float]:
-    from headstab.inference.prompt_groups import GroupedSimilarity
-    from headstab.inference.tables import interval_tables
+    from headstab.similarity.prompt_groups import GroupedSimilarity
+    from headstab.statistics.interval_tables import interval_tables
 
     n_layers, n_heads = common.L8_H16["n_layers"], common.L8_H16["n_heads"]
     rng = np.random.default_rng(0)
@@ -54,7 +54,7 @@ def bench_bootstrap(n_refits: int = 50, n_groups: int = 20, n_boot: int = 1000) 
         **result,
         "bootstrap_peak_rss_gb": peak_gb,
         "bootstrap_setup": f"{n_refits} refits of l8_h16, {n_groups} prompt groups, {n_boot} resamples; observed, "
-        "null and cross-layer replicates and every interval table (headstab.inference.tables.interval_tables)",
+        "null and cross-layer replicates and every interval table (headstab.statistics.interval_tables.interval_tables)",
     }
 
 

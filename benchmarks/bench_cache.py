@@ -47,7 +47,7 @@ DEMO_TOKENIZER = common.REPO / "results" / "demo" / "tokenizers" / "demo_bpe"
 
 def demo_tokenizer(work_dir: Path) -> tuple[Any, str]:
     """(tokenizer, where it came from): the demo's BPE if built, else one trained now like it."""
-    from headstab.tokenizer import load_tokenizer, train_bpe_tokenizer
+    from headstab.refits.tokenizer import load_tokenizer, train_bpe_tokenizer
 
     if (DEMO_TOKENIZER / "tokenizer.json").is_file():
         try:
@@ -62,8 +62,8 @@ def demo_tokenizer(work_dir: Path) -> tuple[Any, str]:
 
 
 def demo_model(tokenizer: Any, architecture: str = "l4_h8", seed: int = 1) -> Any:
-    from headstab.config import architecture_spec, load_config
-    from headstab.models import build_model
+    from headstab.plan.config import architecture_spec, load_config
+    from headstab.refits.models import build_model
 
     spec = architecture_spec(load_config(common.REPO / "config" / "demo.yaml"), architecture)
     return build_model(spec, seed, tokenizer=tokenizer)
@@ -147,7 +147,7 @@ def bench_cache(work_dir: Path, repeats: int = 6, n_prompts: int | None = None) 
     import torch
 
     from headstab.activations.writer import cache_activations
-    from headstab.config import load_config
+    from headstab.plan.config import load_config
 
     config = load_config(common.REPO / "config" / "demo.yaml")
     options = {key: config["cache"][key] for key in ("batch_size", "dtype", "compression_level")}
@@ -205,7 +205,7 @@ def bench_checksum_overhead(work_dir: Path, repeats: int = 6, n_prompts: int | N
     from headstab.activations.capture import pad_token_id_of, tokenize_prompts
     from headstab.activations.writer import write_activation_cache
     from headstab.fileio import sha256_file, write_json_atomic
-    from headstab.models import load_verified_state_dict, save_weights
+    from headstab.refits.models import load_verified_state_dict, save_weights
 
     prompt_sets = demo_prompt_sets(n_prompts)
     tokenizer, _ = demo_tokenizer(work_dir)

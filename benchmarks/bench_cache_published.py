@@ -6,7 +6,7 @@ GPT-2 small: 12 x 12 heads, d_model 768); the prompts have the paper's lengths, 
 bench_paper_scale.py: the 100 primary prompts with the word counts of resources/prompts/primary.json x
 4/3 tokens per word + BOS (29-85 tokens) and the length sweep (20 prompts each of 5-50 tokens + BOS);
 the token ids are random (the hub tokenizers are not reachable offline). The writer runs with the
-published config's cache options (`headstab.planning.cache_options`) and `compute.cache_threads`.
+published config's cache options (`headstab.plan.jobs.cache_options`) and `compute.cache_threads`.
 
 - `bench_cache_published`: `cache_published_l8_h16_seconds`, the wall time of `write_activation_cache`
   for one l8_h16 refit on every prompt set in a child process (model built and token ids drawn outside
@@ -54,8 +54,8 @@ SHAPES = ("l2_h8", "l2_h16", "l4_h8", "l4_h16", "l8_h8", "l8_h16", "l2_h8_attn",
 
 def published_options(changes: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
     """(writer options from config/published.yaml's cache defaults with `changes`, compute.cache_threads)."""
-    from headstab.config import load_config
-    from headstab.planning import cache_options
+    from headstab.plan.config import load_config
+    from headstab.plan.jobs import cache_options
 
     config = load_config(PUBLISHED)
     config["cache"] = {**config["cache"], **(changes or {})}
@@ -79,8 +79,8 @@ def write_cache(
     import torch
 
     from headstab.activations.writer import write_activation_cache
-    from headstab.config import architecture_spec, load_config
-    from headstab.models import build_model
+    from headstab.plan.config import architecture_spec, load_config
+    from headstab.refits.models import build_model
 
     spec = architecture_spec(load_config(PUBLISHED), architecture)
     options, threads = published_options(changes)
@@ -131,7 +131,7 @@ def bench_cache_published(
 
 def cache_sizes(work_dir: Path, n_primary: int | None = None, n_sweep: int = 20) -> dict[str, Any]:
     """Per distinct shape and variant the file size (MB, by dataset); totals (GB) over the published config's refits."""
-    from headstab.config import architecture_spec, load_config, selected_architectures
+    from headstab.plan.config import architecture_spec, load_config, selected_architectures
 
     config = load_config(PUBLISHED)
     lengths = bench_paper_scale.paper_lengths(n_primary, n_sweep)

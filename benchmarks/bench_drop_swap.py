@@ -45,10 +45,10 @@ def flop_ratio(spec: Any, seq_len: int) -> float:
 def job(n_tokens: int, batch_size: int, repeats: int, threads: int) -> dict[str, float]:
     import torch
 
-    from headstab.config import architecture_spec, load_config
     from headstab.evaluation import summed_token_loss
     from headstab.layer_surgery import drop_swap_counts
-    from headstab.models import build_model
+    from headstab.plan.config import architecture_spec, load_config
+    from headstab.refits.models import build_model
 
     torch.set_num_threads(threads)
     spec = architecture_spec(load_config(common.REPO / "config/config.yaml"), ARCHITECTURE)

@@ -61,8 +61,8 @@ def write_caches(
     import torch
 
     from headstab.activations.writer import write_activation_cache
-    from headstab.config import architecture_spec, load_config
-    from headstab.models import build_model
+    from headstab.plan.config import architecture_spec, load_config
+    from headstab.refits.models import build_model
 
     config = load_config(common.REPO / "config" / "config.yaml")
     spec = architecture_spec(config, architecture)
@@ -96,7 +96,7 @@ def write_caches(
 def similarity_job(caches: list[str], out_dir: Path, promptsets: list[str], prompt_chunk: int) -> dict[str, Any]:
     import torch  # noqa: F401  (the engine's GEMM backend: a one-off import, kept out of the clock)
 
-    from headstab.similarity import pair_similarity_from_caches, write_pair_similarity
+    from headstab.similarity.pairs import pair_similarity_from_caches, write_pair_similarity
 
     start, seconds = time.perf_counter(), {}
     for promptset in promptsets:
@@ -112,7 +112,7 @@ def similarity_job(caches: list[str], out_dir: Path, promptsets: list[str], prom
 def tables_job(similarity_dir: Path, out_dir: Path, promptsets: list[str], ddof: int) -> dict[str, Any]:
     import pandas as pd
 
-    from headstab.similarity import read_pair_similarity
+    from headstab.similarity.pairs import read_pair_similarity
     from headstab.stability import TABLE_NAMES, stability_tables
 
     start = time.perf_counter()
@@ -142,7 +142,7 @@ def bench_paper_scale(
     architecture: str = "l8_h16",
     timeout: float = 1800.0,
 ) -> dict[str, Any]:
-    from headstab.config import load_config
+    from headstab.plan.config import load_config
 
     config = load_config(common.REPO / "config" / "config.yaml")
     lengths = paper_lengths(n_primary, n_sweep)

@@ -1,7 +1,7 @@
 """Similarity engine benchmarks: against the paper's plain loop, and against the GEMM limit.
 
 1. `bench_agreement`: `pair_similarity_from_caches` (the engine the workflow runs, both scopes) on
-   caches of synthetic l8_h16 refits written by headstab's writer, against tests/reference.py's
+   caches of synthetic l8_h16 refits written by headstab's writer, against tests/helpers/reference.py's
    `loop_pair_similarity` (the paper's method as a plain Python loop) on the patterns read back, one
    anchor: `similarity_max_abs_diff`.
 2. `bench_streaming`: all anchors, all pairs, same layer, streamed from HDF5 caches on disk (written
@@ -55,10 +55,10 @@ def bench_agreement(
 ) -> dict[str, Any]:
     """Largest difference between the engine (both scopes) and the plain loop, one anchor against every
     refit, every layer and head; the loop's time is reported, not compared (it is the oracle)."""
-    from reference import loop_pair_similarity
+    from helpers.reference import loop_pair_similarity
 
     from headstab.activations.reader import open_cache
-    from headstab.similarity import pair_similarity_from_caches
+    from headstab.similarity.pairs import pair_similarity_from_caches
 
     shape = common.L8_H16
     paths = common.write_synthetic_caches(
@@ -79,7 +79,7 @@ def bench_agreement(
         "similarity_max_abs_diff_by_scope": diffs,
         "similarity_loop_seconds": loop_s,
         "similarity_agreement_setup": (
-            f"pair_similarity_from_caches (both scopes) vs tests/reference.py loop_pair_similarity (float64), anchor "
+            f"pair_similarity_from_caches (both scopes) vs tests/helpers/reference.py loop_pair_similarity (float64), anchor "
             f"refit {anchor + 1} against all {n_refits} refits of synthetic l8_h16, {n_prompts} prompts x {n_pos} tokens, "
             "caches written by headstab's writer"
         ),
@@ -94,7 +94,7 @@ def stream_worker(
     import torch  # noqa: F401  (the engine's GEMM backend: a one-off import, kept out of the clock)
 
     from headstab.activations.reader import CacheReader, open_cache
-    from headstab.similarity import pair_similarity_from_caches
+    from headstab.similarity.pairs import pair_similarity_from_caches
 
     read_seconds = _time_pattern_reads(CacheReader)
 

@@ -41,7 +41,7 @@ log = logging.getLogger("benchmarks.train")
 
 def bench_spec(steps: int, architecture: str = "l4_h8") -> Any:
     """The demo architecture with one epoch of `steps` batches (n_tokens None: the whole shard)."""
-    from headstab.config import architecture_spec, load_config
+    from headstab.plan.config import architecture_spec, load_config
 
     spec = architecture_spec(load_config(common.REPO / "config" / "demo.yaml"), architecture)
     return dataclasses.replace(
@@ -70,7 +70,7 @@ def bench_train(
     import torch
     from transformer_lens.tools.training import TrainConfig, train
 
-    from headstab.models import build_model
+    from headstab.refits.models import build_model
     from headstab.training import train_refit
 
     spec = bench_spec(steps)

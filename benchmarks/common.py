@@ -3,7 +3,7 @@
 Nothing here is timed by itself; the bench_* modules time the calls and run_all.py puts the numbers
 side by side. Synthetic attention patterns are the softmax of N(0, 2^2) scores under the causal mask
 (peaked like trained heads), zero outside each prompt's length x length block, written by headstab's
-own cache writer (docs/caches.md). The oracles the engine is checked against are tests/reference.py's.
+own cache writer (docs/caches.md). The oracles the engine is checked against are tests/helpers/reference.py's.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 log = logging.getLogger("benchmarks")
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # tests/reference.py: the plain loop the engine is compared with
+sys.path.insert(0, str(REPO / "tests"))  # tests/helpers/reference.py: the plain loop the engine is compared with
 # The paper's l8_h16 architecture: 8 layers of 16 heads (only the pattern shape matters here).
 L8_H16 = {"n_layers": 8, "n_heads": 16}
 
@@ -188,9 +188,9 @@ def write_synthetic_caches(
     repeated files come from the page cache (the benchmark does not measure disk bandwidth).
     compression_level: "default" (the writer's own default, what the workflow writes), a gzip
     level, or None (uncompressed chunks). checksum False: no fletcher32 (to measure its cost; the
-    argument is left out when True, so writers older than cache format 3 take the same call).
+    argument is left out when True).
     """
-    write_activation_cache = cache_writer()
+    from headstab.activations.writer import write_activation_cache
 
     directory.mkdir(parents=True, exist_ok=True)
     n_distinct = n_refits if n_distinct is None else max(1, min(n_distinct, n_refits))
@@ -214,16 +214,6 @@ def write_synthetic_caches(
         else:
             path.symlink_to(f"seed{(refit - 1) % n_distinct + 1}.h5")
     return paths
-
-
-def cache_writer() -> Callable[..., Any]:
-    """`write_activation_cache` of the headstab on sys.path: headstab.activations (cache format 4), or
-    headstab.caches for the older trees bench_handwritten.py measures."""
-    try:
-        from headstab.activations.writer import write_activation_cache
-    except ImportError:
-        from headstab.caches import write_activation_cache
-    return write_activation_cache
 
 
 def machine_note() -> dict[str, Any]:

@@ -27,16 +27,15 @@ EQUIVALENT = ROOT / "tests" / "mutation_equivalent.txt"
 # The console script, not `python -m mutmut`, which mutmut warns leaves its own module in sys.modules.
 MUTMUT = str(Path(sys.executable).with_name("mutmut"))
 
-# The modules that compute a number a paper would report: the core three, then every section
-# (§4.4-4.9) and statistics module found, each tested by the file that mirrors its path.
-CORE = ("stability", "cka", "similarity")
-PACKAGES = ("sections", "inference")
-# A module whose tests live in another module's file: comparisons is exercised by the tables' tests,
-# headline by the report pages' tests, refit_weights by the tests of the sections that bootstrap refits.
+# The modules that compute a number a paper would report: the core two, then every similarity engine,
+# section (§4.4-4.9) and statistics module found, each tested by the file that mirrors its path.
+CORE = ("stability", "cka")
+PACKAGES = ("similarity", "sections", "statistics")
+# A module whose tests live in another module's file: headline by the report pages' tests, refit_weights
+# by the tests of the sections that bootstrap refits.
 EXTRA_TESTS = {
-    "inference/comparisons": ["tests/inference/test_tables.py"],
     "sections/headline": ["tests/test_report_pages.py"],
-    "sections/refit_weights": [
+    "statistics/refit_weights": [
         "tests/sections/test_effective_rank.py",
         "tests/sections/test_layer_robustness.py",
         "tests/sections/test_seed_grid.py",

@@ -1,4 +1,7 @@
-"""Shared test fixtures. Keep them small and generic; stage-specific helpers live in their test files."""
+"""Shared test fixtures. Keep them small and generic; stage-specific helpers live in their test files.
+
+tests/ is on sys.path (shared helpers import as `helpers.*`), so tests/statistics has no __init__.py: as a
+package it would shadow the standard library's `statistics`, which seaborn imports."""
 
 from __future__ import annotations
 
@@ -9,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workflow_runs import snakemake_env
+from helpers.workflow_runs import snakemake_env
 
-from headstab.config import ArchitectureSpec
+from headstab.plan.spec import ArchitectureSpec
 
 TINY_ARCHITECTURE: dict[str, Any] = {
     "name": "tiny",

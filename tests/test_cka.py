@@ -1,8 +1,8 @@
 import numpy as np
 import pandas as pd
 import pytest
+from helpers.tolerances import reduction_atol, reduction_rtol
 from scipy.stats import ortho_group
-from tolerances import reduction_atol, reduction_rtol
 
 from headstab.cka import (
     layer_cka_summary,

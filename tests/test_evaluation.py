@@ -5,11 +5,11 @@ import math
 import numpy as np
 import pytest
 import torch
-from bridges import tiny_bridge
-from tolerances import reduction_rtol
+from helpers.bridges import tiny_bridge
+from helpers.tolerances import reduction_rtol
 
 from headstab.evaluation import (
-    check_vocabulary,
+    check_heldout_vocabulary,
     head_ablation_perplexities,
     heldout_windows,
     next_token_nll,
@@ -162,8 +162,8 @@ def test_heldout_windows_with_too_little_text(caplog):
 
 
 def test_heldout_tokens_outside_the_vocabulary_name_the_shards():
-    check_vocabulary(np.array([[0, 49]]), 50, ["a.npy"])
+    check_heldout_vocabulary(np.array([[0, 49]]), 50, ["a.npy"])
     with pytest.raises(
         ValueError, match=r"token id 50 is outside the model's vocabulary \(50\); the held-out shards \['a.npy'\]"
     ):
-        check_vocabulary(np.array([[0, 50]]), 50, ["a.npy"])
+        check_heldout_vocabulary(np.array([[0, 50]]), 50, ["a.npy"])

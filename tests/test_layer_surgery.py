@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from bridges import tiny_bridge
-from tolerances import reduction_rtol
+from helpers.bridges import tiny_bridge
+from helpers.tolerances import reduction_rtol
 
 from headstab.layer_surgery import block_order, conditions, drop_swap_counts
 

@@ -95,8 +95,8 @@ def _flip_middle_byte(path: Path, start: int = 0, size: int | None = None) -> No
 def built_run(tmp_path, tiny_spec):
     """A checkpoint with its meta.json, a cache built from it, a similarity file and a table, laid out as the workflow does."""
     from headstab.activations.writer import write_activation_cache
-    from headstab.models import build_model, save_weights
-    from headstab.similarity import pair_similarity_from_caches, write_pair_similarity
+    from headstab.refits.models import build_model, save_weights
+    from headstab.similarity.pairs import pair_similarity_from_caches, write_pair_similarity
 
     weights = _fake_run(tmp_path)  # corpus, shards and checkpoint meta.json
     spec = tiny_spec()

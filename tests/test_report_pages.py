@@ -1,4 +1,4 @@
-"""The report's table pages (headstab.report_tables) and summary (headstab.sections.headline): where each
+"""The report's table pages (headstab.report_pages) and summary (headstab.sections.headline): where each
 table is filed, what a page shows, and the headline numbers read back from the sections' tables."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headstab.report_tables import count_rows, report_place, table_kind, table_page, write_table_pages
+from headstab.report_pages import count_rows, report_place, table_kind, table_page, write_table_pages
 from headstab.sections.headline import headline_table, paper_values_frame
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.stats
-from reference import causal_pattern_features, pair_similarity
-from tolerances import reduction_atol, reduction_rtol
+from helpers.reference import causal_pattern_features, pair_similarity
+from helpers.tolerances import reduction_atol, reduction_rtol
 
 from headstab.stability import (
     ALIGNMENT_COLUMNS,

@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import h5py
 import pytest
 from conftest import TINY_CONFIG, tiny_snakemake
-from workflow_runs import snakemake_env
+from helpers.workflow_runs import snakemake_env
 
-from headstab.config import load_config
+from headstab.plan.config import load_config
 from headstab.status import failed_jobs, incomplete_outputs, parse_failures, run_status
 
 REPO = Path(__file__).resolve().parents[1]

@@ -182,7 +182,7 @@ def heldout_windows(shards: Sequence[np.ndarray], n_tokens: int, seq_len: int) -
     return stream[: n_windows * seq_len].reshape(n_windows, seq_len)
 
 
-def check_vocabulary(windows: np.ndarray, d_vocab: int, source: object) -> None:
+def check_heldout_vocabulary(windows: np.ndarray, d_vocab: int, source: object) -> None:
     """Fail naming `source` when a held-out token id is outside the model's vocabulary."""
     if windows.max() >= d_vocab:
         raise ValueError(

@@ -182,7 +182,7 @@ def _cache_node(path: Path, verify: bool) -> ProvenanceNode:
 def _similarity_node(path: Path, verify: bool, expand_all: bool) -> ProvenanceNode:
     import h5py
 
-    from headstab.similarity import SimilarityChecksumError, SimilarityFileError, read_pair_similarity
+    from headstab.similarity.pairs import SimilarityChecksumError, SimilarityFileError, read_pair_similarity
 
     node = ProvenanceNode(str(path), "pair similarity")
     if not path.exists():

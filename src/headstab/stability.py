@@ -1,7 +1,7 @@
 """Head, layer and cross-layer stability across refits, alignment maps and commonness.
 
 Paper Eq. 3-5 (§3.2), the cross-layer variant (§3.3, §4.2) and within-layer commonness (Eq. 10,
-§A.6), computed from the pair-similarity tensor of `headstab.similarity` and returned as tidy
+§A.6), computed from the pair-similarity tensor of `headstab.similarity.pairs` and returned as tidy
 pandas DataFrames whose columns are the CSV contract of the workflow's tables. Layers and heads are
 0-based (as in hook names); seeds are the refits' seeds as given.
 

@@ -21,8 +21,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from headstab.config import ConfigError, architecture_spec, load_yaml, selected_architectures, validate_config
-from headstab.layout import Layout
+from headstab.plan.config import architecture_spec, load_yaml, selected_architectures, validate_config
+from headstab.plan.layout import Layout
+from headstab.plan.spec import ConfigError
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from bridges import tiny_bridge
-from tolerances import reduction_atol
+from helpers.bridges import tiny_bridge
+from helpers.tolerances import reduction_atol
 
 from headstab.activations.writer import write_activation_cache
 

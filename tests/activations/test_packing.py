@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from reference import pack_lower_triangle, valid_positions
+from helpers.reference import pack_lower_triangle, valid_positions
 
 from headstab.activations.packing import (
     lower_triangle_index,

@@ -11,7 +11,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from reference import pack_lower_triangle
+from helpers.reference import pack_lower_triangle
 
 from activations.conftest import D_MODEL, N_HEADS, N_LAYERS, edited_copy, make_model
 from headstab.activations.reader import (
@@ -22,7 +22,7 @@ from headstab.activations.reader import (
     rebuild_command,
 )
 from headstab.activations.writer import write_activation_cache
-from headstab.similarity import pair_similarity_from_caches
+from headstab.similarity.pairs import pair_similarity_from_caches
 
 
 def test_one_layer_read_alone_equals_slice_of_full_read(cache_path):

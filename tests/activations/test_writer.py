@@ -7,14 +7,14 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from tolerances import reduction_atol
+from helpers.tolerances import reduction_atol
 
 from activations.conftest import D_HEAD, D_MODEL, N_CTX, N_HEADS, N_LAYERS, forward_atol, make_model
 from activations.test_capture import single_prompt_activations
 from headstab.activations.reader import check_consistent_shapes, open_cache
 from headstab.activations.writer import PATTERN_CHUNK_BYTES, POSITION_CHUNK, write_activation_cache
 from headstab.fileio import temporary_path
-from headstab.formats import CACHE_FORMAT_VERSION
+from headstab.plan.formats import CACHE_FORMAT_VERSION
 
 PER_TOKEN = ("hook_z", "hook_resid_mid")
 

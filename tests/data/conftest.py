@@ -12,7 +12,7 @@ DOCS = list(generate_synthetic_documents(seed=0, n_documents=300))
 
 @pytest.fixture(scope="package")
 def tokenizer_dir(tmp_path_factory):
-    from headstab.tokenizer import train_bpe_tokenizer, write_tokenizer_meta
+    from headstab.refits.tokenizer import train_bpe_tokenizer, write_tokenizer_meta
 
     out = tmp_path_factory.mktemp("tok") / "bpe"
     train_bpe_tokenizer(DOCS[:100], vocab_size=300, out_dir=out)
@@ -22,14 +22,14 @@ def tokenizer_dir(tmp_path_factory):
 
 @pytest.fixture(scope="package")
 def tokenizer(tokenizer_dir):
-    from headstab.tokenizer import load_tokenizer
+    from headstab.refits.tokenizer import load_tokenizer
 
     return load_tokenizer(tokenizer_dir)
 
 
 @pytest.fixture(scope="package")
 def identity(tokenizer_dir):
-    from headstab.tokenizer import tokenizer_identity
+    from headstab.refits.tokenizer import tokenizer_identity
 
     return tokenizer_identity(tokenizer_dir)
 

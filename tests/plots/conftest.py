@@ -18,7 +18,7 @@ N_LAYERS, N_HEADS = 4, 8
 def layer_stability():
     """Factory: LAYER_COLUMNS of every anchor in SEEDS, stability falling with depth, plus noise.
 
-    chance=True adds the interval columns of headstab.inference.tables: an interval around the mean,
+    chance=True adds the interval columns of headstab.statistics.interval_tables: an interval around the mean,
     a null rising with `offset` far below it, and a step-0 baseline between the two.
     """
 

@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headstab.inference.seeds_needed import seeds_needed
 from headstab.plots.chance import plot_seeds_needed, plot_stability_against_chance
+from headstab.statistics.seeds_needed import seeds_needed
 
 
 def pooled(arch, n_layers, init=True):

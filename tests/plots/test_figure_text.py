@@ -10,7 +10,6 @@ import pandas as pd
 import pytest
 
 import headstab.plots.stability as stability_plots
-from headstab.inference.seeds_needed import seeds_needed
 from headstab.plots import new_figure, save_figure, text_outside_canvas
 from headstab.plots.ablation import plot_ablation_correlation
 from headstab.plots.chance import plot_seeds_needed, plot_stability_against_chance
@@ -31,6 +30,7 @@ from headstab.sections.optimizers import perplexity_comparison
 from headstab.sections.stability_gap import stability_gap_table
 from headstab.sections.training_curves import final_losses, training_curves
 from headstab.sections.weight_norms import norm_stability_correlation
+from headstab.statistics.seeds_needed import seeds_needed
 from plots.test_chance import pooled
 from plots.test_stability import figure_tables
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pandas as pd
-from tolerances import reduction_rtol
+from helpers.tolerances import reduction_rtol
 
 from headstab.plots.residual_cka import plot_residual_stream
 from plots.conftest import N_LAYERS, SEEDS

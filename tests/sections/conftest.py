@@ -3,10 +3,10 @@ in-memory stand-in for an activation-cache reader (headstab.activations.reader).
 
 from __future__ import annotations
 
-import bridges
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import bridges
 
 
 def tiny_bridge(attn_only: bool):

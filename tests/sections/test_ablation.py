@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from bridges import tiny_bridge
-from tolerances import reduction_rtol
+from helpers.bridges import tiny_bridge
+from helpers.tolerances import reduction_rtol
 
 from headstab.evaluation import head_ablation_perplexities, perplexity
 from headstab.sections.ablation import (
@@ -163,8 +163,8 @@ def test_ablation_correlation_trend_values_and_fewer_than_two_finite_layers():
 
 
 def test_ablation_correlation_intervals_resample_heads_layer_by_layer():
-    from headstab.inference.resampling import pearson_interval
     from headstab.sections.ablation import ablation_correlation_intervals
+    from headstab.statistics.resampling import pearson_interval
 
     rng = np.random.default_rng(0)
     stability = rng.random((2, 6))

@@ -3,7 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
-from tolerances import reduction_atol, reduction_rtol
+from helpers.tolerances import reduction_atol, reduction_rtol
 
 from headstab.sections.effective_rank import (
     effective_rank_table,
@@ -12,7 +12,7 @@ from headstab.sections.effective_rank import (
     participation_ratio,
     rank_correlation_table,
 )
-from headstab.sections.refit_weights import refit_interval, row_weights, weighted_pearson
+from headstab.statistics.refit_weights import refit_interval, row_weights, weighted_pearson
 
 D_HEAD = 8
 N_TOKENS = 4000

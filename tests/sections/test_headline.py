@@ -4,7 +4,7 @@
 import numpy as np
 import pandas as pd
 import pytest
-from tolerances import reduction_atol
+from helpers.tolerances import reduction_atol
 
 from headstab.sections.headline import HEADLINE_COLUMNS, headline_table, paper_values_frame
 

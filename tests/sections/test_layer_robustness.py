@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from tolerances import reduction_atol
+from helpers.tolerances import reduction_atol
 
 from headstab.sections.layer_robustness import (
     drop_swap_table,

@@ -4,8 +4,8 @@ import logging
 
 import numpy as np
 import pytest
+from helpers.tolerances import reduction_rtol
 from scipy.spatial.distance import pdist
-from tolerances import reduction_rtol
 
 from headstab.sections.meta_sne import (
     head_descriptions,

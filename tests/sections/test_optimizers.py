@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 import torch
-from tolerances import reduction_atol, reduction_rtol
+from helpers.tolerances import reduction_atol, reduction_rtol
 
 from headstab.sections.optimizers import (
     ACTIVATION_NORM_COLUMNS,
@@ -107,7 +107,7 @@ def test_refit_activation_norms_from_a_cache_reader_match_the_models_own_activat
 def test_activation_norm_table_reads_each_refits_weights_and_cache_in_seed_order(
     monkeypatch, tiny_spec, tmp_path, fake_cache
 ):
-    from headstab.models import build_model, save_weights
+    from headstab.refits.models import build_model, save_weights
 
     spec = tiny_spec(seeds=(2, 1))
     lengths = np.array([3, 2])
@@ -137,7 +137,7 @@ def test_activation_norm_table_reads_each_refits_weights_and_cache_in_seed_order
 
 def test_validation_perplexity_of_every_refit(tiny_spec, tmp_path):
     from headstab.evaluation import perplexity
-    from headstab.models import build_model, save_weights
+    from headstab.refits.models import build_model, save_weights
 
     spec = tiny_spec(seeds=(1, 2))
     weights = {}
@@ -310,12 +310,12 @@ def test_refit_rows_are_perplexities():
 
 
 def test_validation_perplexity_passes_device_batch_size_and_processing_and_logs(monkeypatch, caplog):
-    import headstab.models
+    import headstab.refits.models
     import headstab.sections.optimizers as optimizers
 
     calls = []
     monkeypatch.setattr(
-        headstab.models, "load_trained_model", lambda *args, **kwargs: calls.append((args, kwargs)) or "model"
+        headstab.refits.models, "load_trained_model", lambda *args, **kwargs: calls.append((args, kwargs)) or "model"
     )
 
     def summed(model, windows, lengths, batch_size=16):

@@ -7,10 +7,9 @@ import types
 import numpy as np
 import pandas as pd
 import pytest
-from tolerances import reduction_atol
+from helpers.tolerances import reduction_atol
 
 from headstab.cka import pairwise_layer_cka, subsample_tokens, token_activations
-from headstab.inference.resampling import pair_mean_interval
 from headstab.sections.residual_cka import (
     CKA_COLUMNS,
     kernel_label,
@@ -18,6 +17,7 @@ from headstab.sections.residual_cka import (
     promptset_cka,
     residual_cka_table,
 )
+from headstab.statistics.resampling import pair_mean_interval
 
 SETTINGS = {"hook": "hook_resid_pre", "kernel": "linear", "threshold": 1.0, "debiased": False, "max_tokens": 8}
 

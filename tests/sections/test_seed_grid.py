@@ -1,14 +1,14 @@
-"""headstab.sections.seed_grid and headstab.seed_design: init seed vs data-order seed (issue 14 part 1)."""
+"""headstab.sections.seed_grid and headstab.plan.seed_design: init seed vs data-order seed (issue 14 part 1)."""
 
 import numpy as np
 import pandas as pd
 import pytest
-from tolerances import reduction_atol
+from helpers.tolerances import reduction_atol
 
-from headstab.inference.bootstrap import draw_resamples
+from headstab.plan.seed_design import grid_refits, refit_name, refit_seeds
 from headstab.sections.seed_grid import KINDS, grid_pair_table, pair_kind, seed_grid_table
-from headstab.seed_design import grid_refits, refit_name, refit_seeds
 from headstab.stability import pair_stability_table
+from headstab.statistics.bootstrap import draw_resamples
 
 INITS, DATAS = (1, 2, 3), (1, 2, 3)
 N_LAYERS, N_HEADS, N_FEATURES = 2, 4, 16

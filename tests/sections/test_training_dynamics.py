@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headstab.inference.prompt_groups import GroupedSimilarity
 from headstab.plots import training_dynamics as training_dynamics_plots
 from headstab.plots.training_dynamics import plot_stability_along_training
 from headstab.sections.training_dynamics import TRAINING_DYNAMICS_COLUMNS, stability_along_training
+from headstab.similarity.prompt_groups import GroupedSimilarity
 
 N_GROUPS, N_SEEDS, N_LAYERS, N_HEADS = 5, 3, 2, 4
 

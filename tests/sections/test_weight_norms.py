@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.stats
-from tolerances import reduction_atol, reduction_rtol
+from helpers.tolerances import reduction_atol, reduction_rtol
 
 from headstab.sections.weight_norms import (
     NORM_COLUMNS,
@@ -111,7 +111,7 @@ def test_norm_stability_correlation_refuses_ambiguous_promptsets(layer_stability
 
 
 def _saved_refits(tiny_spec, tmp_path, seeds=(1, 2)):
-    from headstab.models import build_model, save_weights
+    from headstab.refits.models import build_model, save_weights
 
     spec = tiny_spec(seeds=seeds)
     paths = {}
@@ -122,7 +122,7 @@ def _saved_refits(tiny_spec, tmp_path, seeds=(1, 2)):
 
 
 def test_refit_weight_norms_read_every_final_pt(tiny_spec, tmp_path):
-    from headstab.models import build_model
+    from headstab.refits.models import build_model
 
     spec, paths = _saved_refits(tiny_spec, tmp_path)
     table = refit_weight_norms(spec, paths, "per_head_mean", ())
@@ -136,7 +136,7 @@ def test_refit_weight_norms_read_every_final_pt(tiny_spec, tmp_path):
 def test_trained_state_is_processed_as_the_caches_are(tiny_spec, tmp_path):
     import torch
 
-    from headstab.weight_processing import process_weights
+    from headstab.refits.weight_processing import process_weights
 
     spec, paths = _saved_refits(tiny_spec, tmp_path, seeds=(1,))
     steps = ["center_writing_weights", "fold_value_biases"]
@@ -267,7 +267,7 @@ def test_correlation_refusals_name_the_table_and_the_refits(layer_stability):
 
 
 def test_refit_weight_norms_pass_the_attention_norm_and_number_rows(tiny_spec, tmp_path):
-    from headstab.models import build_model
+    from headstab.refits.models import build_model
 
     spec, paths = _saved_refits(tiny_spec, tmp_path)
     table = refit_weight_norms(spec, paths, "layer", ())

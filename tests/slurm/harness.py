@@ -7,7 +7,7 @@ runs `snakemake --profile slurm` (the repository's profile, resolved from the
 repository root exactly as a user types it) with the overrides a cluster without
 accounting needs.
 
-Typical use in a test (see tests/test_slurm.py):
+Typical use in a test (see tests/workflow/test_slurm.py):
 
     with running_cluster(tmp_dir / "slurm") as cluster:
         run = run_snakemake_on_slurm(workdir, snakefile, configfile, [], cluster=cluster)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install a single-node Slurm (slurm-wlm: slurmctld + slurmd + client tools) and munge
-# from Debian's archive, for the real-Slurm CI test (tests/test_slurm.py).
+# from Debian's archive, for the real-Slurm CI test (tests/workflow/test_slurm.py).
 # Idempotent: exits at once when the binaries are already on PATH.
 # Needs root (or passwordless sudo) and a reachable Debian/Ubuntu package mirror.
 set -euo pipefail

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from headstab.training import TrainingError, train_refit
-from headstab.training.data import TokenWindows, check_vocabulary, training_steps, window_order
+from headstab.training.data import TokenWindows, check_training_vocabulary, training_steps, window_order
 
 from .conftest import write_shards
 
@@ -67,8 +67,12 @@ def test_tokenizer_larger_than_d_vocab_is_refused(tiny_spec):
         TrainingError,
         match=r"tokenizer tok/dir has 40 tokens, more than d_vocab 32 of architecture 'tiny'.*architectures\.tiny\.d_vocab",
     ):
-        check_vocabulary(tiny_spec(), tokenizer_size=40, max_token_id=10, tokenizer_label="tok/dir", corpus_label="c")
-    check_vocabulary(tiny_spec(), tokenizer_size=32, max_token_id=31, tokenizer_label="tok/dir", corpus_label="c")
+        check_training_vocabulary(
+            tiny_spec(), tokenizer_size=40, max_token_id=10, tokenizer_label="tok/dir", corpus_label="c"
+        )
+    check_training_vocabulary(
+        tiny_spec(), tokenizer_size=32, max_token_id=31, tokenizer_label="tok/dir", corpus_label="c"
+    )
 
 
 def test_tokenizer_dir_is_checked_before_training(tiny_spec, cyclic_shards, tmp_path):

@@ -107,7 +107,8 @@ def test_divergence_without_nan_stops_naming_loss_threshold_and_keys(tiny_spec, 
 
 
 def test_divergence_factor_defaults_to_3_and_architecture_defaults_override_it(monkeypatch):
-    from headstab.config import REPO_ROOT, ConfigError, architecture_spec, load_yaml, validate_config
+    from headstab.plan.config import REPO_ROOT, architecture_spec, load_yaml, validate_config
+    from headstab.plan.spec import ConfigError
 
     monkeypatch.chdir(REPO_ROOT)  # the config's prompt paths start at the repository root
     config = validate_config(load_yaml("tests/config/tiny.yaml"))

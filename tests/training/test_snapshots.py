@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from headstab.config import spec_from_dict
-from headstab.models import build_model, load_verified_state_dict
-from headstab.snapshots import SnapshotError, publish_snapshot, staged_snapshot_dir, write_init_weights
+from headstab.plan.spec import spec_from_dict
+from headstab.refits.models import build_model, load_verified_state_dict
 from headstab.training import TrainingError, loop, train_refit
+from headstab.training.snapshots import SnapshotError, publish_snapshot, staged_snapshot_dir, write_init_weights
 
 from .conftest import SimulatedKill, final_state, kill_after, states_equal
 

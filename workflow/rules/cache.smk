@@ -2,7 +2,7 @@
 # through the trained refit and writes {RESULTS}/{arch}/caches/seed{seed}.h5 (contract: docs/caches.md).
 # Library: src/headstab/activations/ (capture, packing, the writer, and the validated reader every analysis uses).
 
-# Params and resources: ARCH in common.smk (headstab.planning, headstab.resources).
+# Params and resources: ARCH in common.smk (headstab.plan.jobs, headstab.plan.resources).
 
 
 rule cache_activations:
@@ -28,7 +28,7 @@ rule cache_activations:
         runtime=by_arch("cache_runtime"),
     params:
         prompt_sets=config["prompt_sets"],
-        cache=planning.cache_options(config),  # config["cache"] (+ extra_resid_hooks, activation_sets resolved)
+        cache=jobs.cache_options(config),  # config["cache"] (+ extra_resid_hooks, activation_sets resolved)
         # A new cache layout changes this param, so Snakemake rebuilds caches written by older code.
         format_version=CACHE_FORMAT_VERSION,
         weight_processing=config["analysis"]["weight_processing"],  # TL2 steps applied on load (docs/fidelity.md)

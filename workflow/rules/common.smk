@@ -1,5 +1,5 @@
-# What every rule file reads: the validated config, the output paths (headstab.layout.Layout), each
-# architecture's job params and resource requests (headstab.planning, headstab.resources), looked up
+# What every rule file reads: the validated config, the output paths (headstab.plan.layout.Layout), each
+# architecture's job params and resource requests (headstab.plan.jobs, headstab.plan.resources), looked up
 # by the rules with lookup(). The logic behind each value is in the library, where it is tested.
 
 import os
@@ -13,20 +13,23 @@ LIBRARY = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, LIBRARY)
 os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [LIBRARY, os.environ.get("PYTHONPATH")])))
 
-from headstab import planning, resources
-from headstab.config import ConfigError, architecture_spec, selected_architectures, validate_config
-from headstab.formats import CACHE_FORMAT_VERSION
-from headstab.layout import ANALYSIS_ROOT_RULES, Layout
+from headstab.plan import jobs, resources
+from headstab.plan.config import architecture_spec, selected_architectures, validate_config
+from headstab.plan.spec import ConfigError
+from headstab.plan.formats import CACHE_FORMAT_VERSION
+from headstab.plan.layout import ANALYSIS_ROOT_RULES, Layout
 from headstab.prompts import load_prompt_sets
 from headstab.sections import architecture_facts, architecture_summary
-from headstab.seed_design import SEED_WILDCARD, refit_seeds
-from headstab.sources import checkpoint_sources
+from headstab.plan.seed_design import SEED_WILDCARD, refit_seeds
+from headstab.plan.sources import checkpoint_sources
 
 # One environment for every rule with `--sdm conda` (the pins of requirements.txt), relative to the rule files.
 CONDA_ENV = "../../envs/headstab.yaml"
 
 try:
     validate_config(config, schema_path=Path(workflow.basedir) / "workflow/schemas/config.schema.yaml")
+    # trained here, or fetched (published.smk, hub_families.smk): a missing published_local path, a bad refit_file
+    SOURCES = checkpoint_sources(config, selected_architectures(config))
 except ConfigError as error:
     raise WorkflowError(f"Invalid configuration: {error}") from None
 try:
@@ -36,7 +39,7 @@ try:
         raise ValueError(
             f"config key 'analysis.promptset': {PRIMARY!r} is not a prompt set; choose from {list(_prompt_sets)}"
         )
-    _unknown = [name for name in planning.activation_sets(config) or () if name not in _prompt_sets]
+    _unknown = [name for name in jobs.activation_sets(config) or () if name not in _prompt_sets]
     if _unknown:
         raise ValueError(
             f"config key 'cache.activation_sets': {_unknown} are not prompt sets; choose from {list(_prompt_sets)}"
@@ -55,16 +58,16 @@ SELECTED_ARCHITECTURES = selected_architectures(config)
 SEED_GRID_ARCHITECTURES = [a for a in SELECTED_ARCHITECTURES if config["architectures"][a].get("seed_grid")]
 ARCHITECTURES = [arch for arch in SELECTED_ARCHITECTURES if arch not in SEED_GRID_ARCHITECTURES]
 SPECS = {arch: architecture_spec(config, arch) for arch in SELECTED_ARCHITECTURES}
-SOURCES = checkpoint_sources(config, SELECTED_ARCHITECTURES)  # trained here, or fetched (published.smk)
 COMPUTE = config["compute"]
 STATISTICS = config["statistics"]
 # In the params of the rules whose numbers this library code computes: editing it reruns them.
-INFERENCE_CODE = planning.library_digest("inference", "stability.py")
-PROMPT_GROUPS_CODE = planning.library_digest("inference/prompt_groups.py")
+STATISTICS_CODE = jobs.library_digest("statistics", "stability.py")
+PROMPT_GROUPS_CODE = jobs.library_digest("similarity/prompt_groups.py")
+OPTIMIZER_TESTS_CODE = jobs.library_digest("statistics", "sections/optimizers.py")
 ARCHITECTURE_FACTS = {arch: architecture_facts(SPECS[arch]) for arch in ARCHITECTURES}
 RUN_SUMMARY = f"{len(ARCHITECTURES)} architectures ({', '.join(ARCHITECTURES)}), results_dir {RESULTS}"
 
-# Paths, one way for every rule file (headstab.layout.Layout).
+# Paths, one way for every rule file (headstab.plan.layout.Layout).
 tokenizer_dir = LAYOUT.tokenizer_dir
 tokenizer_target = LAYOUT.tokenizer_target
 corpus_shards = LAYOUT.corpus_shards
@@ -86,7 +89,7 @@ ANCHOR_SEEDS = {arch: seeds[0] for arch, seeds in SEEDS.items()}  # the paper's 
 # Per architecture: what its rules look up with by_arch("<key>").
 ARCH = {
     arch: {
-        "job_spec": planning.job_spec(spec),  # train and cache params: without seeds
+        "job_spec": jobs.job_spec(spec),  # train and cache params: without seeds
         "refit_spec": spec.to_dict(),  # analysis params: every refit
         "seeds": SEEDS[arch],
         "anchor_seed": ANCHOR_SEEDS[arch],
@@ -115,7 +118,7 @@ ARCH = {
         "train_runtime": resources.train_runtime(spec, config["corpora"][spec.corpus], COMPUTE),
         "train_mem_mb": resources.train_mem_mb(spec, COMPUTE["device"]),
         "cache_mem_mb": resources.cache_mem_mb(
-            spec, config["cache"]["batch_size"], 1 + len(planning.extra_resid_hooks(config)), LARGEST_PROMPT_SET
+            spec, config["cache"]["batch_size"], 1 + len(jobs.extra_resid_hooks(config)), LARGEST_PROMPT_SET
         ),
         "cache_runtime": resources.cache_runtime(spec),
         "similarity_mem_mb": resources.similarity_mem_mb(spec, len(spec.seeds), config["similarity"]["prompt_chunk"]),
@@ -129,13 +132,13 @@ ARCH = {
 }
 MODEL_GPUS = resources.model_gpus(COMPUTE["device"])
 # by_arch("train_mem_mb"): ARCH[{arch}]["train_mem_mb"] of each job, in constant time (lookup() walks all of ARCH).
-by_arch = partial(planning.WildcardLookup, ARCH, "arch")
+by_arch = partial(jobs.WildcardLookup, ARCH, "arch")
 
 
 wildcard_constraints:
-    arch=planning.names_regex(config["architectures"]),
-    seed=SEED_WILDCARD,  # a seed, or a seed grid's {init}-{data} (headstab.seed_design)
-    corpus=planning.names_regex(config["corpora"]),
-    tokenizer=planning.names_regex(config["tokenizers"]),
+    arch=jobs.names_regex(config["architectures"]),
+    seed=SEED_WILDCARD,  # a seed, or a seed grid's {init}-{data} (headstab.plan.seed_design)
+    corpus=jobs.names_regex(config["corpora"]),
+    tokenizer=jobs.names_regex(config["tokenizers"]),
     shard=r"\d{3}",
-    promptset=planning.names_regex(PROMPT_SETS),
+    promptset=jobs.names_regex(PROMPT_SETS),

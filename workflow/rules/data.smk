@@ -9,26 +9,24 @@
 # Local tokenizers (source local) are used in place: no rule. File formats: src/headstab/data/shards.py.
 
 TOKENIZERS, CORPORA = config["tokenizers"], config["corpora"]
-# Per tokenizer and per corpus: what their jobs look up (headstab.planning says what each job's params hold).
+# Per tokenizer and per corpus: what their jobs look up (headstab.plan.jobs says what each job's params hold).
 TOKENIZER_JOBS = {
     name: {
         "dir": tokenizer_dir(name),
         "target": tokenizer_target(name),
         "training_inputs": (
-            planning.corpus_source_inputs(config, LAYOUT, entry["corpus"]) if entry["source"] == "train" else []
+            jobs.corpus_source_inputs(config, LAYOUT, entry["corpus"]) if entry["source"] == "train" else []
         ),
-        "training_corpus": (
-            planning.tokenizer_training_entry(config, LAYOUT, name) if entry["source"] == "train" else {}
-        ),
+        "training_corpus": (jobs.tokenizer_training_entry(config, LAYOUT, name) if entry["source"] == "train" else {}),
     }
     for name, entry in TOKENIZERS.items()
 }
 CORPUS_JOBS = {
     name: {
-        "entry": planning.corpus_job_entry(config, LAYOUT, name),
+        "entry": jobs.corpus_job_entry(config, LAYOUT, name),
         "inputs": {
             "tokenizer": tokenizer_target(entry["tokenizer"]),
-            "source": planning.corpus_source_inputs(config, LAYOUT, name),
+            "source": jobs.corpus_source_inputs(config, LAYOUT, name),
         },
         "tokenizer_dir": tokenizer_dir(entry["tokenizer"]),
         "shard_records": [path.replace(".npy", ".json") for path in corpus_shards(name)],
@@ -46,7 +44,7 @@ rule synthetic_text:
     log:
         f"{RESULTS}/logs/data/synthetic_text/{{corpus}}.log",
     wildcard_constraints:
-        corpus=planning.names_regex(planning.names_with_source(CORPORA, "synthetic")),
+        corpus=jobs.names_regex(jobs.names_with_source(CORPORA, "synthetic")),
     conda:
         CONDA_ENV
     threads: 1
@@ -70,7 +68,7 @@ rule train_tokenizer:
     log:
         f"{RESULTS}/logs/data/train_tokenizer/{{tokenizer}}.log",
     wildcard_constraints:
-        tokenizer=planning.names_regex(planning.names_with_source(TOKENIZERS, "train")),
+        tokenizer=jobs.names_regex(jobs.names_with_source(TOKENIZERS, "train")),
     conda:
         CONDA_ENV
     threads: 1
@@ -93,7 +91,7 @@ rule fetch_tokenizer:
     log:
         f"{RESULTS}/logs/data/fetch_tokenizer/{{tokenizer}}.log",
     wildcard_constraints:
-        tokenizer=planning.names_regex(planning.names_with_source(TOKENIZERS, "hub")),
+        tokenizer=jobs.names_regex(jobs.names_with_source(TOKENIZERS, "hub")),
     conda:
         CONDA_ENV
     threads: 1

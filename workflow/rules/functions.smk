@@ -1,7 +1,7 @@
 # Input and params functions of the jobs that need more than {arch} (those use by_arch, common.smk): a seed's
 # fetched model, a step's caches, a seed grid's reused paper refit. Kept apart from every rule file (snakemake --lint).
 
-from headstab.sources import published_inputs
+from headstab.plan.sources import published_inputs
 
 
 def published_refit_file(wildcards):

@@ -4,7 +4,7 @@
 #
 # Library: headstab.sections.meta_sne, headstab.plots.meta_sne.
 
-from headstab.resources import meta_sne_mem_mb
+from headstab.plan.resources import meta_sne_mem_mb
 
 META_SNE_REFITS = [[arch, seed] for arch in ARCHITECTURES for seed in SEEDS[arch]]
 META_SNE_CACHES = [cache_path(arch, seed) for arch, seed in META_SNE_REFITS]

@@ -36,12 +36,12 @@ PAIR_CONFIGURATIONS = {
 
 # Held-out text: a corpus of this config in the architecture's tokenizer, else wikitext-2 (rule heldout_wikitext).
 HELDOUT_CORPUS = config["analysis"]["heldout_corpus"]
-HELDOUT_LABEL = HELDOUT_CORPUS or f"{planning.HELDOUT_HUB['config_name']} {planning.HELDOUT_HUB['split']}"
+HELDOUT_LABEL = HELDOUT_CORPUS or f"{jobs.HELDOUT_HUB['config_name']} {jobs.HELDOUT_HUB['split']}"
 try:
-    HELDOUT_SHARDS = planning.heldout_shards(config, SPECS, LAYOUT)
+    HELDOUT_SHARDS = jobs.heldout_shards(config, SPECS, LAYOUT)
 except ValueError as error:
     raise WorkflowError(str(error)) from None
-HELDOUT_HUB_SHARD = LAYOUT.heldout_shard(planning.HELDOUT_HUB_DATASET, "{tokenizer}")
+HELDOUT_HUB_SHARD = LAYOUT.heldout_shard(jobs.HELDOUT_HUB_DATASET, "{tokenizer}")
 
 
 rule heldout_wikitext:
@@ -62,7 +62,7 @@ rule heldout_wikitext:
         mem_mb=2000,
         runtime=20,
     params:
-        dataset=planning.HELDOUT_HUB,
+        dataset=jobs.HELDOUT_HUB,
         tokenizer_dir=lookup(dpath="{tokenizer}/dir", within=TOKENIZER_JOBS),
     script:
         "../scripts/heldout_wikitext.py"

@@ -1,5 +1,5 @@
-# The paper's published refits (README "Reproducing the paper from the published refits"; headstab.sources,
-# headstab.published). An architecture whose `source` is published or published_local is not trained:
+# The paper's published refits (README "Reproducing the paper from the published refits"; headstab.plan.sources,
+# headstab.refits.published). An architecture whose `source` is published or published_local is not trained:
 #
 #   fetch_published -> {RESULTS}/{arch}/checkpoints/seed{seed}/final.pt, meta.json
 #
@@ -9,7 +9,7 @@
 # file's sha256, the conversion and the refit's identity. Every rule downstream of final.pt runs
 # unchanged; nothing reads train_log.csv, which a published refit does not have.
 
-from headstab.sources import fetch_mem_mb
+from headstab.plan.sources import fetch_mem_mb
 
 TRAINED_ARCHITECTURES = [arch for arch in ARCHITECTURES if SOURCES[arch].trained]
 PUBLISHED_ARCHITECTURES = [arch for arch in ARCHITECTURES if SOURCES[arch].kind in ("published", "published_local")]
@@ -40,15 +40,15 @@ rule fetch_published:
     log:
         f"{RESULTS}/logs/fetch_published/{{arch}}/seed{{seed}}.log",
     wildcard_constraints:
-        arch=planning.names_regex(PUBLISHED_ARCHITECTURES),
+        arch=jobs.names_regex(PUBLISHED_ARCHITECTURES),
     conda:
         CONDA_ENV
     threads: 1
     resources:
-        mem_mb=planning.WildcardLookup(PUBLISHED, "arch", "mem_mb"),
+        mem_mb=jobs.WildcardLookup(PUBLISHED, "arch", "mem_mb"),
         runtime=30,
     params:
         spec=by_arch("job_spec"),
-        source=planning.WildcardLookup(PUBLISHED, "arch", "source"),
+        source=jobs.WildcardLookup(PUBLISHED, "arch", "source"),
     script:
         "../scripts/fetch_published.py"

@@ -4,7 +4,7 @@
 # reader of the report sees every setting (schema defaults filled in) that produced its figures, and the
 # tables behind the figures as pages. Included after targets.smk, whose table lists it renders.
 
-from headstab import report_tables
+from headstab import report_pages
 
 
 rule report_configuration:
@@ -29,7 +29,7 @@ rule report_configuration:
         "../scripts/report_configuration.py"
 
 
-# The tables behind the figures, one HTML page each (headstab.report_tables), filed under the category and
+# The tables behind the figures, one HTML page each (headstab.report_pages), filed under the category and
 # subcategory of their figures: <category>/<subcategory>/<name>.html, read back by report(patterns=...).
 REPORT_TABLE_PATTERN = "{category}/{subcategory}/{name}.html"
 REPORT_TABLES = {arch: f"{RESULTS}/{arch}/report_tables" for arch in ARCHITECTURES}
@@ -57,8 +57,8 @@ rule report_tables:
         mem_mb=2000,
         runtime=10,
     params:
-        descriptions=report_tables.DESCRIPTIONS,
-        max_rows=report_tables.MAX_ROWS,
+        descriptions=report_pages.DESCRIPTIONS,
+        max_rows=report_pages.MAX_ROWS,
     script:
         "../scripts/report_tables.py"
 
@@ -84,8 +84,8 @@ rule report_summary_tables:
         mem_mb=2000,
         runtime=10,
     params:
-        descriptions=report_tables.DESCRIPTIONS,
-        max_rows=report_tables.MAX_ROWS,
+        descriptions=report_pages.DESCRIPTIONS,
+        max_rows=report_pages.MAX_ROWS,
     script:
         "../scripts/report_summary_tables.py"
 

@@ -4,7 +4,7 @@
 #
 # Library: headstab.sections.residual_cka (CKA itself: headstab.cka), headstab.plots.residual_cka.
 
-from headstab.resources import residual_cka_mem_mb
+from headstab.plan.resources import residual_cka_mem_mb
 
 RESIDUAL_CKA_TARGETS = {
     arch: [

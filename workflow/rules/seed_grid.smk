@@ -5,7 +5,7 @@
 #
 #   seed_grid  {RESULTS}/{arch}/tables/seed_grid_pairs.csv, seed_grid.csv, figures/seed_grid.png
 #
-# Library: headstab.seed_design, headstab.sections.seed_grid, headstab.plots.seed_grid (docs/beyond_the_paper.md).
+# Library: headstab.plan.seed_design, headstab.sections.seed_grid, headstab.plots.seed_grid (docs/beyond_the_paper.md).
 
 SEED_GRID_TARGETS = {
     arch: ARCH[arch]["weights"]
@@ -18,13 +18,13 @@ SEED_GRID_TARGETS = {
 
 use rule train as train_seed_grid with:
     wildcard_constraints:
-        arch=planning.names_regex(SEED_GRID_ARCHITECTURES),
+        arch=jobs.names_regex(SEED_GRID_ARCHITECTURES),
 
 
-# A grid whose settings equal a selected paper architecture's (planning.paper_twins) reuses that one's refit s as
+# A grid whose settings equal a selected paper architecture's (jobs.paper_twins) reuses that one's refit s as
 # its s-s: same init seed, data seed and settings, so the same bits; only the off-diagonal refits train.
-PAPER_TWINS = planning.paper_twins(SPECS, SEED_GRID_ARCHITECTURES)
-TWIN_DIAGONAL = planning.twin_diagonal(SPECS, PAPER_TWINS)
+PAPER_TWINS = jobs.paper_twins(SPECS, SEED_GRID_ARCHITECTURES)
+TWIN_DIAGONAL = jobs.twin_diagonal(SPECS, PAPER_TWINS)
 
 
 ruleorder: reuse_paper_refit > train_seed_grid
@@ -43,8 +43,8 @@ rule reuse_paper_refit:
     log:
         f"{RESULTS}/logs/reuse_paper_refit/{{arch}}/seed{{seed}}.log",
     wildcard_constraints:
-        arch=planning.names_regex(PAPER_TWINS),
-        seed=planning.names_regex(TWIN_DIAGONAL),
+        arch=jobs.names_regex(PAPER_TWINS),
+        seed=jobs.names_regex(TWIN_DIAGONAL),
     conda:
         CONDA_ENV
     threads: 1
@@ -75,7 +75,7 @@ rule seed_grid:
     log:
         f"{RESULTS}/logs/seed_grid/{{arch}}.log",
     wildcard_constraints:
-        arch=planning.names_regex(SEED_GRID_ARCHITECTURES),
+        arch=jobs.names_regex(SEED_GRID_ARCHITECTURES),
     conda:
         CONDA_ENV
     threads: 1

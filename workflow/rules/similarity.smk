@@ -29,7 +29,7 @@ rule pair_similarity:
 
 
 # Same-layer similarity per random group of prompts, observed and under the prompt-permutation null
-# (headstab.inference.prompt_groups): what the bootstrap resamples (docs/statistics.md).
+# (headstab.similarity.prompt_groups): what the bootstrap resamples (docs/statistics.md).
 rule prompt_group_similarity:
     """Same-layer head similarity of one architecture's refits per prompt group, and its null."""
     input:

@@ -7,7 +7,7 @@
 #                               (step > 0: the weights train kept at that step, in its checkpoint directory)
 #   cache_snapshot_activations  {RESULTS}/{arch}/snapshots/step{step}/caches/seed{seed}.h5 (hook_pattern only)
 #
-# Library: headstab.snapshots, headstab.training (snapshot_steps), headstab.activations.writer (patterns_only).
+# Library: headstab.training.snapshots, headstab.training (snapshot_steps), headstab.activations.writer (patterns_only).
 
 # The model of each architecture without its snapshot steps: changing them retrains (train's spec holds
 # them), but leaves the step-0 weights and every snapshot's cache params as they were.
@@ -15,7 +15,7 @@ MODEL_SPECS = {
     arch: {key: value for key, value in ARCH[arch]["job_spec"].items() if key != "snapshot_steps"}
     for arch in ARCHITECTURES
 }
-by_model_spec = partial(planning.WildcardLookup, MODEL_SPECS, "arch")
+by_model_spec = partial(jobs.WildcardLookup, MODEL_SPECS, "arch")
 
 
 rule init_weights:
@@ -78,5 +78,5 @@ use rule cache_activations as cache_snapshot_activations with:
         step=r"\d+",
     params:
         # Only the prompt-group similarity reads a snapshot's cache: hook_pattern alone.
-        cache=planning.cache_options(config, patterns_only=True),
+        cache=jobs.cache_options(config, patterns_only=True),
         spec=by_model_spec(),

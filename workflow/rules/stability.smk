@@ -3,7 +3,7 @@
 #
 #   stability_tables   {RESULTS}/{arch}/tables/{pair,head,layer}_stability.csv, alignment_map.csv,
 #                      alignment_dispersion.csv, commonness.csv   (every prompt set, every anchor), with
-#                      intervals, null and step-0 baseline (headstab.inference, docs/statistics.md);
+#                      intervals, null and step-0 baseline (headstab.statistics, docs/statistics.md);
 #                      layer_stability_pooled.csv: per layer over all refits
 #   stability_figures  {RESULTS}/{arch}/figures/*.png             (Fig. 2-4, 12/A.5, 20; primary prompts)
 #
@@ -52,7 +52,7 @@ rule stability_tables:
         mem_mb=by_arch("statistics_mem_mb"),
         runtime=30,
     params:
-        library=INFERENCE_CODE,
+        library=STATISTICS_CODE,
         promptsets=PROMPT_SETS,
         layer_std_ddof=config["analysis"]["layer_std_ddof"],
         statistics=STATISTICS,

@@ -6,7 +6,7 @@
 #   stability_against_chance  {RESULTS}/summary/tables/stability_against_chance.csv, stability_gap_intervals.csv,
 #                             summary/figures/stability_against_chance.png   (every architecture)
 #
-# Library: headstab.inference, headstab.plots.chance.
+# Library: headstab.statistics, headstab.plots.chance.
 
 # The seeds-needed curve starts at 3 refits (a bootstrap of 2 cannot vary them): architectures with fewer have none.
 STATISTICS_TARGETS = {
@@ -61,7 +61,7 @@ rule seeds_needed:
         mem_mb=by_arch("statistics_mem_mb"),
         runtime=60,
     params:
-        library=INFERENCE_CODE,
+        library=STATISTICS_CODE,
         statistics=STATISTICS,
     script:
         "../scripts/seeds_needed.py"
@@ -71,7 +71,7 @@ rule optimizer_tests:
     """Adam vs AdamW (§4.5) as tests: per-layer stability difference with its bootstrap interval and a
     permutation test over refits; perplexity parity as an equivalence test (TOST)."""
     input:
-        unpack(planning.WildcardLookup(OPTIMIZER_TEST_INPUTS, "arch")),
+        unpack(jobs.WildcardLookup(OPTIMIZER_TEST_INPUTS, "arch")),
     output:
         table=compare_table_path("{arch}", "optimizer_tests"),
     log:
@@ -83,7 +83,7 @@ rule optimizer_tests:
         mem_mb=by_arch("statistics_mem_mb"),
         runtime=30,
     params:
-        library=INFERENCE_CODE,
+        library=OPTIMIZER_TESTS_CODE,
         statistics=STATISTICS,
     script:
         "../scripts/optimizer_tests.py"

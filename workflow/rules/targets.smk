@@ -4,8 +4,8 @@
 #
 #   snakemake arch_<arch>        every output of <arch>: weights (trained or fetched), caches, similarity, tables, figures
 #   snakemake analyses_<arch>    only its post-training outputs (similarity, tables, figures, analyses)
-#   snakemake analyses_<arch> --forcerun <headstab.layout.ANALYSIS_ROOT_RULES>
-#                                rerun those analyses without retraining or re-caching (headstab.layout.ANALYSIS_ROOT_RULES)
+#   snakemake analyses_<arch> --forcerun <headstab.plan.layout.ANALYSIS_ROOT_RULES>
+#                                rerun those analyses without retraining or re-caching (headstab.plan.layout.ANALYSIS_ROOT_RULES)
 #
 # Cross-architecture outputs (compare/, summary/) belong to no single architecture: `snakemake`
 # (rule all) refreshes them afterwards.
@@ -62,10 +62,10 @@ SUMMARY_TABLE_SOURCES = [
 
 
 rule network_inputs:
-    """Every output whose job downloads from the Hugging Face hub (headstab.planning.network_targets): run
+    """Every output whose job downloads from the Hugging Face hub (headstab.plan.jobs.network_targets): run
     on a node with internet before the rest of the run goes to compute nodes without it."""
     input:
-        planning.network_targets(config, SPECS, LAYOUT),
+        jobs.network_targets(config, SPECS, LAYOUT),
     localrule: True
 
 

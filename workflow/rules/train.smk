@@ -7,11 +7,11 @@
 # `checkpoint_every` steps. They are not declared outputs: a rerun of a killed or requeued job
 # resumes from the newest one written under the same configuration, and ends bit-identical to an
 # uninterrupted run (CPU); one written under another configuration is deleted and training restarts.
-# Library: src/headstab/training/ (loop, checkpoint, data), src/headstab/models.py.
+# Library: src/headstab/training/ (loop, checkpoint, data), src/headstab/refits/models.py.
 
-# Params and resources: ARCH in common.smk (headstab.planning.job_spec, headstab.resources).
+# Params and resources: ARCH in common.smk (headstab.plan.jobs.job_spec, headstab.plan.resources).
 
-PROMPT_CHECKS = planning.prompt_checks(SPECS)
+PROMPT_CHECKS = jobs.prompt_checks(SPECS)
 
 
 rule check_prompts:
@@ -58,7 +58,7 @@ rule train:
     benchmark:
         f"{RESULTS}/benchmarks/train/{{arch}}/seed{{seed}}.tsv"
     wildcard_constraints:
-        arch=planning.names_regex(TRAINED_ARCHITECTURES),  # published refits: rule fetch_published (published.smk)
+        arch=jobs.names_regex(TRAINED_ARCHITECTURES),  # published refits: rule fetch_published (published.smk)
     conda:
         CONDA_ENV
     threads: COMPUTE["train_threads"]

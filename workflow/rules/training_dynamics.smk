@@ -26,7 +26,7 @@ TRAINING_DYNAMICS_TARGETS = {
     )
     for arch in ARCHITECTURES
 }
-by_dynamics = partial(planning.WildcardLookup, TRAINING_DYNAMICS, "arch")
+by_dynamics = partial(jobs.WildcardLookup, TRAINING_DYNAMICS, "arch")
 
 
 rule stability_along_training:
@@ -56,7 +56,7 @@ rule stability_along_training:
         steps=by_dynamics("steps"),
         promptset=PRIMARY,
         statistics={key: STATISTICS[key] for key in ("n_boot", "seed", "confidence")},
-        library=INFERENCE_CODE,
+        library=STATISTICS_CODE,
         configuration=by_arch("configuration"),
     script:
         "../scripts/stability_along_training.py"

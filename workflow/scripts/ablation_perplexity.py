@@ -4,9 +4,9 @@ head, ppl_ablated, ppl_baseline; paper §4.8). The prompts' tokens come from the
 import torch
 
 from headstab.activations.reader import open_cache
-from headstab.config import spec_from_dict
 from headstab.joblog import run_job
-from headstab.models import load_trained_model, resolve_device
+from headstab.plan.spec import spec_from_dict
+from headstab.refits.models import load_trained_model, resolve_device
 from headstab.sections.ablation import ablation_perplexity_table
 
 

@@ -11,7 +11,7 @@ from headstab.activations.reader import open_cache
 from headstab.joblog import run_job
 from headstab.plots.effective_rank import plot_rank_vs_stability
 from headstab.sections.effective_rank import effective_rank_table, matched_rank_table, rank_correlation_table
-from headstab.tables import select_rows
+from headstab.table_rows import select_rows
 
 
 def main():

@@ -3,11 +3,11 @@
 import tempfile
 from pathlib import Path
 
-from headstab.config import spec_from_dict
 from headstab.joblog import run_job
+from headstab.plan.sources import PUBLISHED, CheckpointSource
+from headstab.plan.spec import spec_from_dict
 from headstab.provenance import environment_record, package_versions
-from headstab.published import convert_published_refit, download_published_refit
-from headstab.sources import PUBLISHED, CheckpointSource
+from headstab.refits.published import convert_published_refit, download_published_refit
 
 
 def main():

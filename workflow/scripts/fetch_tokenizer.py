@@ -3,7 +3,7 @@
 import logging
 
 from headstab.joblog import run_job
-from headstab.tokenizer import fetch_hub_tokenizer, write_tokenizer_meta
+from headstab.refits.tokenizer import fetch_hub_tokenizer, write_tokenizer_meta
 
 
 def main():

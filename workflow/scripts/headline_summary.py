@@ -8,7 +8,7 @@ import yaml
 
 from headstab.joblog import run_job
 from headstab.plots.headline import plot_stability_by_depth
-from headstab.report_tables import table_kind, table_page
+from headstab.report_pages import table_kind, table_page
 from headstab.sections.headline import headline_table, paper_values_frame
 
 # The table each headline_table argument reads, by the name of its CSV.

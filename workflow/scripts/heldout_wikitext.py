@@ -9,7 +9,7 @@ import logging
 
 from headstab.data.shards import write_shard
 from headstab.joblog import run_job
-from headstab.tokenizer import load_tokenizer, tokenizer_identity
+from headstab.refits.tokenizer import load_tokenizer, tokenizer_identity
 
 
 def main():

@@ -1,8 +1,8 @@
 """Rule init_weights: refit {seed} of {arch} at step 0 (the model train starts from) -> snapshots/step0/.../final.pt, meta.json."""
 
-from headstab.config import spec_from_dict
 from headstab.joblog import run_job
-from headstab.snapshots import write_init_weights
+from headstab.plan.spec import spec_from_dict
+from headstab.training.snapshots import write_init_weights
 
 
 def main():

@@ -6,12 +6,12 @@ import logging
 import pandas as pd
 import torch
 
-from headstab.config import spec_from_dict
 from headstab.data.shards import load_shards
-from headstab.evaluation import check_vocabulary, heldout_windows
+from headstab.evaluation import check_heldout_vocabulary, heldout_windows
 from headstab.joblog import run_job
 from headstab.layer_surgery import drop_swap_counts
-from headstab.models import load_trained_model, resolve_device
+from headstab.plan.spec import spec_from_dict
+from headstab.refits.models import load_trained_model, resolve_device
 from headstab.sections.layer_robustness import drop_swap_table
 
 
@@ -20,7 +20,7 @@ def main():
     spec = spec_from_dict(params.spec)
     torch.set_num_threads(snakemake.threads)
     windows = heldout_windows(load_shards(inp.heldout), params.heldout_tokens, spec.seq_len)
-    check_vocabulary(windows, spec.d_vocab, list(inp.heldout))
+    check_heldout_vocabulary(windows, spec.d_vocab, list(inp.heldout))
     logging.info("drop/swap: %d windows of %d tokens", len(windows), spec.seq_len)
     tables = []
     for seed, path in zip(spec.seeds, inp.weights, strict=True):

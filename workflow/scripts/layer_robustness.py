@@ -15,7 +15,7 @@ from headstab.sections.layer_robustness import (
     robustness_correlation,
     robustness_with_stability,
 )
-from headstab.tables import select_rows
+from headstab.table_rows import select_rows
 
 
 def main():

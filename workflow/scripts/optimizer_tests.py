@@ -1,13 +1,13 @@
 """Rule optimizer_tests: both members' prompt-group similarity and validation perplexities ->
-compare/{arch}/tables/optimizer_tests.csv (columns: headstab.inference.comparisons)."""
+compare/{arch}/tables/optimizer_tests.csv (columns: headstab.sections.optimizers)."""
 
 import logging
 
 import pandas as pd
 
-from headstab.inference.comparisons import optimizer_tests
-from headstab.inference.prompt_groups import read_grouped_similarity
 from headstab.joblog import run_job
+from headstab.sections.optimizers import optimizer_tests
+from headstab.similarity.prompt_groups import read_grouped_similarity
 
 
 def main():

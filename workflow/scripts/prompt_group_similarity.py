@@ -3,14 +3,14 @@
 import logging
 
 from headstab.activations.reader import open_cache
-from headstab.inference.prompt_groups import (
+from headstab.joblog import run_job
+from headstab.similarity.prompt_groups import (
     GroupedSimilarity,
     grouped_similarity_from_caches,
     null_partners,
     prompt_groups,
     write_grouped_similarity,
 )
-from headstab.joblog import run_job
 
 
 def main():

@@ -1,10 +1,10 @@
 """Rule report_summary_tables: the compare/ and summary/ CSV tables -> one sortable HTML page each under
-<category>/<subcategory>/<name>.html (headstab.report_tables)."""
+<category>/<subcategory>/<name>.html (headstab.report_pages)."""
 
 import logging
 
 from headstab.joblog import run_job
-from headstab.report_tables import write_table_pages
+from headstab.report_pages import write_table_pages
 
 
 def main():

@@ -7,7 +7,7 @@ import shutil
 
 from headstab.fileio import write_json_atomic
 from headstab.joblog import run_job
-from headstab.seed_design import refit_name, refit_seeds
+from headstab.plan.seed_design import refit_name, refit_seeds
 
 
 def main():
@@ -22,7 +22,7 @@ def main():
         "architecture": snakemake.params.twin,
         "seed": meta["seed"],
         "weights": str(source.weights),
-        "why": "same settings, init seed and data seed as this grid refit (headstab.planning.paper_twins)",
+        "why": "same settings, init seed and data seed as this grid refit (headstab.plan.jobs.paper_twins)",
     }
     meta.update(seed=refit_name(snakemake.wildcards.seed), init_seed=init_seed, data_seed=data_seed)
     write_json_atomic(out.meta, meta)

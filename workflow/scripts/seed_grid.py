@@ -8,7 +8,7 @@ import logging
 from headstab.joblog import run_job
 from headstab.plots.seed_grid import plot_seed_grid
 from headstab.sections.seed_grid import grid_pair_table, seed_grid_table
-from headstab.similarity import pair_similarity_from_caches
+from headstab.similarity.pairs import pair_similarity_from_caches
 from headstab.stability import pair_stability_table
 
 

@@ -2,10 +2,10 @@
 
 import logging
 
-from headstab.inference.prompt_groups import read_grouped_similarity
-from headstab.inference.seeds_needed import seeds_needed, seeds_needed_curve
 from headstab.joblog import run_job
 from headstab.plots.chance import plot_seeds_needed
+from headstab.similarity.prompt_groups import read_grouped_similarity
+from headstab.statistics.seeds_needed import seeds_needed, seeds_needed_curve
 
 
 def main():

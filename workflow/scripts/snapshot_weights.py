@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from headstab.joblog import run_job
-from headstab.snapshots import publish_snapshot
+from headstab.training.snapshots import publish_snapshot
 
 
 def main():

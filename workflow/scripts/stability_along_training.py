@@ -4,10 +4,10 @@ training -> tables/stability_along_training.csv, figures/stability_along_trainin
 import json
 import logging
 
-from headstab.inference.prompt_groups import read_grouped_similarity
 from headstab.joblog import run_job
 from headstab.plots.training_dynamics import plot_stability_along_training
 from headstab.sections.training_dynamics import stability_along_training
+from headstab.similarity.prompt_groups import read_grouped_similarity
 
 
 def main():

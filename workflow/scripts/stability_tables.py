@@ -5,12 +5,12 @@ import logging
 
 import pandas as pd
 
-from headstab.inference.prompt_groups import read_grouped_similarity
-from headstab.inference.tables import TABLE_NAMES as INTERVAL_TABLE_NAMES
-from headstab.inference.tables import interval_tables
 from headstab.joblog import run_job
-from headstab.similarity import read_pair_similarity
+from headstab.similarity.pairs import read_pair_similarity
+from headstab.similarity.prompt_groups import read_grouped_similarity
 from headstab.stability import TABLE_NAMES, stability_tables
+from headstab.statistics.interval_tables import TABLE_NAMES as INTERVAL_TABLE_NAMES
+from headstab.statistics.interval_tables import interval_tables
 
 KEYS = {"head_stability": ["promptset", "scope", "anchor_seed", "layer", "head"]}
 KEYS["layer_stability"] = KEYS["head_stability"][:-1]

@@ -7,7 +7,7 @@ from tqdm import tqdm
 
 from headstab.data.shards import build_shard, shard_token_quota
 from headstab.joblog import run_job
-from headstab.tokenizer import load_tokenizer, tokenizer_identity
+from headstab.refits.tokenizer import load_tokenizer, tokenizer_identity
 
 
 def main():

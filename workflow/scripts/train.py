@@ -1,11 +1,11 @@
 """Rule train: one refit (architecture, seed) -> final.pt, train_log.csv, meta.json (paper §3.1). A seed-grid
-refit's wildcard is "{init}-{data}" (headstab.seed_design): init seed for the weights, data seed for the order."""
+refit's wildcard is "{init}-{data}" (headstab.plan.seed_design): init seed for the weights, data seed for the order."""
 
 from pathlib import Path
 
-from headstab.config import spec_from_dict
 from headstab.joblog import run_job
-from headstab.seed_design import refit_name, refit_seeds
+from headstab.plan.seed_design import refit_name, refit_seeds
+from headstab.plan.spec import spec_from_dict
 from headstab.training import train_refit
 
 

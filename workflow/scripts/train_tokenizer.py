@@ -9,7 +9,7 @@ from tqdm import tqdm
 from headstab.data.sources import iter_documents
 from headstab.fileio import sha256_file
 from headstab.joblog import run_job
-from headstab.tokenizer import train_bpe_tokenizer, write_tokenizer_meta
+from headstab.refits.tokenizer import train_bpe_tokenizer, write_tokenizer_meta
 
 
 def main():

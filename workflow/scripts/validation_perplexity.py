@@ -5,11 +5,11 @@ import logging
 
 import torch
 
-from headstab.config import spec_from_dict
 from headstab.data.shards import load_shards
-from headstab.evaluation import check_vocabulary, heldout_windows
+from headstab.evaluation import check_heldout_vocabulary, heldout_windows
 from headstab.joblog import run_job
-from headstab.models import resolve_device
+from headstab.plan.spec import spec_from_dict
+from headstab.refits.models import resolve_device
 from headstab.sections.optimizers import validation_perplexity_table
 
 
@@ -18,7 +18,7 @@ def main():
     spec = spec_from_dict(params.spec)
     torch.set_num_threads(snakemake.threads)
     windows = heldout_windows(load_shards(inp.heldout), params.heldout_tokens, spec.seq_len)
-    check_vocabulary(windows, spec.d_vocab, list(inp.heldout))
+    check_heldout_vocabulary(windows, spec.d_vocab, list(inp.heldout))
     logging.info("validation: %d windows of %d tokens", len(windows), spec.seq_len)
     weights = dict(zip(spec.seeds, inp.weights, strict=True))
     table = validation_perplexity_table(

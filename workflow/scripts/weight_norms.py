@@ -5,8 +5,8 @@ import logging
 
 import torch
 
-from headstab.config import spec_from_dict
 from headstab.joblog import run_job
+from headstab.plan.spec import spec_from_dict
 from headstab.sections.weight_norms import refit_weight_norms
 
 

@@ -28,7 +28,7 @@ from headstab.activations.errors import (
 )
 from headstab.activations.h5util import decode_attr, with_chunk_cache
 from headstab.activations.packing import lower_triangle_offsets, unpack_lower_triangles
-from headstab.formats import CACHE_FORMAT, CACHE_FORMAT_VERSION
+from headstab.plan.formats import CACHE_FORMAT, CACHE_FORMAT_VERSION
 
 __all__ = [
     "CacheChecksumError",

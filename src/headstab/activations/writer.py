@@ -30,7 +30,7 @@ from headstab.activations.capture import (
 )
 from headstab.activations.packing import lower_triangle_index, lower_triangle_offsets
 from headstab.fileio import atomic_path
-from headstab.formats import CACHE_FORMAT, CACHE_FORMAT_VERSION
+from headstab.plan.formats import CACHE_FORMAT, CACHE_FORMAT_VERSION
 
 __all__ = [
     "DATASET_DIMS",

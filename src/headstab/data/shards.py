@@ -186,7 +186,7 @@ def build_shard(
     """Tokenize shard `shard_index` of a corpus entry into `out_path` (.npy) and its .json record.
 
     tokenizer: a transformers tokenizer (len() is its vocabulary; eos_token_id separates documents).
-    tokenizer_meta: `headstab.tokenizer.tokenizer_identity` of it. Returns the shard record.
+    tokenizer_meta: `headstab.refits.tokenizer.tokenizer_identity` of it. Returns the shard record.
     """
     n_shards = corpus["n_shards"]
     if not 0 <= shard_index < n_shards:

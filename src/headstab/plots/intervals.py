@@ -1,6 +1,6 @@
 """Stability against chance on a line plot: the anchor's interval, the prompt-permutation null, step 0.
 
-The stability tables carry these as optional columns (`headstab.inference.tables`): ci_low, ci_high
+The stability tables carry these as optional columns (`headstab.statistics.interval_tables`): ci_low, ci_high
 (multi-bootstrap interval over pair refits and prompt groups), null, null_ci_low, null_ci_high (the
 same statistic with each anchor head on prompt p compared with the candidates on another prompt of
 the same token length: the metric's floor for unrelated patterns) and init (the same refits at step

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from headstab.plots import OPTIMIZER_COLOURS, STABILITY_LABEL, layer_ticks, new_figure, save_figure
-from headstab.tables import select_rows
+from headstab.table_rows import select_rows
 
 __all__ = ["plot_activation_norms", "plot_optimizer_stability", "plot_perplexity"]
 

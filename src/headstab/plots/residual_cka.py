@@ -9,7 +9,7 @@ import pandas as pd
 
 from headstab.cka import layer_cka_summary
 from headstab.plots import STABILITY_LABEL, layer_palette, layer_ticks, new_figure, save_figure
-from headstab.tables import pearson_or_nan, select_rows
+from headstab.table_rows import pearson_or_nan, select_rows
 
 __all__ = ["plot_residual_stream"]
 

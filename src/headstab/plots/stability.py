@@ -19,7 +19,7 @@ from matplotlib.collections import QuadMesh
 
 from headstab.plots import new_figure, save_figure
 from headstab.plots.intervals import chance_columns, draw_init, draw_interval, draw_null, null_label
-from headstab.tables import select_rows
+from headstab.table_rows import select_rows
 
 __all__ = [
     "plot_alignment_map",

@@ -9,7 +9,7 @@ import pandas as pd
 
 from headstab.plots import STABILITY_LABEL, layer_palette, new_figure, save_figure
 from headstab.sections.weight_norms import MATRIX_ORDER
-from headstab.tables import select_rows
+from headstab.table_rows import select_rows
 
 __all__ = ["plot_weight_norm_correlation"]
 

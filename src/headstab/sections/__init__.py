@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from headstab.config import ArchitectureSpec
+from headstab.plan.spec import ArchitectureSpec
 
 __all__ = ["architecture_facts", "architecture_summary", "optimizer_label"]
 

@@ -16,7 +16,7 @@ import pandas as pd
 from scipy import stats
 
 from headstab.evaluation import head_ablation_perplexities, perplexity
-from headstab.tables import pearson_or_nan, select_rows
+from headstab.table_rows import pearson_or_nan, select_rows
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def ablation_table(
 
     ppl_ablated: [layer, head] from `head_ablation_perplexities`; ppl_baseline: unablated perplexity.
     head_stability: columns promptset, scope, anchor_seed, layer, head, stability; the rows of
-    anchor_seed == seed and the given promptset and scope (`headstab.tables.select_rows`) are used.
+    anchor_seed == seed and the given promptset and scope (`headstab.table_rows.select_rows`) are used.
     Returns ABLATION_COLUMNS.
     """
     ppl_ablated = np.asarray(ppl_ablated, dtype=float)
@@ -114,8 +114,8 @@ def ablation_correlation(table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, f
 
 def ablation_correlation_intervals(table: pd.DataFrame, n_boot: int, seed: int, confidence: float) -> pd.DataFrame:
     """Per layer, the bootstrap interval of the stability-ΔPPL correlation, heads resampled (they are the
-    units of the correlation; `headstab.inference.resampling.pearson_interval`): layer, ci_low, ci_high, n_boot."""
-    from headstab.inference.resampling import pearson_interval
+    units of the correlation; `headstab.statistics.resampling.pearson_interval`): layer, ci_low, ci_high, n_boot."""
+    from headstab.statistics.resampling import pearson_interval
 
     rows = []
     for layer, group in table.groupby("layer", sort=True):

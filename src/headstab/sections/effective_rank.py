@@ -14,7 +14,7 @@ Positions pooled (docs/beyond_the_paper.md):
 
 Across refits: the anchor head's PR beside its best match's PR in each pair refit (same-layer match,
 `pair_stability.csv`). Against stability: per layer, Pearson's r of a head's PR in a refit with its
-stability as anchor of that refit. Intervals resample refits (`headstab.sections.refit_weights`).
+stability as anchor of that refit. Intervals resample refits (`headstab.statistics.refit_weights`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headstab.sections.refit_weights import refit_interval
+from headstab.statistics.refit_weights import refit_interval
 
 __all__ = [
     "POSITIONS",

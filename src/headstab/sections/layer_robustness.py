@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from headstab.evaluation import perplexity_from_loss
-from headstab.sections.refit_weights import refit_interval
-from headstab.tables import pearson_or_nan
+from headstab.statistics.refit_weights import refit_interval
+from headstab.table_rows import pearson_or_nan
 
 __all__ = [
     "DROP_SWAP_COLUMNS",

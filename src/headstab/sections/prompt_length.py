@@ -2,7 +2,7 @@
 
 The length sweep's prompt sets are named `len{N}` (N words per prompt); their rows of
 `layer_stability.csv` for one anchor, side by side, with the anchor's bootstrap interval and the
-prompt-permutation null (`headstab.inference.tables`) when the table has them: how much of the
+prompt-permutation null (`headstab.statistics.interval_tables`) when the table has them: how much of the
 length effect is the metric's own dependence on prompt length.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from headstab.tables import select_rows
+from headstab.table_rows import select_rows
 
 LENGTH_COLUMNS = ["prompt_length", "layer", "mean", "std", "anchor_seed"]
 # Carried over from layer_stability.csv when present (tables written before them lack them).

@@ -85,11 +85,11 @@ def residual_cka_table(
 
 def layer_cka_table(table: pd.DataFrame, pairs: str, n_boot: int, seed: int, confidence: float) -> pd.DataFrame:
     """Per (promptset, layer): `headstab.cka.layer_cka_summary` (cka_mean, cka_std, n_pairs) with the
-    bootstrap interval of cka_mean, refits resampled (`headstab.inference.resampling.pair_mean_interval`).
+    bootstrap interval of cka_mean, refits resampled (`headstab.statistics.resampling.pair_mean_interval`).
     With pairs "ordered_with_self" the mean is (N(N-1) m + N) / N^2 of the distinct-pair mean m, and so is
     its interval."""
     from headstab.cka import layer_cka_summary
-    from headstab.inference.resampling import pair_mean_interval
+    from headstab.statistics.resampling import pair_mean_interval
 
     frames = []
     for promptset, part in table.groupby("promptset", sort=False):

@@ -1,6 +1,6 @@
 """Initialisation seed vs data-order seed: what in a seed makes heads differ (docs/beyond_the_paper.md).
 
-The refits of a seed grid are named "{init}-{data}" (`headstab.seed_design`). A pair of distinct refits
+The refits of a seed grid are named "{init}-{data}" (`headstab.plan.seed_design`). A pair of distinct refits
 shares the init seed (it differs in data order alone), shares the data seed (it differs in initialisation
 alone) or shares neither. Per layer, pair stability (the mean over the anchor's heads of the best-match
 similarity in the pair refit, Eq. 3-4, same-layer scope) is averaged over the ordered pairs of each kind.
@@ -12,7 +12,7 @@ alone) u_SD = 2(σ²_init + σ²_int), pairs that share neither u_N = 2(σ²_ini
 
     init_fraction = (u_N - u_SI) / u_N = σ²_init / total,
     data_fraction = (u_N - u_SD) / u_N = σ²_data / total,
-    interaction_fraction = 1 - init_fraction - data_fraction   (σ²_int: the refit's own part, c_{id}). Intervals resample refits (`headstab.sections.refit_weights`): a pair (a, b) weighs k_a k_b,
+    interaction_fraction = 1 - init_fraction - data_fraction   (σ²_int: the refit's own part, c_{id}). Intervals resample refits (`headstab.statistics.refit_weights`): a pair (a, b) weighs k_a k_b,
 and the three means and the fractions are recomputed from the same draw.
 """
 
@@ -21,9 +21,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headstab.inference.bootstrap import draw_resamples, percentile_interval
-from headstab.sections.refit_weights import row_weights, weighted_mean
-from headstab.seed_design import refit_seeds
+from headstab.plan.seed_design import refit_seeds
+from headstab.statistics.bootstrap import draw_resamples, percentile_interval
+from headstab.statistics.refit_weights import row_weights, weighted_mean
 
 __all__ = ["KINDS", "pair_kind", "grid_pair_table", "seed_grid_table", "FRACTIONS"]
 

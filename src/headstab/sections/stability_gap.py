@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headstab.tables import select_rows
+from headstab.table_rows import select_rows
 
 GAP_COLUMNS = ["anchor_seed", "s_max", "s_min", "delta_s", "l_max", "l_min", "r_max", "r_min"]
 SUMMARY_COLUMNS = ["architecture", "n_layers", "n_heads", "optimizer", "attention_only", *GAP_COLUMNS]

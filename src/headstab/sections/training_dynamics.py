@@ -1,8 +1,8 @@
 """Stability along training: pooled layer stability of the refits at training-step snapshots
 (step 0: the initialisation), with bootstrap intervals and the prompt-permutation null.
 
-One prompt-group similarity file per step (`headstab.inference.prompt_groups`), resampled by the
-multi-bootstrap of `headstab.inference.bootstrap` with the same draws at every step (the same
+One prompt-group similarity file per step (`headstab.similarity.prompt_groups`), resampled by the
+multi-bootstrap of `headstab.statistics.bootstrap` with the same draws at every step (the same
 `seed`), so that differences between steps are not differences between draws.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from headstab.inference.bootstrap import draw_resamples, percentile_interval, stability_replicates
-from headstab.inference.prompt_groups import GroupedSimilarity
+from headstab.similarity.prompt_groups import GroupedSimilarity
+from headstab.statistics.bootstrap import draw_resamples, percentile_interval, stability_replicates
 
 __all__ = ["TRAINING_DYNAMICS_COLUMNS", "stability_along_training"]
 

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headstab.config import ArchitectureSpec
-from headstab.tables import pearson_or_nan, select_rows
+from headstab.plan.spec import ArchitectureSpec
+from headstab.table_rows import pearson_or_nan, select_rows
 
 ATTENTION_MATRICES = ("W_Q", "W_K", "W_V", "W_O")
 MATRIX_ORDER = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "ln1_w", "ln2_w")
@@ -61,8 +61,8 @@ def to_numpy(value: Any) -> np.ndarray:
 
 def trained_state(spec: ArchitectureSpec, weights_path: str | Path, weight_processing: Sequence[str]) -> dict[str, Any]:
     """A refit's weights as every analysis sees them: `final.pt` checked and processed as the caches
-    were (`headstab.models.load_trained_model`), as CPU tensors."""
-    from headstab.models import load_trained_model
+    were (`headstab.refits.models.load_trained_model`), as CPU tensors."""
+    from headstab.refits.models import load_trained_model
 
     model = load_trained_model(spec, weights_path, "cpu", weight_processing=weight_processing)
     return {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
@@ -189,9 +189,9 @@ def weight_norm_summary(
     Columns: architecture, its facts, matrix, mean_pearson_r and std_pearson_r (ddof 0) over anchors,
     n_anchors (finite r), first_anchor_r / first_anchor_p (NaN when that anchor has no row).
     intervals: {n_boot, seed, confidence}: adds mean_pearson_r_ci_low/high, the bootstrap interval of the
-    mean r with the anchors (refits) resampled (`headstab.inference.resampling.mean_interval`).
+    mean r with the anchors (refits) resampled (`headstab.statistics.resampling.mean_interval`).
     """
-    from headstab.inference.resampling import mean_interval
+    from headstab.statistics.resampling import mean_interval
 
     rows = []
     for arch, table in correlations.items():

@@ -1,7 +1,9 @@
 """Training: one refit (architecture, seed) of the paper's §3.1 recipe, resumable and preemptible.
 
 `data` cuts the corpus shards into seeded windows, `checkpoint` writes and verifies full states,
-`loop` trains (setup -> resume -> steps -> outputs). The checkpoint directory holds
+`loop` trains (setup -> resume -> steps -> outputs). `model` is a plain PyTorch model of k refits stacked
+on a seed axis, with the bridge's state-dict names and `initial_weights`' bit-identical init (the loop
+still trains the TransformerBridge of headstab.refits.models). The checkpoint directory holds
   final.pt                  the trained weights (TransformerLens state-dict names), written last
   train_log.csv             step, tokens, loss (mean since the previous row), lr, seconds
   meta.json                 spec, seed, token count, corpus and tokenizer identity, environment

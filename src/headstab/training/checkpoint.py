@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from headstab.config import ArchitectureSpec
 from headstab.fileio import save_torch_atomic, sha256_file, write_text_atomic
+from headstab.plan.spec import ArchitectureSpec
 
 log = logging.getLogger("headstab.training")  # the package's one logger name, as docs/operations.md quotes it
 

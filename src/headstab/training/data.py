@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from headstab.config import ArchitectureSpec
 from headstab.data.shards import load_shards
+from headstab.plan.spec import ArchitectureSpec
 from headstab.training.errors import TrainingError
 
 
@@ -85,7 +85,7 @@ def training_steps(spec: ArchitectureSpec, n_windows: int, corpus_label: str) ->
     return steps
 
 
-def check_vocabulary(
+def check_training_vocabulary(
     spec: ArchitectureSpec, tokenizer_size: int | None, max_token_id: int, tokenizer_label: str, corpus_label: str
 ) -> None:
     """The model's embedding must cover the tokenizer and every token id in the shards."""

@@ -20,11 +20,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from headstab.config import ArchitectureSpec
 from headstab.fileio import atomic_path, sha256_file, write_json_atomic
-from headstab.models import build_model, count_weight_matrix_params, resolve_device, save_weights
+from headstab.plan.spec import ArchitectureSpec
 from headstab.provenance import environment_record
-from headstab.snapshots import missing_snapshots, save_snapshot, staged_snapshot_dir, trained_snapshot_steps
+from headstab.refits.models import build_model, count_weight_matrix_params, resolve_device, save_weights
 from headstab.training.checkpoint import (
     load_latest_state,
     prune_states,
@@ -34,8 +33,9 @@ from headstab.training.checkpoint import (
     set_rng_state,
     why_not_resumable,
 )
-from headstab.training.data import TokenWindows, check_vocabulary, training_steps, window_order
+from headstab.training.data import TokenWindows, check_training_vocabulary, training_steps, window_order
 from headstab.training.errors import DivergenceError, NonFiniteLossError, TrainingError
+from headstab.training.snapshots import missing_snapshots, save_snapshot, staged_snapshot_dir, trained_snapshot_steps
 
 log = logging.getLogger("headstab.training")  # the package's one logger name, as docs/operations.md quotes it
 
@@ -96,7 +96,7 @@ def train_refit(
     """Train refit `seed` of `spec` on the token shards; write final.pt, train_log.csv, meta.json into `out_dir`.
 
     `seed` draws the initial weights and, unless `data_seed` is given, the order of the windows (the paper's
-    design); a seed-grid refit (headstab.seed_design) passes its data-order seed and its name "{init}-{data}".
+    design); a seed-grid refit (headstab.plan.seed_design) passes its data-order seed and its name "{init}-{data}".
 
     Resumes from the newest verified `state_*.pt` in `out_dir`. `tokenizer_dir` None skips the
     tokenizer-size check (the shards' token ids are always checked). `on_step_end(step)` is called
@@ -140,11 +140,11 @@ def setup(
     corpus_label = f"'{spec.corpus}' ({corpus_meta_path or ', '.join(map(str, shard_paths))})"
     tokenizer_info = None
     if tokenizer_dir is not None:
-        from headstab.tokenizer import tokenizer_identity
+        from headstab.refits.tokenizer import tokenizer_identity
 
         tokenizer_info = tokenizer_identity(tokenizer_dir)
     data = TokenWindows.open(shard_paths, spec.seq_len)
-    check_vocabulary(spec, tokenizer_info["vocab_size"] if tokenizer_info else None, data.max_token_id(),
+    check_training_vocabulary(spec, tokenizer_info["vocab_size"] if tokenizer_info else None, data.max_token_id(),
                      str(tokenizer_dir), corpus_label)  # fmt: skip
     steps = training_steps(spec, data.n_windows, corpus_label)
     if spec.snapshot_steps and spec.snapshot_steps[-1] > steps:
@@ -293,7 +293,7 @@ def _flush_losses(refit: Refit, position: Position, step_losses: list[torch.Tens
 
 
 def _save_snapshot(refit: Refit, position: Position, model: Any, step_losses: list[torch.Tensor]) -> None:
-    """Keep the weights after step `position.step` (headstab.snapshots), checked first like a checkpoint's."""
+    """Keep the weights after step `position.step` (headstab.training.snapshots), checked first like a checkpoint's."""
     _flush_losses(refit, position, step_losses)
     _check_weights(refit, position, model)
     meta = {"source": "training", "architecture": refit.spec.to_dict(), "seed": refit.seed, "step": position.step,

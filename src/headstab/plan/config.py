@@ -1,0 +1,270 @@
+"""Configuration: schema validation, defaults and the architecture registry.
+
+The workflow (workflow/rules/common.smk), the scripts and the tests all read the configuration
+through this module, so a misspelt key or an unknown architecture fails the same way everywhere:
+in the first second, naming the key and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from headstab.plan.command_line import coerce_scalar_strings
+from headstab.plan.hub_families import family_dimensions
+from headstab.plan.seed_design import grid_refits
+from headstab.plan.spec import (
+    ARCHITECTURE_FIELDS,
+    BUILT_IN_ARCHITECTURE_DEFAULTS,
+    ArchitectureSpec,
+    ConfigError,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML configuration file, with the file's name in every error."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist; pass an existing file with --configfile")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {path} is not valid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def _with_defaults(validator_class: type) -> type:
+    """jsonschema validator that fills `default` values of plain `properties` while validating."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for key, subschema in properties.items():
+                if "default" in subschema and key not in instance:
+                    default = subschema["default"]
+                    instance[key] = dict(default) if isinstance(default, dict) else default
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "(top level)"
+
+
+def _describe(error: jsonschema.ValidationError, schema: dict[str, Any]) -> str:
+    where = _key_path(error)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        hints = []
+        for key in extra:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hints.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+        return f"config key '{where}': unknown key {', '.join(hints)}; allowed keys: {', '.join(allowed)}"
+    if error.validator == "oneOf" and error.context:
+        # A type mismatch against the other alternatives says little; prefer the alternative that matched in type.
+        informative = [e for e in error.context if e.validator not in ("type", "const")] or list(error.context)
+        best = informative[0]
+        expected = error.schema.get("description", "") if isinstance(error.schema, dict) else ""
+        hint = f"; expected {expected}" if expected else ""
+        return f"config key '{where}': {error.instance!r} is not valid ({best.message}{hint})"
+    description = error.schema.get("description") if isinstance(error.schema, dict) else None
+    hint = f" ({description})" if description else ""
+    return f"config key '{where}': {error.message}{hint}"
+
+
+def validate_config(config: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
+    """Validate `config` against the schema (filling defaults in place) and check cross-references.
+
+    Returns the same dict. Raises ConfigError naming the first bad key and the fix.
+    """
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    coerce_scalar_strings(config, schema, schema)
+    validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
+    if errors:
+        raise ConfigError(_describe(errors[0], schema))
+    _check_references(config)
+    return config
+
+
+def _closest(name: str, valid: Iterable[str]) -> str:
+    valid = sorted(valid)
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f" Did you mean '{close[0]}'?" if close else ""
+    return f"{hint} Valid names: {', '.join(valid)}"
+
+
+def _check_results_dir(results_dir: str) -> None:
+    """results_dir must be, or be creatable as, a directory: no regular file at it or above it."""
+    path = Path(results_dir)
+    for candidate in (path, *path.parents):
+        if candidate.is_dir():
+            return
+        if candidate.exists():
+            where = "is a file" if candidate == path else f"is below {candidate}, which is a file"
+            raise ConfigError(
+                f"config key 'results_dir': {results_dir} {where}, not a directory; point results_dir at a "
+                "directory (it is created if missing; relative paths start at the directory snakemake runs in)"
+            )
+
+
+def _seeds_key(config: dict[str, Any], name: str) -> str:
+    """The config key that set architecture `name`'s seeds."""
+    if config["run"].get("seeds") is not None:
+        return "run.seeds"
+    if "seeds" in config["architectures"][name]:
+        return f"architectures.{name}.seeds"
+    return "architecture_defaults.seeds"
+
+
+def _check_optimizer_pairs(config: dict[str, Any]) -> None:
+    """analysis.optimizer_pairs names architectures of the registry."""
+    architectures = config["architectures"]
+    for first, second in config.get("analysis", {}).get("optimizer_pairs", {}).items():
+        for member in (first, second):
+            if member not in architectures:
+                raise ConfigError(
+                    f"config key 'analysis.optimizer_pairs': unknown architecture '{member}'.{_closest(member, architectures)}"
+                )
+
+
+def _check_references(config: dict[str, Any]) -> None:
+    _check_results_dir(config["results_dir"])
+    architectures = config["architectures"]
+    wanted = config["run"]["architectures"]
+    if wanted != "all":
+        for name in wanted:
+            if name not in architectures:
+                raise ConfigError(
+                    f"config key 'run.architectures': unknown architecture '{name}'.{_closest(name, architectures)}"
+                )
+    for name in selected_architectures(config):
+        spec = architecture_spec(config, name)
+        if spec.tokenizer not in config["tokenizers"]:
+            raise ConfigError(
+                f"config key 'architectures.{name}.tokenizer': unknown tokenizer '{spec.tokenizer}'."
+                f"{_closest(spec.tokenizer, config['tokenizers'])}"
+            )
+        if spec.corpus not in config["corpora"]:
+            raise ConfigError(
+                f"config key 'architectures.{name}.corpus': unknown corpus '{spec.corpus}'."
+                f"{_closest(spec.corpus, config['corpora'])}"
+            )
+        if len(spec.seeds) < 2:
+            raise ConfigError(
+                f"config key '{_seeds_key(config, name)}': architecture '{name}' gets {len(spec.seeds)} seed "
+                f"{list(spec.seeds)}, but stability compares independently seeded refits; give at least 2 seeds "
+                "(e.g. [1, 2] or {first: 1, last: 2})"
+            )
+        corpus_tokens = config["corpora"][spec.corpus].get("n_tokens")
+        if spec.n_tokens is not None and corpus_tokens is not None and spec.n_tokens > corpus_tokens * spec.epochs:
+            raise ConfigError(
+                f"config key 'architectures.{name}.n_tokens' (or architecture_defaults.n_tokens): {spec.n_tokens:,} "
+                f"tokens is more than corpus '{spec.corpus}' holds ({corpus_tokens:,}, corpora.{spec.corpus}.n_tokens, "
+                f"x{spec.epochs} epochs); lower n_tokens or raise corpora.{spec.corpus}.n_tokens"
+            )
+        if spec.seq_len > spec.n_ctx:
+            raise ConfigError(
+                f"config key 'architectures.{name}.seq_len': {spec.seq_len} exceeds n_ctx {spec.n_ctx}; "
+                "lower seq_len or raise n_ctx"
+            )
+        tokenizer = config["tokenizers"][spec.tokenizer]
+        if tokenizer["source"] == "train" and tokenizer["vocab_size"] > spec.d_vocab:
+            raise ConfigError(
+                f"config key 'tokenizers.{spec.tokenizer}.vocab_size': {tokenizer['vocab_size']} is larger than "
+                f"d_vocab {spec.d_vocab} of architecture '{name}'; lower vocab_size or raise d_vocab"
+            )
+    for corpus_name, corpus in config["corpora"].items():
+        if corpus["tokenizer"] not in config["tokenizers"]:
+            raise ConfigError(
+                f"config key 'corpora.{corpus_name}.tokenizer': unknown tokenizer '{corpus['tokenizer']}'."
+                f"{_closest(corpus['tokenizer'], config['tokenizers'])}"
+            )
+        if corpus["source"] == "local" and not Path(corpus["path"]).exists():
+            raise ConfigError(
+                f"config key 'corpora.{corpus_name}.path': {corpus['path']} does not exist; point it at a "
+                "save_to_disk directory or text/jsonl/parquet files (relative paths start at the repository root)"
+            )
+    for tok_name, tokenizer in config["tokenizers"].items():
+        if tokenizer["source"] == "train" and tokenizer["corpus"] not in config["corpora"]:
+            raise ConfigError(
+                f"config key 'tokenizers.{tok_name}.corpus': unknown corpus '{tokenizer['corpus']}'."
+                f"{_closest(tokenizer['corpus'], config['corpora'])}"
+            )
+        if tokenizer["source"] == "local" and not Path(tokenizer["path"]).is_dir():
+            raise ConfigError(
+                f"config key 'tokenizers.{tok_name}.path': {tokenizer['path']} is not a directory; point it at a "
+                "directory saved with tokenizer.save_pretrained"
+            )
+    _check_optimizer_pairs(config)
+    heldout = config.get("analysis", {}).get("heldout_corpus")
+    if heldout is not None and heldout not in config["corpora"]:
+        raise ConfigError(
+            f"config key 'analysis.heldout_corpus': unknown corpus '{heldout}'.{_closest(heldout, config['corpora'])}"
+        )
+    for set_name, path in config["prompt_sets"].items():
+        if not Path(path).is_file():
+            raise ConfigError(f"config key 'prompt_sets.{set_name}': prompt file {path} does not exist")
+
+
+def _expand_seeds(value: Any, where: str) -> tuple[int, ...]:
+    if isinstance(value, dict):
+        if value["last"] < value["first"]:
+            raise ConfigError(f"config key '{where}': last ({value['last']}) is below first ({value['first']})")
+        return tuple(range(value["first"], value["last"] + 1))
+    return tuple(int(s) for s in value)
+
+
+def architecture_spec(config: dict[str, Any], name: str) -> ArchitectureSpec:
+    """The registry entry `name` merged over `architecture_defaults`, with the run's seed override."""
+    if name not in config["architectures"]:
+        raise ConfigError(f"unknown architecture '{name}'.{_closest(name, config['architectures'])}")
+    merged = {**BUILT_IN_ARCHITECTURE_DEFAULTS, **config["architecture_defaults"], **config["architectures"][name]}
+    if merged.get("source") == "hub_family":  # dimensions from the model's config.json, not the defaults
+        merged.update(family_dimensions(config, name))
+    missing = [key for key in ARCHITECTURE_FIELDS if key not in merged]
+    if missing:
+        raise ConfigError(
+            f"config key 'architectures.{name}': missing {', '.join(missing)}; set them in the entry or in "
+            "architecture_defaults"
+        )
+    override = config["run"].get("seeds")
+    merged["seeds"] = _expand_seeds(
+        override if override is not None else merged["seeds"],
+        "run.seeds" if override is not None else f"architectures.{name}.seeds",
+    )
+    grid = config["architectures"][name].get("seed_grid")
+    if grid:  # init seed x data-order seed, refits named {init}-{data} (headstab.plan.seed_design)
+        if merged.get("source", "train") != "train":
+            raise ConfigError(f"config key 'architectures.{name}.seed_grid': only refits trained here have a data seed")
+        merged["seeds"] = grid_refits(grid["init_seeds"], grid["data_seeds"])
+    if merged["seq_len"] is None:
+        merged["seq_len"] = merged["n_ctx"]
+    merged["snapshot_steps"] = tuple(sorted(int(step) for step in merged["snapshot_steps"]))
+    values = {key: merged[key] for key in ARCHITECTURE_FIELDS}
+    return ArchitectureSpec(name=name, **values)
+
+
+def selected_architectures(config: dict[str, Any]) -> list[str]:
+    """Architectures this run builds, in registry order."""
+    wanted = config["run"]["architectures"]
+    if wanted == "all":
+        return list(config["architectures"])
+    return list(wanted)
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read and validate a configuration file (defaults filled in)."""
+    return validate_config(load_yaml(path))

@@ -1,0 +1,133 @@
+"""What each job asks of Slurm or a workstation: memory (MB), runtime (minutes) and GPUs.
+
+Pure functions of the architecture and the config's `compute` values, so the rules stay declarative
+and each estimate is tested. The estimates are generous upper bounds; docs/slurm.md says how to
+calibrate `compute.train_tokens_per_second` from a finished job's benchmark file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from headstab.plan.spec import ArchitectureSpec
+
+# Corpus size assumed when the config gives neither n_tokens nor expected_tokens (OpenWebText is
+# about 9e9 gpt2 tokens); planning reads the config only, never a result file.
+UNKNOWN_CORPUS_TOKENS = 9_000_000_000
+# Positions assumed per prompt: the shipped prompt sets reach 221 tokens with BOS in the demo's
+# 1,024-token BPE (rule check_prompts records the maxima), fewer in the paper's tokenizers.
+ASSUMED_POSITIONS = 256
+# Python, torch and (on a GPU node) CUDA before any tensor.
+BASE_MB = 3000
+
+
+def _round_up_mb(megabytes: float, step: int = 500) -> int:
+    return step * math.ceil(megabytes / step)
+
+
+def model_gpus(device: str) -> int:
+    """One GPU for a job that runs a model, unless the run is pinned to the CPU (compute.device: cpu)."""
+    return 0 if device == "cpu" else 1
+
+
+def train_tokens(spec: ArchitectureSpec, corpus: Mapping[str, Any]) -> int:
+    """Tokens one refit trains on: n_tokens, else epochs x the corpus size (its n_tokens, else
+    expected_tokens, else UNKNOWN_CORPUS_TOKENS). corpus: the `corpora.<name>` config entry."""
+    if spec.n_tokens is not None:
+        return spec.n_tokens
+    size = corpus.get("n_tokens") or corpus.get("expected_tokens") or UNKNOWN_CORPUS_TOKENS
+    return spec.epochs * size
+
+
+def tokens_per_second(arch: str, rates: Mapping[str, float]) -> float:
+    """Calibrated throughput (compute.train_tokens_per_second): the architecture's own entry, else the
+    longest key that is a `_`-separated prefix of its name (`l4` serves l4_h8, l4_h16_attn_wd, ...),
+    else `default`."""
+    if arch in rates:
+        return rates[arch]
+    prefixes = [key for key in rates if arch.startswith(f"{key}_")]
+    return rates[max(prefixes, key=len)] if prefixes else rates["default"]
+
+
+def train_runtime(spec: ArchitectureSpec, corpus: Mapping[str, Any], compute: Mapping[str, Any]) -> int:
+    """Minutes: tokens / calibrated throughput x compute.runtime_margin, plus 10 for start-up."""
+    rate = tokens_per_second(spec.name, compute["train_tokens_per_second"])
+    return math.ceil(compute["runtime_margin"] * train_tokens(spec, corpus) / rate / 60) + 10
+
+
+def train_mem_mb(spec: ArchitectureSpec, device: str) -> int:
+    """Two copies of the full state (weights and Adam moments, while a checkpoint is written) and, when
+    training on the CPU, the activations of one step."""
+    n_params = spec.n_params + 2 * spec.d_vocab * spec.d_model + spec.n_ctx * spec.d_model
+    state_bytes = 2 * 3 * 4 * n_params
+    activation_bytes = 0
+    if device == "cpu":
+        per_layer = 12 * spec.d_model + 2 * spec.d_mlp + 3 * spec.n_heads * spec.seq_len
+        activation_bytes = 4 * spec.tokens_per_step * (spec.n_layers * per_layer + 3 * spec.d_vocab)
+    return _round_up_mb(BASE_MB + (state_bytes + activation_bytes) / 1e6)
+
+
+def cache_mem_mb(spec: ArchitectureSpec, batch_size: int, n_resid_hooks: int, largest_prompt_set: int) -> int:
+    """The weights, one batch of float32 activations twice (torch's and the numpy copy being written),
+    and the packed lower-triangle patterns of the largest prompt set (held until written), at
+    ASSUMED_POSITIONS positions."""
+    n_pos = min(spec.n_ctx, ASSUMED_POSITIONS)
+    per_prompt = spec.n_layers * (
+        spec.n_heads * n_pos * n_pos + n_resid_hooks * n_pos * spec.d_model + n_pos * spec.n_heads * spec.d_head
+    )
+    activations = 2 * 4 * batch_size * per_prompt
+    packed_patterns = 4 * spec.n_layers * spec.n_heads * largest_prompt_set * n_pos * (n_pos + 1) // 2
+    weights = 4 * (spec.n_params + 2 * spec.d_vocab * spec.d_model)
+    return _round_up_mb(BASE_MB + (activations + packed_patterns + 2 * weights) / 1e6)
+
+
+def cache_runtime(spec: ArchitectureSpec) -> int:
+    """Minutes: a forward pass over a few hundred prompts takes seconds on a GPU; start-up and writing
+    dominate. Generous for gpt2-sized models on a CPU."""
+    return 30 if spec.n_layers * spec.d_model <= 4096 else 60
+
+
+def similarity_mem_mb(spec: ArchitectureSpec, n_seeds: int, prompt_chunk: int) -> int:
+    """One streamed block of every refit's packed patterns, the float64 Gram and its float32 copies."""
+    rows = n_seeds * spec.n_layers * spec.n_heads
+    n_pos = min(spec.n_ctx, ASSUMED_POSITIONS)
+    block = rows * prompt_chunk * n_pos * (n_pos + 1) // 2 * 4
+    gram = rows * rows * 8 * 3
+    return max(2000, int((block + gram) / 1e6 * 1.5) + 1000)
+
+
+def similarity_runtime(spec: ArchitectureSpec, n_seeds: int) -> int:
+    """Minutes for all prompt sets of one architecture: the Gram grows with the square of the rows;
+    2 hours for the paper's largest (50 refits x 8 layers x 16 heads), at least 20 minutes."""
+    rows = n_seeds * spec.n_layers * spec.n_heads
+    return max(20, int(120 * (rows / 6400) ** 2))
+
+
+def grouped_similarity_mem_mb(spec: ArchitectureSpec, n_seeds: int, n_prompts: int, n_groups: int) -> int:
+    """One layer's packed patterns of every refit and prompt (held, and gathered per group twice over), plus
+    the observed and null per-group tensors [group, seed, seed, layer, head, head] in float32."""
+    n_pos = min(spec.n_ctx, ASSUMED_POSITIONS)
+    block = n_seeds * spec.n_heads * max(n_prompts, 1) * n_pos * (n_pos + 1) // 2 * 4
+    tensors = 2 * min(n_groups, max(n_prompts, 1)) * n_seeds**2 * spec.n_layers * spec.n_heads**2 * 4
+    return max(2000, int((2 * block + tensors) / 1e6 * 1.5) + 1000)
+
+
+def statistics_mem_mb(spec: ArchitectureSpec, n_seeds: int, n_groups: int, batch_size: int = 16) -> int:
+    """The observed, null and step-0 per-group tensors of one prompt set, a batch of resampled similarity
+    tensors, and the float64 cross-layer best matches."""
+    per_pair = n_seeds**2 * spec.n_layers * spec.n_heads**2 * 4
+    return max(2000, int((3 * n_groups * per_pair + 2 * batch_size * per_pair) / 1e6 * 1.5) + 1000)
+
+
+def residual_cka_mem_mb(spec: ArchitectureSpec, n_seeds: int, max_tokens: int | None) -> int:
+    """One layer's kept token activations and centred float64 Gram matrices of every refit (5,000
+    tokens assumed when every token is kept)."""
+    n_tokens = max_tokens or 5000
+    return 2000 + int(n_seeds * n_tokens * (n_tokens * 8 * 2 + spec.d_model * 8) / 1e6)
+
+
+def meta_sne_mem_mb(n_heads_total: int, n_prompts: int) -> int:
+    """Every head's description (one distance per pair of prompts, float64) three times over for t-SNE."""
+    return 2000 + int(n_heads_total * (n_prompts * (n_prompts - 1) // 2) * 8 * 3 / 1e6)

@@ -1,0 +1,76 @@
+"""Tiny random GPT-2 and GPT-NeoX families (3 seeds each), built with transformers and save_pretrained, and a
+tiny byte-level BPE tokenizer saved beside each: stand-ins for PolyPythias and Stanford CRFM's GPT-2 runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+N_CTX = 128
+SEEDS = (1, 2, 3)
+TEXTS = [
+    "The old lighthouse keeper climbed the stairs each evening and lit the lamp.",
+    "Alice: Did you bring the maps? Bob: I left them in the car near the station.",
+    "Step 3: Stir the flour into the butter until the mixture is smooth and thick.",
+    "def add(a, b):\n    return a + b\n\nprint(add(12, 7))",
+    "12 + 7 = 19, 15 + 4 = 19, 10 + 9 = 19, and 20 - 1 = 19 as well.",
+    "Meeting notes, Tuesday: the budget review was moved to Friday afternoon.",
+]
+
+
+def build_tokenizer(directory: Path) -> Any:
+    """A byte-level BPE tokenizer (headstab's own trainer) saved with save_pretrained into `directory`."""
+    from headstab.refits.tokenizer import train_bpe_tokenizer
+
+    return train_bpe_tokenizer(TEXTS * 20, vocab_size=300, out_dir=directory)
+
+
+def hf_model(kind: str, seed: int, vocab_size: int) -> Any:
+    """A randomly initialised tiny causal LM: kind 'gpt2' (GPT2LMHeadModel) or 'neox' (GPTNeoXForCausalLM)."""
+    from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM
+
+    torch.manual_seed(seed)
+    special = {"bos_token_id": 0, "eos_token_id": 0}
+    if kind == "gpt2":
+        config = GPT2Config(n_layer=2, n_head=2, n_embd=16, vocab_size=vocab_size, n_positions=N_CTX, **special)
+        model = GPT2LMHeadModel(config)
+    else:
+        config = GPTNeoXConfig(
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            hidden_size=16,
+            intermediate_size=64,
+            vocab_size=vocab_size,
+            max_position_embeddings=N_CTX,
+            **special,
+        )
+        model = GPTNeoXForCausalLM(config)
+    with torch.no_grad():  # larger weights than the default init, so heads attend differently
+        for name, tensor in model.named_parameters():
+            if name.endswith("weight") and tensor.ndim == 2:
+                tensor.normal_(0.0, 0.5)
+    return model.eval()
+
+
+def write_family(root: Path, kind: str, seeds: tuple[int, ...] = SEEDS) -> dict[int, Path]:
+    """{seed: directory} of a family saved under `root`/`kind`/seed{s}/ (model and tokenizer)."""
+    tokenizer = build_tokenizer(root / "tokenizer")
+    directories = {}
+    for seed in seeds:
+        directory = root / kind / f"seed{seed}"
+        hf_model(kind, seed, len(tokenizer)).save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
+        directories[seed] = directory
+    return directories
+
+
+def hf_layer0_patterns(directory: Path, tokens: Any) -> Any:
+    """Layer 0's attention patterns [batch, head, query, key] of the saved model, run directly with transformers."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(directory, attn_implementation="eager").eval()
+    with torch.no_grad():
+        out = model(torch.as_tensor(tokens), output_attentions=True)
+    return out.attentions[0].numpy()

@@ -1,0 +1,54 @@
+"""Known-tensor TransformerLens 2 refits for the published-refit tests: state dicts and a local mirror."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from headstab.plan.sources import default_refit_file
+from headstab.plan.spec import ArchitectureSpec
+from headstab.refits.published import tl2_shapes
+
+
+def tl2_state_dict(spec: ArchitectureSpec, seed: int, with_buffers: bool = True) -> dict[str, torch.Tensor]:
+    """A HookedTransformer state dict of `spec` with seeded N(0, 0.5) tensors (LayerNorm weights around 1),
+    plus the buffers TransformerLens 2 saves (attention mask, IGNORE) when asked."""
+    rng = np.random.default_rng(seed)
+    state = {}
+    for name, shape in tl2_shapes(spec).items():
+        values = rng.normal(0.0, 0.5, size=shape)
+        if name.endswith((".w",)):
+            values = 1.0 + 0.2 * values
+        state[name] = torch.tensor(values, dtype=torch.float32)
+    if with_buffers:
+        for layer in range(spec.n_layers):
+            state[f"blocks.{layer}.attn.mask"] = torch.tril(torch.ones(spec.n_ctx, spec.n_ctx, dtype=torch.bool))
+            state[f"blocks.{layer}.attn.IGNORE"] = torch.tensor(-1e5)
+    return state
+
+
+def write_mirror(root: Path, spec: ArchitectureSpec, seeds: tuple[int, ...], wrap: bool = False) -> Path:
+    """A local copy of the published repository's layout under `root`: {arch}/<refit folder>/final.pt per seed."""
+    for seed in seeds:
+        path = root / default_refit_file(spec).format(arch=spec.name, seed=seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = tl2_state_dict(spec, seed)
+        torch.save({"model_state_dict": state, "epoch": 1} if wrap else state, path)
+    return root
+
+
+def numpy_layer0_patterns(state: dict[str, torch.Tensor], tokens: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    """Layer-0 attention patterns [batch, head, query, key] straight from the raw TL2 tensors (float64)."""
+    raw = {name: tensor.double().numpy() for name, tensor in state.items()}
+    x = raw["embed.W_E"][tokens] + raw["pos_embed.W_pos"][: tokens.shape[1]]
+    x = x - x.mean(-1, keepdims=True)
+    x = x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * raw["blocks.0.ln1.w"] + raw["blocks.0.ln1.b"]
+    q = np.einsum("bpm,hmd->bhpd", x, raw["blocks.0.attn.W_Q"]) + raw["blocks.0.attn.b_Q"][None, :, None, :]
+    k = np.einsum("bpm,hmd->bhpd", x, raw["blocks.0.attn.W_K"]) + raw["blocks.0.attn.b_K"][None, :, None, :]
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+    n = tokens.shape[1]
+    scores = np.where(np.tril(np.ones((n, n), dtype=bool)), scores, -np.inf)
+    scores = np.exp(scores - scores.max(-1, keepdims=True))
+    return scores / scores.sum(-1, keepdims=True)

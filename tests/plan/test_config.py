@@ -1,0 +1,277 @@
+"""Schema and registry: good configs pass, a new user's mistakes fail naming the key and the fix."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from headstab.plan.config import architecture_spec, load_yaml, selected_architectures, validate_config
+from headstab.plan.spec import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _run_from_repository_root(monkeypatch):
+    # relative paths in configs (prompt files) start at the repository root, as under Snakemake
+    monkeypatch.chdir(REPO)
+
+
+@pytest.fixture()
+def paper_config() -> dict:
+    return validate_config(load_yaml(REPO / "config/config.yaml"))
+
+
+@pytest.fixture()
+def demo() -> dict:
+    return load_yaml(REPO / "config/demo.yaml")
+
+
+def test_paper_registry_has_the_26_architectures_of_table_1_and_one_seed_grid(paper_config):
+    grids = [name for name, entry in paper_config["architectures"].items() if entry.get("seed_grid")]
+    assert grids == ["l2_h8_grid"]
+    names = [name for name in paper_config["architectures"] if name not in grids]
+    assert len(names) == 26
+    expected = {"gpt2", "gpt2_wd"}
+    for layers in (2, 4, 8):
+        for heads in (8, 16):
+            base = f"l{layers}_h{heads}"
+            expected |= {base, f"{base}_attn", f"{base}_wd", f"{base}_attn_wd"}
+    assert set(names) == expected
+
+
+def test_paper_plans_1210_refits_and_a_5_by_5_seed_grid(paper_config):
+    total = sum(len(architecture_spec(paper_config, n).seeds) for n in selected_architectures(paper_config))
+    assert total == 24 * 50 + 2 * 5 + 5 * 5
+
+
+@pytest.mark.parametrize(
+    "name, n_params",
+    [("l8_h8", 25_165_824), ("l8_h8_attn", 8_388_608), ("gpt2", 84_934_656)],
+)
+def test_listing_parameter_counts(paper_config, name, n_params):
+    assert architecture_spec(paper_config, name).n_params == n_params
+
+
+def test_registry_values_follow_the_listings(paper_config):
+    spec = architecture_spec(paper_config, "l4_h16_attn_wd")
+    assert (spec.n_layers, spec.n_heads, spec.d_model, spec.d_head, spec.d_mlp) == (4, 16, 512, 64, 2048)
+    assert spec.attn_only and spec.optimizer == "adamw" and spec.weight_decay == 0.1
+    assert (spec.n_ctx, spec.d_vocab, spec.act_fn, spec.batch_size, spec.lr) == (1024, 48262, "gelu", 5, 1e-4)
+    assert spec.checkpoint_every == 66_285 and spec.seeds == tuple(range(1, 51))
+    assert spec.initializer_range == 0.8 / math.sqrt(512)
+    adam = architecture_spec(paper_config, "l2_h8")
+    assert adam.optimizer == "adam" and adam.weight_decay == 0.0 and not adam.attn_only
+    gpt2 = architecture_spec(paper_config, "gpt2")
+    assert (gpt2.n_layers, gpt2.n_heads, gpt2.d_model, gpt2.d_mlp, gpt2.d_vocab) == (12, 12, 768, 3072, 50257)
+    assert (
+        gpt2.tokenizer == "gpt2" and gpt2.corpus == "openwebtext" and gpt2.lr == 5e-5 and gpt2.seeds == (1, 2, 3, 4, 5)
+    )
+    assert paper_config["corpora"]["c4_code_2b"]["name"] == "NeelNanda/c4-code-tokenized-2b"
+    assert paper_config["tokenizers"]["neox_digits"]["name"] == "NeelNanda/gpt-neox-tokenizer-digits"
+
+
+def test_demo_config_is_valid_and_selects_the_8_toy_architectures_and_the_seed_grid(demo):
+    config = validate_config(demo)
+    names = selected_architectures(config)
+    assert names == [
+        "l2_h8",
+        "l2_h8_attn",
+        "l2_h8_wd",
+        "l2_h8_attn_wd",
+        "l4_h8",
+        "l4_h8_attn",
+        "l4_h8_wd",
+        "l4_h8_attn_wd",
+        "l2_h8_grid",
+    ]
+    # 8 x 4 paper-design refits, and the 3 x 3 init seed x data-order seed grid
+    assert sum(len(architecture_spec(config, n).seeds) for n in names) == 32 + 9
+    # defaults from the schema are filled in
+    assert config["cache"]["dtype"] == "float32" and config["cache"]["prepend_bos"] is True
+
+
+def test_run_seed_override_replaces_every_architectures_seeds(demo):
+    demo["run"]["seeds"] = [7, 9]
+    config = validate_config(demo)
+    assert architecture_spec(config, "l4_h8").seeds == (7, 9)
+
+
+def _error(config: dict) -> str:
+    with pytest.raises(ConfigError) as info:
+        validate_config(config)
+    return str(info.value)
+
+
+def test_misspelt_top_level_key_names_the_key_and_suggests_the_fix(demo):
+    demo["reslts_dir"] = demo.pop("results_dir")
+    message = _error(demo)
+    assert "'reslts_dir'" in message and "did you mean 'results_dir'" in message
+
+
+def test_misspelt_architecture_key_names_its_path(demo):
+    demo["architectures"]["l2_h8"]["n_layer"] = 2
+    message = _error(demo)
+    assert "architectures.l2_h8" in message and "did you mean 'n_layers'" in message
+
+
+def test_unknown_architecture_lists_the_valid_ones(demo):
+    demo["run"]["architectures"] = ["l2_h8", "l3_h8"]
+    message = _error(demo)
+    assert "unknown architecture 'l3_h8'" in message
+    for name in demo["architectures"]:
+        assert name in message
+
+
+@pytest.mark.parametrize("key, value", [("n_layers", 0), ("n_heads", 0), ("n_layers", -1), ("n_heads", -4)])
+def test_zero_or_negative_layer_or_head_count_fails(demo, key, value):
+    demo["architectures"]["l4_h8"][key] = value
+    message = _error(demo)
+    assert f"architectures.l4_h8.{key}" in message and "minimum of 1" in message
+
+
+def test_trained_tokenizer_larger_than_d_vocab_fails(demo):
+    demo["tokenizers"]["demo_bpe"]["vocab_size"] = demo["architecture_defaults"]["d_vocab"] + 1
+    message = _error(demo)
+    assert "tokenizers.demo_bpe.vocab_size" in message and "d_vocab" in message
+
+
+def test_missing_local_corpus_path_fails_naming_the_path(demo, tmp_path):
+    missing = tmp_path / "no_such_corpus"
+    demo["corpora"]["synthetic"] = {"source": "local", "path": str(missing), "tokenizer": "demo_bpe", "n_shards": 1}
+    message = _error(demo)
+    assert str(missing) in message and "corpora.synthetic.path" in message
+
+
+def test_missing_local_tokenizer_dir_fails(demo, tmp_path):
+    demo["tokenizers"]["demo_bpe"] = {"source": "local", "path": str(tmp_path / "nope")}
+    assert "tokenizers.demo_bpe.path" in _error(demo)
+
+
+def test_architecture_pointing_at_unknown_corpus_fails(demo):
+    demo["architectures"]["l2_h8"]["corpus"] = "synthetc"
+    message = _error(demo)
+    assert "unknown corpus 'synthetc'" in message and "did you mean 'synthetic'" in message.lower()
+
+
+def test_hub_corpus_without_name_fails(demo):
+    demo["corpora"]["web"] = {"source": "hub", "tokenizer": "demo_bpe", "n_shards": 2}
+    message = _error(demo)
+    assert "corpora.web" in message and "'name' is a required property" in message
+
+
+def test_seq_len_longer_than_context_fails(demo):
+    demo["architectures"]["l2_h8"]["seq_len"] = 4096
+    assert "seq_len" in _error(demo)
+
+
+def test_bad_seed_range_fails(demo):
+    demo["run"]["seeds"] = {"first": 5, "last": 2}
+    message = _error(demo)
+    assert "run.seeds" in message and "below first" in message
+
+
+# NeelNanda/c4-code-tokenized-2b: 1,657,102 rows of 1,024 tokens (its dataset card); the authors train
+# one epoch of it: 331,420 steps of batch 5, a checkpoint every 66,285 steps.
+C4_CODE_TOKENS = 1_657_102 * 1_024
+
+
+def test_paper_c4_entry_asks_for_no_more_tokens_than_the_dataset_holds(paper_config):
+    c4 = paper_config["corpora"]["c4_code_2b"]
+    assert c4["n_tokens"] is None or c4["n_tokens"] <= C4_CODE_TOKENS
+    assert c4["expected_tokens"] == C4_CODE_TOKENS == 1_696_872_448
+    spec = architecture_spec(paper_config, "l2_h8")
+    assert spec.n_tokens is None and spec.epochs == 1 and spec.corpus == "c4_code_2b"
+    steps = C4_CODE_TOKENS // spec.tokens_per_step
+    assert steps == 331_420 and abs(spec.checkpoint_every - steps / 5) <= 1  # the authors: 66,285
+
+
+def test_corpus_expected_tokens_is_validated(demo):
+    demo["corpora"]["synthetic"]["expected_tokens"] = 0
+    assert "corpora.synthetic.expected_tokens" in _error(demo)
+
+
+def test_architecture_asking_for_more_tokens_than_its_corpus_holds_fails(demo):
+    corpus = demo["architecture_defaults"]["corpus"]
+    demo["corpora"][corpus]["n_tokens"] = 1000
+    demo["architectures"]["l2_h8"]["n_tokens"] = 5000
+    message = _error(demo)
+    assert "architectures.l2_h8.n_tokens" in message and f"corpora.{corpus}.n_tokens" in message
+
+
+@pytest.mark.parametrize(
+    "where, key",
+    [("run", "run.seeds"), ("architecture", "architectures.l2_h8.seeds"), ("defaults", "architecture_defaults.seeds")],
+)
+def test_a_single_seed_fails_naming_the_key_that_set_it(demo, where, key):
+    if where == "run":
+        demo["run"]["seeds"] = [1]
+    elif where == "architecture":
+        demo["architectures"]["l2_h8"]["seeds"] = {"first": 3, "last": 3}
+    else:
+        demo["architecture_defaults"]["seeds"] = [4]
+        for entry in demo["architectures"].values():
+            entry.pop("seeds", None)
+    message = _error(demo)
+    assert f"config key '{key}'" in message and "at least 2 seeds" in message
+
+
+@pytest.mark.parametrize("results_dir", ["README.md/out", "README.md", "README.md/a/b"])
+def test_results_dir_at_or_below_a_file_fails_naming_the_file(demo, results_dir):
+    demo["results_dir"] = results_dir
+    message = _error(demo)
+    assert "config key 'results_dir'" in message and results_dir in message
+    assert ("is a file" if results_dir == "README.md" else "is below README.md, which is a file") in message
+
+
+def test_command_line_strings_become_the_numbers_the_schema_asks_for(demo):
+    """`--config 'run={seeds: [1, 2, 3]}'` reaches the config as strings (Snakemake's YAML BaseLoader)."""
+    demo["run"] = {"architectures": ["l4_h8", "l4_h8_wd"], "seeds": ["1", "2", "3"]}
+    demo["cache"] = {"batch_size": "4", "prepend_bos": "false"}
+    demo["analysis"] = {"cka_threshold": "0.5", "heldout_corpus": "null", "cka_kernel": "linear"}
+    demo["architectures"]["l4_h8"]["seeds"] = {"first": "1", "last": "2"}
+    config = validate_config(demo)
+    assert config["run"]["seeds"] == [1, 2, 3] and architecture_spec(config, "l4_h8").seeds == (1, 2, 3)
+    assert config["cache"]["batch_size"] == 4 and config["cache"]["prepend_bos"] is False
+    assert config["analysis"]["cka_threshold"] == 0.5 and config["analysis"]["heldout_corpus"] is None
+    assert config["analysis"]["cka_kernel"] == "linear"
+    assert config["architectures"]["l4_h8"]["seeds"] == {"first": 1, "last": 2}
+
+
+@pytest.mark.parametrize("value", [None, "all", ["primary", "len50"]])
+def test_cache_activation_sets_takes_null_all_or_set_names(demo, value):
+    demo["cache"] = {**demo.get("cache", {}), "activation_sets": value}
+    assert validate_config(demo)["cache"]["activation_sets"] == value
+
+
+@pytest.mark.parametrize("value", ["primary", ["primary", "primary"], [""], 3])
+def test_a_bad_cache_activation_sets_fails_naming_the_key(demo, value):
+    demo["cache"] = {**demo.get("cache", {}), "activation_sets": value}
+    with pytest.raises(ConfigError, match="activation_sets"):
+        validate_config(demo)
+
+
+def test_a_string_that_is_no_number_still_fails_naming_the_key(demo):
+    demo["run"]["seeds"] = ["1", "two"]
+    assert "config key 'run.seeds'" in _error(demo)
+
+
+def test_conda_environment_pins_match_requirements():
+    requirements = {}
+    for line in (REPO / "requirements.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, version = line.split("==")
+            requirements[name.lower()] = version
+    env = yaml.safe_load((REPO / "envs/headstab.yaml").read_text())
+    pip_section = next(item["pip"] for item in env["dependencies"] if isinstance(item, dict))
+    pinned = {}
+    for line in pip_section:
+        if "==" in line:
+            name, version = line.split("==")
+            pinned[name.lower()] = version
+    assert pinned == requirements
+    assert "python=3.11" in env["dependencies"]

@@ -1,0 +1,79 @@
+"""Resource requests (headstab.plan.resources), checked against numbers worked out by hand for the paper."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from headstab.plan.config import architecture_spec, load_config
+from headstab.plan.resources import (
+    cache_mem_mb,
+    meta_sne_mem_mb,
+    model_gpus,
+    similarity_runtime,
+    tokens_per_second,
+    train_mem_mb,
+    train_runtime,
+    train_tokens,
+)
+
+PAPER = Path(__file__).resolve().parents[2] / "config/config.yaml"
+C4_TOKENS = 1_657_102 * 1024  # the whole c4-code-tokenized-2b set, one epoch
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return load_config(PAPER)
+
+
+def test_one_epoch_of_c4_at_the_calibrated_rates(paper):
+    corpus = paper["corpora"]["c4_code_2b"]
+    for arch, rate in (("l2_h8", 60_000), ("l4_h16_attn_wd", 43_000), ("l8_h16", 27_000)):
+        spec = architecture_spec(paper, arch)
+        assert train_tokens(spec, corpus) == C4_TOKENS
+        assert tokens_per_second(arch, paper["compute"]["train_tokens_per_second"]) == rate
+        assert train_runtime(spec, corpus, paper["compute"]) == math.ceil(1.5 * C4_TOKENS / rate / 60) + 10
+    assert train_runtime(architecture_spec(paper, "l2_h8"), corpus, paper["compute"]) == 718
+    assert train_runtime(architecture_spec(paper, "l8_h16"), corpus, paper["compute"]) == 1582
+
+
+def test_rate_lookup_prefers_the_name_then_the_longest_prefix_then_default():
+    rates = {"default": 1.0, "l4": 2.0, "l4_h16": 3.0, "gpt2": 4.0}
+    assert tokens_per_second("l4_h16_attn", rates) == 3.0
+    assert tokens_per_second("l4_h8", rates) == 2.0
+    assert tokens_per_second("gpt2", rates) == 4.0
+    assert tokens_per_second("gpt2_wd", rates) == 4.0
+    assert tokens_per_second("l8_h8", rates) == 1.0
+
+
+def test_a_token_budget_wins_over_the_corpus_size(tiny_spec):
+    assert train_tokens(tiny_spec(n_tokens=640), {"n_tokens": None}) == 640
+    assert train_tokens(tiny_spec(epochs=2), {"n_tokens": 100}) == 200
+    assert train_tokens(tiny_spec(), {"n_tokens": None, "expected_tokens": None}) == 9_000_000_000
+
+
+def test_training_memory_of_l8_h16_on_a_gpu_is_two_full_states(paper):
+    spec = architecture_spec(paper, "l8_h16")
+    weights = 8 * (4 * 512 * 16 * 64 + 2 * 512 * 2048) + 2 * 48262 * 512 + 1024 * 512  # 83,499,008
+    assert weights == 83_499_008
+    # 3 GB base + 2 copies x (weights + 2 Adam moments) x 4 bytes = 3,000 + 2,004 MB, rounded up to 500
+    assert train_mem_mb(spec, device="auto") == 5500
+    assert train_mem_mb(spec, device="cpu") > 5500  # plus one step's activations
+
+
+def test_cache_memory_counts_patterns_of_the_largest_set(tiny_spec):
+    spec = tiny_spec()  # 2 layers x 2 heads, d_model 16, d_head 8, n_ctx 16
+    small = cache_mem_mb(spec, batch_size=1, n_resid_hooks=1, largest_prompt_set=1)
+    large = cache_mem_mb(spec, batch_size=1, n_resid_hooks=1, largest_prompt_set=10**6)
+    # 3 GB base plus under 1 MB of weights and activations rounds up to 3,500; 10^6 prompts x 2 layers
+    # x 2 heads x 136 lower entries x 4 bytes add 2,176 MB: 5,176 MB, rounded up to 5,500
+    assert small == 3500 and large == 5500
+
+
+def test_gpus_runtimes_and_meta_sne_memory(tiny_spec):
+    assert model_gpus("cpu") == 0 and model_gpus("auto") == model_gpus("cuda") == 1
+    assert similarity_runtime(tiny_spec(n_layers=8, n_heads=16), n_seeds=50) == 120  # 6,400 rows
+    assert similarity_runtime(tiny_spec(), n_seeds=2) == 20
+    assert meta_sne_mem_mb(n_heads_total=1000, n_prompts=100) == 2000 + int(1000 * 4950 * 24 / 1e6)

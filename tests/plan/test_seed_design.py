@@ -1,0 +1,40 @@
+"""headstab.plan.seed_design: a grid refit's init seed draws its weights and its data seed orders its windows."""
+
+import numpy as np
+import pytest
+import torch
+
+from headstab.plan.seed_design import grid_refits, refit_name, refit_seeds
+from headstab.refits.models import build_model
+from headstab.training.data import window_order
+
+
+def weights(spec, refit):
+    init_seed, _ = refit_seeds(refit)
+    return torch.cat([p.detach().flatten() for p in build_model(spec, init_seed).parameters()])
+
+
+def order(refit, n_windows=64):
+    _, data_seed = refit_seeds(refit)
+    return window_order(n_windows, data_seed, n_windows)
+
+
+def test_grid_refits_are_init_major_and_a_plain_seed_is_its_own_pair():
+    assert grid_refits([1, 2], [3, 4]) == ("1-3", "1-4", "2-3", "2-4")
+    assert refit_seeds(7) == refit_seeds("7") == refit_seeds("7-7") == (7, 7)
+    assert refit_name("7") == 7 and refit_name("1-2") == "1-2"
+    with pytest.raises(ValueError, match="neither a seed"):
+        refit_seeds("1-x")
+
+
+def test_the_data_seed_changes_the_window_order_and_the_init_seed_does_not():
+    assert np.array_equal(order("1-1"), order("2-1"))
+    assert not np.array_equal(order("1-1"), order("1-2"))
+    assert sorted(order("1-2")) == list(range(64))  # still a permutation of every window
+
+
+def test_the_init_seed_changes_the_weights_and_the_data_seed_does_not(tiny_spec):
+    spec = tiny_spec()
+    assert torch.equal(weights(spec, "1-1"), weights(spec, "1-2"))
+    assert not torch.equal(weights(spec, "1-1"), weights(spec, "2-1"))
+    assert torch.equal(weights(spec, "3-3"), weights(spec, 3))  # the diagonal is the paper refit

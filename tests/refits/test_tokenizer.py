@@ -1,0 +1,154 @@
+"""Tokenizers: train/save/AutoTokenizer round trips, hub fetch (from a local directory), identity, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from headstab.data.synthetic import generate_synthetic_documents
+from headstab.fileio import sha256_file
+from headstab.refits.tokenizer import (
+    ENDOFTEXT,
+    TokenizerError,
+    fetch_hub_tokenizer,
+    load_tokenizer,
+    tokenizer_identity,
+    train_bpe_tokenizer,
+    write_tokenizer_meta,
+)
+
+SAMPLE = (
+    "Korvel Tamisra said: 17 + 25 = 42.\n\ndef f(x):\n    return [x, (x * 2)]\n"
+    "Unicode too: café, naïve, 東京, emoji 🙂, tabs\tand  double  spaces."
+)
+
+
+@pytest.fixture(scope="module")
+def trained_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tok") / "bpe"
+    train_bpe_tokenizer(generate_synthetic_documents(seed=3, n_documents=300), vocab_size=400, out_dir=out)
+    return out
+
+
+def test_trained_tokenizer_loads_with_autotokenizer_and_round_trips_text(trained_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(trained_dir))
+    ids = tokenizer(SAMPLE, add_special_tokens=False)["input_ids"]
+    assert tokenizer.decode(ids) == SAMPLE  # byte-level: every string survives, unseen characters too
+    assert len(tokenizer) == 400
+    assert max(ids) < 400
+
+
+def test_endoftext_is_bos_eos_and_pad_with_id_zero(trained_dir):
+    tokenizer = load_tokenizer(trained_dir)
+    assert tokenizer.eos_token == tokenizer.bos_token == tokenizer.pad_token == ENDOFTEXT
+    assert tokenizer.eos_token_id == tokenizer.bos_token_id == tokenizer.convert_tokens_to_ids(ENDOFTEXT) == 0
+    # The special token is one id in text, and no special tokens are added implicitly (GPT-2 style).
+    assert tokenizer("a" + ENDOFTEXT + "b", add_special_tokens=True)["input_ids"][1] == 0
+    assert (
+        tokenizer("ab", add_special_tokens=True)["input_ids"] == tokenizer("ab", add_special_tokens=False)["input_ids"]
+    )
+
+
+def test_training_is_deterministic(tmp_path, trained_dir):
+    train_bpe_tokenizer(
+        generate_synthetic_documents(seed=3, n_documents=300), vocab_size=400, out_dir=tmp_path / "again"
+    )
+    assert sha256_file(tmp_path / "again" / "tokenizer.json") == sha256_file(trained_dir / "tokenizer.json")
+
+
+def test_vocab_size_below_byte_alphabet_is_rejected(tmp_path):
+    with pytest.raises(TokenizerError, match="vocab_size 200"):
+        train_bpe_tokenizer(["abc"], vocab_size=200, out_dir=tmp_path / "small")
+
+
+def test_identity_records_origin_vocab_special_tokens_and_sha256(trained_dir, tmp_path):
+    meta = write_tokenizer_meta(trained_dir, {"source": "train", "corpus": "synthetic", "vocab_size": 400})
+    on_disk = json.loads((trained_dir / "meta.json").read_text())
+    assert (
+        on_disk["tokenizer_json_sha256"] == sha256_file(trained_dir / "tokenizer.json") == meta["tokenizer_json_sha256"]
+    )
+    assert on_disk["vocab_size"] == 400
+    assert on_disk["eos_token_id"] == on_disk["bos_token_id"] == 0
+    assert on_disk["special_tokens"] == [ENDOFTEXT]
+    assert on_disk["origin"] == {"source": "train", "corpus": "synthetic", "vocab_size": 400}
+    assert "packages" in on_disk["environment"]
+    # Without an explicit origin, identity reads it back from meta.json.
+    assert tokenizer_identity(trained_dir)["origin"]["source"] == "train"
+
+
+def test_fetch_hub_tokenizer_saves_a_loadable_copy(trained_dir, tmp_path):
+    # No internet here: a local directory stands in for the hub id (same AutoTokenizer code path).
+    out = tmp_path / "fetched"
+    fetched = fetch_hub_tokenizer(str(trained_dir), out)
+    original = load_tokenizer(trained_dir)
+    assert fetched(SAMPLE)["input_ids"] == original(SAMPLE)["input_ids"]
+    assert (out / "tokenizer_config.json").is_file()
+    meta = write_tokenizer_meta(out, {"source": "hub", "name": "some/tokenizer"})
+    assert meta["origin"] == {"source": "hub", "name": "some/tokenizer"}
+    assert meta["vocab_size"] == 400
+
+
+def test_fetch_hub_tokenizer_without_network_says_what_to_do(monkeypatch, tmp_path):
+    import transformers
+
+    def offline(*args, **kwargs):
+        raise OSError("We couldn't connect to 'https://huggingface.co'")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", offline)
+    with pytest.raises(TokenizerError, match=r"'NeelNanda/gpt-neox-tokenizer-digits'.*internet.*source: local"):
+        fetch_hub_tokenizer("NeelNanda/gpt-neox-tokenizer-digits", tmp_path / "x")
+
+
+def test_identity_of_a_local_tokenizer_without_meta_says_local(trained_dir, tmp_path):
+    local = tmp_path / "local"
+    load_tokenizer(trained_dir).save_pretrained(str(local))
+    identity = tokenizer_identity(local)
+    assert identity["origin"] == {"source": "local"}
+    assert identity["path"] == str(local)
+
+
+def test_missing_tokenizer_directory_names_it_and_the_rules(tmp_path):
+    missing = tmp_path / "tokenizers" / "demo_bpe"
+    with pytest.raises(TokenizerError, match=rf"{missing}.*train_tokenizer.*fetch_tokenizer"):
+        load_tokenizer(missing)
+    (missing).mkdir(parents=True)
+    (missing / "notes.txt").write_text("not a tokenizer")
+    with pytest.raises(TokenizerError, match="tokenizer_config.json"):
+        load_tokenizer(missing)
+
+
+def _damaged_copy(trained_dir, destination, with_meta: bool):
+    import shutil
+
+    shutil.copytree(trained_dir, destination)
+    (destination / "tokenizer.json").write_text("{ not json")
+    if with_meta:
+        write_tokenizer_meta(trained_dir, {"source": "train"})
+        shutil.copy(trained_dir / "meta.json", destination / "meta.json")
+    elif (destination / "meta.json").exists():
+        (destination / "meta.json").unlink()
+    return destination
+
+
+def test_a_damaged_tokenizer_the_workflow_built_gets_a_quoted_rebuild_command(trained_dir, tmp_path):
+    import shlex
+
+    directory = _damaged_copy(trained_dir, tmp_path / "results dir" / "tokenizers" / "bpe", with_meta=True)
+    with pytest.raises(TokenizerError) as err:
+        load_tokenizer(directory)
+    command = str(err.value).split("`")[1]
+    remove, build = (shlex.split(part) for part in command.split("&&"))
+    assert remove == ["rm", "-rf", str(directory)]
+    assert build == ["snakemake", str(directory / "meta.json")]
+
+
+def test_a_damaged_local_tokenizer_is_never_advised_for_deletion(trained_dir, tmp_path):
+    directory = _damaged_copy(trained_dir, tmp_path / "my tokenizer", with_meta=False)
+    with pytest.raises(TokenizerError) as err:
+        load_tokenizer(directory)
+    message = str(err.value)
+    assert str(directory) in message and "tokenizers.<name>.path" in message
+    assert "rm " not in message and "delete" not in message

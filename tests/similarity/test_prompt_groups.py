@@ -1,0 +1,274 @@
+"""Prompt groups, the null's prompt pairing, and per-group similarity against float64 loops."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+from helpers.bridges import write_refit_caches
+from helpers.tolerances import reduction_atol
+
+from headstab.activations.packing import lower_triangle_offsets, n_lower_entries
+from headstab.activations.reader import open_cache
+from headstab.similarity.prompt_groups import (
+    GroupedSimilarity,
+    GroupedSimilarityError,
+    grouped_similarity_from_caches,
+    layer_group_similarity,
+    null_partners,
+    prompt_groups,
+    read_grouped_similarity,
+    write_grouped_similarity,
+)
+
+
+def random_block(rng, n_rows, lengths):
+    """[row, entry]: each row's packed lower triangles of random causal softmax patterns (rows sum to 1)."""
+    segments = []
+    for length in lengths:
+        scores = np.where(np.tri(length, dtype=bool), rng.normal(scale=2.0, size=(n_rows, length, length)), -np.inf)
+        pattern = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        pattern /= pattern.sum(axis=-1, keepdims=True)
+        segments.append(pattern[:, *np.tril_indices(length)])
+    return np.ascontiguousarray(np.concatenate(segments, axis=1), dtype=np.float32)
+
+
+def cosine(x, y):
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    return x @ y / np.sqrt((x @ x) * (y @ y))
+
+
+def test_groups_partition_the_prompts_in_near_equal_sizes_and_repeat_with_the_seed():
+    groups = prompt_groups(23, 5, seed=7)
+    assert sorted(np.concatenate(groups).tolist()) == list(range(23))
+    assert sorted(len(g) for g in groups) == [4, 4, 5, 5, 5]
+    assert all(np.array_equal(a, b) for a, b in zip(groups, prompt_groups(23, 5, seed=7)))
+    assert not all(np.array_equal(a, b) for a, b in zip(groups, prompt_groups(23, 5, seed=8)))
+    assert [len(g) for g in prompt_groups(3, 20, seed=0)] == [1, 1, 1]
+    with pytest.raises(ValueError, match="statistics.prompt_groups"):
+        prompt_groups(3, 0, seed=0)
+
+
+def test_null_partners_pair_equal_lengths_once_each_and_lone_lengths_with_the_nearest():
+    lengths = np.array([5, 9, 5, 7, 12, 9, 5])
+    partners = null_partners(lengths, seed=3)
+    assert np.all(partners != np.arange(lengths.size))
+    fives = np.flatnonzero(lengths == 5)
+    assert sorted(partners[fives].tolist()) == fives.tolist()  # a cycle within the run: each once
+    assert sorted(partners[lengths == 9].tolist()) == np.flatnonzero(lengths == 9).tolist()
+    assert lengths[partners[3]] in (5, 9)  # 7: both 2 away, the shorter wins
+    assert lengths[partners[3]] == 5
+    assert lengths[partners[4]] == 9  # 12: the nearest other length
+    with pytest.raises(ValueError, match="at least 2 prompts"):
+        null_partners([4], seed=0)
+
+
+def test_group_similarity_equals_float64_loops_observed_and_truncated_null():
+    rng = np.random.default_rng(0)
+    n_seeds, n_heads, lengths = 3, 2, np.array([4, 6, 4, 3, 6, 5])
+    block = random_block(rng, n_seeds * n_heads, lengths)
+    offsets = lower_triangle_offsets(lengths)
+    groups, partners = prompt_groups(lengths.size, 3, seed=1), null_partners(lengths, seed=1)
+    observed, null = layer_group_similarity(block, offsets, lengths, groups, partners, n_seeds)
+    segment = lambda row, p, keep: block[row, offsets[p] : offsets[p] + n_lower_entries(keep)]  # noqa: E731
+    atol = reduction_atol(np.float32, int(n_lower_entries(lengths.max())))
+    for g, prompts in enumerate(groups):
+        for a, b, i, j in np.ndindex(n_seeds, n_seeds, n_heads, n_heads):
+            ra, rb = a * n_heads + i, b * n_heads + j
+            same = np.mean([cosine(segment(ra, p, lengths[p]), segment(rb, p, lengths[p])) for p in prompts])
+            keep = [min(lengths[p], lengths[partners[p]]) for p in prompts]
+            cross = np.mean([cosine(segment(ra, p, k), segment(rb, partners[p], k)) for p, k in zip(prompts, keep)])
+            assert observed[g, a, b, i, j] == pytest.approx(same, abs=atol)
+            assert null[g, a, b, i, j] == pytest.approx(cross, abs=atol)
+
+
+def test_identical_refits_are_one_on_the_matching_heads_and_well_below_one_under_the_null():
+    rng = np.random.default_rng(1)
+    lengths = np.full(8, 6)
+    one = random_block(rng, 4, lengths)
+    block = np.concatenate([one, one, one])  # three refits with the same four heads
+    offsets = lower_triangle_offsets(lengths)
+    observed, null = layer_group_similarity(
+        block, offsets, lengths, prompt_groups(8, 4, 0), null_partners(lengths, 0), 3
+    )
+    atol = reduction_atol(np.float32, n_lower_entries(6))
+    np.testing.assert_allclose(np.diagonal(observed, axis1=-2, axis2=-1), 1.0, atol=atol)
+    assert null.max(axis=-1).mean() < 0.9
+
+
+def test_grouped_file_round_trips_and_a_flipped_byte_names_the_file(tmp_path):
+    rng = np.random.default_rng(2)
+    values = rng.random((3, 2, 2, 1, 2, 2)).astype(np.float32)
+    grouped = GroupedSimilarity(
+        values, values / 2, np.array([2, 2, 1]), [4, 9], np.array([1, 0, 3, 2, 3]), np.array([3, 3, 5, 5, 4])
+    )
+    path = tmp_path / "primary.groups.h5"
+    write_grouped_similarity(path, grouped, attrs={"promptset": "primary"})
+    back = read_grouped_similarity(path)
+    assert back.seeds == [4, 9]
+    np.testing.assert_array_equal(back.null, values / 2)
+    expected = (2 * values[0] + 2 * values[1] + values[2]) / 5
+    np.testing.assert_allclose(back.mean(), expected, rtol=2 * np.finfo(np.float32).eps)
+    raw = bytearray(path.read_bytes())
+    offset = raw.find(np.ascontiguousarray(values[1]).tobytes())
+    raw[offset + 3] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(GroupedSimilarityError, match=f"{path}.*(corrupt|damaged).*rm -f"):
+        read_grouped_similarity(path)
+    with pytest.raises(GroupedSimilarityError, match="does not exist"):
+        read_grouped_similarity(tmp_path / "missing.h5")
+
+
+def test_grouped_similarity_from_written_caches_averages_to_the_pair_similarity(tmp_path):
+    from headstab.similarity.pairs import pair_similarity_from_caches
+
+    paths = write_refit_caches(tmp_path)
+    groups, partners = prompt_groups(7, 3, seed=0), null_partners(np.array([7, 3, 9, 5, 2, 8, 4]), seed=0)
+    observed, null = grouped_similarity_from_caches(paths, "primary", groups, partners, progress=False)
+    sizes = np.array([len(g) for g in groups])
+    mean = np.tensordot(sizes / sizes.sum(), observed.astype(np.float64), axes=1)
+    same_layer = pair_similarity_from_caches(paths, "primary", scope="same_layer", progress=False)
+    np.testing.assert_allclose(mean, same_layer, atol=reduction_atol(np.float32, n_lower_entries(9)))
+    assert null.shape == observed.shape
+    with pytest.raises(ValueError, match="partition"):
+        grouped_similarity_from_caches(paths, "primary", groups[:2], partners, progress=False)
+
+
+@pytest.fixture(scope="module")
+def caches(tmp_path_factory):
+    return write_refit_caches(tmp_path_factory.mktemp("caches"), seeds=(1, 2))
+
+
+def test_one_prompt_makes_one_group_and_bad_counts_name_their_value():
+    assert [g.tolist() for g in prompt_groups(1, 3, seed=0)] == [[0]]
+    assert [g.tolist() for g in prompt_groups(4, 1, seed=5)] == [[0, 1, 2, 3]]
+    with pytest.raises(ValueError, match="at least one prompt to group; got 0"):
+        prompt_groups(0, 3, seed=0)
+    with pytest.raises(ValueError, match="'statistics.prompt_groups' must be >= 1; got 0"):
+        prompt_groups(3, 0, seed=0)
+
+
+def test_null_partners_of_lone_lengths_take_the_nearer_neighbour_either_side():
+    assert null_partners([4, 7], seed=0).tolist() == [1, 0]  # two prompts are enough
+    lengths = np.array([3, 4, 9, 10, 10])  # 3 and 4 alone: 3's nearest is 4, 4's is 3; 9's is a 10
+    partners = null_partners(lengths, seed=1)
+    assert partners[:2].tolist() == [1, 0] and lengths[partners[2]] == 10
+    assert null_partners([2, 6, 7, 7], seed=2)[1] in (2, 3)  # 6: 7 is nearer than 2
+    assert null_partners([1, 5, 5, 8], seed=0)[0] in (1, 2)  # the shortest takes the next length up
+    with pytest.raises(ValueError, match="at least 2 prompts; got 1"):
+        null_partners([4], seed=0)
+
+
+def test_null_partners_of_a_long_run_repeat_with_the_seed_only():
+    lengths = np.full(12, 5)
+    first = null_partners(lengths, seed=4)
+    assert np.array_equal(first, null_partners(lengths, seed=4))
+    assert not np.array_equal(first, null_partners(lengths, seed=5))
+    assert sorted(first.tolist()) == list(range(12)) and np.all(first != np.arange(12))
+
+
+def test_grouped_similarity_is_float32_and_the_groups_and_partners_are_checked(caches):
+    with open_cache(caches[0]) as cache:
+        lengths = cache.lengths("primary")
+    n = lengths.size
+    groups, partners = prompt_groups(n, 2, seed=0), null_partners(lengths, seed=0)
+    observed, null = grouped_similarity_from_caches(caches, "primary", groups, partners, progress=False)
+    assert observed.dtype == null.dtype == np.float32
+    block_observed, block_null = layer_group_similarity(
+        np.ones((2, int(lower_triangle_offsets(lengths)[-1])), np.float32),
+        lower_triangle_offsets(lengths), lengths, groups, partners, 1,
+    )  # fmt: skip
+    assert block_observed.dtype == block_null.dtype == np.float32
+    bad_groups = {
+        "got 0 indices": [],
+        f"got {n} indices": [np.arange(n - 1), np.array([0])],  # n indices, one twice
+        f"got {n - 1} indices": [np.arange(n - 1)],
+    }
+    for message, bad in bad_groups.items():
+        with pytest.raises(ValueError, match=rf"groups must partition the {n} prompts; {message}"):
+            grouped_similarity_from_caches(caches, "primary", bad, partners, progress=False)
+    for bad in (partners[:-1], np.where(np.arange(n) == 2, 2, partners), np.where(np.arange(n) == 1, -1, partners)):
+        with pytest.raises(ValueError, match=rf"partners must give each of the {n} prompts another prompt; got \["):
+            grouped_similarity_from_caches(caches, "primary", groups, bad, progress=False)
+    with pytest.raises(KeyError, match=r"prompt set 'nope' is not in the caches \(primary, short\)"):
+        grouped_similarity_from_caches(caches, "nope", groups, partners, progress=False)
+
+
+def test_grouped_similarity_labels_its_progress_bar_and_shows_it_by_default(caches, tqdm_bars):
+    bars = tqdm_bars
+    with open_cache(caches[0]) as cache:
+        lengths = cache.lengths("short")
+    groups, partners = prompt_groups(3, 1, seed=0), null_partners(lengths, seed=0)
+    grouped_similarity_from_caches(caches, "short", groups, partners)
+    grouped_similarity_from_caches(caches, "short", groups, partners, progress=False)
+    assert bars == [
+        {"desc": "prompt groups short", "unit": "layer", "disable": False},
+        {"desc": "prompt groups short", "unit": "layer", "disable": True},
+    ]
+
+
+def small_grouped():
+    values = np.arange(3 * 2 * 2 * 1 * 2 * 2, dtype=np.float32).reshape(3, 2, 2, 1, 2, 2) / 24
+    sizes, partners, lengths = np.array([2, 2, 1], np.int32), np.array([1, 0, 3, 2, 3]), np.array([3, 3, 5, 5, 4])
+    return GroupedSimilarity(values, values / 2, sizes, [4, 9], partners, lengths)
+
+
+def test_grouped_file_layout_one_checksummed_chunk_per_group_int64_indices_and_the_jobs_attrs(tmp_path):
+    path = tmp_path / "primary.groups.h5"
+    write_grouped_similarity(path, small_grouped(), attrs={"promptset": "primary", "n_groups": 3})
+    with h5py.File(path, "r") as handle:
+        for name in ("observed", "null"):
+            assert handle[name].chunks == (1, 2, 2, 1, 2, 2) and handle[name].fletcher32
+            assert handle[name].attrs["dims"] == "group,seed_a,seed_b,layer,head_a,head_b"
+        for name in ("group_sizes", "partners", "lengths"):
+            assert handle[name].dtype == np.int64 and handle[name].fletcher32, name
+        assert (handle.attrs["promptset"], handle.attrs["n_groups"]) == ("primary", 3)
+    np.testing.assert_array_equal(read_grouped_similarity(path).group_sizes, [2, 2, 1])
+
+
+def test_unreadable_grouped_files_name_the_file_the_problem_and_the_rule(tmp_path):
+    hint = r"rebuild it with `rm -f {0} && snakemake {0}` \(or `snakemake {0} --forcerun prompt_group_similarity`\)"
+    path = tmp_path / "primary.groups.h5"
+    write_grouped_similarity(path, small_grouped())
+    raw = bytearray(path.read_bytes())
+    raw[raw.find(np.ascontiguousarray(small_grouped().observed[1]).tobytes()) + 3] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    expected = rf"^prompt-group similarity file {path} is corrupt \(checksum mismatch\) \(.*\); {hint.format(path)}$"
+    with pytest.raises(GroupedSimilarityError, match=expected):
+        read_grouped_similarity(path)
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as handle:
+        handle.attrs["format"] = "something else"
+    with pytest.raises(
+        GroupedSimilarityError, match=rf"^{other} is not a headstab prompt-group similarity file; {hint.format(other)}$"
+    ):
+        read_grouped_similarity(other)
+    grouped = small_grouped()
+    for name, observed, null in (
+        ("seeds", grouped.observed[:, :1, :1], grouped.null[:, :1, :1]),  # one refit's blocks, two seeds
+        ("null", grouped.observed, grouped.null[:, :, :, :, :1]),  # null of another shape
+    ):
+        bad = tmp_path / f"{name}.h5"
+        write_grouped_similarity(
+            bad, GroupedSimilarity(observed, null, grouped.group_sizes, [4, 9], grouped.partners, grouped.lengths)
+        )
+        with pytest.raises(
+            GroupedSimilarityError, match=rf"^{bad}: shapes .* do not match its groups and seeds; {hint.format(bad)}$"
+        ):
+            read_grouped_similarity(bad)
+
+
+def test_a_read_error_other_than_a_checksum_is_reported_as_damaged(tmp_path, monkeypatch):
+    path = tmp_path / "primary.groups.h5"
+    write_grouped_similarity(path, small_grouped())
+
+    def failing_read(self, key):  # an I/O error of the disk, not HDF5's filter failure
+        raise OSError("Can't read data (short read)")
+
+    monkeypatch.setattr(h5py.Dataset, "__getitem__", failing_read)
+    hint = rf"`snakemake {path} --forcerun prompt_group_similarity`\)$"
+    with pytest.raises(
+        GroupedSimilarityError,
+        match=rf"^prompt-group similarity file {path} is damaged \(Can't read data \(short read\)\); rebuild it .*{hint}",
+    ):
+        read_grouped_similarity(path)

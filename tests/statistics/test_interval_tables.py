@@ -1,0 +1,384 @@
+"""Interval tables: one route to the point estimates, the null and step-0 columns, and the consistency check."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers.tolerances import reduction_atol, reduction_rtol
+from scipy import stats
+
+from headstab.sections.optimizers import OPTIMIZER_TEST_COLUMNS, optimizer_tests
+from headstab.similarity.prompt_groups import GroupedSimilarity
+from headstab.stability import stability_tables
+from headstab.statistics.bootstrap import draw_resamples, stability_replicates
+from headstab.statistics.hypothesis import permutation_test
+from headstab.statistics.interval_tables import (
+    HEAD_INTERVAL_COLUMNS,
+    POOLED_COLUMNS,
+    interval_tables,
+    replicates_by_kind,
+)
+
+SEEDS = [3, 5, 8, 13]
+# The columns that compare with chance: the null's and step 0's, defined for same-layer rows only.
+CHANCE_COLUMNS = ["null", "null_ci_low", "null_ci_high", "above_null", "above_null_ci_low", "above_null_ci_high"]
+CHANCE_COLUMNS += ["effect_size", "init", "init_ci_low", "init_ci_high"]
+
+
+def grouped_and_pair_tensor(rng, n_groups=5, n_layers=2, n_heads=3, scale=1.0):
+    n = len(SEEDS)
+    observed = rng.random((n_groups, n, n, n_layers, n_heads, n_heads)).astype(np.float32) * scale
+    observed = (observed + observed.transpose(0, 2, 1, 3, 5, 4)) / 2
+    sizes = np.arange(1, n_groups + 1)
+    mean = np.tensordot(sizes / sizes.sum(), observed.astype(np.float64), axes=1).astype(np.float32)
+    pair = rng.random((n, n, n_layers, n_heads, n_layers, n_heads)).astype(np.float32) * 0.1
+    for layer in range(n_layers):
+        pair[:, :, layer, :, layer, :] = mean[:, :, layer]
+    lengths = np.full(sizes.sum(), 6)
+    grouped = GroupedSimilarity(observed, observed * 0.5, sizes, SEEDS, np.roll(np.arange(lengths.size), 1), lengths)
+    return grouped, pair
+
+
+def test_point_estimates_equal_the_stability_tables_and_the_columns_are_complete():
+    grouped, pair = grouped_and_pair_tensor(np.random.default_rng(0))
+    init = GroupedSimilarity(
+        grouped.observed * 0.3, grouped.null, grouped.group_sizes, SEEDS, grouped.partners, grouped.lengths
+    )
+    tables = interval_tables(pair, grouped, "primary", n_boot=50, seed=0, confidence=0.9, init=init)
+    plain = stability_tables(pair, SEEDS, "primary")["head_stability"]
+    merged = plain.merge(
+        tables["head"], on=["promptset", "scope", "anchor_seed", "layer", "head"], validate="one_to_one"
+    )
+    assert len(merged) == len(plain) and list(tables["head"].columns) == HEAD_INTERVAL_COLUMNS
+    same = merged[merged["scope"] == "same_layer"]
+    atol = 16 * np.finfo(np.float32).eps
+    np.testing.assert_allclose(same["above_null"], same["stability"] - same["null"], atol=atol)
+    assert (same["ci_low"] <= same["stability"] + atol).all() and (same["stability"] <= same["ci_high"] + atol).all()
+    np.testing.assert_allclose(
+        same["init"], 0.3 * same["stability"], rtol=1e-5
+    )  # the max commutes with a positive scale
+    cross = merged[merged["scope"] == "cross_layer"]
+    assert cross["null"].isna().all() and (cross["resampled"] == "refits").all()
+    pooled = tables["pooled"]
+    assert list(pooled.columns) == POOLED_COLUMNS and (pooled["n_refits"] == 4).all()
+    assert set(tables["gap"]["statistic"]) == {"s_max", "s_min", "delta_s", "r_max", "r_min"}
+
+
+def test_prompt_groups_from_other_caches_are_refused():
+    grouped, pair = grouped_and_pair_tensor(np.random.default_rng(1))
+    with pytest.raises(ValueError, match="different caches.*forcerun"):
+        interval_tables(pair * 0.9, grouped, "primary", n_boot=10, seed=0, confidence=0.95)
+
+
+def test_optimizer_tests_find_a_layer_difference_and_equivalent_perplexities():
+    rng = np.random.default_rng(2)
+    adam, _ = grouped_and_pair_tensor(rng, scale=0.5)
+    shifted = adam.observed.copy()
+    shifted[:, :, :, 1] += 0.4  # AdamW's second layer more stable, first unchanged
+    adamw = GroupedSimilarity(shifted, adam.null, adam.group_sizes, SEEDS, adam.partners, adam.lengths)
+    table = optimizer_tests(adam, adamw, np.array([20.0, 20.2, 19.9, 20.1]), np.array([20.1, 20.0, 20.2, 20.0]),
+                            n_boot=200, permutations=999, seed=0, confidence=0.95, perplexity_margin=0.02)  # fmt: skip
+    layers = table[table["statistic"] == "layer_stability"].set_index("layer")
+    assert layers.loc[0, "difference"] == pytest.approx(0.0, abs=1e-6)
+    assert layers.loc[1, "difference"] == pytest.approx(0.4, abs=1e-5)
+    assert layers.loc[1, "ci_low"] > 0.3 and layers.loc[0, "ci_low"] <= 0 <= layers.loc[0, "ci_high"]
+    assert layers.loc[1, "p_value"] == pytest.approx(2 / 70, abs=0.02)  # 4 vs 4 refits: the most extreme split
+    perplexity = table[table["statistic"] == "perplexity"].iloc[0]
+    assert (
+        perplexity["test"] == "tost"
+        and perplexity["equivalent"]
+        and perplexity["margin"] == pytest.approx(0.02 * 20.05)
+    )
+
+
+def random_grouped(rng, sizes, n_layers=2, n_heads=3):
+    """Symmetric float32 per-group similarities of the refits SEEDS."""
+    n = len(SEEDS)
+    values = rng.random((len(sizes), n, n, n_layers, n_heads, n_heads)).astype(np.float32)
+    return (values + values.transpose(0, 2, 1, 3, 5, 4)) / 2
+
+
+def pair_tensor_of(observed, sizes):
+    """A pair-similarity tensor whose same-layer blocks are the groups' size-weighted mean (cross-layer blocks small)."""
+    n, _, n_layers, n_heads = observed.shape[1:5]
+    mean = np.tensordot(sizes / sizes.sum(), observed.astype(np.float64), axes=1).astype(np.float32)
+    pair = np.full((n, n, n_layers, n_heads, n_layers, n_heads), 0.01, dtype=np.float32)
+    for layer in range(n_layers):
+        pair[:, :, layer, :, layer, :] = mean[:, :, layer]
+    return pair
+
+
+def cohen_dz(differences, axis):
+    return differences.mean(axis=axis) / differences.std(axis=axis, ddof=1)
+
+
+def quantiles(replicates, confidence):
+    alpha = (1 - confidence) / 2
+    return np.quantile(replicates, alpha, axis=0), np.quantile(replicates, 1 - alpha, axis=0)
+
+
+def chance_case(n_boot=40, confidence=0.8):
+    """Trained, null and step-0 groups (the step-0 ones of other sizes), the tables, and the replicates by hand."""
+    rng = np.random.default_rng(7)
+    sizes, init_sizes = np.array([1, 2, 3, 4, 5]), np.array([6, 1, 1, 1, 1])
+    observed, null, init = random_grouped(rng, sizes), random_grouped(rng, sizes) * 0.5, random_grouped(rng, sizes)
+    lengths = np.full(sizes.sum(), 5)
+    partners = np.roll(np.arange(lengths.size), 1)
+    grouped = GroupedSimilarity(observed, null, sizes, SEEDS, partners, lengths)
+    init_grouped = GroupedSimilarity(init, init, init_sizes, SEEDS, partners, lengths)
+    tables = interval_tables(
+        pair_tensor_of(observed, sizes), grouped, "p", n_boot=n_boot, seed=3, confidence=confidence, init=init_grouped
+    )
+    draws = draw_resamples(n_boot, len(SEEDS), len(sizes), 3)
+    reps = {
+        "same_layer": stability_replicates(draws, observed, sizes),
+        "null": stability_replicates(draws, null, sizes),
+        "init": stability_replicates(draws, init, init_sizes),
+    }
+    return tables, reps, confidence
+
+
+def test_head_table_chance_columns_are_the_paired_null_init_and_effect_size():
+    tables, reps, confidence = chance_case()
+    head = tables["head"].set_index(["scope", "anchor_seed", "layer", "head"]).loc["same_layer"]
+    shape = (len(SEEDS), 2, 3)  # [anchor, layer, head], the table's row order
+
+    def column(name):
+        return head[name].to_numpy().reshape(shape)
+
+    atol = reduction_atol(np.float32, 5 + len(SEEDS))  # float32 mixing of 5 groups, then pair sums
+    observed, null, init = reps["same_layer"], reps["null"], reps["init"]
+    np.testing.assert_allclose(column("null"), null["head_estimate"], atol=atol)
+    np.testing.assert_allclose(column("above_null"), observed["head_estimate"] - null["head_estimate"], atol=atol)
+    for prefix, replicates in (("", observed["head"]), ("null_", null["head"]), ("init_", init["head"])):
+        low, high = quantiles(replicates, confidence)
+        np.testing.assert_allclose(column(f"{prefix}ci_low"), low, atol=atol)
+        np.testing.assert_allclose(column(f"{prefix}ci_high"), high, atol=atol)
+    low, high = quantiles(observed["head"] - null["head"], confidence)
+    np.testing.assert_allclose(column("above_null_ci_low"), low, atol=2 * atol)
+    np.testing.assert_allclose(column("above_null_ci_high"), high, atol=2 * atol)
+    np.testing.assert_allclose(column("init"), init["head_estimate"], atol=atol)
+    off = ~np.eye(len(SEEDS), dtype=bool)
+    differences = (observed["pair_best"] - null["pair_best"])[off].reshape(len(SEEDS), len(SEEDS) - 1, 2, 3)
+    np.testing.assert_allclose(column("effect_size"), cohen_dz(differences, 1), rtol=reduction_rtol(np.float64, 16))
+    assert (head["n_boot"] == 40).all() and (head["resampled"] == "refits+prompts").all()
+    assert list(head.index.get_level_values("anchor_seed").unique()) == SEEDS
+
+
+def test_layer_and_pooled_tables_average_the_anchors_heads_and_pairs():
+    tables, reps, confidence = chance_case()
+    observed, null, init = reps["same_layer"], reps["null"], reps["init"]
+    atol = reduction_atol(np.float32, 5 + len(SEEDS) + 3)
+    layer = tables["layer"].set_index(["scope", "anchor_seed", "layer"]).loc["same_layer"]
+    shape = (len(SEEDS), 2)
+    np.testing.assert_allclose(layer["null"].to_numpy().reshape(shape), null["head_estimate"].mean(axis=-1), atol=atol)
+    low, high = quantiles(init["head"].mean(axis=-1), confidence)
+    np.testing.assert_allclose(layer["init_ci_low"].to_numpy().reshape(shape), low, atol=atol)
+    np.testing.assert_allclose(layer["init_ci_high"].to_numpy().reshape(shape), high, atol=atol)
+    off = ~np.eye(len(SEEDS), dtype=bool)
+    differences = (observed["pair_best"] - null["pair_best"])[off].reshape(len(SEEDS), len(SEEDS) - 1, 2, 3)
+    expected = cohen_dz(differences.transpose(0, 2, 1, 3).reshape(len(SEEDS), 2, -1), -1)
+    np.testing.assert_allclose(
+        layer["effect_size"].to_numpy().reshape(shape), expected, rtol=reduction_rtol(np.float64, 16)
+    )
+
+    pooled = tables["pooled"].set_index(["scope", "layer"])
+    same = pooled.loc["same_layer"]
+    np.testing.assert_allclose(same["stability"], observed["layer_estimate"], atol=atol)
+    np.testing.assert_allclose(same["null"], null["layer_estimate"], atol=atol)
+    np.testing.assert_allclose(same["init"], init["layer_estimate"], atol=atol)
+    low, high = quantiles(observed["layer"] - null["layer"], confidence)
+    np.testing.assert_allclose(same["above_null_ci_low"], low, atol=2 * atol)
+    np.testing.assert_allclose(same["above_null_ci_high"], high, atol=2 * atol)
+    pooled_differences = (observed["pair_best"] - null["pair_best"])[off]  # [pair, layer, head]
+    expected = cohen_dz(pooled_differences.transpose(1, 0, 2).reshape(2, -1), -1)
+    np.testing.assert_allclose(same["effect_size"], expected, rtol=reduction_rtol(np.float64, 36))
+    cross = pooled.loc["cross_layer"]
+    assert cross["effect_size"].isna().all() and cross["init"].isna().all() and (cross["resampled"] == "refits").all()
+    assert (pooled["n_boot"] == 40).all() and list(tables["pooled"]["promptset"].unique()) == ["p"]
+    for name in ("head", "layer", "pooled"):  # one row label per row, as read back from its csv
+        assert tables[name].index.equals(pd.RangeIndex(len(tables[name]))), name
+    assert (tables["layer"]["n_boot"] == 40).all() and (tables["layer"]["promptset"] == "p").all()
+
+
+def test_gap_and_commonness_tables_are_intervals_of_their_replicates():
+    tables, reps, confidence = chance_case()
+    layer = reps["same_layer"]["layer"]  # [boot, layer]
+    gap = tables["gap"].set_index("statistic")
+    atol = reduction_atol(np.float32, 5 + len(SEEDS) + 3)
+    replicates = {
+        "s_max": layer.max(axis=1),
+        "s_min": layer.min(axis=1),
+        "delta_s": layer.max(axis=1) - layer.min(axis=1),
+        "r_max": (layer.argmax(axis=1) + 1) / 2,
+        "r_min": (layer.argmin(axis=1) + 1) / 2,
+    }
+    estimate = reps["same_layer"]["layer_estimate"]
+    assert gap.loc["delta_s", "estimate"] == pytest.approx(estimate.max() - estimate.min(), abs=2 * atol)
+    for statistic, values in replicates.items():
+        low, high = quantiles(values, confidence)
+        assert gap.loc[statistic, ["ci_low", "ci_high"]].tolist() == pytest.approx([low, high], abs=2 * atol)
+    assert (gap["n_boot"] == 40).all() and (gap["promptset"] == "p").all()
+
+    rng = np.random.default_rng(7)  # chance_case's trained groups, drawn again
+    sizes = np.array([1, 2, 3, 4, 5])
+    observed = random_grouped(rng, sizes).astype(np.float64)
+    draws = draw_resamples(40, len(SEEDS), len(sizes), 3)
+    weights = draws.prompt_counts * sizes / (draws.prompt_counts * sizes).sum(axis=1, keepdims=True)
+    # commonness of head (a, l, i): mean over the refit's own heads j of S[a, a, l, i, j]
+    per_group = np.stack([observed[:, a, a].mean(axis=-1) for a in range(len(SEEDS))], axis=1)
+    low, high = quantiles(np.tensordot(weights, per_group, axes=1), confidence)
+    common = tables["commonness"].set_index(["seed", "layer", "head"])
+    assert list(common.index.get_level_values("seed").unique()) == SEEDS
+    np.testing.assert_allclose(common["ci_low"].to_numpy().reshape(low.shape), low, atol=atol)
+    np.testing.assert_allclose(common["ci_high"].to_numpy().reshape(high.shape), high, atol=atol)
+    assert (common["n_boot"] == 40).all() and (common["promptset"] == "p").all()
+
+
+def test_cross_layer_rows_search_every_layer_and_resample_refits_only():
+    rng = np.random.default_rng(4)
+    sizes = np.array([2, 3])
+    observed = random_grouped(rng, sizes)
+    lengths = np.full(5, 4)
+    grouped = GroupedSimilarity(observed, observed, sizes, SEEDS, np.roll(np.arange(5), 1), lengths)
+    pair = pair_tensor_of(observed, sizes)
+    pair[:, :, 0, :, 1, :] = rng.random(pair[:, :, 0, :, 1, :].shape) + 0.5  # layer-1 heads outmatch layer 0's
+    tables = interval_tables(pair, grouped, "p", n_boot=20, seed=1, confidence=0.9)
+    best = np.maximum(pair[:, :, :, :, 0, :].max(axis=-1), pair[:, :, :, :, 1, :].max(axis=-1)).astype(np.float64)
+    off = ~np.eye(len(SEEDS), dtype=bool)
+    cross = tables["pooled"].set_index(["scope", "layer"]).loc["cross_layer"]
+    atol = reduction_atol(np.float64, len(SEEDS) ** 2 * 3)
+    np.testing.assert_allclose(cross["stability"], best[off].mean(axis=(0, 2)), atol=atol)
+    replicates = stability_replicates(draw_resamples(20, 4, 2, 1), best=best)
+    low, high = quantiles(replicates["layer"], 0.9)
+    np.testing.assert_allclose(cross["ci_low"], low, atol=atol)
+    np.testing.assert_allclose(cross["ci_high"], high, atol=atol)
+    assert (cross["n_refits"] == 4).all()
+    head = tables["head"].set_index(["scope", "anchor_seed", "layer", "head"]).loc["cross_layer"]
+    low, high = quantiles(replicates["head"], 0.9)
+    np.testing.assert_allclose(head["ci_low"].to_numpy().reshape(4, 2, 3), low, atol=atol)
+    np.testing.assert_allclose(head["ci_high"].to_numpy().reshape(4, 2, 3), high, atol=atol)
+    assert head[CHANCE_COLUMNS].isna().all().all() and (head["resampled"] == "refits").all()
+    # without step-0 groups the init columns are NaN for every scope
+    same = tables["head"][tables["head"]["scope"] == "same_layer"]
+    assert same[["init", "init_ci_low", "init_ci_high"]].isna().all().all() and same["null"].notna().all()
+    for name in ("head", "layer", "pooled"):  # NaN, not None: the columns stay numeric
+        assert (tables[name][CHANCE_COLUMNS].dtypes == np.float64).all(), name
+
+
+def test_effect_size_is_nan_for_one_pair_or_constant_differences():
+    two = SEEDS[:2]
+    observed = np.full((2, 2, 2, 1, 2, 2), 0.5, dtype=np.float32)
+    observed[:, :, :, :, 0, 1] = observed[:, :, :, :, 1, 0] = 0.75  # every best match is 0.75
+    lengths = np.full(4, 3)
+    grouped = GroupedSimilarity(observed, observed - 0.25, np.array([2, 2]), two, np.roll(np.arange(4), 1), lengths)
+    pair = pair_tensor_of(observed, np.array([2, 2]))
+    tables = interval_tables(pair, grouped, "p", n_boot=5, seed=0, confidence=0.9)
+    same = tables["head"][tables["head"]["scope"] == "same_layer"]
+    assert same["effect_size"].isna().all()  # one pair per anchor: no s.d.
+    np.testing.assert_array_equal(same["above_null"], 0.25)
+    pooled = tables["pooled"][tables["pooled"]["scope"] == "same_layer"]
+    assert pooled["effect_size"].isna().all()  # 2 pairs x 2 heads, all differences 0.25: s.d. 0
+    assert same["effect_size"].dtype == np.float64 and pooled["effect_size"].dtype == np.float64
+
+
+def test_effect_size_of_two_pairs_per_anchor_is_cohens_dz():
+    seeds = SEEDS[:3]
+    rng = np.random.default_rng(6)
+    sizes = np.array([1, 2])
+    observed = rng.random((2, 3, 3, 1, 2, 2)).astype(np.float32)
+    observed = (observed + observed.transpose(0, 2, 1, 3, 5, 4)) / 2
+    partners = np.roll(np.arange(3), 1)
+    grouped = GroupedSimilarity(observed, observed * 0.5, sizes, seeds, partners, np.full(3, 4))
+    tables = interval_tables(pair_tensor_of(observed, sizes), grouped, "p", n_boot=5, seed=0, confidence=0.9)
+    best = np.tensordot(sizes / sizes.sum(), observed.astype(np.float64), axes=1).max(axis=-1)
+    differences = 0.5 * best[~np.eye(3, dtype=bool)].reshape(3, 2, 1, 2)  # observed - null, two pairs per anchor
+    same = tables["head"][tables["head"]["scope"] == "same_layer"]
+    expected = cohen_dz(differences, 1).ravel()
+    np.testing.assert_allclose(same["effect_size"], expected, rtol=reduction_rtol(np.float32, 2 + 3))
+
+
+def test_step0_replicates_default_to_the_trained_group_sizes():
+    rng = np.random.default_rng(8)
+    sizes = np.array([3, 1, 2])
+    observed, init = random_grouped(rng, sizes), random_grouped(rng, sizes)
+    draws = draw_resamples(6, len(SEEDS), 3, 2)
+    best = observed.max(axis=(0, -1)).astype(np.float64)
+    kinds = replicates_by_kind(draws, observed, observed, sizes, best, init=init)
+    np.testing.assert_array_equal(kinds["init"]["layer"], stability_replicates(draws, init, sizes)["layer"])
+
+
+def test_step0_groups_of_other_seeds_and_mismatched_tensors_are_refused_with_the_details():
+    grouped, pair = grouped_and_pair_tensor(np.random.default_rng(1))
+    other = GroupedSimilarity(
+        grouped.observed, grouped.null, grouped.group_sizes, [3, 5, 8, 21], grouped.partners, grouped.lengths
+    )
+    with pytest.raises(
+        ValueError, match=r"step-0 prompt groups cover seeds \[3, 5, 8, 21\], the trained refits \[3, 5, 8, 13\]"
+    ):
+        interval_tables(pair, grouped, "primary", n_boot=10, seed=0, confidence=0.95, init=other)
+    moved = pair.copy()
+    moved[0, 1, 1, 2, 1, :] += np.float32(0.125)  # one head's block, so its best match, 0.125 higher
+    hint = r"Rebuild both \(snakemake --forcerun pair_similarity prompt_group_similarity\)$"
+    with pytest.raises(ValueError, match=rf"prompt set 'primary'.*differ by up to 0\.125.*{hint}"):
+        interval_tables(moved, grouped, "primary", n_boot=10, seed=0, confidence=0.95)
+
+
+def grouped_of(rng, n_seeds, sizes, layer1_shift=0.0):
+    values = rng.random((len(sizes), n_seeds, n_seeds, 2, 3, 3)).astype(np.float32)
+    values = (values + values.transpose(0, 2, 1, 3, 5, 4)) / 2
+    values[:, :, :, 1] += np.float32(layer1_shift)
+    lengths = np.full(sizes.sum(), 4)
+    return GroupedSimilarity(values, values, sizes, list(range(n_seeds)), np.roll(np.arange(lengths.size), 1), lengths)
+
+
+def test_optimizer_rows_are_each_members_bootstrap_the_permutation_test_and_welch_tost():
+    rng = np.random.default_rng(9)
+    sizes = np.array([2, 1, 3])
+    adam, adamw = grouped_of(rng, 4, sizes), grouped_of(rng, 3, sizes, layer1_shift=0.3)  # layers differ
+    # float32 perplexities: the table averages them in float64
+    ppl_adam, ppl_adamw = np.array([20.0, 20.3, 19.8, 20.1], np.float32), np.array([20.4, 20.1, 20.5], np.float32)
+    table = optimizer_tests(adam, adamw, ppl_adam, ppl_adamw, n_boot=30, permutations=99, seed=5, confidence=0.9,
+                            perplexity_margin=0.03)  # fmt: skip
+    assert list(table.columns) == OPTIMIZER_TEST_COLUMNS
+    members = [
+        stability_replicates(draw_resamples(30, 4, 3, 5), adam.observed, sizes),
+        stability_replicates(draw_resamples(30, 3, 3, 6), adamw.observed, sizes),  # its own stream: seed + 1
+    ]
+    layers = table[table["statistic"] == "layer_stability"]
+    atol = reduction_atol(np.float32, 3 + 4)
+    for name, grouped in (("adam", adam), ("adamw", adamw)):
+        n = len(grouped.seeds)
+        best = np.tensordot(sizes / sizes.sum(), grouped.observed.astype(np.float64), axes=1).max(axis=-1)
+        np.testing.assert_allclose(layers[name], best[~np.eye(n, dtype=bool)].mean(axis=(0, 2)), atol=atol)
+    np.testing.assert_allclose(layers["difference"], layers["adamw"] - layers["adam"], atol=atol)
+    low, high = quantiles(members[1]["layer"] - members[0]["layer"], 0.9)
+    np.testing.assert_allclose(layers["ci_low"], low, atol=2 * atol)
+    np.testing.assert_allclose(layers["ci_high"], high, atol=2 * atol)
+    per_anchor = [member["head_estimate"].mean(axis=-1) for member in members]
+    expected = permutation_test(per_anchor[0], per_anchor[1], 99, 5)["p_value"]
+    np.testing.assert_array_equal(layers["p_value"], expected)
+    assert (
+        layers["test"].eq("permutation").all() and layers["equivalent"].isna().all() and layers["margin"].isna().all()
+    )
+    assert layers["confidence"].eq(0.9).all() and layers["n_resamples"].eq(30).all()
+    assert layers["n_adam"].eq(4).all() and layers["n_adamw"].eq(3).all() and list(layers["layer"]) == [0, 1]
+
+    assert layers["p_value"].iloc[1] < layers["p_value"].iloc[0]  # the permutation test is per layer
+    row = table[table["statistic"] == "perplexity"].iloc[0]
+    ppl_adam, ppl_adamw = ppl_adam.astype(np.float64), ppl_adamw.astype(np.float64)
+    margin = 0.03 * ppl_adam.mean()
+    # TOST by scipy's Welch t-tests of the difference shifted by -margin and +margin
+    p_lower = stats.ttest_ind(ppl_adamw + margin, ppl_adam, equal_var=False, alternative="greater").pvalue
+    p_upper = stats.ttest_ind(ppl_adamw - margin, ppl_adam, equal_var=False, alternative="less").pvalue
+    interval = stats.ttest_ind(ppl_adamw, ppl_adam, equal_var=False).confidence_interval(0.8)  # 1 - 2 alpha
+    rtol = reduction_rtol(np.float64, 16)
+    assert row["p_value"] == pytest.approx(max(p_lower, p_upper), rel=rtol)
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((interval.low, interval.high), rel=rtol)
+    assert (row["adam"], row["adamw"]) == pytest.approx((ppl_adam.mean(), ppl_adamw.mean()), rel=rtol)
+    assert row["difference"] == pytest.approx(ppl_adamw.mean() - ppl_adam.mean(), rel=rtol)
+    assert row["margin"] == pytest.approx(margin, rel=rtol) and row["confidence"] == pytest.approx(0.8, rel=rtol)
+    assert row["layer"] == -1 and row["test"] == "tost" and row["n_resamples"] == 0
+    assert (row["n_adam"], row["n_adamw"]) == (4, 3)
+    assert row["equivalent"] is bool(max(p_lower, p_upper) < 0.1)  # alpha = 1 - confidence

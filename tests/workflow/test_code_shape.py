@@ -1,0 +1,120 @@
+"""The library stays readable: no module over 400 lines, no function over 80, and no timing or issue
+number in its comments (measurements belong in benchmarks/README.md)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+LIBRARY = Path(__file__).resolve().parents[2] / "src" / "headstab"
+MODULES = sorted(LIBRARY.rglob("*.py"))
+
+
+def test_modules_and_functions_stay_short():
+    too_long = []
+    for path in MODULES:
+        text = path.read_text()
+        if len(text.splitlines()) > 400:
+            too_long.append(f"{path.relative_to(LIBRARY)}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno + 1 > 80:
+                too_long.append(
+                    f"{path.relative_to(LIBRARY)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines"
+                )
+    assert MODULES and not too_long, too_long
+
+
+def test_comments_hold_no_issue_numbers_or_timings():
+    pattern = re.compile(r"#.*(\bissue \d+|\b\d+(\.\d+)? ?(ms|s|GB|MB|GiB) (on|per) \d+ cores?)", re.I)
+    found = [
+        f"{path.relative_to(LIBRARY)}:{number}: {line.strip()}"
+        for path in MODULES
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not found, found
+
+
+def _imported_modules(path: Path, names: set[str]) -> set[str]:
+    """headstab modules `path` imports anywhere in it (function-level imports too), by dotted name."""
+    package = ".".join(path.relative_to(LIBRARY.parent).with_suffix("").parts)
+    if path.name != "__init__.py":
+        package = package.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, *([node.module] if node.module else [])])
+            candidates = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        found.update(name for name in candidates if name in names)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every headstab module -> the headstab modules it imports."""
+
+    def name_of(path: Path) -> str:
+        parts = path.relative_to(LIBRARY.parent).with_suffix("").parts
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    names = {name_of(path): path for path in MODULES}
+    return {name: _imported_modules(path, set(names)) - {name} for name, path in names.items()}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each a cycle of imports."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in graph[module]:
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def test_import_cycles_are_found_where_planted():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_library_has_no_import_cycle_even_through_function_level_imports():
+    graph = import_graph()
+    assert "headstab.plan.config" in graph and graph["headstab.plan.config"]
+    assert import_cycles(graph) == []
+
+
+def test_the_parse_time_package_imports_nothing_of_headstab_outside_it():
+    outside = {
+        module: sorted(other for other in imports if not other.startswith("headstab.plan"))
+        for module, imports in import_graph().items()
+        if module.startswith("headstab.plan")
+    }
+    assert {module: others for module, others in outside.items() if others} == {}

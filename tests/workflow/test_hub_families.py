@@ -1,0 +1,96 @@
+"""Seeded families from the hub through the workflow: config/hub_families.yaml validates and plans, and the
+per-architecture DAG runs on tiny random GPT-2 and GPT-NeoX families saved with save_pretrained."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from helpers.hub_family_models import N_CTX, SEEDS, hf_layer0_patterns, write_family
+from helpers.workflow_runs import REPO, job_counts, run_snakemake
+
+from headstab.plan.config import load_yaml, validate_config
+
+FAMILIES = {"gpt2_fam": "gpt2", "neox_fam": "neox"}
+
+
+def test_hub_families_config_validates_and_plans_fetches_without_training():
+    config = validate_config(load_yaml(REPO / "config/hub_families.yaml"))
+    assert config["architecture_defaults"]["source"] == "hub_family"
+    result = run_snakemake("-n", "--quiet", "rules", "--configfile", "config/hub_families.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = job_counts(result.stdout + result.stderr)
+    assert counts.get("fetch_family") == 5 * 9 + 5, counts
+    assert "train" not in counts and "init_weights" not in counts and "tokenize_shard" not in counts, counts
+    for rule in ("cache_activations", "pair_similarity", "stability_tables", "weight_norms", "meta_sne"):
+        assert counts.get(rule), (rule, counts)
+    assert counts.get("optimizer_comparison") == 1, counts  # analysis.optimizer_pairs
+
+
+def test_network_inputs_of_the_hub_families_are_the_model_downloads():
+    result = run_snakemake("network_inputs", "-n", "--quiet", "rules", "--configfile", "config/hub_families.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = job_counts(result.stdout + result.stderr)
+    assert counts.get("fetch_family") == 50 and "cache_activations" not in counts, counts
+
+
+def family_config(tmp_path: Path) -> Path:
+    """tests/config/tiny.yaml with two families, GPT-2 and GPT-NeoX, from local save_pretrained directories."""
+    for kind in FAMILIES.values():
+        write_family(tmp_path / "models", kind)
+    config = load_yaml(REPO / "tests/config/tiny.yaml")
+    config["results_dir"] = str(tmp_path / "results")
+    config["run"] = {"architectures": list(FAMILIES), "seeds": None}
+    config["tokenizers"] = {"family_bpe": {"source": "local", "path": str(tmp_path / "models/tokenizer")}}
+    heldout = {**config["corpora"]["tiny_heldout"], "tokenizer": "family_bpe"}
+    config["corpora"] = {"family_heldout": heldout}
+    config["architecture_defaults"].update(tokenizer="family_bpe", corpus="family_heldout", seeds=list(SEEDS))
+    config["architectures"] = {
+        name: {"source": "hub_family", "models": {"path": str(tmp_path / f"models/{kind}/seed{{seed}}")}}
+        for name, kind in FAMILIES.items()
+    }
+    config["analysis"].update(heldout_corpus="family_heldout", optimizer_pairs={"gpt2_fam": "neox_fam"})
+    path = tmp_path / "families.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.integration
+def test_the_architecture_dag_runs_on_tiny_gpt2_and_gpt_neox_families(tmp_path):
+    from headstab.activations.reader import open_cache
+    from headstab.plan.config import architecture_spec
+
+    config_path = family_config(tmp_path)
+    spec = architecture_spec(validate_config(load_yaml(config_path)), "neox_fam")
+    assert (spec.n_layers, spec.n_heads, spec.d_head, spec.n_ctx, spec.positional_embedding_type) == (
+        2,
+        2,
+        8,
+        N_CTX,
+        "rotary",
+    )
+    compare = tmp_path / "results/compare/gpt2_fam"  # analysis.optimizer_pairs: GPT-2 family vs NeoX family
+    targets = [f"arch_{name}" for name in FAMILIES] + [str(compare / "tables/perplexity.csv")]
+    result = run_snakemake(*targets, "--cores", "2", "--configfile", str(config_path), timeout=1500)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    counts = job_counts(result.stdout + result.stderr)
+    assert counts.get("fetch_family") == 6 and "train" not in counts and "init_weights" not in counts, counts
+    for name, kind in FAMILIES.items():
+        results = tmp_path / "results" / name
+        meta = json.loads((results / "checkpoints/seed2/meta.json").read_text())
+        assert meta["loader"] == "transformers" and meta["source"]["kind"] == "hub_family", meta
+        for table in ("head_stability", "layer_stability", "weight_norms", "validation_perplexity", "residual_cka"):
+            assert (results / f"tables/{table}.csv").stat().st_size > 0, (name, table)
+        for table in ("ablation", "prompt_length", "activation_norms"):
+            assert (results / f"tables/{table}.csv").stat().st_size > 0, (name, table)
+        # The cache's layer-0 patterns equal those of the Hugging Face model run directly.
+        with open_cache(results / "caches/seed2.h5") as cache:
+            tokens, lengths = cache.tokens("primary"), cache.lengths("primary")
+            patterns = cache.hook_pattern("primary", layer=0)  # [prompt, head, query, key]
+        for prompt, length in enumerate(lengths[:4]):
+            expected = hf_layer0_patterns(tmp_path / f"models/{kind}/seed2", tokens[prompt : prompt + 1, :length])[0]
+            np.testing.assert_allclose(patterns[prompt, :, :length, :length], expected, atol=1e-6)
+    assert (compare / "tables/perplexity.csv").stat().st_size > 0

@@ -1,0 +1,128 @@
+"""The tiny configuration (tests/config/tiny.yaml) through the whole DAG, then its outputs inspected."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import tiny_snakemake
+from helpers.tolerances import reduction_atol
+
+REPO = Path(__file__).resolve().parents[2]
+ARCHITECTURES = ("l2_h4", "l2_h4_wd")
+SEEDS = (1, 2)
+PROMPT_SETS = ("primary", "len5", "len10")
+
+pytestmark = pytest.mark.integration
+
+
+def test_every_refit_has_weights_log_and_meta_and_loss_goes_down(tiny_run):
+    for arch in ARCHITECTURES:
+        for seed in SEEDS:
+            checkpoint = tiny_run / arch / "checkpoints" / f"seed{seed}"
+            assert (checkpoint / "final.pt").stat().st_size > 0
+            log = pd.read_csv(checkpoint / "train_log.csv")
+            assert list(log.columns[:5]) == ["step", "tokens", "loss", "lr", "seconds"]
+            assert log["loss"].iloc[-1] < log["loss"].iloc[0], f"{arch} seed {seed}: loss did not go down"
+            meta = json.loads((checkpoint / "meta.json").read_text())
+            assert meta["seed"] == seed
+
+
+def test_different_seeds_give_different_weights(tiny_run):
+    import torch
+
+    first = torch.load(tiny_run / "l2_h4/checkpoints/seed1/final.pt", weights_only=True)
+    second = torch.load(tiny_run / "l2_h4/checkpoints/seed2/final.pt", weights_only=True)
+    assert first.keys() == second.keys()
+    assert any(not torch.equal(first[key], second[key]) for key in first if first[key].is_floating_point())
+
+
+def test_caches_follow_the_contract(tiny_run):
+    from headstab.activations.reader import open_cache
+
+    with open_cache(tiny_run / "l2_h4/caches/seed1.h5") as cache:
+        assert cache.prompt_sets() == list(PROMPT_SETS)
+        lengths = cache.lengths("primary")
+        patterns = cache.hook_pattern("primary")
+        assert patterns.shape[:3] == (2, 6, 4)
+        for prompt, length in enumerate(lengths):
+            block = patterns[:, prompt, :, :length, :length]
+            # post-softmax rows: float32 sums of at most `length` probabilities
+            np.testing.assert_allclose(block.sum(axis=-1), 1.0, atol=reduction_atol(np.float32, int(length)))
+            assert not patterns[:, prompt, :, length:, :].any() and not patterns[:, prompt, :, :, length:].any()
+
+
+def test_similarity_files_and_stability_tables(tiny_run):
+    from headstab.activations.reader import open_cache
+    from headstab.similarity.pairs import read_pair_similarity
+
+    for arch in ARCHITECTURES:
+        for promptset in PROMPT_SETS:
+            similarity, seeds = read_pair_similarity(tiny_run / arch / "similarity" / f"{promptset}.h5")
+            assert seeds == list(SEEDS) and similarity.shape == (2, 2, 2, 4, 2, 4)
+            # one symmetric Gram matrix: the mirrored blocks are equal exactly
+            np.testing.assert_array_equal(similarity[0, 1], similarity[1, 0].transpose(2, 3, 0, 1))
+            # a head compared with itself has similarity 1, up to float32 sums over its lower triangles
+            with open_cache(tiny_run / arch / "caches/seed1.h5") as cache:
+                lengths = cache.lengths(promptset).astype(np.int64)
+            n_features = int((lengths * (lengths + 1) // 2).sum())
+            np.testing.assert_allclose(
+                np.einsum("lhlh->lh", similarity[0, 0]), 1.0, atol=reduction_atol(np.float32, n_features)
+            )
+        heads = pd.read_csv(tiny_run / arch / "tables/head_stability.csv")
+        assert set(heads["promptset"]) == set(PROMPT_SETS)
+        assert set(heads["scope"]) == {"same_layer", "cross_layer"}
+        slack = reduction_atol(np.float32, 2 * 10**4)  # generous: every prompt set's lower triangles
+        assert heads["stability"].between(-slack, 1 + slack).all()
+        same = heads[heads.scope == "same_layer"].set_index(["promptset", "anchor_seed", "layer", "head"])["stability"]
+        cross = heads[heads.scope == "cross_layer"].set_index(["promptset", "anchor_seed", "layer", "head"])[
+            "stability"
+        ]
+        assert (cross >= same).all(), "searching all layers can only find a better match (same values, exactly)"
+        alignment = pd.read_csv(tiny_run / arch / "tables/alignment_map.csv")
+        sums = alignment.groupby(["promptset", "anchor_seed", "layer"])["fraction"].sum()
+        np.testing.assert_allclose(sums, 1.0, atol=reduction_atol(np.float64, 64))
+        for name in (
+            "head_stability",
+            "layer_stability",
+            "pair_stability",
+            "cross_layer_stability",
+            "alignment_map",
+            "commonness",
+        ):
+            assert (tiny_run / arch / "figures" / f"{name}.png").stat().st_size > 0
+
+
+def test_nothing_left_to_do_after_the_run(tiny_run):
+    result = tiny_snakemake(tiny_run, "-n", "--quiet", "rules")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Nothing to be done" in result.stdout + result.stderr or "job" not in (result.stdout + result.stderr).lower()
+
+
+def test_section_outputs(tiny_run):
+    for arch in ARCHITECTURES:
+        for name in ("weight_norm_correlation", "prompt_length", "residual_stream", "ablation_correlation"):
+            assert (tiny_run / arch / "figures" / f"{name}.png").stat().st_size > 0
+        cka = pd.read_csv(tiny_run / arch / "tables/residual_cka.csv")
+        assert list(cka.columns) == ["promptset", "seed_a", "seed_b", "layer", "cka"]
+        assert cka["cka"].between(0, 1 + 1e-6).all() and len(cka) == 2  # 1 pair x 2 layers
+        ablation = pd.read_csv(tiny_run / arch / "tables/ablation.csv")
+        assert list(ablation.columns[:6]) == ["seed", "layer", "head", "ppl_ablated", "delta_ppl", "stability"]
+        assert len(ablation) == 2 * 4
+        lengths = pd.read_csv(tiny_run / arch / "tables/prompt_length.csv")
+        assert set(lengths["prompt_length"]) == {5, 10}
+    compare = tiny_run / "compare" / "l2_h4"
+    for name in ("optimizer_stability", "activation_norms", "perplexity"):
+        assert (compare / "figures" / f"{name}.png").stat().st_size > 0
+    perplexity = pd.read_csv(compare / "tables/perplexity.csv")
+    refits = perplexity[perplexity["scope"] == "refit"]
+    assert set(refits["architecture"]) == set(ARCHITECTURES) and (refits["value"] > 1).all()
+    summary = tiny_run / "summary"
+    for name in ("stability_gap", "extreme_layer_depth", "meta_sne"):
+        assert (summary / "figures" / f"{name}.png").stat().st_size > 0
+    gap = pd.read_csv(summary / "tables/stability_gap.csv")
+    assert set(gap["architecture"]) == set(ARCHITECTURES)
+    assert (gap["delta_s"] >= 0).all() and gap["r_max"].between(0.5, 1).all()

@@ -1,0 +1,485 @@
+"""Operations: per-architecture targets, partial reruns, faults a user meets, provenance
+chains, and the Slurm profile's plan of the full paper.
+
+One tiny run (tests/config/tiny.yaml, the session fixture `tiny_run` of conftest.py) serves every test; tests that damage files
+work on a copy of it (mtimes preserved), so they stay independent of each other and of the order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from helpers.workflow_runs import snakemake_env
+
+from headstab.fileio import temporary_path
+from headstab.plan.layout import ANALYSIS_ROOT_RULES, GPU_RULES
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "tests/config/tiny.yaml"
+RERUN = "l2_h4"  # the architecture whose analyses are rerun
+OTHER = "l2_h4_wd"  # the architecture that must not be touched
+# The documented one-liner (docs/operations.md): rerun one architecture's analyses only, by forcing the
+# rules that start them from its weights and caches.
+ANALYSES_RERUN = ("--forcerun", *ANALYSIS_ROOT_RULES)
+
+pytestmark = pytest.mark.integration
+
+
+def snakemake(results: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    """`snakemake <args> --configfile tiny.yaml --config results_dir=<results>` from the repository root.
+
+    Targets go first in `args`: an option taking several values (--forcerun) swallows what follows it.
+    """
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args, "--configfile", str(TINY), "--config", f"results_dir={results}"],
+        cwd=REPO, capture_output=True, text=True, env=snakemake_env(), timeout=timeout,
+    )  # fmt: skip
+
+
+def _failure(result: subprocess.CompletedProcess, results: Path) -> str:
+    logs = (
+        sorted((results / "logs").rglob("*.log"), key=lambda p: p.stat().st_mtime)[-3:]
+        if (results / "logs").exists()
+        else []
+    )
+    tails = "\n".join(f"--- {path}\n{path.read_text()[-1500:]}" for path in logs)
+    return f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}\n{tails}"
+
+
+def copy_run(results: Path, tmp_path: Path) -> Path:
+    """A copy of a finished run with its mtimes (so Snakemake sees it as up to date)."""
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy, copy_function=shutil.copy2)
+    return copy
+
+
+def file_mtimes(results: Path) -> dict[str, int]:
+    """{path relative to results: mtime in ns} of every output (job logs and benchmarks excluded)."""
+    return {
+        str(path.relative_to(results)): path.stat().st_mtime_ns
+        for path in results.rglob("*")
+        if path.is_file() and path.relative_to(results).parts[0] not in ("logs", "benchmarks")
+    }
+
+
+def planned_outputs(dry_run_output: str) -> list[str]:
+    return [path for line in re.findall(r"^\s*output: (.*)$", dry_run_output, re.M) for path in line.split(", ")]
+
+
+def planned_rules(dry_run_output: str) -> set[str]:
+    return set(re.findall(r"^\s*(?:local)?rule (\w+):$", dry_run_output, re.M))
+
+
+# ---------------------------------------------------------------- per-architecture targets
+@pytest.mark.parametrize("target", [f"arch_{RERUN}", f"analyses_{RERUN}"])
+def test_architecture_targets_plan_only_their_architecture(target: str, tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    result = snakemake(results, target, "-n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    outputs = planned_outputs(result.stdout)
+    mine = [p for p in outputs if p.startswith(f"{results}/{RERUN}/")]
+    # everything else is the shared data stage: tokenizer (and its prompt check), corpora, held-out text
+    assert all(p.startswith((f"{results}/{RERUN}/", f"{results}/data/", f"{results}/tokenizers/")) for p in outputs), (
+        outputs
+    )
+    for kind in ("checkpoints", "caches", "similarity", "tables", "figures"):
+        assert any(f"/{RERUN}/{kind}/" in p for p in mine), f"{target} builds no {kind}"
+
+
+def test_analysis_root_rules_are_the_rules_that_start_an_architectures_analyses(tmp_path: Path) -> None:
+    """headstab.plan.layout.ANALYSIS_ROOT_RULES are exactly the rules of analyses_<arch> whose jobs read nothing
+    but weights, caches and shared data: forcing them reruns every analysis of the architecture."""
+    results = tmp_path / "results"
+    result = snakemake(results, f"analyses_{RERUN}", "-n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    upstream = tuple(f"{results}/{RERUN}/{kind}/" for kind in ("checkpoints", "caches")) + (
+        f"{results}/data/",
+        f"{results}/tokenizers/",
+    )
+    # The step-0 and snapshot weights and their caches are model runs: upstream like the trained ones.
+    snapshot = re.compile(re.escape(f"{results}/{RERUN}/snapshots/") + r"step\d+/(weights|caches)/")
+
+    def is_upstream(path: str) -> bool:
+        return path.startswith(upstream) or bool(snapshot.match(path))
+
+    roots = set()
+    for block in re.split(r"\n(?=\s*(?:local)?rule \w+:\n)", result.stdout):
+        rule = re.match(r"\s*(?:local)?rule (\w+):\n", block)
+        outputs = re.search(r"^\s*output: (.*)$", block, re.M)
+        if not rule or not outputs or any(is_upstream(p) for p in outputs.group(1).split(", ")):
+            continue
+        inputs = re.search(r"^\s*input: (.*)$", block, re.M)
+        if all(is_upstream(p) for p in (inputs.group(1).split(", ") if inputs else [])):
+            roots.add(rule.group(1))
+    roots.discard(f"analyses_{RERUN}")
+    assert roots == set(ANALYSIS_ROOT_RULES)
+
+
+def test_the_tested_one_liners_are_the_documented_ones() -> None:
+    text = (REPO / "docs/operations.md").read_text()
+    assert re.search(r"snakemake arch_\w+\n", text)
+    assert re.search(rf"snakemake analyses_\w+ {' '.join(ANALYSES_RERUN)}\n", text)
+
+
+def test_rerunning_one_architectures_analyses_touches_no_weights_caches_or_other_architecture(tiny_run: Path) -> None:
+    before = file_mtimes(tiny_run)
+    time.sleep(0.05)  # rewritten files get a later mtime even on coarse clocks
+    result = snakemake(tiny_run, f"analyses_{RERUN}", *ANALYSES_RERUN, "--cores", "2")
+    assert result.returncode == 0, _failure(result, tiny_run)
+    after = file_mtimes(tiny_run)
+    assert after.keys() == before.keys()
+    changed = {path for path in before if after[path] != before[path]}
+
+    untouched = [p for p in before if not p.startswith(f"{RERUN}/")]  # other architecture, data, compare, summary
+    untouched += [p for p in before if p.startswith((f"{RERUN}/checkpoints/", f"{RERUN}/caches/"))]
+    assert not changed & set(untouched), sorted(changed & set(untouched))
+    assert any(p.startswith(f"{RERUN}/checkpoints/") and p.endswith(".pt") for p in untouched)  # final.pt, state_*.pt
+    # ... and every analysis output of the architecture was rebuilt
+    analyses = [p for p in before if p.startswith((f"{RERUN}/similarity/", f"{RERUN}/tables/", f"{RERUN}/figures/"))]
+    assert analyses and set(analyses) <= changed, sorted(set(analyses) - changed)
+    console = result.stdout + result.stderr
+    assert "rule train:" not in console and "rule cache_activations:" not in console
+
+    # At most the cross-architecture outputs are left to refresh, with a plain `snakemake` (none here:
+    # the rerun tables are identical, and Snakemake compares checksums of small inputs, not only mtimes).
+    plan = snakemake(tiny_run, "-n")
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    stale = planned_outputs(plan.stdout)
+    assert all(p.startswith((f"{tiny_run}/compare/", f"{tiny_run}/summary/")) for p in stale), stale
+
+
+# ---------------------------------------------------------------- mistakes caught before training
+def test_prompt_longer_than_the_context_fails_before_any_training(tmp_path: Path) -> None:
+    """check_prompts tokenizes every prompt set (BOS prepended) before the first train job: an over-long
+    prompt fails the run in its data stage, naming the set, file, prompt, length and n_ctx."""
+    prompts = json.loads((REPO / "tests/config/prompts_primary.json").read_text())
+    prompts.insert(2, " ".join(["the lighthouse keeper climbed the stairs"] * 60))  # hundreds of tokens
+    prompt_file = tmp_path / "long_prompts.json"
+    prompt_file.write_text(json.dumps(prompts))
+    config = yaml.safe_load(TINY.read_text())
+    config["prompt_sets"]["primary"] = str(prompt_file)
+    config["results_dir"] = str(tmp_path / "results")
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    results = tmp_path / "results"
+
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", str(configfile)],
+        cwd=REPO, capture_output=True, text=True, env=snakemake_env(), timeout=900,
+    )  # fmt: skip
+    console = result.stdout + result.stderr
+    assert result.returncode != 0
+    found = re.search(
+        rf"prompt set 'primary' \(file {re.escape(str(prompt_file))}\): prompt 2 has (\d+) tokens \(BOS included "
+        r"when prepended\), longer than the model's context n_ctx=128", console,
+    )  # fmt: skip
+    assert found and int(found.group(1)) > 128, console[-3000:]
+    assert "Error in rule check_prompts (tokenizer tiny_bpe, n_ctx 128: architectures l2_h4, l2_h4_wd)" in console
+    assert not list(results.rglob("final.pt")) and not list(results.rglob("train_log.csv"))
+    assert not (results / "logs/train").exists() and "rule train:" not in console
+
+
+def test_the_prompt_check_never_makes_existing_weights_look_out_of_date(tiny_run: Path, tmp_path: Path) -> None:
+    """The check is an ancient() input of train: rerunning it (forced here; a changed prompt file or
+    prepend_bos does the same) retrains nothing, and a finished run without the record needs none."""
+    record = tiny_run / "tokenizers/tiny_bpe/prompt_check/n_ctx128.json"
+    assert json.loads(record.read_text())["prompt_sets"]["primary"]["n_prompts"] == 6
+    plain, forced = snakemake(tiny_run, "-n"), snakemake(tiny_run, "-n", "--forcerun", "check_prompts")
+    assert plain.returncode == forced.returncode == 0, forced.stderr[-3000:]
+    assert planned_rules(plain.stdout) == set(), plain.stdout[-3000:]
+    assert planned_rules(forced.stdout) == {"check_prompts"}, forced.stdout[-3000:]
+    # A copy has no Snakemake metadata (dates only): whatever it plans, the record's absence adds nothing.
+    results = copy_run(tiny_run, tmp_path)
+    with_record = snakemake(results, "-n")
+    shutil.rmtree(results / "tokenizers/tiny_bpe/prompt_check")
+    without_record = snakemake(results, "-n")
+    assert with_record.returncode == without_record.returncode == 0, without_record.stderr[-3000:]
+    # Snakemake lists jobs of the same DAG level in no fixed order.
+    assert sorted(planned_outputs(without_record.stdout)) == sorted(planned_outputs(with_record.stdout))
+    assert not planned_rules(without_record.stdout) & {"check_prompts", "train", "cache_activations"}
+
+
+# ---------------------------------------------------------------- inspecting a run
+def test_documented_params_check_plans_nothing_after_a_run_and_only_the_jobs_whose_params_changed(
+    tiny_run: Path,
+) -> None:
+    """README and docs/operations.md: `snakemake -n --rerun-triggers params` (not --list-changes params,
+    which lists unchanged outputs in Snakemake 9.27)."""
+    for doc in ("README.md", "docs/operations.md"):
+        text = (REPO / doc).read_text()
+        assert "snakemake -n --rerun-triggers params" in text and "snakemake --list-changes" not in text, doc
+    clean = snakemake(tiny_run, "-n", "--rerun-triggers", "params")
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    assert planned_rules(clean.stdout) == set() and "Nothing to be done" in clean.stdout + clean.stderr
+    changed = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--rerun-triggers", "params", "--configfile", str(TINY),
+         "--config", f"results_dir={tiny_run}", "analysis={meta_sne_perplexity: 4}"],
+        cwd=REPO, capture_output=True, text=True, env=snakemake_env(), timeout=300,
+    )  # fmt: skip
+    assert changed.returncode == 0, changed.stderr[-3000:]
+    # meta_sne reads the perplexity; report_configuration records the whole configuration; report_summary_tables
+    # renders meta_sne's table for the report; `all` collects them
+    expected = {"meta_sne", "report_configuration", "report_summary_tables", "all"}
+    assert planned_rules(changed.stdout) == expected, changed.stdout[-3000:]
+    assert "Params have changed since last execution" in changed.stdout
+
+
+# ---------------------------------------------------------------- provenance
+@pytest.mark.parametrize(
+    "output",
+    [f"{OTHER}/checkpoints/seed1/final.pt", f"{OTHER}/caches/seed2.h5", f"{OTHER}/similarity/primary.h5",
+     f"{OTHER}/tables/head_stability.csv"],
+)  # fmt: skip
+def test_provenance_chain_reaches_the_corpus_shards(tiny_run: Path, output: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "headstab.provenance", "--verify", "--json", str(tiny_run / output)],
+        capture_output=True, text=True, env=snakemake_env(), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    nodes, stack = [], [json.loads(result.stdout)]
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        stack.extend(node["inputs"])
+    assert {node["status"] for node in nodes} == {"ok"}, [
+        (n["path"], n["status"]) for n in nodes if n["status"] != "ok"
+    ]
+    shards = {node["path"] for node in nodes if node["kind"] == "token shard"}
+    assert shards == {str(tiny_run / f"data/tiny_text/shard_{i:03d}.npy") for i in range(2)}
+    assert nodes[0]["path"] == str(tiny_run / output)
+
+
+# ---------------------------------------------------------------- faults
+def _flip_byte(path: Path, offset: int) -> None:
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        value = handle.read(1)[0]
+        handle.seek(offset)
+        handle.write(bytes([value ^ 0xFF]))
+
+
+def test_corrupted_checkpoint_is_reported_and_not_used(tiny_run: Path, tmp_path: Path) -> None:
+    import torch
+
+    results = copy_run(tiny_run, tmp_path)
+    checkpoint = results / OTHER / "checkpoints/seed1"
+    original = torch.load(checkpoint / "final.pt", weights_only=True)
+    state = sorted(checkpoint.glob("state_*.pt"))[-1]  # the newest full state: what a rerun would resume from
+    _flip_byte(state, state.stat().st_size // 2)
+    (checkpoint / "final.pt").unlink()
+
+    result = snakemake(results, str(checkpoint / "final.pt"), "--cores", "1")
+    assert result.returncode == 0, _failure(result, results)
+    log = (results / f"logs/train/{OTHER}/seed1.log").read_text()
+    assert f"checkpoint {state} fails its sha256 check" in log
+    assert "resuming" not in log  # it trained from scratch ...
+    retrained = torch.load(checkpoint / "final.pt", weights_only=True)
+    assert all(torch.equal(original[key], retrained[key]) for key in original)  # ... to the same weights (CPU)
+
+
+def test_interrupted_cache_write_gives_the_rebuild_command_then_rebuilds_the_same_cache(
+    tiny_run: Path, tmp_path: Path
+) -> None:
+    from headstab.activations.reader import open_cache
+
+    results = copy_run(tiny_run, tmp_path)
+    cache = results / OTHER / "caches/seed1.h5"
+    with open_cache(cache) as reader:
+        patterns = {name: reader.hook_pattern(name) for name in reader.prompt_sets()}
+    os.truncate(cache, cache.stat().st_size // 2)  # a cache cut short (e.g. copied off a full disk) ...
+    leftover = temporary_path(cache)
+    leftover.write_bytes(b"half an HDF5 file")  # ... and the temporary file of a killed writer
+
+    similarity = results / OTHER / "similarity/primary.h5"
+    failed = snakemake(results, str(similarity), "--forcerun", "pair_similarity", "--cores", "1")
+    assert failed.returncode != 0
+    console = failed.stdout + failed.stderr
+    assert f"activation cache {cache} is not a readable HDF5 file" in console, console[-3000:]
+    assert f"rm -f {cache} && snakemake {cache}" in console
+
+    cache.unlink()  # the printed fix
+    rebuilt = snakemake(results, str(cache), "--cores", "1")
+    assert rebuilt.returncode == 0, _failure(rebuilt, results)
+    assert not leftover.exists()
+    with open_cache(cache) as reader:
+        for name, pattern in patterns.items():
+            np.testing.assert_array_equal(reader.hook_pattern(name), pattern)
+    again = snakemake(results, str(similarity), "--cores", "1")
+    assert again.returncode == 0, _failure(again, results)
+
+
+def test_half_written_similarity_file_names_the_file_and_rebuilds(tiny_run: Path, tmp_path: Path) -> None:
+    from headstab.similarity.pairs import read_pair_similarity
+
+    results = copy_run(tiny_run, tmp_path)
+    similarity = results / OTHER / "similarity/primary.h5"
+    table = results / OTHER / "tables/head_stability.csv"
+    expected_similarity, _ = read_pair_similarity(similarity)
+    expected_table = pd.read_csv(table)
+    os.truncate(similarity, similarity.stat().st_size // 2)
+
+    failed = snakemake(results, str(table), "--forcerun", "stability_tables", "--cores", "1")
+    assert failed.returncode != 0
+    console = failed.stdout + failed.stderr
+    assert (
+        f"Error in rule stability_tables: pair-similarity file {similarity} is not a readable HDF5 file" in console
+    ), console[-3000:]
+    assert f"rm -f {similarity} && snakemake {similarity}" in console
+
+    similarity.unlink()
+    rerun = snakemake(results, str(table), "--cores", "1")
+    assert rerun.returncode == 0, _failure(rerun, results)
+    np.testing.assert_array_equal(read_pair_similarity(similarity)[0], expected_similarity)
+    pd.testing.assert_frame_equal(pd.read_csv(table), expected_table)
+
+
+def test_second_snakemake_on_the_same_directory_gets_the_lock_error_and_loses_nothing(
+    tiny_run: Path, tmp_path: Path
+) -> None:
+    results = copy_run(tiny_run, tmp_path)
+    before = file_mtimes(results)
+    command = [
+        sys.executable, "-m", "snakemake", f"analyses_{OTHER}", "--forcerun", "pair_similarity", "--cores", "1",
+        "--configfile", str(TINY), "--config", f"results_dir={results}",
+    ]  # fmt: skip
+    first_log = tmp_path / "first.log"
+    with open(first_log, "w") as log:
+        first = subprocess.Popen(
+            command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True, env=snakemake_env()
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "rule pair_similarity:" not in first_log.read_text():
+            assert first.poll() is None and time.monotonic() < deadline, first_log.read_text()[-3000:]
+            time.sleep(0.2)
+        second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=snakemake_env(), timeout=300)
+        assert first.poll() is None, "the first run ended before the second could collide with it"
+    finally:
+        first.wait(timeout=600)
+    assert second.returncode != 0
+    # Which refusal the second process meets depends on timing: the lock, or (once the first has
+    # started a job) Snakemake's incomplete-output check, which runs before the lock. Both stop it
+    # before it runs anything; docs/operations.md says to wait for the first run in either case.
+    locked = (
+        "LockException" in second.stderr
+        and "Directory cannot be locked" in second.stderr
+        and "--unlock" in second.stderr
+    )
+    incomplete = "IncompleteFilesException" in second.stderr and "incomplete" in second.stderr
+    assert locked or incomplete, second.stderr[-3000:]
+    assert first.returncode == 0, first_log.read_text()[-3000:]
+    assert set(before) <= set(file_mtimes(results)), "a finished output disappeared"
+    assert not list(results.rglob("*.tmp"))
+
+
+# ---------------------------------------------------------------- the Slurm profile's plan of the paper
+def _job_blocks(dry_run_output: str) -> list[tuple[str, dict[str, str], str]]:
+    """(rule, resources, wildcards) of every job in a dry run's output, grouped jobs included."""
+    jobs = []
+    for block in re.split(r"\n(?=\s*(?:local)?rule \w+:\n)", dry_run_output):
+        match = re.match(r"\s*(?:local)?rule (\w+):\n", block)
+        if not match:
+            continue
+        resources = re.search(r"^\s*resources: (.*)$", block, re.M)
+        wildcards = re.search(r"^\s*wildcards: (.*)$", block, re.M)
+        pairs = dict(item.split("=", 1) for item in resources.group(1).split(", ")) if resources else {}
+        jobs.append((match.group(1), pairs, wildcards.group(1) if wildcards else ""))
+    return jobs
+
+
+def slurm_dry_run(*args: str, **env: str) -> str:
+    """`snakemake -n --profile slurm <args>` at the repository root, as a user types it, with `env` added
+    (no Slurm is needed for a dry run: the executor plugin submits nothing)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--profile", "slurm", *args],
+        cwd=REPO, capture_output=True, text=True, env={**snakemake_env(), **env}, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def paper_plan_on_slurm() -> str:
+    """`snakemake -n --profile slurm` at the repository root (the full paper)."""
+    return slurm_dry_run()
+
+
+def test_slurm_plan_of_the_paper_asks_a_gpu_for_every_gpu_rule_and_none_for_cpu_rules(paper_plan_on_slurm: str) -> None:
+    jobs = _job_blocks(paper_plan_on_slurm)
+    counts = {rule: sum(1 for r, _, _ in jobs if r == rule) for rule in {r for r, _, _ in jobs}}
+    assert counts["train"] == 1210 and counts["train_seed_grid"] == 20  # the grid's 5 diagonal refits are l2_h8's
+    assert counts["cache_activations"] == 1210 + 25
+    for rule, resources, wildcards in jobs:
+        if rule in GPU_RULES:
+            assert resources.get("gpu") == "1", (rule, wildcards, resources)
+        else:
+            assert resources.get("gpu", "0") == "0", (rule, wildcards, resources)
+
+
+def test_slurm_plan_derives_train_runtime_and_memory_from_the_architecture(paper_plan_on_slurm: str) -> None:
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    compute = config["compute"]
+    train = {
+        wildcards.split(",")[0].removeprefix("arch="): resources
+        for rule, resources, wildcards in _job_blocks(paper_plan_on_slurm)
+        if rule == "train"
+    }
+    tokens = config["corpora"]["c4_code_2b"]["expected_tokens"]  # one epoch of the whole corpus (n_tokens null)
+    assert tokens == 1_657_102 * 1_024
+    for arch, layers in (("l2_h8", "l2"), ("l4_h8", "l4"), ("l8_h8", "l8")):
+        rate = compute["train_tokens_per_second"][layers]  # prefix entries of the throughput table
+        assert int(train[arch]["runtime"]) == math.ceil(compute["runtime_margin"] * tokens / rate / 60) + 10, arch
+    assert [int(train[arch]["runtime"]) for arch in ("l2_h8", "l4_h8", "l8_h8", "gpt2")] == [
+        718,
+        997,
+        1582,
+        9010,
+    ]  # docs/operations.md
+    assert (
+        int(train["l2_h8"]["runtime"])
+        < int(train["l4_h8"]["runtime"])
+        < int(train["l8_h8"]["runtime"])
+        < int(train["gpt2"]["runtime"])
+    )
+    assert int(train["l2_h8"]["mem_mb"]) <= int(train["l8_h16"]["mem_mb"]) < int(train["gpt2"]["mem_mb"])
+
+
+def test_slurm_plan_groups_each_architectures_small_cpu_jobs(paper_plan_on_slurm: str) -> None:
+    profile = yaml.safe_load((REPO / "slurm/config.yaml").read_text())
+    assert profile["groups"]["pair_similarity"] == profile["groups"]["stability_tables"]
+    group = profile["groups"]["pair_similarity"]
+    # one group job per architecture: 26 instead of 26 x 7 similarity jobs plus their tables
+    assert paper_plan_on_slurm.count(f"Group job {group} ") == 26
+
+
+def test_gpu_partition_constraint_and_model_reach_every_job_that_asks_for_a_gpu(tmp_path: Path) -> None:
+    """HEADSTAB_GPU_* go to exactly the jobs with gpu=1 (the profile reads GPU_RULES), none to the others."""
+    plan = slurm_dry_run(
+        "--config", f"results_dir={tmp_path / 'results'}", "run={architectures: [l2_h8, l2_h8_wd]}",
+        HEADSTAB_GPU_PARTITION="gpuq", HEADSTAB_GPU_CONSTRAINT="a100", HEADSTAB_GPU_MODEL="h100",
+    )  # fmt: skip
+    jobs = _job_blocks(plan)
+    # train_seed_grid trains only architectures with a seed_grid, which l2_h8 and l2_h8_wd are not
+    expected = set(GPU_RULES) - {"train_seed_grid"}
+    assert {rule for rule, resources, _ in jobs if resources.get("gpu") == "1"} == expected
+    for rule, resources, wildcards in jobs:
+        gpu_settings = {key: resources.get(key) for key in ("slurm_partition", "constraint", "gpu_model")}
+        if resources.get("gpu") == "1":
+            assert gpu_settings == {"slurm_partition": "gpuq", "constraint": "a100", "gpu_model": "h100"}, (
+                rule,
+                wildcards,
+            )
+        else:
+            assert gpu_settings == dict.fromkeys(gpu_settings), (rule, wildcards, resources)

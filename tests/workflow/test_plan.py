@@ -1,0 +1,221 @@
+"""Dry runs: the full paper plans 1,210 refits without touching the network; bad configs fail fast."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers.workflow_runs import job_counts
+
+REPO = Path(__file__).resolve().parents[2]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def _dry_run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    return subprocess.run(
+        [*SNAKEMAKE, "-n", "--quiet", "rules", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+def test_full_paper_plans_1210_train_jobs():
+    result = _dry_run("--configfile", "config/config.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = job_counts(result.stdout + result.stderr)
+    assert counts.get("train") == 24 * 50 + 2 * 5, counts
+
+
+def test_default_config_is_the_full_paper():
+    result = _dry_run()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert job_counts(result.stdout + result.stderr).get("train") == 1210
+
+
+def test_one_architecture_with_a_seed_override(tmp_path):
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    config["run"] = {"architectures": ["l4_h16_wd"], "seeds": [3, 4, 5]}
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = _dry_run("--configfile", str(path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert job_counts(result.stdout + result.stderr).get("train") == 3
+
+
+def _failing_run(tmp_path: Path, mutate) -> str:
+    config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
+    mutate(config)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    started = time.monotonic()
+    result = _dry_run("--configfile", str(path))
+    elapsed = time.monotonic() - started
+    assert result.returncode != 0
+    assert elapsed < 60, "a bad config must fail within seconds, before any job"
+    return result.stdout + result.stderr
+
+
+def test_unknown_architecture_fails_the_plan_with_valid_names(tmp_path):
+    output = _failing_run(tmp_path, lambda c: c["run"].update(architectures=["l2_h8", "l2_h32"]))
+    assert "unknown architecture 'l2_h32'" in output and "l4_h8_attn_wd" in output
+
+
+def test_misspelt_key_fails_the_plan(tmp_path):
+    output = _failing_run(tmp_path, lambda c: c.update(prompt_set=c.pop("prompt_sets")))
+    assert "did you mean 'prompt_sets'" in output
+
+
+def _rule_blocks(text: str) -> dict[str, str]:
+    """{rule name: its text} of every named `rule` in a .smk file."""
+    parts = re.split(r"^rule (\w+):\n", text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def test_gpu_rules_are_exactly_the_rules_that_declare_a_gpu():
+    """headstab.plan.layout.GPU_RULES (read by slurm/config.yaml) and the rules' own `gpu=` resources agree."""
+    from headstab.plan.layout import GPU_RULES
+
+    declaring = set()
+    for path in (REPO / "workflow/rules").glob("*.smk"):
+        for name, body in _rule_blocks(path.read_text()).items():
+            resources = re.search(r"^    resources:\n((?:        .*\n)+)", body, re.M)
+            if resources and re.search(r"^        gpu=", resources.group(1), re.M):
+                declaring.add(name)
+    for path in (REPO / "workflow/rules").glob("*.smk"):  # `use rule X as Y with:` inherits X's resources
+        for parent, name in re.findall(r"^use rule (\w+) as (\w+)", path.read_text(), re.M):
+            if parent in declaring:
+                declaring.add(name)
+    assert declaring == set(GPU_RULES)
+    assert "GPU_RULES" in (REPO / "slurm/config.yaml").read_text()
+
+
+def _plan(*args: str) -> subprocess.CompletedProcess:
+    """`snakemake -n <args>` at the repository root, every job printed with its wildcards and resources."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    return subprocess.run([*SNAKEMAKE, "-n", *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
+
+
+def _jobs(output: str) -> list[tuple[str, str, str]]:
+    """(rule, wildcards, resources) of every job of a dry run."""
+    jobs = []
+    for block in re.split(r"\n(?=\s*(?:local)?rule \w+:\n)", output):
+        match = re.match(r"\s*(?:local)?rule (\w+):\n", block)
+        if match:
+            fields = {key: re.search(rf"^\s*{key}: (.*)$", block, re.M) for key in ("wildcards", "resources")}
+            jobs.append((match.group(1), *(m.group(1) if m else "" for m in fields.values())))
+    return jobs
+
+
+def test_the_readmes_run_selection_command_plans_2_architectures_x_3_seeds():
+    """README: `snakemake --profile slurm --config 'run={architectures: [...], seeds: [1, 2, 3]}'` (nested
+    --config values reach the workflow as strings; the seeds must still be seeds)."""
+    readme = (REPO / "README.md").read_text()
+    documented = re.search(r"^snakemake (.*--config 'run=\{architectures: \[.*\], seeds: \[.*\]\}')$", readme, re.M)
+    assert documented, "the README's run-selection example is gone"
+    result = _plan(*shlex.split(documented.group(1)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    trained = sorted(wildcards for rule, wildcards, _ in _jobs(result.stdout) if rule == "train")
+    assert trained == sorted(f"arch={arch}, seed={seed}" for arch in ("l4_h8", "l4_h8_wd") for seed in (1, 2, 3))
+
+
+def test_results_dir_below_a_file_fails_at_parse_time_naming_key_path_and_file():
+    result = _dry_run("--config", "results_dir=README.md/out")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert (
+        "Invalid configuration: config key 'results_dir': README.md/out is below README.md, which is a file" in output
+    )
+    assert "NotADirectoryError" not in output and "Traceback" not in output
+
+
+def test_train_runtime_is_planned_from_the_config_alone(tmp_path):
+    """One epoch of C4's expected_tokens at the l2 throughput; a corpus meta.json in results_dir is not read."""
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    results = tmp_path / "results"
+    (results / "data/c4_code_2b").mkdir(parents=True)
+    (results / "data/c4_code_2b/meta.json").write_text(json.dumps({"n_tokens": 10}))
+    result = _plan("--config", f"results_dir={results}", "run={architectures: [l2_h8], seeds: [1, 2]}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    runtimes = {
+        re.search(r"runtime=(\d+)", resources).group(1)
+        for rule, _, resources in _jobs(result.stdout)
+        if rule == "train"
+    }
+    compute = config["compute"]
+    tokens = config["corpora"]["c4_code_2b"]["expected_tokens"]
+    assert runtimes == {
+        str(math.ceil(compute["runtime_margin"] * tokens / compute["train_tokens_per_second"]["l2"] / 60) + 10)
+    }
+
+
+def test_network_inputs_plans_exactly_the_jobs_that_download():
+    """README "Offline clusters": `snakemake network_inputs` on the paper builds the hub tokenizers, the hub
+    corpora's shards and wikitext-2, and nothing else; the full plan has no other job of those rules."""
+    result = _dry_run("--", "network_inputs")
+    network = job_counts(result.stdout + result.stderr)
+    assert network == {
+        "fetch_tokenizer": 2,
+        "tokenize_shard": 20,
+        "corpus_meta": 2,
+        "heldout_wikitext": 2,
+        "network_inputs": 1,
+        "total": 27,
+    }
+    result = _dry_run()
+    everything = job_counts(result.stdout + result.stderr)
+    assert all(everything[rule] == count for rule, count in network.items() if rule not in ("network_inputs", "total"))
+    for doc in ("README.md", "docs/slurm.md"):
+        assert "snakemake network_inputs --cores 4" in (REPO / doc).read_text(), doc
+        assert "--until corpus_meta" not in (REPO / doc).read_text(), doc
+
+
+ACTIVATE = "source .venv/bin/activate"
+
+
+def test_readme_enters_the_environment_before_any_snakemake_or_headstab_command():
+    readme = (REPO / "README.md").read_text()
+    activation = readme.find(ACTIVATE)
+    assert activation >= 0, "the README never says how to enter the environment"
+    first_section = readme.index("## The two commands")
+    assert first_section < activation < readme.index("## Running the full paper")
+    blocks = [(match.start(), match.group(1)) for match in re.finditer(r"```\w*\n(.*?)```", readme, re.S)]
+    commands = [(start, block) for start, block in blocks if re.search(r"^(snakemake|python -m headstab)", block, re.M)]
+    assert commands
+    assert all(start > activation for start, _ in commands), [block for start, block in commands if start < activation]
+    full_paper = readme[readme.index("## Running the full paper") :]
+    assert full_paper.index(ACTIVATE) < full_paper.index("```bash\nsnakemake")
+
+
+@pytest.mark.skipif(not (REPO / ".venv/bin/activate").is_file(), reason="no .venv here (make venv creates it)")
+def test_the_documented_activation_puts_snakemake_and_headstab_on_the_path():
+    env = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["PATH"] = "/usr/bin:/bin"
+    script = f"{ACTIVATE} && snakemake --version && python -m headstab.provenance --help"
+    result = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.match(r"\d+\.\d+", result.stdout)
+
+
+def test_a_second_worktree_plans_in_its_own_directory(tmp_path):
+    """docs/operations.md: a second run goes in its own worktree (own .snakemake/, relative paths there)."""
+    text = (REPO / "docs/operations.md").read_text()
+    assert "git worktree add ../headstab-run2" in text and "may run side by side" not in text
+    if subprocess.run(["git", "rev-parse", "--git-dir"], cwd=REPO, capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    worktree = tmp_path / "headstab-run2"
+    subprocess.run(["git", "worktree", "add", "--detach", str(worktree)], cwd=REPO, check=True, capture_output=True)
+    try:
+        result = _dry_run(cwd=worktree)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert job_counts(result.stdout + result.stderr).get("train") == 1210
+        assert (worktree / ".snakemake").is_dir()
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, capture_output=True)

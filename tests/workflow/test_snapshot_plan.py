@@ -1,0 +1,41 @@
+"""Dry runs of the snapshots along training: what the demo plans, and what snapshot_steps changes."""
+
+from __future__ import annotations
+
+import yaml
+from helpers.workflow_runs import job_counts
+
+from headstab.plan.config import architecture_spec, load_config, validate_config
+from headstab.plan.jobs import job_spec
+from workflow.test_plan import REPO, _dry_run
+
+
+def test_the_demo_plans_step_0_for_every_refit_and_three_steps_for_l4_h8():
+    result = _dry_run("--configfile", "config/demo.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = job_counts(result.stdout + result.stderr)
+    # 8 architectures x 4 seeds at step 0 (statistics.init_baseline); l4_h8 also at steps 36 and 72.
+    assert counts["init_weights"] == 32 and counts["snapshot_weights"] == 2 * 4
+    assert counts["cache_snapshot_activations"] == 32 + 2 * 4
+    assert counts["snapshot_prompt_group_similarity"] == 8 + 2 and counts["stability_along_training"] == 1
+    assert counts["train"] == 32  # snapshots add no training job
+
+
+def test_snapshot_steps_change_the_train_params_of_their_architecture_only():
+    config = load_config(REPO / "config/demo.yaml")
+    with_steps, without = architecture_spec(config, "l4_h8"), architecture_spec(config, "l2_h8")
+    assert with_steps.snapshot_steps == (0, 36, 72) and job_spec(with_steps)["snapshot_steps"] == [0, 36, 72]
+    plain = yaml.safe_load((REPO / "config/demo.yaml").read_text())
+    plain["architectures"]["l4_h8"].pop("snapshot_steps")
+    unchanged = architecture_spec(validate_config(plain), "l4_h8")
+    assert "snapshot_steps" not in job_spec(unchanged) and job_spec(without).keys() == job_spec(unchanged).keys()
+    assert {k: v for k, v in job_spec(with_steps).items() if k != "snapshot_steps"} == job_spec(unchanged)
+
+
+def test_a_negative_snapshot_step_fails_naming_the_key(tmp_path):
+    config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
+    config["architectures"]["l4_h8"]["snapshot_steps"] = [0, -5]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = _dry_run("--configfile", str(path))
+    assert result.returncode != 0 and "architectures.l4_h8.snapshot_steps.1" in result.stdout + result.stderr
