@@ -159,30 +159,35 @@ def test_training_model_benchmark_counts_ops_and_times_every_variant():
     assert all(seconds > 0 for seconds in times["seconds_per_step"].values())
 
 
-def test_induction_benchmark_model_is_build_models_forward_pass():
+def test_induction_benchmark_patterns_are_the_bridges_hook_pattern():
     import induction_phase_change as ipc
     import torch
 
+    from headstab.refits.models import build_model
+    from headstab.training.model import StackedTransformer
+
     spec = ipc.demo_spec(vocab=300, seq_len=128)
-    bridge = ipc.build("bridge", spec, seed=3)
-    with torch.no_grad():  # biases and LayerNorms away from their init, so every term of the forward pass counts
-        for name, tensor in bridge.state_dict(keep_vars=True).items():
-            if "bias" in name or "ln" in name:
+    stack = StackedTransformer.from_seeds(spec, [3, 5], attention="sdpa")
+    with torch.no_grad():  # biases and LayerNorms away from their init, so every term of the pattern counts
+        for name, tensor in stack.named_parameters():
+            if "b_" in name or "ln" in name:
                 tensor.add_(0.3 * torch.randn(tensor.shape, generator=torch.Generator().manual_seed(len(name))))
-    plain = ipc.plain_from_spec(spec)
-    plain.load_state_dict(bridge.state_dict())
     tokens = torch.randint(0, 300, (3, 40), generator=torch.Generator().manual_seed(0))
-    patterns: list = []
-    with torch.no_grad():
-        logits, cache = bridge.run_with_cache(tokens)
-        manual, fused = plain(tokens, patterns), plain(tokens)
-    # logits sum d_model products of O(1) terms after LayerNorm; each pattern row sums at most 40 keys
-    atol = reduction_atol(np.float32, spec.d_model, magnitude=float(logits.abs().max()))
-    np.testing.assert_allclose(manual.numpy(), logits.numpy(), atol=atol, rtol=0)
-    np.testing.assert_allclose(fused.numpy(), logits.numpy(), atol=atol, rtol=0)
-    for layer, pattern in enumerate(patterns):
-        expected = cache[f"blocks.{layer}.attn.hook_pattern"].numpy()
-        np.testing.assert_allclose(pattern.numpy(), expected, atol=reduction_atol(np.float32, 40), rtol=0)
+    logits, patterns = ipc.stack_patterns(stack, tokens)
+    assert patterns.shape == (2, 2, 3, 8, 40, 40)  # [layer, seed, prompt, head, query_pos, key_pos]
+    for i, seed in enumerate([3, 5]):
+        bridge = build_model(spec, seed)
+        bridge.load_state_dict(stack.seed_state_dict(i))
+        with torch.no_grad():
+            expected, cache = bridge.run_with_cache(tokens)
+        # logits sum d_model products of O(1) terms after LayerNorm; each pattern row sums at most 40 keys
+        atol = reduction_atol(np.float32, spec.d_model, magnitude=float(expected.abs().max()))
+        np.testing.assert_allclose(logits[i].numpy(), expected.numpy(), atol=atol, rtol=0)
+        for layer in range(2):
+            bridge_pattern = cache[f"blocks.{layer}.attn.hook_pattern"].numpy()
+            np.testing.assert_allclose(
+                patterns[layer, i].numpy(), bridge_pattern, atol=reduction_atol(np.float32, 40), rtol=0
+            )
 
 
 def test_induction_detectors_score_planted_heads_one_and_uniform_heads_their_chance():
@@ -196,10 +201,33 @@ def test_induction_detectors_score_planted_heads_one_and_uniform_heads_their_cha
     for i in range(n):
         prev_token[0, 0, i, max(i - 1, 0)] = 1.0
         uniform[0, 0, i, : i + 1] = 1.0 / (i + 1)
-    scores = ipc.head_scores([torch.cat([induction, prev_token, uniform], dim=1)], half)
-    np.testing.assert_allclose(scores["induction"][0], [1.0, 0.0, np.mean([1 / (i + 1) for i in range(half, n)])])
+    probe = ipc.repeated_probe(np.arange(1, half + 1)[None])
+    scores = ipc.head_scores(torch.cat([induction, prev_token, uniform], dim=1)[None], probe)
+    chance_second = np.mean([1 / (i + 1) for i in range(half, n)])
+    np.testing.assert_allclose(scores["induction"][0], [1.0, 0.0, chance_second])
     np.testing.assert_allclose(scores["prev_token"][0], [0.0, 1.0, np.mean([1 / (i + 1) for i in range(1, n)])])
-    np.testing.assert_allclose(scores["duplicate"][0], [0.0, 0.0, np.mean([1 / (i + 1) for i in range(half, n)])])
+    np.testing.assert_allclose(scores["duplicate"][0], [0.0, 0.0, chance_second])
+
+
+def test_span_prompts_repeat_a_span_verbatim_at_varying_offsets_and_mark_its_induction_keys():
+    import induction_phase_change as ipc
+
+    documents = [np.arange(1000 * d, 1000 * d + 120) for d in range(1, 6)]  # distinct tokens: copies are findable
+    probe = ipc.span_prompts(documents, 40, seed=1, length=(40, 80), span=(6, 16), gap=(0, 24))
+    assert ((probe.lengths >= 40) & (probe.lengths <= 80)).all() and probe.tokens.shape[1] == probe.lengths.max()
+    distances, starts = set(), set()
+    for row, length in zip(probe.tokens, probe.lengths):
+        assert (row[length:] == 0).all()
+    for p, q in zip(*np.nonzero(probe.induction_key >= 0)):
+        key = probe.induction_key[p, q]
+        # the key is the token after the earlier occurrence of the query's token
+        assert probe.tokens[p, key - 1] == probe.tokens[p, q] and key - 1 < q
+        assert probe.duplicate_key[p, q] == key - 1 and probe.copy_mask[p, q + 1]
+        assert probe.tokens[p, q + 1] == probe.tokens[p, key]  # induction predicts the copy's next token
+        distances.add(q - key + 1)
+        starts.add(key - 1)
+    assert len(distances) > 10 and len(starts) > 10  # never a fixed offset or place
+    assert probe.copy_mask.sum() == probe.source_mask.sum()
 
 
 def test_repeated_span_windows_copy_spans_at_varying_distances():
@@ -220,15 +248,27 @@ def test_repeated_span_windows_copy_spans_at_varying_distances():
     assert len(distances) > 10  # never a fixed offset
 
 
-def test_induction_benchmark_quick_mode_runs_both_data_kinds(tmp_path):
+def test_induction_benchmark_quick_mode_runs_every_data_kind_as_a_stack(tmp_path):
     import induction_phase_change as ipc
 
     results = ipc.main(["--quick", "--out", str(tmp_path)])
-    assert [r["row"]["data"] for r in results] == ["tokens", "text"]
+    assert [r["row"]["data"] for r in results] == ["tokens"] * 2 + ["halves"] * 2 + ["markov"] * 2 + ["text"] * 2
+    assert [r["row"]["seed"] for r in results] == [1, 2] * 4
     for result in results:
-        assert [row["step"] for row in result["curve"]] == [0, 10, 20]
+        assert [row["step"] for row in result["curve"]] == [0, 2, 4]
         assert np.isfinite(result["row"]["final_train_loss"])
-    assert len(ipc.read_rows(tmp_path / "runs.csv")) == 2
+    text = results[-1]["curve"][-1]
+    assert set(k for k in text if isinstance(text[k], dict)) == {"spans", "random", "text"}
+    assert len(ipc.read_rows(tmp_path / "runs.csv")) == 8
     table = ipc.report(tmp_path)
-    assert "| quick_tokens | tokens zipf 0.0, repeat 0.5, span 8-32, gap 0-32 | 300 | 128 |" in table
-    assert "| quick_text | text, 2 repeated spans/doc | 300 | 128 |" in table
+    assert "| quick_tokens | tokens zipf 0.0, repeat 0.5, span 8-32, gap 0-32 | 300 | 32 | 2 |" in table
+    assert "| quick_text | text, 2 repeated spans/doc | 300 | 32 | 2 |" in table
+
+
+def test_induction_sweep_settings_are_run_configs():
+    import induction_phase_change as ipc
+
+    for settings in ipc.SWEEPS["curves"].values():
+        args = ipc.parse_args(["run", *ipc.run_flags(settings)])
+        for name, value in settings.items():
+            assert getattr(args, name) == (list(value) if isinstance(value, tuple) else value)
