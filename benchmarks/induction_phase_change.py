@@ -11,8 +11,9 @@ for every query position i, the key its induction head should read (-1: none):
 - `random` (Olsson et al. 2022's repeated random tokens): `PROBE_PROMPTS` rows of n = seq_len / 2
   distinct frequent tokens, then the same n again; query i >= n reads i - n + 1.
 - `text`: the first half of each of the corpus's last `PROBE_PROMPTS` windows (held out), twice.
-- `spans` (data text only): `span_prompts`, 40-80-token pieces of held-out synthetic documents with a
-  span of 6-16 tokens repeated after a gap of 0-24 tokens at a random place (never a fixed offset).
+- `spans`: `span_prompts`, 40-80-token pieces of held-out synthetic documents (data text) or of fresh
+  token draws without planted repeats (tokens, halves) with a span of 6-16 tokens repeated after a gap
+  of 0-24 tokens at a random place (never a fixed offset).
 Scores of a head: induction = mean attention from each marked query to its key; previous-token = mean
 A[i, i - 1] (i >= 1); duplicate = mean attention from each marked query to the earlier copy of its own
 token. Losses: next-token loss on the copies' predictable tokens (`copy_loss`) and on the same tokens
@@ -158,6 +159,11 @@ class SyntheticStream:
     def batches(self, seed: int, batch: int) -> Callable[[int], np.ndarray]:
         rng = np.random.default_rng([seed, 7])
         return lambda step: np.stack([self.window(rng) for _ in range(batch)])
+
+    def heldout_documents(self, n_documents: int = 60, length: int = 120) -> list[np.ndarray]:
+        """Token draws ~ probs without planted repeats, from a seed no training stream uses (span prompts' source)."""
+        rng = np.random.default_rng([SPAN_PROMPT_DOC_SEED, 0])
+        return list(rng.choice(len(self.probs), size=(n_documents, length), p=self.probs))
 
     def probe_tokens(self) -> np.ndarray:
         """Ids the random probe may draw: the 2 x seq_len most frequent (all, if fewer)."""
@@ -468,12 +474,14 @@ def make_data(cfg: RunConfig, out: Path = RESULTS) -> SyntheticStream | TextStre
 def make_probes(cfg: RunConfig, data: SyntheticStream | TextStream) -> dict[str, Probe]:
     """The detectors' probe (`cfg.probe`) first, then the others the data allows."""
     probes = {"random": random_probe(data.probe_tokens(), cfg.seq_len)}
+    if isinstance(data, SyntheticStream) and data.kind != "markov":
+        probes["spans"] = span_prompts(data.heldout_documents(), PROBE_PROMPTS)
     if isinstance(data, TextStream):
         probes["text"] = repeated_probe(data.held_out_halves())
         if data.tokenizer_dir is not None:
             probes["spans"] = span_prompts(heldout_documents(data.tokenizer_dir), PROBE_PROMPTS)
     if cfg.probe not in probes:
-        raise ValueError(f"--probe {cfg.probe} needs --data text; this data has probes {', '.join(probes)}")
+        raise ValueError(f"--probe {cfg.probe} is not made for --data {cfg.data}; it has probes {', '.join(probes)}")
     return {cfg.probe: probes.pop(cfg.probe), **probes}
 
 
@@ -482,9 +490,16 @@ def first_step(curve: list[dict[str, Any]], key: Callable[[dict[str, Any]], bool
 
 
 def train_stack(
-    cfg: RunConfig, seeds: Sequence[int], data: SyntheticStream | TextStream, log: Callable[[str], None] = print
+    cfg: RunConfig,
+    seeds: Sequence[int],
+    data: SyntheticStream | TextStream,
+    log: Callable[[str], None] = print,
+    weights_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Train len(seeds) refits as one stack; returns per seed its row (settings, detector steps, scores) and curve."""
+    """Train len(seeds) refits as one stack; returns per seed its row (settings, detector steps, scores) and curve.
+
+    weights_dir: where each refit's final weights go as a TransformerBridge state dict, {tag}_s{seed}.pt.
+    """
     device = torch.device(cfg.device)
     spec = demo_spec(cfg.vocab, cfg.seq_len, cfg.n_layers, cfg.n_ctx)
     stack = StackedTransformer.from_seeds(spec, seeds, device, attention="sdpa")
@@ -547,6 +562,10 @@ def train_stack(
         if not np.isfinite(step_loss).all():
             log(f"  diverged at step {step}")
             break
+    if weights_dir is not None:
+        weights_dir.mkdir(parents=True, exist_ok=True)
+        for i, seed in enumerate(seeds):
+            torch.save(stack.seed_state_dict(i), weights_dir / f"{cfg.tag or 'run'}_s{seed}.pt")
     return [summarise(cfg, seed, curve) for seed, curve in zip(seeds, curves)]
 
 
@@ -577,6 +596,62 @@ def summarise(cfg: RunConfig, seed: int, curve: list[dict[str, Any]]) -> dict[st
                 f"final_{name}_source_loss": round(p["source_loss"], 4),
                 f"final_{name}_copy_loss": round(p["copy_loss"], 4)}  # fmt: skip
     return {"row": row, "curve": curve}
+
+
+# ---------------------------------------------------------------- head stability
+def packed_patterns(patterns: torch.Tensor, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(blocks [layer, seed * head, entry] float32, offsets [prompt + 1]) of patterns [layer, seed, prompt, head, q, k]:
+    each prompt's lower triangle of its own length, packed as headstab.activations.packing does."""
+    from headstab.activations.packing import lower_triangle_index, lower_triangle_offsets
+
+    n_layers, n_seeds, _, n_heads, n_pos, _ = patterns.shape
+    flat = patterns.permute(2, 0, 1, 3, 4, 5).reshape(
+        -1, n_layers, n_seeds * n_heads, n_pos * n_pos
+    )  # [prompt, layer, row, q k]
+    pieces = [flat[p][..., torch.from_numpy(lower_triangle_index(int(n), n_pos).copy())] for p, n in enumerate(lengths)]
+    return torch.cat(pieces, dim=-1).float().numpy(), lower_triangle_offsets(lengths)
+
+
+def induction_head_stability(
+    states: Sequence[dict[str, torch.Tensor]], spec: ArchitectureSpec, probe: Probe, null_seed: int = 0
+) -> list[dict[str, Any]]:
+    """Per refit: its best layer-1 induction head on `probe`, that head's stability across the other refits and its
+    prompt-permutation null (headstab.similarity.prompt_groups, one group of every prompt; headstab.stability Eq. 3-4).
+
+    states: the refits' TransformerBridge state dicts (at least 2).
+    """
+    from headstab.similarity.prompt_groups import layer_group_similarity, null_partners
+    from headstab.stability import head_stability_table, pair_stability_table
+
+    stack = StackedTransformer(spec, len(states))
+    for i, state in enumerate(states):
+        stack.load_seed_state_dict(i, state)
+    _, patterns = stack_patterns(stack, torch.from_numpy(probe.tokens))
+    scores = [head_scores(patterns[:, i], probe)["induction"] for i in range(len(states))]
+    blocks, offsets = packed_patterns(patterns, probe.lengths)
+    partners = null_partners(probe.lengths, null_seed)
+    groups = [np.arange(len(probe.lengths))]
+    kinds = zip(
+        *(layer_group_similarity(block, offsets, probe.lengths, groups, partners, len(states)) for block in blocks)
+    )
+    refits = list(range(len(states)))
+    stability = {}
+    for kind, per_layer in zip(("observed", "null"), kinds):
+        similarity = np.stack([layer[0] for layer in per_layer], axis=2)  # [seed_a, seed_b, layer, head_a, head_b]
+        table = head_stability_table(pair_stability_table(similarity, refits, probe_name(probe)))
+        stability[kind] = table.set_index(["anchor_seed", "layer", "head"])["stability"]
+    rows = []
+    for i, score in enumerate(scores):
+        layer = len(score) - 1
+        head = int(score[layer].argmax())
+        rows.append({"refit": i, "layer": layer, "head": head, "induction": float(score[layer, head]),
+                     "stability": float(stability["observed"][i, layer, head]),
+                     "null": float(stability["null"][i, layer, head])})  # fmt: skip
+    return rows
+
+
+def probe_name(probe: Probe) -> str:
+    return f"probe_{len(probe.lengths)}"
 
 
 # ---------------------------------------------------------------- files
@@ -637,8 +712,8 @@ def report(out: Path, tags: Sequence[str] | None = None) -> str:
             tag, data(k), k["vocab"], k["seq_len"], k["batch"], k["lr"], k["warmup"], opt, probe,
             f"{len(done)}/{len(group)}", shown,
             med([s * int(k["batch"]) * int(k["seq_len"]) for s in done], ",.0f"),
-            med([float(r["cpu_s_induction"]) for r in group if r["cpu_s_induction"]], ".0f"),
-            med([1e3 * float(r["cpu_s_per_step"]) for r in group], ".0f"),
+            med([float(r["cpu_s_induction"]) for r in group if r.get("cpu_s_induction")], ".0f"),
+            med([1e3 * float(r["cpu_s_per_step"]) for r in group if r.get("cpu_s_per_step")], ".0f"),
             med([float(r[f"final_{probe}_induction_l1"]) for r in group], ".2f"),
             med([float(r["best_prev_token_l0"]) for r in group], ".2f"),
             f"{med([float(r[f'final_{probe}_source_loss']) for r in group], '.2f')}/"
@@ -685,7 +760,6 @@ SWEEPS: dict[str, dict[str, dict[str, Any]]] = {
     "curves": {
         "sanity_1layer_v512": TOKENS | {"n_layers": 1, "vocab": 512, "steps": 500, "stop_after": 0},
         "halves_v64": TOKENS | {"data": "halves"},
-        "markov_v8": TOKENS | {"data": "markov", "vocab": 8},
         "text_v300_r8": TEXT,
         "text_v300_r3": TEXT | {"doc_repeats": 3},
         "text_v300_r0": TEXT | {"doc_repeats": 0},
@@ -693,6 +767,7 @@ SWEEPS: dict[str, dict[str, dict[str, Any]]] = {
         "text_v300_r8_b32": TEXT | {"batch": 32},
         "text_v512_r8": TEXT | {"vocab": 512},
         "text_v1024_r8": TEXT | {"vocab": 1024},
+        "text_v300_r8_seq96": TEXT | {"seq_len": 96},
         **{f"tokens_v{v}": TOKENS | {"vocab": v} for v in (16, 32, 64, 128, 256, 512)},
         **{f"tokens_v64_b{b}": TOKENS | {"batch": b} for b in (8, 32, 64)},
         "tokens_v64_lr3e-4": TOKENS | {"lr": 3e-4},
@@ -706,6 +781,11 @@ SWEEPS: dict[str, dict[str, dict[str, Any]]] = {
         "tokens_v64_seq256": TOKENS | {"seq_len": 256},
         "tokens_v64_adamw0.1": TOKENS | {"optimizer": "adamw", "weight_decay": 0.1},
         "tokens_v256_zipf1": TOKENS | {"vocab": 256, "zipf": 1.0},
+    },
+    # the recommended setting (benchmarks/README.md), Adam and AdamW: `--seeds` picks the refits
+    "recommended": {
+        "rec_adam": TOKENS | {"lr": 3e-3, "warmup": 300, "steps": 5500},
+        "rec_adamw": TOKENS | {"lr": 3e-3, "warmup": 300, "steps": 5500, "optimizer": "adamw", "weight_decay": 0.1},
     },
 }
 
@@ -742,10 +822,34 @@ def sweep(name: str, out: Path, jobs: int, seeds: Sequence[int], extra: Sequence
         time.sleep(1)
 
 
+def stability_report(args: argparse.Namespace) -> str:
+    """Markdown table: the saved refits' (--weights) best layer-1 induction heads on span prompts, their stability and
+    null; then the same for as many untrained refits (seeds 1, 2, ...) of the same architecture."""
+    if len(args.weights) < 2:
+        raise ValueError("stability needs --weights of at least 2 saved refits")
+    from headstab.training.initial_weights import initial_state_dict
+
+    spec = demo_spec(args.vocab, args.seq_len, args.n_layers, args.n_ctx)
+    data = SyntheticStream(args.data, args.vocab, args.seq_len, args.zipf)
+    probe = span_prompts(data.heldout_documents(n_documents=120), 2 * PROBE_PROMPTS)
+    trained = [torch.load(path, weights_only=True) for path in args.weights]
+    untrained = [initial_state_dict(spec, seed) for seed in range(1, len(trained) + 1)]
+    lines = ["| refit | best layer-1 induction head | induction score | head stability | null | stability - null |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for names, states in (
+        (args.weights, trained),
+        ([f"untrained seed {i + 1}" for i in range(len(trained))], untrained),
+    ):
+        for name, row in zip(names, induction_head_stability(states, spec, probe)):
+            lines.append(f"| {Path(name).stem} | L{row['layer']}H{row['head']} | {row['induction']:.3f} | "
+                         f"{row['stability']:.3f} | {row['null']:.3f} | {row['stability'] - row['null']:+.3f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- command line
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", nargs="?", default="run", choices=["run", "report", "sweep"])
+    parser.add_argument("command", nargs="?", default="run", choices=["run", "report", "sweep", "stability"])
     parser.add_argument("--sweep", default="curves", choices=sorted(SWEEPS), help="sweep: the settings to run")
     parser.add_argument("--jobs", type=int, default=2, help="sweep: processes at a time")
     parser.add_argument("--deadline", type=float, default=math.inf, help="sweep: start no run after these seconds")
@@ -754,6 +858,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4], help="trained together as one stack")
     parser.add_argument("--tags", nargs="*", default=[], help="report: only these tags")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--save-weights", action="store_true", help="keep each refit's final weights in out/weights")
+    parser.add_argument("--weights", type=Path, nargs="*", default=[], help="stability: saved refits (.pt)")
     defaults = RunConfig()
     for field in dataclasses.fields(RunConfig):
         value = getattr(defaults, field.name)
@@ -773,6 +879,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     if args.command == "report":
         print(report(args.out, args.tags))
         print(plot(args.out, args.tags))
+        return []
+    if args.command == "stability":
+        print(stability_report(args))
         return []
     if args.command == "sweep":
         extra = ["--device", args.device, "--threads", str(args.threads)]
@@ -797,7 +906,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     for run_cfg in configs:
         data = make_data(run_cfg, args.out)
         print(f"{run_cfg.tag or 'run'} seeds {args.seeds}: {run_cfg}", flush=True)
-        for result in train_stack(run_cfg, args.seeds, data):
+        weights = args.out / "weights" if args.save_weights else None
+        for result in train_stack(run_cfg, args.seeds, data, weights_dir=weights):
             save(result, args.out)
             r = result["row"]
             print(f"  seed {r['seed']}: induction >= {run_cfg.induction_threshold} at step {r['step_induction']} "

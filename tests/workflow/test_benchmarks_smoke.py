@@ -268,7 +268,26 @@ def test_induction_benchmark_quick_mode_runs_every_data_kind_as_a_stack(tmp_path
 def test_induction_sweep_settings_are_run_configs():
     import induction_phase_change as ipc
 
-    for settings in ipc.SWEEPS["curves"].values():
+    for settings in (s for sweep in ipc.SWEEPS.values() for s in sweep.values()):
         args = ipc.parse_args(["run", *ipc.run_flags(settings)])
         for name, value in settings.items():
             assert getattr(args, name) == (list(value) if isinstance(value, tuple) else value)
+
+
+def test_induction_head_stability_is_one_for_identical_refits_and_its_null_is_lower():
+    import induction_phase_change as ipc
+
+    from headstab.activations.packing import lower_triangle_offsets
+    from headstab.training.initial_weights import initial_state_dict
+
+    spec = ipc.demo_spec(vocab=64, seq_len=128)
+    documents = ipc.SyntheticStream("tokens", 64, 128).heldout_documents(n_documents=20)
+    probe = ipc.span_prompts(documents, 12, seed=2)
+    same = initial_state_dict(spec, 3)
+    rows = ipc.induction_head_stability([same, same], spec, probe)
+    assert [(r["refit"], r["layer"]) for r in rows] == [(0, 1), (1, 1)] and rows[0]["head"] == rows[1]["head"]
+    # every head's best match in an identical twin is itself: a cosine of 1, up to the float32 sums over all entries
+    n_entries = int(lower_triangle_offsets(probe.lengths)[-1])
+    for row in rows:
+        np.testing.assert_allclose(row["stability"], 1.0, atol=reduction_atol(np.float32, n_entries))
+        assert row["null"] < 1.0 - reduction_atol(np.float32, n_entries)  # other prompts' patterns differ
