@@ -71,7 +71,7 @@ def demo_model(tokenizer: Any, architecture: str = "l4_h8", seed: int = 1) -> An
 
 def demo_prompt_sets(n_prompts: int | None = None) -> dict[str, list[str]]:
     """Every demo prompt set ({name: prompts}), the first `n_prompts` of each when given."""
-    from headstab.prompts import load_prompt_file
+    from headstab.prompts.loading import load_prompt_file
 
     prompt_sets = {
         **load_prompt_file("primary", common.REPO / "resources" / "prompts" / "primary.json"),

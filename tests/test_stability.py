@@ -173,6 +173,7 @@ def hand_heads() -> pd.DataFrame:
             "layer": [0, 0, 0, 1, 1, 2],
             "head": [0, 1, 2, 0, 1, 0],
             "stability": [0.2, 0.4, 0.9, 0.5, 0.5, 0.7],
+            "stability_one_to_one": [0.1, 0.4, 0.7, 0.5, 0.3, 0.7],
             "n_pairs": 2,
         }
     )
@@ -181,6 +182,7 @@ def hand_heads() -> pd.DataFrame:
 def test_layer_std_is_population_std_by_hand_by_default():
     layers = layer_stability_table(hand_heads())
     np.testing.assert_allclose(layers["mean"], [0.5, 0.5, 0.7], rtol=HAND_RTOL)
+    np.testing.assert_allclose(layers["stability_one_to_one"], [0.4, 0.4, 0.7], rtol=HAND_RTOL)
     # Layer 0: squared deviations 0.09 + 0.01 + 0.16 = 0.26 over n = 3; one head: 0.
     np.testing.assert_allclose(layers["std"], [np.sqrt(0.26 / 3), 0.0, 0.0], rtol=HAND_RTOL, atol=HAND_ATOL)
     pd.testing.assert_frame_equal(layers, layer_stability_table(hand_heads(), ddof=0))
@@ -243,6 +245,36 @@ def test_cross_layer_best_match_and_alignment_map_by_hand():
     np.testing.assert_allclose(value, scipy.stats.kurtosis([2, 2, 0, 1]), rtol=HAND_RTOL)
     # Anchor 7 layer 1: every 0.1 tie goes to layer 0, head 0 (argmax takes the first): degenerate.
     assert np.isnan(kurtosis[(kurtosis["anchor_seed"] == 7) & (kurtosis["layer"] == 1)]["kurtosis"].item())
+
+
+def test_alignment_map_with_self_matches_counts_each_anchor_head_once_in_its_own_layer():
+    similarity = hand_similarity()
+    similarity[0, 1, 0, 0, 2, 1] = 0.9
+    similarity[0, 2, 0, 0, 2, 0] = 0.8
+    similarity[0, 1, 0, 1, 0, 0] = 0.7
+    similarity[0, 2, 0, 1, 1, 1] = 0.6
+    pairs = pair_stability_table(similarity, [7, 8, 9], "primary", scopes=["cross_layer"])
+    alignment = alignment_map_table(pairs, include_self=True)
+    # Anchor 7, layer 0: the 4 pair matches of the test above (layers 0, 1, 2, 2) plus its 2 heads matched to
+    # themselves in layer 0: counts 3, 1, 2 of 6.
+    first = alignment[(alignment["anchor_seed"] == 7) & (alignment["layer"] == 0)].sort_values("match_layer")
+    np.testing.assert_allclose(first["fraction"], [3 / 6, 1 / 6, 2 / 6], rtol=HAND_RTOL)
+
+
+def test_self_matches_raise_the_diagonal_by_its_complement_over_the_number_of_refits(base_pattern):
+    rng = np.random.default_rng(11)
+    patterns = [base_pattern, *[random_patterns(rng, 3, 4, LENGTHS, 6) for _ in range(4)]]
+    pairs = pair_stability_table(similarity_of(patterns, LENGTHS), [1, 2, 3, 4, 5], "primary")
+    plain = alignment_map_table(pairs)
+    with_self = alignment_map_table(pairs, include_self=True)
+    n_refits = 5
+    diagonal = (plain["layer"] == plain["match_layer"]).to_numpy()
+    f = plain["fraction"].to_numpy()
+    # d -> d + (1 - d) / N on the diagonal, f -> f (N - 1) / N off it.
+    expected = np.where(diagonal, f + (1 - f) / n_refits, f * (n_refits - 1) / n_refits)
+    np.testing.assert_allclose(with_self["fraction"], expected, rtol=HAND_RTOL, atol=HAND_ATOL)
+    tables = stability_tables(similarity_of(patterns, LENGTHS), [1, 2, 3, 4, 5], "primary", alignment_self_match=True)
+    pd.testing.assert_frame_equal(tables["alignment_map"], with_self)
 
 
 def test_alignment_kurtosis_equals_scipy_on_pooled_random_matches(base_pattern):

@@ -1,6 +1,6 @@
 """Evaluating a trained refit: next-token loss, perplexity and head ablations (paper §4.5, §4.8).
 
-The validation perplexity of §4.5 (Table B.7) runs every refit over held-out text cut into windows
+The validation perplexity of §4.5 (§B.7 figures) runs every refit over held-out text cut into windows
 (`heldout_windows`); the ablations of §4.8 rerun the anchor refit on the prompts with one head's
 `blocks.{layer}.attn.hook_z` zeroed at a time. torch is imported lazily: `heldout_windows` and
 `perplexity_from_loss` need none.

@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -66,6 +68,32 @@ def save_torch_atomic(obj: Any, path: str | Path) -> None:
 
     with atomic_path(path) as tmp, open(tmp, "wb") as handle:
         torch.save(obj, handle)
+
+
+# How torch.load(weights_only=True) names a global it will not unpickle (torch/_weights_only_unpickler.py):
+# "Unsupported global: GLOBAL builtins.exec was not an allowed global by default" or, for os, sys, posix
+# and nt, "Trying to load unsupported GLOBAL posix.system whose module posix is blocked".
+_REFUSED_GLOBAL = re.compile(r"\bGLOBAL (\S+) (?:was not an allowed global|whose module \S+ is blocked)")
+
+
+def weights_only_refusal(error: BaseException) -> str | None:
+    """The global (a function or class) that torch.load(weights_only=True) refused to unpickle, or None.
+
+    torch raises pickle.UnpicklingError worded "Weights only load failed ..." before calling anything
+    the file names, so a refusal means nothing of the file ran.
+    """
+    text = str(error)
+    if not isinstance(error, pickle.UnpicklingError) or "weights only" not in text.lower():
+        return None
+    match = _REFUSED_GLOBAL.search(text)
+    return match.group(1) if match else None
+
+
+def torch_reason(error: BaseException) -> str:
+    """The line of a torch.load error that says what went wrong, without torch's advice around it."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    specific = [line for line in lines if not line.startswith(("Check the documentation", "Weights only load failed"))]
+    return (specific or lines or [type(error).__name__])[-1].removeprefix("WeightsUnpickler error: ")[:300]
 
 
 def read_json(path: str | Path, what: str = "metadata") -> dict[str, Any]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,3 +55,22 @@ def numpy_layer0_patterns(state: dict[str, torch.Tensor], tokens: np.ndarray, ep
     scores = np.where(np.tril(np.ones((n, n), dtype=bool)), scores, -np.inf)
     scores = np.exp(scores - scores.max(-1, keepdims=True))
     return scores / scores.sum(-1, keepdims=True)
+
+
+class CallsCode:
+    """Unpickling this calls `function(*args)`: what a malicious checkpoint does."""
+
+    def __init__(self, function: Any, args: tuple[Any, ...]) -> None:
+        self.function, self.args = function, args
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return self.function, self.args
+
+
+def code_payloads(marker: Path) -> dict[str, CallsCode]:
+    """{name of the called function: a payload that creates `marker` when unpickled}."""
+    return {
+        "system": CallsCode(os.system, (f"touch {marker}",)),
+        "call": CallsCode(subprocess.call, (["touch", str(marker)],)),
+        "exec": CallsCode(exec, (f"open({str(marker)!r}, 'w').close()",)),
+    }

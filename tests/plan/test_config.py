@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+import os
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
+from headstab.plan import yaml_files
 from headstab.plan.config import architecture_spec, load_yaml, selected_architectures, validate_config
-from headstab.plan.spec import ConfigError
+from headstab.plan.spec import ConfigError, spec_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -98,6 +101,44 @@ def test_run_seed_override_replaces_every_architectures_seeds(demo):
     demo["run"]["seeds"] = [7, 9]
     config = validate_config(demo)
     assert architecture_spec(config, "l4_h8").seeds == (7, 9)
+
+
+def test_data_order_is_per_seed_by_default_and_left_out_of_the_params_until_shared(demo):
+    config = validate_config(demo)
+    spec = architecture_spec(config, "l2_h8")
+    assert spec.data_order == "per_seed" and "data_order" not in spec.to_dict()  # old train params stay as they were
+    demo["architectures"]["l2_h8"]["data_order"] = "shared"
+    shared = architecture_spec(validate_config(demo), "l2_h8")
+    assert shared.to_dict()["data_order"] == "shared"  # in the train params: changing it retrains
+    assert spec_from_dict(shared.to_dict()) == shared and spec_from_dict(spec.to_dict()) == spec
+
+
+def test_a_seed_grid_with_a_shared_data_order_fails_naming_the_key(demo):
+    demo["architectures"]["l2_h8_grid"]["data_order"] = "shared"
+    message = _error(demo)
+    assert "architectures.l2_h8_grid.data_order" in message and "seed_grid" in message
+
+
+def test_architecture_overrides_apply_to_the_architectures_a_config_has_and_skip_the_others(demo):
+    demo["architecture_overrides"] = {"l2_h8": {"data_order": "shared", "lr": 0.5}, "gpt2": {"data_order": "shared"}}
+    config = validate_config(demo)
+    assert "gpt2" not in config["architectures"]
+    spec = architecture_spec(config, "l2_h8")
+    assert (spec.data_order, spec.lr) == ("shared", 0.5)  # over the entry and the defaults
+    assert architecture_spec(config, "l4_h8").data_order == "per_seed"
+
+
+def test_a_misspelt_override_key_names_its_path(demo):
+    demo["architecture_overrides"] = {"gpt2": {"data_ordr": "shared"}}
+    message = _error(demo)
+    assert "architecture_overrides.gpt2" in message and "did you mean 'data_order'" in message
+
+
+def test_an_analysis_activation_for_a_hub_family_fails_naming_the_key(demo):
+    demo["analysis"] = {**demo.get("analysis", {}), "act_fn": "gelu_new"}
+    demo["architectures"]["l2_h8"].update(source="hub_family", models={"path": "/nowhere/seed{seed}"})
+    message = _error(demo)
+    assert "analysis.act_fn" in message and "'l2_h8'" in message and "null" in message
 
 
 def _error(config: dict) -> str:
@@ -225,6 +266,120 @@ def test_results_dir_at_or_below_a_file_fails_naming_the_file(demo, results_dir)
     message = _error(demo)
     assert "config key 'results_dir'" in message and results_dir in message
     assert ("is a file" if results_dir == "README.md" else "is below README.md, which is a file") in message
+
+
+@pytest.mark.parametrize("results_dir", ["../../../../../etc", "..", "results/../../elsewhere"])
+def test_a_relative_results_dir_outside_the_working_directory_fails_saying_how_to_write_there(demo, results_dir):
+    demo["results_dir"] = results_dir
+    outside = os.path.normpath(REPO / results_dir)
+    message = _error(demo)
+    assert message.startswith(f"config key 'results_dir': {results_dir!r} resolves to {outside}, outside the directory")
+    assert f"or, to write outside it on purpose, the absolute path (results_dir: {outside})" in message
+
+
+@pytest.mark.parametrize("inside", [False, True])
+def test_an_absolute_results_dir_anywhere_and_a_relative_one_inside_are_accepted(demo, tmp_path, inside):
+    demo["results_dir"] = "results/../results/x" if inside else str(tmp_path / "elsewhere")
+    assert validate_config(demo)["results_dir"] == demo["results_dir"]
+
+
+def test_a_local_tokenizer_with_its_own_code_fails_naming_the_file_and_key(demo, tmp_path):
+    (tmp_path / "tokenizer_config.json").write_text('{"auto_map": {"AutoTokenizer": ["evil.Tok", null]}}')
+    demo["tokenizers"]["demo_bpe"] = {"source": "local", "path": str(tmp_path)}
+    message = _error(demo)
+    assert f"config key 'tokenizers.demo_bpe.path': {tmp_path / 'tokenizer_config.json'} has key 'auto_map'" in message
+    assert "trust_remote_code=False" in message
+
+
+DEMO_TEXT = (REPO / "config/demo.yaml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("original", "doubled", "key"),
+    [
+        ("  lr: 2.0e-3 ", "  lr: 1.0e-3\n  lr: 2.0e-3 ", "architecture_defaults.lr"),
+        ("  len: resources", "  primary: resources/prompts/x.txt\n  len: resources", "prompt_sets.primary"),
+    ],
+)
+def test_a_key_given_twice_fails_naming_the_file_the_key_and_both_lines(tmp_path, original, doubled, key):
+    path = tmp_path / "twice.yaml"
+    path.write_text(DEMO_TEXT.replace(original, doubled, 1))
+    lines = [n for n, line in enumerate(path.read_text().splitlines(), 1) if line.startswith(f"  {key.split('.')[1]}:")]
+    with pytest.raises(ConfigError) as refused:
+        load_yaml(path)
+    assert str(refused.value).startswith(
+        f"config file {path}: key '{key}' is given twice, on line {lines[0]} and line {lines[1]};"
+    )
+    assert "delete one of them" in str(refused.value)
+
+
+def test_a_merge_key_override_and_the_same_key_in_two_mappings_are_not_duplicates(tmp_path):
+    path = tmp_path / "merge.yaml"
+    path.write_text("base: &base {lr: 1, seeds: [1, 2]}\nother: {<<: *base, lr: 2}\nthird: {lr: 3}\n")
+    assert load_yaml(path) == {
+        "base": {"lr": 1, "seeds": [1, 2]},
+        "other": {"lr": 2, "seeds": [1, 2]},
+        "third": {"lr": 3},
+    }
+
+
+def alias_bomb(levels: int, merge: bool = False) -> str:
+    """A few hundred bytes of YAML whose aliases stand for 9**levels values (lists, or merge keys)."""
+    if merge:
+        lines = ["a0: &a0 {" + ", ".join(f"k{i}: {i}" for i in range(9)) + "}"]
+        lines += [f"a{n}: &a{n} {{<<: [{', '.join([f'*a{n - 1}'] * 9)}]}}" for n in range(1, levels)]
+    else:
+        lines = ["a0: &a0 [" + ", ".join(["lol"] * 9) + "]"]
+        lines += [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 9)}]" for n in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_a_yaml_alias_bomb_is_refused_naming_the_file_and_the_limit(tmp_path, merge):
+    path = tmp_path / "bomb.yaml"
+    path.write_text(alias_bomb(9, merge))
+    assert path.stat().st_size < 2000
+    with pytest.raises(ConfigError) as refused:
+        load_yaml(path)
+    message = str(refused.value)
+    assert message.startswith(f"config file {path}: its aliases (*name) expand to ")
+    assert "more than the 100,000 a headstab YAML file may hold" in message and len(message) < 400
+    assert f"at most {yaml_files.MAX_EXPANDED_NODES:,} values" in (REPO / "docs/operations.md").read_text()
+
+
+def test_the_alias_limit_counts_every_value_of_the_expanded_file(tmp_path, monkeypatch):
+    path = tmp_path / "aliases.yaml"
+    path.write_text("a: &a [x, x]\nb: [*a, *a]\n")
+    # root mapping 1 + key a 1 + [x, x] 3 + key b 1 + [*a, *a] (1 + 3 + 3) = 13
+    monkeypatch.setattr(yaml_files, "MAX_EXPANDED_NODES", 13)
+    assert load_yaml(path) == {"a": ["x", "x"], "b": [["x", "x"], ["x", "x"]]}
+    monkeypatch.setattr(yaml_files, "MAX_EXPANDED_NODES", 12)
+    with pytest.raises(ConfigError, match="expand to 13 values, more than the 12"):
+        load_yaml(path)
+
+
+def test_a_file_nested_too_deeply_is_refused_naming_it(tmp_path):
+    path = tmp_path / "deep.yaml"
+    path.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(ConfigError, match=f"config file {re.escape(str(path))} nests mappings or lists too deeply"):
+        load_yaml(path)
+
+
+@pytest.mark.parametrize(
+    "value", [list(range(50_000)), "x" * 100_000, [[[[[list(range(1000))] * 9] * 9] * 9] * 9], {"k" * 50_000: 1}]
+)
+def test_a_bad_value_is_printed_bounded_in_the_error(demo, value):
+    demo["architecture_defaults"]["lr"] = value
+    message = _error(demo)
+    assert message.startswith("config key 'architecture_defaults.lr'") and len(message) < 600, len(message)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [*sorted((REPO / "config").rglob("*.yaml")), REPO / "resources/paper_values.yaml", REPO / "tests/config/tiny.yaml"],
+)
+def test_every_shipped_yaml_file_reads_strictly(path):
+    assert isinstance(load_yaml(path), dict)
 
 
 def test_command_line_strings_become_the_numbers_the_schema_asks_for(demo):

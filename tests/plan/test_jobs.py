@@ -12,6 +12,7 @@ from headstab.plan.config import architecture_spec, load_config, selected_archit
 from headstab.plan.jobs import (
     HELDOUT_HUB_DATASET,
     activation_sets,
+    analysis_spec,
     cache_options,
     corpus_job_entry,
     corpus_source_inputs,
@@ -61,6 +62,13 @@ def test_job_spec_drops_only_the_seeds(demo):
     spec = architecture_spec(demo, "l4_h8")
     values = job_spec(spec)
     assert "seeds" not in values and {**values, "seeds": list(spec.seeds)} == spec.to_dict()
+
+
+def test_analysis_spec_runs_every_refit_with_the_analysis_activation_and_keeps_the_rest(demo):
+    spec = architecture_spec(demo, "l4_h8")
+    assert analysis_spec(spec, None) == spec  # null: the function the refit was trained with
+    gelu_new = analysis_spec(spec, "gelu_new")
+    assert gelu_new.act_fn == "gelu_new" and {**gelu_new.to_dict(), "act_fn": spec.act_fn} == spec.to_dict()
 
 
 def test_a_synthetic_corpus_is_read_from_its_generated_text_without_its_runtime_estimate(demo):

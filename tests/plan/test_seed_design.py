@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from headstab.plan.seed_design import grid_refits, refit_name, refit_seeds
+from headstab.plan.seed_design import SHARED_DATA_SEED, grid_refits, refit_name, refit_seeds, training_seeds
 from headstab.refits.models import build_model
 from headstab.training.data import window_order
 
@@ -38,3 +38,13 @@ def test_the_init_seed_changes_the_weights_and_the_data_seed_does_not(tiny_spec)
     assert torch.equal(weights(spec, "1-1"), weights(spec, "1-2"))
     assert not torch.equal(weights(spec, "1-1"), weights(spec, "2-1"))
     assert torch.equal(weights(spec, "3-3"), weights(spec, 3))  # the diagonal is the paper refit
+
+
+def test_a_shared_data_order_gives_every_refit_the_one_fixed_data_seed():
+    assert training_seeds(3, "per_seed") == training_seeds("3", "per_seed") == (3, 3)
+    assert training_seeds("1-2", "per_seed") == (1, 2)
+    assert training_seeds(3, "shared") == (3, SHARED_DATA_SEED) and training_seeds(4, "shared")[1] == SHARED_DATA_SEED
+    with pytest.raises(ValueError, match="seed grid"):
+        training_seeds("1-2", "shared")
+    with pytest.raises(ValueError, match="per_seed or shared"):
+        training_seeds(3, "shuffled")

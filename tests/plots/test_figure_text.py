@@ -88,6 +88,7 @@ def test_per_layer_analysis_figures_keep_their_text_inside(n_layers, tmp_path, l
     norms = pd.DataFrame([(s, layer, m, 2.0 + layer + rng.normal(0, 0.2)) for s in SEEDS
                           for layer in range(n_layers) for m in matrices],
                          columns=["seed", "layer", "matrix", "frobenius_norm"])  # fmt: skip
+    norms["whole_layer_norm"] = norms["frobenius_norm"]
     stab = layer_stability(n_layers)
     plot_weight_norm_correlation(norms, stab, norm_stability_correlation(norms, stab), tmp_path / "w.png", arch)
     heads = t["heads"].query("anchor_seed == 1")
@@ -95,7 +96,7 @@ def test_per_layer_analysis_figures_keep_their_text_inside(n_layers, tmp_path, l
     table = ablation_table(ppl, 20.0, heads, seed=1)
     plot_ablation_correlation(table, *ablation_correlation(table), tmp_path / "a.png", arch)
     pr = pd.DataFrame([(s, "all", layer, h, rng.uniform(1, 8)) for s in SEEDS for layer in range(n_layers)
-                       for h in range(N_HEADS)], columns=["seed", "positions", "layer", "head", "pr"])  # fmt: skip
+                       for h in range(N_HEADS)], columns=["seed", "positions", "layer", "head", "pr_uncentred"])  # fmt: skip
     plot_rank_vs_stability(pr, t["heads"], tmp_path / "pr.png", arch)
     curve = pd.DataFrame([("layer_stability", layer, n, 0.1 / n, 0.001, 5, 100) for layer in range(n_layers)
                           for n in (3, 4)] + [("delta_s", -1, n, 0.2 / n, 0.001, 5, 100) for n in (3, 4)],

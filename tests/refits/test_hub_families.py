@@ -4,13 +4,15 @@ that the analyses load (layer-0 patterns as transformers computes them, weight n
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
 from helpers.hub_family_models import build_tokenizer, hf_layer0_patterns, hf_model, write_family
+from helpers.published_refits import code_payloads
 
 from headstab.plan.config import architecture_spec
-from headstab.plan.hub_families import FamilySource, family_source, hf_dimensions, source_from_dict
+from headstab.plan.hub_families import FamilyModel, FamilySource, family_source, hf_dimensions, source_from_dict
 from headstab.plan.spec import ConfigError
 from headstab.refits.hub_models import FamilyModelError, fetch_family_refit
 
@@ -143,3 +145,62 @@ def test_optimizer_pairs_name_architectures_of_the_config():
     config["analysis"]["optimizer_pairs"] = {"pythia-160m": "pythia-16m"}
     with pytest.raises(ConfigError, match="analysis.optimizer_pairs': unknown architecture 'pythia-16m'"):
         validate_config(config)
+
+
+def plant_remote_code(directory, marker):
+    """Make `directory` a model of its own code: config.json's auto_map names classes of evil.py, which writes
+    `marker` when imported (what transformers does with trust_remote_code, or when a user types y)."""
+    (directory / "evil.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        "from transformers import GPT2Config, GPT2LMHeadModel\n"
+        "class EvilConfig(GPT2Config):\n    model_type = 'evil'\n"
+        "class EvilModel(GPT2LMHeadModel):\n    config_class = EvilConfig\n"
+    )
+    config = json.loads((directory / "config.json").read_text())
+    config.update(
+        model_type="evil", auto_map={"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel"}
+    )
+    (directory / "config.json").write_text(json.dumps(config))
+
+
+def test_a_local_family_with_its_own_code_is_refused_at_parse_time_naming_the_file_and_key(tmp_path):
+    directories = write_family(tmp_path / "models", "gpt2", seeds=(1, 2))
+    plant_remote_code(directories[2], tmp_path / "ran")
+    config = family_config({"path": str(tmp_path / "models/gpt2/seed{seed}")}, seeds=[1, 2])
+    with pytest.raises(ConfigError) as refused:
+        family_source(config, "fam", (1, 2))
+    message = str(refused.value)
+    assert f"{directories[2] / 'config.json'} has key 'auto_map'" in message
+    assert "config key 'architectures.fam.models.path' (seed 2)" in message and "trust_remote_code=False" in message
+    assert not (tmp_path / "ran").exists()
+
+
+def test_fetch_never_runs_a_models_own_code_even_when_the_user_answers_yes(tmp_path, monkeypatch):
+    directories = write_family(tmp_path / "models", "gpt2", seeds=(1,))
+    config = family_config({"path": str(tmp_path / "models/gpt2/seed{seed}")}, seeds=[1, 2])
+    spec = architecture_spec(config, "fam")
+    plant_remote_code(directories[1], tmp_path / "ran")  # after planning, as a hub download is first seen at fetch
+    monkeypatch.setattr("builtins.input", lambda prompt="": "y")  # transformers' [y/N] question, answered y
+    source = FamilySource(((1, FamilyModel(path=str(directories[1]))),))
+    with pytest.raises(FamilyModelError, match=f"{re.escape(str(directories[1] / 'config.json'))} has key 'auto_map'"):
+        fetch_family_refit(source, spec, 1, tmp_path / "models/tokenizer", tmp_path / "out")
+    assert not (tmp_path / "ran").exists()
+    assert not (tmp_path / "out/final.pt").exists()
+
+
+def test_fetch_refuses_pickled_weights_that_call_code_naming_the_file_and_nothing_runs(tmp_path):
+    import torch
+
+    directories = write_family(tmp_path / "models", "gpt2", seeds=(1,))
+    config = family_config({"path": str(tmp_path / "models/gpt2/seed{seed}")}, seeds=[1, 2])
+    spec = architecture_spec(config, "fam")
+    weights = directories[1] / "pytorch_model.bin"
+    state = hf_model("gpt2", 1, spec.d_vocab).state_dict()
+    torch.save({**state, "extra": code_payloads(tmp_path / "MARKER")["system"]}, weights)
+    (directories[1] / "model.safetensors").unlink()  # transformers then reads the .bin
+    source = FamilySource(((1, FamilyModel(path=str(directories[1]))),))
+    with pytest.raises(FamilyModelError) as refused:
+        fetch_family_refit(source, spec, 1, tmp_path / "models/tokenizer", tmp_path / "out")
+    message = str(refused.value)
+    assert f"its weights {weights} need code to be unpickled (they refer to posix.system)" in message
+    assert not (tmp_path / "MARKER").exists() and not (tmp_path / "out/final.pt").exists()

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
+import re
 
 import numpy as np
 import pytest
 import torch
-from helpers.published_refits import numpy_layer0_patterns, tl2_state_dict, write_mirror
+from helpers.published_refits import code_payloads, numpy_layer0_patterns, tl2_state_dict, write_mirror
 
 from headstab.activations.capture import collect_activations
-from headstab.plan.sources import PUBLISHED_REPO_ID, CheckpointSource, checkpoint_source
+from headstab.plan.sources import PUBLISHED_REPO_ID, CheckpointSource, checkpoint_source, default_refit_file
 from headstab.plan.spec import ConfigError
 from headstab.refits.models import build_model, load_trained_model
 from headstab.refits.published import (
@@ -136,6 +138,28 @@ def test_a_file_that_is_no_state_dict_is_refused_naming_it(tmp_path, content, me
     with pytest.raises(PublishedRefitError, match=message) as error:
         load_tl2_state_dict(path)
     assert str(path) in str(error.value)
+
+
+@pytest.mark.parametrize("writer", ["torch.save", "pickle"])
+@pytest.mark.parametrize("function", ["system", "call", "exec"])
+def test_a_published_refit_that_calls_code_is_refused_naming_what_it_calls_and_nothing_runs(
+    tiny_spec, tmp_path, function, writer
+):
+    spec, marker = tiny_spec(), tmp_path / "MARKER"
+    path = write_mirror(tmp_path / "mirror", spec, (1,)) / default_refit_file(spec).format(arch=spec.name, seed=1)
+    payload = code_payloads(marker)[function]
+    if writer == "torch.save":  # a zip archive whose data.pkl holds the payload beside real tensors
+        torch.save({**tl2_state_dict(spec, 1), "extra": payload}, path)
+    else:  # a bare pickle: torch.load's legacy path
+        path.write_bytes(pickle.dumps(payload, protocol=2))
+    source = CheckpointSource("published_local", path=str(tmp_path / "mirror"))
+    with pytest.raises(PublishedRefitError) as refused:
+        convert_published_refit(path, spec, 1, source, tmp_path / "out")
+    message = str(refused.value)
+    assert message.startswith(f"published refit {path} cannot be loaded with torch.load(weights_only=True)")
+    assert re.search(rf"needs code to be unpickled \(it refers to (\S+\.)?{function}\)", message), message
+    assert "delete it and fetch it again" not in message
+    assert not marker.exists() and not (tmp_path / "out/final.pt").exists()
 
 
 def test_wrong_shapes_and_missing_tensors_are_refused_naming_the_file_and_the_tensor(tiny_spec, tmp_path):

@@ -7,12 +7,14 @@ import pandas as pd
 import pytest
 import torch
 from helpers.bridges import tiny_bridge
-from helpers.tolerances import reduction_rtol
+from helpers.tolerances import reduction_atol, reduction_rtol
 
 from headstab.evaluation import head_ablation_perplexities, perplexity
 from headstab.sections.ablation import (
+    CORRELATION_COLUMNS,
     PERPLEXITY_COLUMNS,
     ablated_grid,
+    ablated_grids,
     ablation_correlation,
     ablation_perplexity_table,
     ablation_table,
@@ -146,13 +148,13 @@ def test_ablation_correlation_trend_values_and_fewer_than_two_finite_layers():
     stability = np.array([[0.1, 0.5, 0.9], [0.2, 0.4, 0.8], [0.3, 0.6, 0.2]])
     delta = np.array([stability[0], -stability[1], [1.0, 1.0, 1.0]])  # layer 2: constant ΔPPL, r undefined
     per_layer, trend = ablation_correlation(ablation_table(delta + 10.0, 10.0, _stability(stability), seed=7))
-    assert list(per_layer.columns) == ["layer", "pearson_r", "p_value", "n_heads"]
+    assert list(per_layer.columns) == CORRELATION_COLUMNS
     assert per_layer["p_value"].iloc[0] == pytest.approx(0.0, abs=1e-6)  # a perfect correlation
     assert math.isnan(per_layer["p_value"].iloc[2])
-    # Two finite layers: the line through (0, 1) and (1, -1) fits exactly, r_value -1, p_value 0.
+    # Two finite layers: the line through (0, 1) and (1, -1) fits by construction, r_value -1 and no p-value.
     assert set(trend) == {"slope", "intercept", "r_value", "p_value"}
     assert trend["r_value"] == pytest.approx(-1.0)
-    assert trend["p_value"] == pytest.approx(0.0, abs=1e-6)
+    assert math.isnan(trend["p_value"])
     # One layer with a finite r: the trend is undefined, all NaN, and correlation_table still writes it.
     one = ablation_table(delta[:1] + 10.0, 10.0, _stability(stability[:1]), seed=7)
     per_layer, trend = ablation_correlation(one)
@@ -206,3 +208,55 @@ def test_ablation_table_error_messages_name_the_table_and_at_most_three_heads():
     missing = _stability([[0.1, 0.2, 0.3, 0.4, 0.5]]).iloc[:1]
     with pytest.raises(ValueError, match=r"lacks \(layer, head\) \[\[0, 1\], \[0, 2\], \[0, 3\]\] for"):
         ablation_table(np.ones((1, 5)), 1.0, missing, seed=7)
+
+
+def test_spearman_stands_beside_pearson_where_one_head_costs_twenty_times_the_next():
+    stability = np.array([[0.1, 0.2, 0.3, 0.4, 0.5]])
+    delta = np.array([[1.0, 2.0, 3.0, 10.6, 205.0]])  # monotone in stability, heavy-tailed
+    per_layer, _ = ablation_correlation(ablation_table(delta + 10.0, 10.0, _stability(stability), seed=7))
+    row = per_layer.iloc[0]
+    assert row["spearman_r"] == pytest.approx(1.0) and row["spearman_p"] == pytest.approx(0.0, abs=1e-6)
+    expected = np.corrcoef(stability[0], delta[0])[0, 1]
+    assert row["pearson_r"] == pytest.approx(expected, abs=reduction_atol(np.float64, 5, magnitude=205.0))
+    assert row["pearson_r"] < 0.75  # the one extreme head sets Pearson's r
+
+
+def _two_anchor_table():
+    """Two anchors whose heads agree within each anchor (ΔPPL rises with stability) but whose means run the
+    other way (anchor 8: more stable heads, smaller ΔPPL)."""
+    stability = np.array([[0.1, 0.2, 0.3, 0.4]])
+    first = ablation_table(10.0 + 2 * stability, 10.0, _stability(stability), seed=7)
+    second = ablation_table(
+        10.0 + np.array([[-5.0, -4.5, -4.4, -3.0]]), 10.0, _stability(stability + 0.5).assign(anchor_seed=8), seed=8
+    )
+    return pd.concat([first, second], ignore_index=True)
+
+
+def test_correlations_pool_over_anchors_with_values_centred_within_each_anchor():
+    table = _two_anchor_table()
+    per_layer, _ = ablation_correlation(table)
+    row = per_layer.iloc[0]
+    assert row["n_anchors"] == 2 and row["n_heads"] == 4
+    assert row["pearson_r"] == pytest.approx(1.0)  # the first anchor's, as the paper reports
+    x = table["stability"] - table.groupby("seed")["stability"].transform("mean")
+    y = table["delta_ppl"] - table.groupby("seed")["delta_ppl"].transform("mean")
+    expected = (x * y).sum() / np.sqrt((x**2).sum() * (y**2).sum())
+    assert row["pooled_pearson_r"] == pytest.approx(expected, abs=reduction_atol(np.float64, 8, magnitude=5.0))
+    assert row["pooled_spearman_r"] == pytest.approx(1.0)  # every anchor's ranks agree
+    assert np.corrcoef(table["stability"], table["delta_ppl"])[0, 1] < 0  # pooling without centring reverses it
+    second, _ = ablation_correlation(table, anchor_seed=8)
+    assert second["pooled_pearson_r"].iloc[0] == row["pooled_pearson_r"]
+    assert second["pearson_r"].iloc[0] == pytest.approx(
+        np.corrcoef([0.6, 0.7, 0.8, 0.9], [-5.0, -4.5, -4.4, -3.0])[0, 1]
+    )
+
+
+def test_ablated_grids_read_every_anchor_in_table_order():
+    rows = [
+        (s, layer, head, 10.0 * s + layer + head / 10, 5.0 * s) for s in (3, 1) for layer in (0, 1) for head in (0, 1)
+    ]
+    table = pd.DataFrame(rows, columns=PERPLEXITY_COLUMNS)
+    grids = ablated_grids(table)
+    assert [seed for seed, _, _ in grids] == [3, 1] and [base for _, _, base in grids] == [15.0, 5.0]
+    np.testing.assert_array_equal(grids[1][1], [[10.0, 10.1], [11.0, 11.1]])
+    assert ablated_grid(table)[0] == 3 and ablated_grid(table)[1].shape == (2, 2)  # the first anchor's only

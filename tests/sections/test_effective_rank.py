@@ -1,5 +1,7 @@
 """headstab.sections.effective_rank: participation ratio of hook_z, position pooling, tables (issue 14 part 2)."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -303,8 +305,9 @@ def test_correlation_table_estimates_by_hand_in_sorted_order_whatever_the_row_or
     pd.testing.assert_frame_equal(
         rank_correlation_table(shuffled, stability, matched, n_boot=50, seed=3, confidence=0.95), table
     )
-    assert list(zip(table["positions"], table["layer"]))[::3] == [("all", 0), ("all", 1), ("last", 0), ("last", 1)]
-    assert table["statistic"].tolist()[:3] == ["pr_mean", "pr_vs_stability", "pr_anchor_vs_match"]
+    assert list(zip(table["positions"], table["layer"]))[::5] == [("all", 0), ("all", 1), ("last", 0), ("last", 1)]
+    assert table["statistic"].tolist()[:5] == [
+        "pr_mean", "pr_vs_stability", "pr_anchor_vs_match", "pr_uncentred_mean", "pr_uncentred_vs_stability"]  # fmt: skip
     atol = reduction_atol(np.float64, len(pr), magnitude=10.0)
     for row in table.itertuples():
         group = pr[(pr["positions"] == row.positions) & (pr["layer"] == row.layer)]
@@ -314,6 +317,8 @@ def test_correlation_table_estimates_by_hand_in_sorted_order_whatever_the_row_or
             "pr_mean": group["pr"].mean(),
             "pr_vs_stability": np.corrcoef(joined["pr"], joined["stability"])[0, 1],
             "pr_anchor_vs_match": np.corrcoef(rows["pr_anchor"], rows["pr_match"])[0, 1],
+            "pr_uncentred_mean": group["pr_uncentred"].mean(),
+            "pr_uncentred_vs_stability": np.corrcoef(joined["pr_uncentred"], joined["stability"])[0, 1],
         }[row.statistic]
         assert row.estimate == pytest.approx(expected, abs=atol)
         assert row.n_rows == (len(rows) if row.statistic == "pr_anchor_vs_match" else len(group))
@@ -327,3 +332,28 @@ def test_a_missing_anchor_head_is_refused_naming_its_pair_rows():
     message = r"\(anchor, pair, layer, head\) \[\[1, 2, 0, 0\], \[1, 3, 0, 0\], \[1, 4, 0, 0\]\]$"
     with pytest.raises(ValueError, match=message):
         matched_rank_table(lacking, pairs)
+
+
+def test_the_content_independence_reading_is_made_on_the_uncentred_rank(tmp_path):
+    from headstab.plots.effective_rank import plot_rank_vs_stability
+
+    # Head 0 writes one fixed vector plus small noise (content-independent), head 1 isotropic noise.
+    rng = np.random.default_rng(2)
+    n_prompts, n_pos = 2, 200
+    fixed = np.ones(D_HEAD) + 0.01 * rng.standard_normal((n_prompts, n_pos, D_HEAD))
+    noise = rng.standard_normal((n_prompts, n_pos, D_HEAD))
+    hook_z = np.stack([fixed, noise], axis=2)[None]  # [layer 1, prompt, pos, head 2, d_head]
+    pr = effective_rank_table(hook_z, np.full(n_prompts, n_pos), 1, prepend_bos=False)
+    heads = pd.DataFrame({"anchor_seed": 1, "layer": 0, "head": [0, 1], "stability": [0.9, 0.4]})
+    drawn = plot_rank_vs_stability(pr, heads, tmp_path / "pr.png", "toy").set_index("head")
+    assert drawn.loc[0, "effective_rank"] == pytest.approx(1.0, abs=0.01)  # the reading holds uncentred
+    assert pr[(pr["positions"] == "all") & (pr["head"] == 0)]["pr"].item() > D_HEAD / 2  # centred: the noise's rank
+    assert drawn.loc[1, "effective_rank"] > D_HEAD / 2
+
+
+def test_the_docs_and_caption_name_the_entropy_effective_rank_and_cite_it():
+    repo = Path(__file__).resolve().parents[2]
+    for path in ("docs/beyond_the_paper.md", "workflow/report/effective_rank_stability.rst"):
+        text = " ".join((repo / path).read_text().split())
+        assert "entropy effective rank" in text and "Roy & Vetterli 2007" in text, path
+        assert "pr_uncentred" in text, path

@@ -21,3 +21,6 @@ def test_summary_names_the_configuration(tiny_spec):
     )
     assert "seeds [1, 5]" in architecture_summary(tiny_spec(seeds=(1, 5)), "r")
     assert "attention-only" in architecture_summary(tiny_spec(attn_only=True, d_mlp=None), "r")
+    assert "(seeds 1-3, one data order shared by all)" in architecture_summary(
+        tiny_spec(seeds=(1, 2, 3), data_order="shared"), "r"
+    )

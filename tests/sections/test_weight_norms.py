@@ -9,6 +9,7 @@ import scipy.stats
 from helpers.tolerances import reduction_atol, reduction_rtol
 
 from headstab.sections.weight_norms import (
+    CORRELATION_COLUMNS,
     NORM_COLUMNS,
     bridge_state,
     layer_weight_norms,
@@ -35,15 +36,18 @@ def test_weight_norms_by_hand():
     }
     norms = layer_weight_norms(state, n_layers=1, n_heads=n_heads, d_head=d_head)
     got = norms.set_index("matrix")["frobenius_norm"]
-    assert list(norms.columns) == ["layer", "matrix", "frobenius_norm"]
+    assert list(norms.columns) == ["layer", "matrix", "frobenius_norm", "whole_layer_norm"]
     assert set(got.index) == {"W_Q", "W_K", "W_V", "W_O", "ln1_w"}  # no MLP, no ln2 given
     assert got["W_Q"] == pytest.approx(math.sqrt(12) / 2)
     assert got["W_V"] == pytest.approx(3 * math.sqrt(12) / 2)
     assert got["W_O"] == pytest.approx(2 * math.sqrt(12) / 2)
     assert got["ln1_w"] == pytest.approx(5.0)
     # The authors' code: one Frobenius norm over the whole layer's matrix (all heads together).
-    whole = layer_weight_norms(state, n_layers=1, n_heads=n_heads, d_head=d_head, attention_norm="layer")
-    whole = whole.set_index("matrix")["frobenius_norm"]
+    whole_table = layer_weight_norms(state, n_layers=1, n_heads=n_heads, d_head=d_head, attention_norm="layer")
+    whole = whole_table.set_index("matrix")["frobenius_norm"]
+    # Table B.5's norm comes with either setting, and is the configured one under "layer".
+    pd.testing.assert_series_equal(norms["whole_layer_norm"], whole_table["frobenius_norm"], check_names=False)
+    pd.testing.assert_series_equal(whole_table["whole_layer_norm"], whole_table["frobenius_norm"], check_names=False)
     assert whole["W_Q"] == pytest.approx(math.sqrt(12), rel=reduction_rtol(np.float64, 24))  # sqrt(12 + 0)
     assert whole["W_O"] == pytest.approx(2 * math.sqrt(12), rel=reduction_rtol(np.float64, 24))
     assert whole["ln1_w"] == pytest.approx(5.0, rel=reduction_rtol(np.float64, 4))  # not per head: unchanged
@@ -90,7 +94,7 @@ def test_norm_stability_correlation_by_hand(layer_stability):
             for m, v in (("W_Q", 1.0 + layer), ("W_K", 5.0 - 2 * layer), ("ln1_w", 1.0))
         ],
         columns=["seed", "layer", "matrix", "frobenius_norm"],
-    )
+    ).assign(whole_layer_norm=lambda t: t["frobenius_norm"])
     stab = layer_stability({1: [0.9, 0.6, 0.3], 2: [0.1, 0.2, 0.3], 3: [0.5, 0.5, 0.4]})
     stab = pd.concat([stab, stab.assign(promptset="len5", mean=0.0)])
     corr = norm_stability_correlation(norms, stab)
@@ -104,7 +108,9 @@ def test_norm_stability_correlation_by_hand(layer_stability):
 
 
 def test_norm_stability_correlation_refuses_ambiguous_promptsets(layer_stability):
-    norms = pd.DataFrame({"seed": [1], "layer": [0], "matrix": ["W_Q"], "frobenius_norm": [1.0]})
+    norms = pd.DataFrame(
+        {"seed": [1], "layer": [0], "matrix": ["W_Q"], "frobenius_norm": [1.0], "whole_layer_norm": 1.0}
+    )
     stab = pd.concat([layer_stability({1: [0.5]}), layer_stability({1: [0.5]}, promptset="x")])
     with pytest.raises(ValueError, match="promptset"):
         norm_stability_correlation(norms, stab, promptset=None)
@@ -156,7 +162,11 @@ def test_weight_norm_summary_by_hand():
             "matrix": ["W_K", "W_Q", "W_Q", "W_K"],
             "pearson_r": [0.5, -1.0, 0.0, math.nan],
             "p_value": [0.2, 0.01, 0.9, math.nan],
+            "spearman_r": [0.5, -1.0, 0.5, math.nan],
+            "whole_layer_pearson_r": [0.4, -0.8, 0.2, math.nan],
             "n_layers": 3,
+            "norm_ss": [1.0, 4.0, 1.0, 0.0],
+            "stability_ss": [1.0, 1.0, 4.0, 2.0],
         }
     )
     facts = {"l3": {"n_layers": 3, "n_heads": 2, "optimizer": "Adam", "attention_only": False}}
@@ -166,6 +176,17 @@ def test_weight_norm_summary_by_hand():
     assert (q["architecture"], q["n_layers"], q["optimizer"], q["attention_only"]) == ("l3", 3, "Adam", False)
     assert (q["mean_pearson_r"], q["std_pearson_r"], q["n_anchors"]) == (-0.5, 0.5, 2)
     assert (q["first_anchor_r"], q["first_anchor_p"]) == (0.0, 0.9)
+    assert (q["mean_spearman_r"], q["first_anchor_spearman_r"], q["n_points"], q["by_construction"]) == (
+        -0.25,
+        0.5,
+        6,
+        False,
+    )
+    assert (q["mean_whole_layer_r"], q["first_anchor_whole_layer_r"]) == (pytest.approx(-0.3), 0.2)
+    # Cross products -1 * sqrt(4 * 1) + 0 * sqrt(1 * 4) = -2 over sqrt((4 + 1) * (1 + 4)) = 5.
+    assert q["pooled_pearson_r"] == pytest.approx(-0.4)
+    # W_K: anchor 2's constant norm has no r and no cross product, but its stability spread counts.
+    assert summary.iloc[1]["pooled_pearson_r"] == pytest.approx(0.5 * 1 / np.sqrt(1 * 3))
     assert summary.iloc[1]["n_anchors"] == 1  # a NaN r is not an anchor
     missing = weight_norm_summary({"l3": correlation}, facts, {"l3": 9})
     assert missing["first_anchor_r"].isna().all()
@@ -174,7 +195,7 @@ def test_weight_norm_summary_by_hand():
 def test_weight_norm_summary_interval_resamples_the_anchors():
     correlation = pd.DataFrame(
         {"anchor_seed": [1, 2, 3], "matrix": "W_Q", "pearson_r": [0.2, 0.4, 0.9], "p_value": 0.5, "n_layers": 3}
-    )
+    ).assign(spearman_r=0.5, whole_layer_pearson_r=0.5, norm_ss=1.0, stability_ss=1.0)
     facts = {"l3": {"n_layers": 3, "n_heads": 2, "optimizer": "Adam", "attention_only": False}}
     row = weight_norm_summary(
         {"l3": correlation}, facts, {"l3": 1}, intervals={"n_boot": 400, "seed": 0, "confidence": 0.9}
@@ -238,23 +259,31 @@ def test_correlation_rows_by_hand(layer_stability):
         columns=["seed", "layer", "matrix", "frobenius_norm"],
     )
     norms = norms.assign(frobenius_norm=norms["frobenius_norm"] * np.tile([1.0, 1.5, 1.2], 6))
+    norms = norms.assign(whole_layer_norm=norms["frobenius_norm"] ** 2)
     stab = layer_stability({1: [0.9, 0.6, 0.3], 2: [0.1, 0.2, 0.4]})
     stab = pd.concat([stab, stab.assign(scope="cross_layer", mean=stab["mean"][::-1].to_numpy())])
     corr = norm_stability_correlation(norms, stab)
     assert list(zip(corr["anchor_seed"], corr["matrix"])) == [(a, m) for a in (1, 2) for m in ("W_Q", "W_K", "ln1_w")]
     assert corr.index.tolist() == list(range(6))
-    assert list(corr.columns) == ["anchor_seed", "matrix", "pearson_r", "p_value", "n_layers"]
+    assert list(corr.columns) == CORRELATION_COLUMNS
     for row in corr.itertuples():
-        x = norms[(norms["seed"] == row.anchor_seed) & (norms["matrix"] == row.matrix)]["frobenius_norm"].to_numpy()
+        rows = norms[(norms["seed"] == row.anchor_seed) & (norms["matrix"] == row.matrix)]
+        x = rows["frobenius_norm"].to_numpy()
         y = np.array({1: [0.9, 0.6, 0.3], 2: [0.1, 0.2, 0.4]}[row.anchor_seed])
         r = np.corrcoef(x, y)[0, 1]
+        atol = reduction_atol(np.float64, 3, magnitude=16.0)
+        assert row.whole_layer_pearson_r == pytest.approx(np.corrcoef(rows["whole_layer_norm"], y)[0, 1], abs=atol)
+        assert row.spearman_r == pytest.approx(scipy.stats.spearmanr(x, y).statistic, abs=reduction_atol(np.float64, 3))
+        assert row.norm_ss == pytest.approx(((x - x.mean()) ** 2).sum(), abs=atol)
         t = r * np.sqrt(1 / (1 - r**2))  # n - 2 = 1 degree of freedom
         assert row.pearson_r == pytest.approx(r, abs=reduction_atol(np.float64, 3, magnitude=4.0))
         assert row.p_value == pytest.approx(2 * scipy.stats.t.sf(abs(t), 1), rel=1e-6)
 
 
 def test_correlation_refusals_name_the_table_and_the_refits(layer_stability):
-    norms = pd.DataFrame({"seed": [5], "layer": [0], "matrix": ["W_Q"], "frobenius_norm": [1.0]})
+    norms = pd.DataFrame(
+        {"seed": [5], "layer": [0], "matrix": ["W_Q"], "frobenius_norm": [1.0], "whole_layer_norm": 1.0}
+    )
     stab = layer_stability({1: [0.5], 2: [0.4]})
     with pytest.raises(ValueError, match=r"^norms needs a 'seed' column naming the refit the weights come from$"):
         norm_stability_correlation(norms.drop(columns="seed"), stab)
@@ -275,3 +304,122 @@ def test_refit_weight_norms_pass_the_attention_norm_and_number_rows(tiny_spec, t
     expected = layer_weight_norms(build_model(spec, 2), spec.n_layers, spec.n_heads, spec.d_head, "layer")
     got = table[table["seed"] == 2].drop(columns="seed").reset_index(drop=True)
     pd.testing.assert_frame_equal(got, expected)
+
+
+def _random_norms(rng, anchors, n_layers):
+    return pd.DataFrame(
+        [(a, layer, "W_Q", rng.uniform(1, 2), rng.uniform(1, 3)) for a in anchors for layer in range(n_layers)],
+        columns=NORM_COLUMNS,
+    )
+
+
+def test_pooled_r_is_pearson_of_the_layer_values_centred_within_each_anchor(layer_stability):
+    rng = np.random.default_rng(3)
+    anchors, n_layers = (1, 2, 3, 4), 5
+    norms = _random_norms(rng, anchors, n_layers)
+    stab = layer_stability({a: rng.uniform(0.4, 0.9, n_layers).tolist() for a in anchors})
+    corr = norm_stability_correlation(norms, stab)
+    facts = {"l5": {"n_layers": n_layers, "n_heads": 2, "optimizer": "Adam", "attention_only": False}}
+    row = weight_norm_summary({"l5": corr}, facts, {"l5": 1}).iloc[0]
+    x = norms.groupby("seed")["frobenius_norm"].transform(lambda v: v - v.mean()).to_numpy()
+    y = stab.groupby("anchor_seed")["mean"].transform(lambda v: v - v.mean()).to_numpy()  # same (anchor, layer) order
+    expected = (x * y).sum() / np.sqrt((x**2).sum() * (y**2).sum())  # no second centring: within-anchor means removed
+    assert row["pooled_pearson_r"] == pytest.approx(expected, abs=reduction_atol(np.float64, x.size, magnitude=1.0))
+    assert row["n_points"] == len(anchors) * n_layers and not row["by_construction"]
+    # Without ties, the centred ranks of every anchor have the same spread: pooled rank r = mean Spearman rho.
+    rx = norms.groupby("seed")["frobenius_norm"].rank().to_numpy() - (n_layers + 1) / 2
+    ry = stab.groupby("anchor_seed")["mean"].rank().to_numpy() - (n_layers + 1) / 2
+    pooled_rank = (rx * ry).sum() / np.sqrt((rx**2).sum() * (ry**2).sum())
+    assert row["mean_spearman_r"] == pytest.approx(pooled_rank, abs=reduction_atol(np.float64, x.size, magnitude=1.0))
+
+
+def test_two_layer_rows_are_plus_or_minus_one_by_construction_and_the_pooled_r_is_not(layer_stability):
+    rng = np.random.default_rng(8)
+    anchors = tuple(range(1, 9))
+    norms = _random_norms(rng, anchors, 2)
+    stab = layer_stability({a: rng.uniform(0.4, 0.9, 2).tolist() for a in anchors})
+    corr = norm_stability_correlation(norms, stab)
+    assert set(corr["pearson_r"].abs()) == {1.0} and set(corr["spearman_r"].abs()) == {1.0}
+    assert corr["p_value"].isna().all()
+    facts = {"l2": {"n_layers": 2, "n_heads": 2, "optimizer": "Adam", "attention_only": False}}
+    row = weight_norm_summary({"l2": corr}, facts, {"l2": 1}).iloc[0]
+    assert row["by_construction"] and abs(row["first_anchor_r"]) == 1.0
+    assert abs(row["pooled_pearson_r"]) < 1.0  # signs disagree across the 8 anchors of this draw
+    assert set(np.sign(corr["pearson_r"])) == {-1.0, 1.0}
+
+
+def test_correlation_refuses_norms_without_table_b5s_norm(layer_stability):
+    norms = pd.DataFrame({"seed": [1, 1], "layer": [0, 1], "matrix": "W_Q", "frobenius_norm": [1.0, 2.0]})
+    with pytest.raises(ValueError, match=r"lacks the column whole_layer_norm .* rebuild tables/weight_norms.csv"):
+        norm_stability_correlation(norms, layer_stability({1: [0.5, 0.4]}))
+
+
+def test_head_weight_norms_by_hand():
+    from headstab.sections.weight_norms import head_weight_norms
+
+    n_heads, d_head, d_model = 2, 3, 4
+    q = np.zeros((n_heads * d_head, d_model))
+    q[:d_head] = 1.0
+    o = np.zeros((d_model, n_heads * d_head))
+    o[:, d_head:] = 2.0
+    state = {"blocks.0.attn.q.weight": q, "blocks.0.attn.k.weight": q, "blocks.0.attn.v.weight": 3 * q,
+             "blocks.0.attn.o.weight": o}  # fmt: skip
+    norms = head_weight_norms(state, 1, n_heads, d_head).set_index(["matrix", "head"])["frobenius_norm"]
+    rtol = reduction_rtol(np.float64, 12)
+    assert norms[("W_Q", 0)] == pytest.approx(math.sqrt(12), rel=rtol) and norms[("W_Q", 1)] == 0.0
+    assert norms[("W_O", 1)] == pytest.approx(2 * math.sqrt(12), rel=rtol) and norms[("W_O", 0)] == 0.0
+    assert norms[("W_V", 0)] == pytest.approx(3 * math.sqrt(12), rel=rtol)
+    # the per-head mean of layer_weight_norms is the mean of these
+    assert layer_weight_norms(state, 1, n_heads, d_head).set_index("matrix").loc["W_Q", "frobenius_norm"] == (
+        pytest.approx(norms[("W_Q", 0)] / 2, rel=rtol)
+    )
+
+
+def _entropy_driven(rng, n):
+    """Norm and stability related only through entropy (sharper heads: lower entropy, larger norm, lower cosine)."""
+    entropy = rng.random(n)
+    return entropy, 5 - 3 * entropy + 0.05 * rng.normal(size=n), 0.3 + 0.5 * entropy + 0.01 * rng.normal(size=n)
+
+
+def test_correlation_over_layers_comes_with_its_partial_given_layer_entropy():
+    rng = np.random.default_rng(0)
+    entropy, norm, stability = _entropy_driven(rng, 8)
+    norms = pd.DataFrame(
+        {"seed": 1, "layer": range(8), "matrix": "W_Q", "frobenius_norm": norm, "whole_layer_norm": norm}
+    )
+    layers = pd.DataFrame({"promptset": "primary", "scope": "same_layer", "anchor_seed": 1, "layer": range(8),
+                           "mean": stability, "entropy": entropy})  # fmt: skip
+    row = norm_stability_correlation(norms, layers).iloc[0]
+    assert row["pearson_r"] < -0.99 and row["partial_r_entropy"] > -0.9  # 8 layers: the residuals are noise
+    residual = lambda v: v - np.polyval(np.polyfit(entropy, v, 1), entropy)  # noqa: E731
+    expected = np.corrcoef(residual(norm), residual(stability))[0, 1]
+    # rounding of the three correlations, amplified by 1 / ((1 - r_xz^2)(1 - r_yz^2)) when z explains much
+    amplification = 1 / ((1 - np.corrcoef(norm, entropy)[0, 1] ** 2) * (1 - np.corrcoef(stability, entropy)[0, 1] ** 2))
+    assert row["partial_r_entropy"] == pytest.approx(expected, abs=reduction_atol(np.float64, 8) * amplification)
+    two = norm_stability_correlation(norms[norms["layer"] < 2], layers[layers["layer"] < 2])
+    assert np.isnan(two["partial_r_entropy"]).all()  # under 4 layers nothing is left to correlate
+    without = norm_stability_correlation(norms, layers.drop(columns="entropy"))
+    assert without["partial_r_entropy"].isna().all()
+
+
+def test_per_layer_head_partial_correlation_given_entropy_resamples_anchors():
+    from headstab.sections.weight_norms import PARTIAL_COLUMNS, head_norm_partial_table
+
+    rng = np.random.default_rng(1)
+    rows_norm, rows_stab = [], []
+    for anchor in range(6):
+        entropy, norm, stability = _entropy_driven(rng, 8)
+        for head in range(8):
+            rows_norm.append((anchor, 0, head, "W_Q", norm[head]))
+            rows_norm.append((anchor, 0, head, "W_K", 1.0 + head))
+            rows_stab.append(("primary", "same_layer", anchor, 0, head, stability[head], entropy[head]))
+    norms = pd.DataFrame(rows_norm, columns=["seed", "layer", "head", "matrix", "frobenius_norm"])
+    heads = pd.DataFrame(
+        rows_stab, columns=["promptset", "scope", "anchor_seed", "layer", "head", "stability", "entropy"]
+    )
+    table = head_norm_partial_table(norms, heads, n_boot=200, seed=0, confidence=0.9)
+    assert list(table.columns) == PARTIAL_COLUMNS and table["matrix"].tolist() == ["W_Q"]
+    row = table.iloc[0]
+    assert (row["n_heads"], row["n_anchors"]) == (48, 6)
+    assert row["pearson_r"] < -0.9 and row["entropy_r"] > 0.9  # raw: larger norm, lower stability
+    assert abs(row["partial_r"]) < 0.5 and row["partial_r_ci_low"] <= row["partial_r"] <= row["partial_r_ci_high"]

@@ -218,3 +218,29 @@ def test_percentile_interval_is_the_tail_quantiles_ignoring_nans():
     for confidence in (0.0, 1.0):
         with pytest.raises(ValueError, match=rf"statistics.confidence.*got {confidence}"):
             percentile_interval(replicates, confidence)
+
+
+def test_the_percentile_interval_of_a_max_of_exchangeable_means_sits_above_the_truth():
+    # The null's situation: every candidate head has the same true mean, so the max over them is biased up,
+    # and the resamples' max more so (docs/statistics.md, "Upward bias for a max of means").
+    n_groups, n_seeds, n_heads, mu, sd = 20, 5, 8, 0.5, 0.05
+    rng = np.random.default_rng(0)
+    above = 0
+    for dataset in range(20):
+        grouped = mu + sd * rng.standard_normal((n_groups, n_seeds, n_seeds, 1, n_heads, n_heads))
+        replicates = stability_replicates(draw_resamples(200, n_seeds, n_groups, seed=dataset), grouped,
+                                          np.full(n_groups, 5))  # fmt: skip
+        low, high = percentile_interval(replicates["layer"], 0.95)
+        estimate = replicates["layer_estimate"][0]
+        assert estimate > mu and (low[0] + high[0]) / 2 > estimate
+        above += low[0] > mu
+    assert above >= 18  # measured: 100 of 100 datasets at 400 resamples
+
+
+def test_the_docs_label_effect_size_descriptive_and_note_the_max_bias():
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).resolve().parents[2] / "docs/statistics.md").read_text().split())
+    (row,) = [line for line in text.split("| `") if line.startswith("effect_size`")]
+    assert "Descriptive only" in row and "dependent" in row and "no test statistic" in row
+    assert "Upward bias for a max of means" in text and "null" in text.split("Upward bias for a max of means")[1][:400]

@@ -1,5 +1,6 @@
 """The library stays readable: no module over 400 lines, no function over 80, and no timing or issue
-number in its comments (measurements belong in benchmarks/README.md)."""
+number in its comments (measurements belong in benchmarks/README.md); no model loader runs a model's own code;
+no import cycle, and the parse-time package imports nothing above it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import ast
 import re
 from pathlib import Path
 
-LIBRARY = Path(__file__).resolve().parents[2] / "src" / "headstab"
+REPO = Path(__file__).resolve().parents[2]
+LIBRARY = REPO / "src" / "headstab"
 MODULES = sorted(LIBRARY.rglob("*.py"))
 
 
@@ -118,3 +120,19 @@ def test_the_parse_time_package_imports_nothing_of_headstab_outside_it():
         if module.startswith("headstab.plan")
     }
     assert {module: others for module, others in outside.items() if others} == {}
+
+
+def test_every_hugging_face_loader_refuses_a_models_own_code():
+    """Each from_pretrained / boot_transformers passes trust_remote_code=False: never transformers' [y/N] question."""
+    calls, unsafe = 0, []
+    for path in sorted([*MODULES, *(REPO / "workflow").rglob("*.py"), *(REPO / "benchmarks").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            if node.func.attr not in ("from_pretrained", "boot_transformers"):
+                continue
+            calls += 1
+            flag = next((k.value for k in node.keywords if k.arg == "trust_remote_code"), None)
+            if not (isinstance(flag, ast.Constant) and flag.value is False):
+                unsafe.append(f"{path.relative_to(REPO)}:{node.lineno} {node.func.attr}")
+    assert calls >= 6 and not unsafe, unsafe

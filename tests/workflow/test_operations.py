@@ -215,11 +215,10 @@ def test_the_prompt_check_never_makes_existing_weights_look_out_of_date(tiny_run
 def test_documented_params_check_plans_nothing_after_a_run_and_only_the_jobs_whose_params_changed(
     tiny_run: Path,
 ) -> None:
-    """README and docs/operations.md: `snakemake -n --rerun-triggers params` (not --list-changes params,
-    which lists unchanged outputs in Snakemake 9.27)."""
-    for doc in ("README.md", "docs/operations.md"):
-        text = (REPO / doc).read_text()
-        assert "snakemake -n --rerun-triggers params" in text and "snakemake --list-changes" not in text, doc
+    """docs/operations.md: `snakemake -n --rerun-triggers params` (not --list-changes params, which lists
+    unchanged outputs in Snakemake 9.27)."""
+    text = (REPO / "docs/operations.md").read_text()
+    assert "snakemake -n --rerun-triggers params" in text and "snakemake --list-changes" not in text
     clean = snakemake(tiny_run, "-n", "--rerun-triggers", "params")
     assert clean.returncode == 0, clean.stderr[-3000:]
     assert planned_rules(clean.stdout) == set() and "Nothing to be done" in clean.stdout + clean.stderr

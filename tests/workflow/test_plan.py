@@ -73,6 +73,29 @@ def test_misspelt_key_fails_the_plan(tmp_path):
     assert "did you mean 'prompt_sets'" in output
 
 
+def test_a_key_given_twice_in_any_config_file_fails_the_plan_naming_file_key_and_lines(tmp_path):
+    """Snakemake keeps the last of two equal keys; each --configfile (here a preset after the demo) is re-read."""
+    preset = tmp_path / "preset.yaml"
+    preset.write_text("analysis:\n  meta_sne_perplexity: 10\n  cka_hook: hook_resid_pre\n  meta_sne_perplexity: 20\n")
+    result = _dry_run("--configfile", "config/demo.yaml", str(preset))
+    assert result.returncode != 0
+    assert (
+        f"config file {preset}: key 'analysis.meta_sne_perplexity' is given twice, on line 2 and line 4"
+        in result.stdout + result.stderr
+    )
+
+
+def test_a_yaml_alias_bomb_fails_the_plan_with_a_short_message(tmp_path):
+    bomb = "".join(f"  - &a{n} [{', '.join([f'*a{n - 1}'] * 9)}]\n" for n in range(1, 9))
+    path = tmp_path / "bomb.yaml"
+    text = (REPO / "config/demo.yaml").read_text()
+    path.write_text(text.replace("  lr: 2.0e-3 ", "  lr:\n  - &a0 [lol, lol, lol, lol]\n" + bomb + "  #", 1))
+    result = _dry_run("--configfile", str(path))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and len(output) < 5000, len(output)
+    assert f"config file {path}: its aliases (*name) expand to " in output
+
+
 def _rule_blocks(text: str) -> dict[str, str]:
     """{rule name: its text} of every named `rule` in a .smk file."""
     parts = re.split(r"^rule (\w+):\n", text, flags=re.M)
@@ -124,6 +147,17 @@ def test_the_readmes_run_selection_command_plans_2_architectures_x_3_seeds():
     assert result.returncode == 0, result.stderr[-3000:]
     trained = sorted(wildcards for rule, wildcards, _ in _jobs(result.stdout) if rule == "train")
     assert trained == sorted(f"arch={arch}, seed={seed}" for arch in ("l4_h8", "l4_h8_wd") for seed in (1, 2, 3))
+
+
+def test_a_results_dir_that_climbs_out_of_the_working_directory_fails_at_parse_time():
+    result = _dry_run("--config", "results_dir=../../../../../etc")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    outside = os.path.normpath(REPO / "../../../../../etc")  # /etc from a checkout 5 or fewer levels deep
+    assert (
+        f"Invalid configuration: config key 'results_dir': '../../../../../etc' resolves to {outside}, outside"
+        in output
+    )
 
 
 def test_results_dir_below_a_file_fails_at_parse_time_naming_key_path_and_file():

@@ -1,6 +1,6 @@
 # Paper §4.8, Fig. 10 / B.9: head ablation importance vs head stability.
 #
-#   ablation_perplexity  {RESULTS}/{arch}/tables/ablation_perplexity.csv  the anchor, each head zeroed (GPU)
+#   ablation_perplexity  {RESULTS}/{arch}/tables/ablation_perplexity.csv  the anchor(s), each head zeroed (GPU)
 #   ablation             {RESULTS}/{arch}/tables/ablation.csv, ablation_correlation.csv,
 #                        figures/ablation_correlation.png
 #
@@ -12,17 +12,20 @@ ABLATION_TARGETS = {
     + [figure_path(arch, "ablation_correlation")]
     for arch in ARCHITECTURES
 }
-# The anchor's weights and its cache (the prompts' tokens come from it: nothing is re-tokenized).
+# The ablated anchors' weights and caches (the prompts' tokens come from them: nothing is re-tokenized).
 ANCHOR_REFITS = {
-    arch: {"weights": final_weights(arch, ANCHOR_SEEDS[arch]), "cache": cache_path(arch, ANCHOR_SEEDS[arch])}
+    arch: {
+        "weights": [final_weights(arch, seed) for seed in ARCH[arch]["ablation_seeds"]],
+        "caches": [cache_path(arch, seed) for seed in ARCH[arch]["ablation_seeds"]],
+    }
     for arch in ARCHITECTURES
 }
 
 
 rule ablation_perplexity:
-    """The anchor refit's perplexity on the primary prompts, unablated and with each head's hook_z zeroed
-    in turn (paper §4.8), weights processed as the caches were (analysis.weight_processing). Runs the
-    model: a GPU where the run has one."""
+    """The anchor refits' perplexity on the primary prompts, unablated and with each head's hook_z zeroed
+    in turn (paper §4.8; the first seed, and more with analysis.ablation_anchors), weights processed as the
+    caches were (analysis.weight_processing). Runs the models: a GPU where the run has one."""
     input:
         unpack(lookup(dpath="{arch}", within=ANCHOR_REFITS)),
     output:
@@ -37,10 +40,10 @@ rule ablation_perplexity:
     resources:
         gpu=MODEL_GPUS,
         mem_mb=4000,
-        runtime=30,
+        runtime=by_arch("ablation_runtime"),
     params:
         spec=by_arch("refit_spec"),
-        anchor_seed=by_arch("anchor_seed"),
+        anchor_seeds=by_arch("ablation_seeds"),
         promptset=PRIMARY,
         batch_size=config["analysis"]["ablation_batch_size"],
         weight_processing=config["analysis"]["weight_processing"],
@@ -51,8 +54,8 @@ rule ablation_perplexity:
 
 rule ablation:
     """Ablation importance vs head stability (paper §4.8, Fig. 10 / B.9): ΔPPL = ablated - baseline per
-    head of the anchor refit, the per-layer Pearson correlation with head stability and its linear
-    trend across layers."""
+    head of the anchor refit, the per-layer Pearson and Spearman correlation with head stability (also
+    pooled over the ablated anchors) and the linear trend of Pearson's r across layers."""
     input:
         ablation_perplexity=table_path("{arch}", "ablation_perplexity"),
         head_stability=table_path("{arch}", "head_stability"),

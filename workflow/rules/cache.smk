@@ -32,7 +32,7 @@ rule cache_activations:
         # A new cache layout changes this param, so Snakemake rebuilds caches written by older code.
         format_version=CACHE_FORMAT_VERSION,
         weight_processing=config["analysis"]["weight_processing"],  # TL2 steps applied on load (docs/fidelity.md)
-        spec=by_arch("job_spec"),
+        spec=by_arch("cache_spec"),  # the refit's model, run with analysis.act_fn where set
         tokenizer=by_arch("tokenizer"),
         tokenizer_dir=by_arch("tokenizer_dir"),
         device=COMPUTE["device"],

@@ -14,19 +14,22 @@ sys.path.insert(0, LIBRARY)
 os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [LIBRARY, os.environ.get("PYTHONPATH")])))
 
 from headstab.plan import jobs, resources
-from headstab.plan.config import architecture_spec, selected_architectures, validate_config
-from headstab.plan.spec import ConfigError
+from headstab.plan.config import architecture_spec, load_yaml, selected_architectures, validate_config
+from headstab.plan.spec import ConfigError, paired_twins
 from headstab.plan.formats import CACHE_FORMAT_VERSION
 from headstab.plan.layout import ANALYSIS_ROOT_RULES, Layout
-from headstab.prompts import load_prompt_sets
+from headstab.prompts.loading import load_prompt_sets
 from headstab.sections import architecture_facts, architecture_summary
 from headstab.plan.seed_design import SEED_WILDCARD, refit_seeds
 from headstab.plan.sources import checkpoint_sources
+from headstab.plan.yaml_files import bounded_repr
 
 # One environment for every rule with `--sdm conda` (the pins of requirements.txt), relative to the rule files.
 CONDA_ENV = "../../envs/headstab.yaml"
 
 try:
+    for _configfile in workflow.configfiles:  # Snakemake's own reading keeps the last of a key given twice
+        load_yaml(_configfile)
     validate_config(config, schema_path=Path(workflow.basedir) / "workflow/schemas/config.schema.yaml")
     # trained here, or fetched (published.smk, hub_families.smk): a missing published_local path, a bad refit_file
     SOURCES = checkpoint_sources(config, selected_architectures(config))
@@ -37,12 +40,12 @@ try:
     PRIMARY = config["analysis"]["promptset"]  # the prompt set of the single-set analyses
     if PRIMARY not in _prompt_sets:
         raise ValueError(
-            f"config key 'analysis.promptset': {PRIMARY!r} is not a prompt set; choose from {list(_prompt_sets)}"
+            f"config key 'analysis.promptset': {bounded_repr(PRIMARY)} is not a prompt set; choose from {list(_prompt_sets)}"
         )
     _unknown = [name for name in jobs.activation_sets(config) or () if name not in _prompt_sets]
     if _unknown:
         raise ValueError(
-            f"config key 'cache.activation_sets': {_unknown} are not prompt sets; choose from {list(_prompt_sets)}"
+            f"config key 'cache.activation_sets': {bounded_repr(_unknown)} are not prompt sets; choose from {list(_prompt_sets)}"
         )
 except (OSError, ValueError) as error:
     raise WorkflowError(f"Invalid prompt sets: {error}") from None
@@ -58,12 +61,14 @@ SELECTED_ARCHITECTURES = selected_architectures(config)
 SEED_GRID_ARCHITECTURES = [a for a in SELECTED_ARCHITECTURES if config["architectures"][a].get("seed_grid")]
 ARCHITECTURES = [arch for arch in SELECTED_ARCHITECTURES if arch not in SEED_GRID_ARCHITECTURES]
 SPECS = {arch: architecture_spec(config, arch) for arch in SELECTED_ARCHITECTURES}
+# What the analyses build each refit's model from: its spec with the activation of analysis.act_fn, if set.
+ANALYSIS_SPECS = {arch: jobs.analysis_spec(spec, config["analysis"]["act_fn"]) for arch, spec in SPECS.items()}
 COMPUTE = config["compute"]
 STATISTICS = config["statistics"]
 # In the params of the rules whose numbers this library code computes: editing it reruns them.
-STATISTICS_CODE = jobs.library_digest("statistics", "stability.py")
-PROMPT_GROUPS_CODE = jobs.library_digest("similarity/prompt_groups.py")
-OPTIMIZER_TESTS_CODE = jobs.library_digest("statistics", "sections/optimizers.py")
+STATISTICS_CODE = jobs.library_digest("statistics", "stability.py", "matching.py")
+PROMPT_GROUPS_CODE = jobs.library_digest("similarity/prompt_groups.py", "sharpness.py")
+OPTIMIZER_TESTS_CODE = jobs.library_digest("statistics", "sections/optimizer_tests.py")
 ARCHITECTURE_FACTS = {arch: architecture_facts(SPECS[arch]) for arch in ARCHITECTURES}
 RUN_SUMMARY = f"{len(ARCHITECTURES)} architectures ({', '.join(ARCHITECTURES)}), results_dir {RESULTS}"
 
@@ -89,10 +94,14 @@ ANCHOR_SEEDS = {arch: seeds[0] for arch, seeds in SEEDS.items()}  # the paper's 
 # Per architecture: what its rules look up with by_arch("<key>").
 ARCH = {
     arch: {
-        "job_spec": jobs.job_spec(spec),  # train and cache params: without seeds
-        "refit_spec": spec.to_dict(),  # analysis params: every refit
+        "job_spec": jobs.job_spec(spec),  # train and fetch params: without seeds
+        "cache_spec": jobs.job_spec(ANALYSIS_SPECS[arch]),  # cache params: without seeds
+        "refit_spec": ANALYSIS_SPECS[arch].to_dict(),  # analysis params: every refit
         "seeds": SEEDS[arch],
         "anchor_seed": ANCHOR_SEEDS[arch],
+        # The ablated anchors: the paper's, the first seed, and the next ones up to analysis.ablation_anchors.
+        "ablation_seeds": SEEDS[arch][: config["analysis"]["ablation_anchors"]],
+        "ablation_runtime": 30 * len(SEEDS[arch][: config["analysis"]["ablation_anchors"]]),
         "weights": [final_weights(arch, seed) for seed in SEEDS[arch]],
         "caches": [cache_path(arch, seed) for seed in SEEDS[arch]],
         "similarities": [similarity_path(arch, promptset) for promptset in PROMPT_SETS],

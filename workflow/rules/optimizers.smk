@@ -1,4 +1,4 @@
-# Paper §4.5, Fig. 6 / B.6, Fig. 35, Table B.7: Adam vs AdamW.
+# Paper §4.5, Fig. 6 / B.6, Fig. 35, §B.7 figures: Adam vs AdamW.
 #
 #   heldout_wikitext       {RESULTS}/data/heldout/wikitext-2-raw-v1_test/{tokenizer}.npy  (heldout_corpus null)
 #   validation_perplexity  {RESULTS}/{arch}/tables/validation_perplexity.csv  every refit on held-out text (GPU)
@@ -69,7 +69,7 @@ rule heldout_wikitext:
 
 
 rule validation_perplexity:
-    """Validation perplexity of every refit (paper §4.5, Table B.7) on the first analysis.heldout_tokens
+    """Validation perplexity of every refit (paper §4.5, §B.7 figures) on the first analysis.heldout_tokens
     tokens of held-out text in seq_len windows, weights processed as the caches were
     (analysis.weight_processing). Runs the models: a GPU where the run has one."""
     input:
@@ -126,7 +126,7 @@ rule activation_norms:
 rule optimizer_comparison:
     """Adam vs AdamW (paper §4.5): layer-wise stability side by side (Fig. 6 / B.6), attention-output
     and resid_mid norms (Fig. 35), and performance parity of the refits' validation perplexities with
-    mean, spread and Welch's two-sided test (Table B.7)."""
+    mean, spread and Welch's two-sided test (§B.7 figures)."""
     input:
         unpack(lookup(dpath="{arch}", within=TWIN_INPUTS)),
     output:

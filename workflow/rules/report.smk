@@ -92,7 +92,13 @@ rule report_summary_tables:
 
 # The report's summary, its first category (the report lists categories alphabetically: a digit sorts first).
 SUMMARY_CATEGORY = "1. Summary"
-HEADLINE_TABLES = ("layer_stability_pooled", "stability_gap_intervals", "residual_cka_layers", "training_final_loss")
+HEADLINE_TABLES = (
+    "layer_stability_pooled",
+    "layer_stability",
+    "stability_gap_intervals",
+    "residual_cka_layers",
+    "training_final_loss",
+)
 HEADLINE_SOURCES = [
     path for arch in ARCHITECTURES for path in TABLE_SOURCES[arch] if Path(path).stem in HEADLINE_TABLES
 ] + [path for path in SUMMARY_TABLE_SOURCES if Path(path).stem in ("optimizer_tests", "weight_norm_correlation")]
@@ -139,13 +145,18 @@ rule headline_summary:
         facts=ARCHITECTURE_FACTS,
         configurations={arch: ARCH[arch]["configuration"] for arch in ARCHITECTURES},
         pairs=OPTIMIZER_PAIRS,
+        anchor_seeds=ANCHOR_SEEDS,
+        anchors=config["analysis"]["anchors"],
         promptset=PRIMARY,
         confidence=STATISTICS["confidence"],
         legend=(
             "Rows: statistic and layer (0-based; -1: one number per architecture). estimate with ci_low/ci_high "
-            "(interval says which); null: chance level (prompts permuted); init: the same refits at step 0; "
-            "p_value of the AdamW - Adam test; paper_source: where the paper reports the statistic, paper_value: "
-            "its number where resources/paper_values.yaml gives one."
+            "(interval says which): every refit as anchor, pooled; null: chance level (prompts permuted); init: "
+            "the same refits at step 0; p_value of the AdamW - Adam test; anchor_estimate: the same statistic the "
+            "paper's way, the first seed's refit as the only anchor (Table B.5's r with the whole layer's norm); "
+            "paper_text: the paper's own number, authors_notebooks: what the authors' notebooks printed "
+            "(resources/paper_values.yaml), both for the paper's models at paper scale: a toy-scale run such as "
+            "the demo shares their names, not their sizes; paper_source: where the paper reports the statistic."
         ),
     script:
         "../scripts/headline_summary.py"

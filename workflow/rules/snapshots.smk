@@ -9,13 +9,20 @@
 #
 # Library: headstab.training.snapshots, headstab.training (snapshot_steps), headstab.activations.writer (patterns_only).
 
-# The model of each architecture without its snapshot steps: changing them retrains (train's spec holds
-# them), but leaves the step-0 weights and every snapshot's cache params as they were.
+# The model of each architecture without the keys that only shape training (snapshot steps, data order):
+# changing them retrains (train's spec holds them), but leaves the step-0 weights and every snapshot's cache
+# params as they were. A snapshot's cache runs the model as the final caches do (analysis.act_fn).
+TRAINING_ONLY = ("snapshot_steps", "data_order")
 MODEL_SPECS = {
-    arch: {key: value for key, value in ARCH[arch]["job_spec"].items() if key != "snapshot_steps"}
+    arch: {key: value for key, value in ARCH[arch]["job_spec"].items() if key not in TRAINING_ONLY}
+    for arch in ARCHITECTURES
+}
+SNAPSHOT_CACHE_SPECS = {
+    arch: {key: value for key, value in ARCH[arch]["cache_spec"].items() if key not in TRAINING_ONLY}
     for arch in ARCHITECTURES
 }
 by_model_spec = partial(jobs.WildcardLookup, MODEL_SPECS, "arch")
+by_snapshot_cache_spec = partial(jobs.WildcardLookup, SNAPSHOT_CACHE_SPECS, "arch")
 
 
 rule init_weights:
@@ -79,4 +86,4 @@ use rule cache_activations as cache_snapshot_activations with:
     params:
         # Only the prompt-group similarity reads a snapshot's cache: hook_pattern alone.
         cache=jobs.cache_options(config, patterns_only=True),
-        spec=by_model_spec(),
+        spec=by_snapshot_cache_spec(),

@@ -55,6 +55,7 @@ rule stability_tables:
         library=STATISTICS_CODE,
         promptsets=PROMPT_SETS,
         layer_std_ddof=config["analysis"]["layer_std_ddof"],
+        alignment_self_match=config["analysis"]["alignment_self_match"],
         statistics=STATISTICS,
     script:
         "../scripts/stability_tables.py"

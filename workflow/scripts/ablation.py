@@ -9,7 +9,7 @@ import pandas as pd
 from headstab.joblog import run_job
 from headstab.plots.ablation import plot_ablation_correlation
 from headstab.sections.ablation import (
-    ablated_grid,
+    ablated_grids,
     ablation_correlation,
     ablation_correlation_intervals,
     ablation_table,
@@ -19,17 +19,29 @@ from headstab.sections.ablation import (
 
 def main():
     inp, out = snakemake.input, snakemake.output
-    seed, ppl_ablated, baseline = ablated_grid(pd.read_csv(inp.ablation_perplexity))
-    table = ablation_table(
-        ppl_ablated, baseline, pd.read_csv(inp.head_stability), seed, promptset=snakemake.params.promptset
+    head_stability = pd.read_csv(inp.head_stability)
+    grids = ablated_grids(pd.read_csv(inp.ablation_perplexity))  # the paper's anchor first
+    table = pd.concat(
+        [
+            ablation_table(ppl_ablated, baseline, head_stability, seed, promptset=snakemake.params.promptset)
+            for seed, ppl_ablated, baseline in grids
+        ],
+        ignore_index=True,
     )
     table.to_csv(out.table, index=False)
-    per_layer, trend = ablation_correlation(table)
+    seed = grids[0][0]
+    per_layer, trend = ablation_correlation(table, anchor_seed=seed)
     options = snakemake.params.statistics
-    intervals = ablation_correlation_intervals(table, options["n_boot"], options["seed"], options["confidence"])
+    intervals = ablation_correlation_intervals(
+        table, options["n_boot"], options["seed"], options["confidence"], anchor_seed=seed
+    )
     correlations = correlation_table(per_layer, trend, seed).merge(intervals, on="layer", how="left")
     correlations.to_csv(out.correlation, index=False)
-    logging.info("per-layer r %s; trend slope %.3f", per_layer["pearson_r"].round(3).tolist(), trend["slope"])
+    logging.info(
+        "per-layer r %s, rho %s (anchor %s); pooled over %d anchors: r %s; trend slope %.3f",
+        per_layer["pearson_r"].round(3).tolist(), per_layer["spearman_r"].round(3).tolist(), seed, len(grids),
+        per_layer["pooled_pearson_r"].round(3).tolist(), trend["slope"],
+    )  # fmt: skip
     plot_ablation_correlation(table, per_layer, trend, out.figure, snakemake.wildcards.arch)
 
 

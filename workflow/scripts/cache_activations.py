@@ -7,7 +7,7 @@ from headstab.fileio import sha256_file
 from headstab.joblog import run_job
 from headstab.plan.seed_design import refit_name
 from headstab.plan.spec import spec_from_dict
-from headstab.prompts import load_prompt_file
+from headstab.prompts.loading import load_prompt_file
 from headstab.provenance import environment_record, package_versions
 from headstab.refits.models import load_trained_model, resolve_device
 from headstab.refits.tokenizer import load_tokenizer, tokenizer_identity

@@ -10,7 +10,7 @@ import logging
 from headstab.activations.capture import check_prompt_lengths, tokenize_prompts
 from headstab.fileio import sha256_file, write_json_atomic
 from headstab.joblog import run_job
-from headstab.prompts import load_prompt_file
+from headstab.prompts.loading import load_prompt_file
 from headstab.refits.tokenizer import load_tokenizer
 
 TOKENIZER, N_CTX = snakemake.wildcards.tokenizer, int(snakemake.wildcards.n_ctx)

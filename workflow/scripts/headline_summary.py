@@ -4,16 +4,17 @@
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from headstab.joblog import run_job
+from headstab.plan.yaml_files import load_yaml_file
 from headstab.plots.headline import plot_stability_by_depth
 from headstab.report_pages import table_kind, table_page
-from headstab.sections.headline import headline_table, paper_values_frame
+from headstab.sections.headline import anchor_layer_difference, headline_table, paper_values_frame
 
 # The table each headline_table argument reads, by the name of its CSV.
 ARGUMENTS = {
     "layer_stability_pooled": "pooled",
+    "layer_stability": "per_anchor",
     "stability_gap_intervals": "gap",
     "residual_cka_layers": "cka",
     "optimizer_tests": "tests",
@@ -34,11 +35,23 @@ def main():
                 by_arch.setdefault(member, {})["tests"] = pd.read_csv(path)
         else:
             shared[ARGUMENTS[name]] = pd.read_csv(path)
-    paper = paper_values_frame(yaml.safe_load(Path(snakemake.input.paper).read_text())["values"] or [])
+    for adam, adamw in params.pairs.items():  # Fig. 6: the first seed of each member
+        members = by_arch.get(adam, {}), by_arch.get(adamw, {})
+        same_anchor = params.anchor_seeds[adam] == params.anchor_seeds[adamw]
+        if same_anchor and all("per_anchor" in member for member in members):
+            difference = anchor_layer_difference(
+                members[0]["per_anchor"], members[1]["per_anchor"], params.anchor_seeds[adam], params.promptset
+            )
+            for member in members:
+                member["tests_anchor"] = difference
+    paper = paper_values_frame(load_yaml_file(snakemake.input.paper))
     tables = [
-        headline_table(arch, params.promptset, params.confidence, **by_arch.get(arch, {}), **shared, paper=paper)
+        headline_table(
+            arch, params.promptset, params.confidence, paper=paper, anchor_seed=params.anchor_seeds[arch],
+            anchors=params.anchors, **by_arch.get(arch, {}), **shared,
+        )
         for arch in params.architectures
-    ]
+    ]  # fmt: skip
     headline = pd.concat(tables, ignore_index=True)
     headline.to_csv(out.table, index=False)
     pages = Path(out.pages)

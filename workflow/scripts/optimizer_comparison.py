@@ -1,6 +1,6 @@
 """Rule optimizer_comparison: an architecture and its AdamW twin -> compare/{arch}/figures/
 optimizer_stability.png (Fig. 6 / B.6), activation_norms.png (Fig. 35), perplexity.png and the tidy
-tables/perplexity.csv (Table B.7; columns in headstab.sections.optimizers.perplexity_table) (paper §4.5)."""
+tables/perplexity.csv (§B.7 figures; columns in headstab.sections.optimizers.perplexity_table) (paper §4.5)."""
 
 import logging
 

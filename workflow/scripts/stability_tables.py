@@ -34,7 +34,9 @@ def main():
         logging.info(
             "%s: %d refits, tensor %s; %d prompt groups", path, len(seeds), similarity.shape, len(grouped.group_sizes)
         )
-        tables = stability_tables(similarity, seeds, promptset, ddof=ddof)
+        tables = stability_tables(
+            similarity, seeds, promptset, ddof=ddof, alignment_self_match=snakemake.params.alignment_self_match
+        )
         intervals = interval_tables(
             similarity,
             grouped,
@@ -43,6 +45,7 @@ def main():
             seed=options["seed"],
             confidence=options["confidence"],
             init=None if init_path is None else read_grouped_similarity(init_path),
+            permutations=options["permutations"],
         )
         for name, interval_name in (
             ("head_stability", "head"),

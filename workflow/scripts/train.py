@@ -1,18 +1,19 @@
 """Rule train: one refit (architecture, seed) -> final.pt, train_log.csv, meta.json (paper §3.1). A seed-grid
-refit's wildcard is "{init}-{data}" (headstab.plan.seed_design): init seed for the weights, data seed for the order."""
+refit's wildcard is "{init}-{data}" (headstab.plan.seed_design): init seed for the weights, data seed for the order;
+an architecture with data_order shared orders every refit's windows with one data seed."""
 
 from pathlib import Path
 
 from headstab.joblog import run_job
-from headstab.plan.seed_design import refit_name, refit_seeds
+from headstab.plan.seed_design import refit_name, training_seeds
 from headstab.plan.spec import spec_from_dict
 from headstab.training import train_refit
 
 
 def main():
     name = refit_name(snakemake.wildcards.seed)
-    init_seed, data_seed = refit_seeds(name)
     spec = spec_from_dict({**snakemake.params.spec, "seeds": [name]})
+    init_seed, data_seed = training_seeds(name, spec.data_order)
     train_refit(
         spec,
         seed=init_seed,

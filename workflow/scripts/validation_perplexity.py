@@ -1,5 +1,5 @@
 """Rule validation_perplexity: every refit's final.pt + held-out shards -> tables/validation_perplexity.csv
-(seed, perplexity, n_tokens; paper §4.5, Table B.7)."""
+(seed, perplexity, n_tokens; paper §4.5, §B.7 figures)."""
 
 import logging
 

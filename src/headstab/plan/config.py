@@ -8,15 +8,15 @@ in the first second, naming the key and the fix.
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 from headstab.plan.command_line import coerce_scalar_strings
-from headstab.plan.hub_families import family_dimensions
+from headstab.plan.hub_families import REMOTE_CODE_ADVICE, family_dimensions, remote_code
 from headstab.plan.seed_design import grid_refits
 from headstab.plan.spec import (
     ARCHITECTURE_FIELDS,
@@ -24,20 +24,21 @@ from headstab.plan.spec import (
     ArchitectureSpec,
     ConfigError,
 )
+from headstab.plan.yaml_files import YamlFileError, bounded_repr, bounded_text, load_yaml_file
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML configuration file, with the file's name in every error."""
+    """Read a YAML configuration file strictly (headstab.plan.yaml_files: no key twice), naming the file in every error."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist; pass an existing file with --configfile")
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config file {path} is not valid YAML: {err}") from err
+        data = load_yaml_file(path)
+    except YamlFileError as err:
+        raise ConfigError(f"config file {err}") from err
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of keys, got {type(data).__name__}")
     return data
@@ -78,10 +79,10 @@ def _describe(error: jsonschema.ValidationError, schema: dict[str, Any]) -> str:
         best = informative[0]
         expected = error.schema.get("description", "") if isinstance(error.schema, dict) else ""
         hint = f"; expected {expected}" if expected else ""
-        return f"config key '{where}': {error.instance!r} is not valid ({best.message}{hint})"
+        return f"config key '{where}': {bounded_repr(error.instance)} is not valid ({bounded_text(best.message)}{hint})"
     description = error.schema.get("description") if isinstance(error.schema, dict) else None
     hint = f" ({description})" if description else ""
-    return f"config key '{where}': {error.message}{hint}"
+    return f"config key '{where}': {bounded_text(error.message)}{hint}"
 
 
 def validate_config(config: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
@@ -89,7 +90,7 @@ def validate_config(config: dict[str, Any], schema_path: str | Path = SCHEMA_PAT
 
     Returns the same dict. Raises ConfigError naming the first bad key and the fix.
     """
-    schema = yaml.safe_load(Path(schema_path).read_text())
+    schema = load_yaml_file(schema_path)
     coerce_scalar_strings(config, schema, schema)
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
@@ -107,15 +108,23 @@ def _closest(name: str, valid: Iterable[str]) -> str:
 
 
 def _check_results_dir(results_dir: str) -> None:
-    """results_dir must be, or be creatable as, a directory: no regular file at it or above it."""
-    path = Path(results_dir)
+    """results_dir is inside the working directory, or absolute (on purpose), and is or can be made a directory
+    (no regular file at it or above it)."""
+    path, cwd = Path(results_dir), Path.cwd()
+    inside = Path(os.path.normpath(cwd / path))  # as written: a symlink below the working directory may lead anywhere
+    if not path.is_absolute() and inside != cwd and cwd not in inside.parents:
+        raise ConfigError(
+            f"config key 'results_dir': {bounded_repr(results_dir)} resolves to {bounded_text(str(inside))}, outside "
+            f"the directory snakemake runs in ({cwd}); give a relative path below it, or, to write outside it on "
+            f"purpose, the absolute path (results_dir: {bounded_text(str(inside))})"
+        )
     for candidate in (path, *path.parents):
         if candidate.is_dir():
             return
         if candidate.exists():
             where = "is a file" if candidate == path else f"is below {candidate}, which is a file"
             raise ConfigError(
-                f"config key 'results_dir': {results_dir} {where}, not a directory; point results_dir at a "
+                f"config key 'results_dir': {bounded_text(results_dir)} {where}, not a directory; point results_dir at a "
                 "directory (it is created if missing; relative paths start at the directory snakemake runs in)"
             )
 
@@ -136,8 +145,26 @@ def _check_optimizer_pairs(config: dict[str, Any]) -> None:
         for member in (first, second):
             if member not in architectures:
                 raise ConfigError(
-                    f"config key 'analysis.optimizer_pairs': unknown architecture '{member}'.{_closest(member, architectures)}"
+                    f"config key 'analysis.optimizer_pairs': unknown architecture {bounded_repr(member)}.{_closest(member, architectures)}"
                 )
+
+
+def _check_tokenizers(config: dict[str, Any]) -> None:
+    """A trained tokenizer's corpus exists; a local one is a directory that runs no code of its own."""
+    for tok_name, tokenizer in config["tokenizers"].items():
+        if tokenizer["source"] == "train" and tokenizer["corpus"] not in config["corpora"]:
+            raise ConfigError(
+                f"config key 'tokenizers.{tok_name}.corpus': unknown corpus {bounded_repr(tokenizer['corpus'])}."
+                f"{_closest(tokenizer['corpus'], config['corpora'])}"
+            )
+        if tokenizer["source"] == "local" and not Path(tokenizer["path"]).is_dir():
+            raise ConfigError(
+                f"config key 'tokenizers.{tok_name}.path': {bounded_repr(tokenizer['path'])} is not a directory; point it at a "
+                "directory saved with tokenizer.save_pretrained"
+            )
+        if tokenizer["source"] == "local":
+            if (reason := remote_code(tokenizer["path"])) is not None:
+                raise ConfigError(f"config key 'tokenizers.{tok_name}.path': {reason}; {REMOTE_CODE_ADVICE}")
 
 
 def _check_references(config: dict[str, Any]) -> None:
@@ -148,18 +175,27 @@ def _check_references(config: dict[str, Any]) -> None:
         for name in wanted:
             if name not in architectures:
                 raise ConfigError(
-                    f"config key 'run.architectures': unknown architecture '{name}'.{_closest(name, architectures)}"
+                    f"config key 'run.architectures': unknown architecture {bounded_repr(name)}.{_closest(name, architectures)}"
                 )
+    act_fn = config.get("analysis", {}).get("act_fn")
     for name in selected_architectures(config):
+        source = {**config["architecture_defaults"], **config["architectures"][name],
+                  **config.get("architecture_overrides", {}).get(name, {})}.get("source")  # fmt: skip
+        if act_fn is not None and source == "hub_family":
+            raise ConfigError(
+                f"config key 'analysis.act_fn': {act_fn} applies to our model's refits (trained here or published), "
+                f"but architecture '{name}' is a hub family, which runs with its own activation; set analysis.act_fn "
+                "to null or leave the family out of run.architectures"
+            )
         spec = architecture_spec(config, name)
         if spec.tokenizer not in config["tokenizers"]:
             raise ConfigError(
-                f"config key 'architectures.{name}.tokenizer': unknown tokenizer '{spec.tokenizer}'."
+                f"config key 'architectures.{name}.tokenizer': unknown tokenizer {bounded_repr(spec.tokenizer)}."
                 f"{_closest(spec.tokenizer, config['tokenizers'])}"
             )
         if spec.corpus not in config["corpora"]:
             raise ConfigError(
-                f"config key 'architectures.{name}.corpus': unknown corpus '{spec.corpus}'."
+                f"config key 'architectures.{name}.corpus': unknown corpus {bounded_repr(spec.corpus)}."
                 f"{_closest(spec.corpus, config['corpora'])}"
             )
         if len(spec.seeds) < 2:
@@ -189,34 +225,24 @@ def _check_references(config: dict[str, Any]) -> None:
     for corpus_name, corpus in config["corpora"].items():
         if corpus["tokenizer"] not in config["tokenizers"]:
             raise ConfigError(
-                f"config key 'corpora.{corpus_name}.tokenizer': unknown tokenizer '{corpus['tokenizer']}'."
+                f"config key 'corpora.{corpus_name}.tokenizer': unknown tokenizer {bounded_repr(corpus['tokenizer'])}."
                 f"{_closest(corpus['tokenizer'], config['tokenizers'])}"
             )
         if corpus["source"] == "local" and not Path(corpus["path"]).exists():
             raise ConfigError(
-                f"config key 'corpora.{corpus_name}.path': {corpus['path']} does not exist; point it at a "
+                f"config key 'corpora.{corpus_name}.path': {bounded_repr(corpus['path'])} does not exist; point it at a "
                 "save_to_disk directory or text/jsonl/parquet files (relative paths start at the repository root)"
             )
-    for tok_name, tokenizer in config["tokenizers"].items():
-        if tokenizer["source"] == "train" and tokenizer["corpus"] not in config["corpora"]:
-            raise ConfigError(
-                f"config key 'tokenizers.{tok_name}.corpus': unknown corpus '{tokenizer['corpus']}'."
-                f"{_closest(tokenizer['corpus'], config['corpora'])}"
-            )
-        if tokenizer["source"] == "local" and not Path(tokenizer["path"]).is_dir():
-            raise ConfigError(
-                f"config key 'tokenizers.{tok_name}.path': {tokenizer['path']} is not a directory; point it at a "
-                "directory saved with tokenizer.save_pretrained"
-            )
+    _check_tokenizers(config)
     _check_optimizer_pairs(config)
     heldout = config.get("analysis", {}).get("heldout_corpus")
     if heldout is not None and heldout not in config["corpora"]:
         raise ConfigError(
-            f"config key 'analysis.heldout_corpus': unknown corpus '{heldout}'.{_closest(heldout, config['corpora'])}"
+            f"config key 'analysis.heldout_corpus': unknown corpus {bounded_repr(heldout)}.{_closest(heldout, config['corpora'])}"
         )
     for set_name, path in config["prompt_sets"].items():
         if not Path(path).is_file():
-            raise ConfigError(f"config key 'prompt_sets.{set_name}': prompt file {path} does not exist")
+            raise ConfigError(f"config key 'prompt_sets.{set_name}': prompt file {bounded_repr(path)} does not exist")
 
 
 def _expand_seeds(value: Any, where: str) -> tuple[int, ...]:
@@ -228,10 +254,16 @@ def _expand_seeds(value: Any, where: str) -> tuple[int, ...]:
 
 
 def architecture_spec(config: dict[str, Any], name: str) -> ArchitectureSpec:
-    """The registry entry `name` merged over `architecture_defaults`, with the run's seed override."""
+    """The registry entry `name` merged over `architecture_defaults`, `architecture_overrides[name]` over both,
+    with the run's seed override."""
     if name not in config["architectures"]:
-        raise ConfigError(f"unknown architecture '{name}'.{_closest(name, config['architectures'])}")
-    merged = {**BUILT_IN_ARCHITECTURE_DEFAULTS, **config["architecture_defaults"], **config["architectures"][name]}
+        raise ConfigError(f"unknown architecture {bounded_repr(name)}.{_closest(name, config['architectures'])}")
+    merged = {
+        **BUILT_IN_ARCHITECTURE_DEFAULTS,
+        **config["architecture_defaults"],
+        **config["architectures"][name],
+        **config.get("architecture_overrides", {}).get(name, {}),
+    }
     if merged.get("source") == "hub_family":  # dimensions from the model's config.json, not the defaults
         merged.update(family_dimensions(config, name))
     missing = [key for key in ARCHITECTURE_FIELDS if key not in merged]
@@ -249,6 +281,11 @@ def architecture_spec(config: dict[str, Any], name: str) -> ArchitectureSpec:
     if grid:  # init seed x data-order seed, refits named {init}-{data} (headstab.plan.seed_design)
         if merged.get("source", "train") != "train":
             raise ConfigError(f"config key 'architectures.{name}.seed_grid': only refits trained here have a data seed")
+        if merged["data_order"] != "per_seed":
+            raise ConfigError(
+                f"config key 'architectures.{name}.data_order': a seed_grid names each refit's data seed, so its "
+                "data order cannot be shared; leave data_order at per_seed (or unset) for this architecture"
+            )
         merged["seeds"] = grid_refits(grid["init_seeds"], grid["data_seeds"])
     if merged["seq_len"] is None:
         merged["seq_len"] = merged["n_ctx"]

@@ -15,6 +15,9 @@ The dimensions (n_layers, n_heads, d_model, d_head, d_mlp, n_ctx, d_vocab) come 
 `config.json`: read at parse time from a local `path`; for hub `id`s (not reachable when the workflow
 plans) they must be set in the entry (or architecture_defaults); rule fetch_family checks them against the
 downloaded config.
+A model or tokenizer directory whose config.json or tokenizer_config.json has an `auto_map` (a class of
+the model's own Python code) is refused: at parse time for a local `path`, by rule fetch_family for a
+hub `id`; every from_pretrained passes trust_remote_code=False.
 Importable at parse time (no torch, no transformers).
 """
 
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from headstab.plan.spec import ConfigError
+from headstab.plan.yaml_files import bounded_repr
 
 HUB_FAMILY = "hub_family"
 DIMENSIONS = ("n_layers", "n_heads", "d_model", "d_head", "d_mlp", "n_ctx", "d_vocab")
@@ -42,6 +46,12 @@ _HF_KEYS = {
 }
 _ROTARY_MODEL_TYPES = ("gpt_neox", "gptj", "llama", "mistral", "qwen2")
 _ACT_FNS = ("gelu", "gelu_new", "relu", "silu")
+# Files in which an `auto_map` key makes transformers import Python code shipped with the model.
+REMOTE_CODE_FILES = ("config.json", "tokenizer_config.json")
+REMOTE_CODE_ADVICE = (
+    "headstab never runs a model's own code (trust_remote_code=False): use a model whose architecture "
+    "transformers ships (e.g. GPT-2, GPT-NeoX), or remove the key if transformers has the class it names"
+)
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,19 @@ def source_from_dict(values: dict[str, Any]) -> FamilySource:
     return FamilySource(models)
 
 
+def remote_code(directory: str | Path) -> str | None:
+    """Why loading `directory` would run its own Python code ("<file> has key 'auto_map'"), or None."""
+    for name in REMOTE_CODE_FILES:
+        file = Path(directory) / name
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # missing or unreadable: from_pretrained fails on it, naming it
+            continue
+        if isinstance(data, dict) and "auto_map" in data:
+            return f"{file} has key 'auto_map' (classes from the model's own Python code)"
+    return None
+
+
 def _is_template(models: dict[Any, Any]) -> bool:
     return set(map(str, models)) <= set(MODEL_KEYS)
 
@@ -114,14 +137,20 @@ def _resolve_model(entry: dict[str, Any], seed: int, where: str, default_revisio
     try:
         values = {key: str(entry[key]).format(seed=seed) for key in MODEL_KEYS if entry.get(key) is not None}
     except (KeyError, IndexError, ValueError) as error:
-        raise ConfigError(f"config key '{where}': {entry} is not a valid template of {{seed}} ({error!r})") from error
+        raise ConfigError(
+            f"config key '{where}': {bounded_repr(entry)} is not a valid template of {{seed}} ({error!r})"
+        ) from error
     if "id" in values:
         values.setdefault("revision", default_revision)
     elif not Path(values["path"]).is_dir():
         raise ConfigError(
-            f"config key '{where}.path': {values['path']!r} (seed {seed}) is not a directory; point it at a model "
+            f"config key '{where}.path': {bounded_repr(values['path'])} (seed {seed}) is not a directory; point it at a model "
             "saved with save_pretrained (config.json and its weights), or use id: for a hub repository"
         )
+    else:
+        reason = remote_code(values["path"])
+        if reason is not None:
+            raise ConfigError(f"config key '{where}.path' (seed {seed}): {reason}; {REMOTE_CODE_ADVICE}")
     return FamilyModel(**values)
 
 
@@ -138,7 +167,7 @@ def family_source(config: dict[str, Any], name: str, seeds: tuple[int, ...]) -> 
     processing = config.get("analysis", {}).get("weight_processing") or []
     if processing:
         raise ConfigError(
-            f"config key 'analysis.weight_processing': {processing} applies to refits in our checkpoint format; "
+            f"config key 'analysis.weight_processing': {bounded_repr(processing)} applies to refits in our checkpoint format; "
             f"architecture '{name}' (source hub_family) is analysed with its weights as published; set it to []"
         )
     if merged.get("snapshot_steps"):
@@ -154,7 +183,7 @@ def family_source(config: dict[str, Any], name: str, seeds: tuple[int, ...]) -> 
         missing = [seed for seed in seeds if seed not in per_seed]
         if missing:
             raise ConfigError(
-                f"config key '{where}': no model for seed(s) {missing}; it has seeds {sorted(per_seed)} "
+                f"config key '{where}': no model for seed(s) {bounded_repr(missing)}; it has seeds {bounded_repr(sorted(per_seed))} "
                 "(add them, or select fewer seeds with the entry's seeds or run.seeds)"
             )
         resolved = {seed: _resolve_model(per_seed[seed], seed, f"{where}.{seed}", revision) for seed in seeds}
@@ -174,7 +203,7 @@ def hf_dimensions(hf_config: dict[str, Any]) -> dict[str, Any]:
     for ours, theirs in keys.items():
         if hf_config.get(theirs) is None:
             raise ConfigError(
-                f"Hugging Face config of model_type {model_type!r} has no {theirs!r} (our {ours}); set the "
+                f"Hugging Face config of model_type {bounded_repr(model_type)} has no {theirs!r} (our {ours}); set the "
                 f"architecture's {', '.join(DIMENSIONS)} in its config entry"
             )
         out[ours] = int(hf_config[theirs])

@@ -7,6 +7,7 @@ Pure functions of the config; importable at parse time (no numpy).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -75,6 +76,12 @@ def job_spec(spec: ArchitectureSpec) -> dict[str, Any]:
     values = spec.to_dict()
     del values["seeds"]
     return values
+
+
+def analysis_spec(spec: ArchitectureSpec, act_fn: str | None) -> ArchitectureSpec:
+    """The spec every analysis builds a refit's model from: `spec` with its activation replaced by `act_fn`
+    (config key analysis.act_fn; None: the function the refit was trained with). Weights do not depend on it."""
+    return spec if act_fn is None else dataclasses.replace(spec, act_fn=act_fn)
 
 
 def paper_twins(specs: Mapping[str, ArchitectureSpec], grids: Iterable[str]) -> dict[str, str]:

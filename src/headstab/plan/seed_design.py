@@ -5,6 +5,10 @@ architecture with `seed_grid: {init_seeds: [...], data_seeds: [...]}` instead ha
 named `{init}-{data}` (files under `seed{init}-{data}/`): its weights are drawn with the init seed and its
 windows shuffled with the data seed. A plain refit `{seed}` is the pair (seed, seed), so its name, weights
 and data order are what they always were.
+
+An architecture with `data_order: shared` keeps one data order for all its refits: every refit's windows are
+shuffled with SHARED_DATA_SEED, so its refits differ in their initialisation alone (the authors' GPT-2 script,
+which seeds torch with 0 before every shuffled DataLoader).
 """
 
 from __future__ import annotations
@@ -12,9 +16,21 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-__all__ = ["GRID_REFIT", "SEED_WILDCARD", "grid_refits", "refit_seeds", "refit_name"]
+__all__ = [
+    "DATA_ORDERS",
+    "GRID_REFIT",
+    "SEED_WILDCARD",
+    "SHARED_DATA_SEED",
+    "grid_refits",
+    "refit_seeds",
+    "refit_name",
+    "training_seeds",
+]
 
 GRID_REFIT = re.compile(r"^(\d+)-(\d+)$")
+DATA_ORDERS = ("per_seed", "shared")
+# The data seed of every refit of an architecture with data_order shared (the authors' torch.manual_seed(0)).
+SHARED_DATA_SEED = 0
 # The {seed} wildcard: a paper refit's seed, or a grid refit's init-data pair.
 SEED_WILDCARD = r"\d+(-\d+)?"
 
@@ -40,3 +56,16 @@ def refit_name(wildcard: str) -> int | str:
     """The refit as its spec lists it: an int for a paper seed, the 'init-data' string for a grid refit."""
     init, data = refit_seeds(wildcard)
     return f"{init}-{data}" if GRID_REFIT.match(str(wildcard)) else init
+
+
+def training_seeds(name: int | str, data_order: str) -> tuple[int, int]:
+    """(init seed, data-order seed) that refit `name` trains with: `refit_seeds`, except that data_order
+    "shared" gives every refit SHARED_DATA_SEED. A seed-grid refit names its own data seed, so it cannot share one."""
+    if data_order not in DATA_ORDERS:
+        raise ValueError(f"data_order must be per_seed or shared; got {data_order!r}")
+    init_seed, data_seed = refit_seeds(name)
+    if data_order == "per_seed":
+        return init_seed, data_seed
+    if GRID_REFIT.match(str(name)):
+        raise ValueError(f"refit {name!r} of a seed grid names its own data seed; data_order shared does not apply")
+    return init_seed, SHARED_DATA_SEED

@@ -27,6 +27,7 @@ from typing import Any
 from headstab.plan.config import architecture_spec
 from headstab.plan.hub_families import HUB_FAMILY, FamilySource, family_source
 from headstab.plan.spec import ArchitectureSpec, ConfigError
+from headstab.plan.yaml_files import bounded_repr
 
 TRAIN, PUBLISHED, PUBLISHED_LOCAL = "train", "published", "published_local"
 PUBLISHED_REPO_ID = "karanbali/attention_head_seed_stability"
@@ -77,7 +78,9 @@ def _template_fields(template: str, where: str) -> set[str]:
     try:
         return {field for _, field, _, _ in string.Formatter().parse(template) if field is not None}
     except ValueError as error:
-        raise ConfigError(f"config key '{where}': {template!r} is not a valid template ({error})") from error
+        raise ConfigError(
+            f"config key '{where}': {bounded_repr(template)} is not a valid template ({error})"
+        ) from error
 
 
 def checkpoint_source(config: dict[str, Any], name: str) -> CheckpointSource | FamilySource:
@@ -98,7 +101,7 @@ def checkpoint_source(config: dict[str, Any], name: str) -> CheckpointSource | F
         if unknown:
             raise ConfigError(
                 f"config key '{where}.refit_file' (or architecture_defaults.refit_file): unknown field(s) "
-                f"{sorted(unknown)} in {refit_file!r}; use {{{'}, {'.join(TEMPLATE_FIELDS)}}}"
+                f"{sorted(unknown)} in {bounded_repr(refit_file)}; use {{{'}, {'.join(TEMPLATE_FIELDS)}}}"
             )
     if kind == PUBLISHED:
         return CheckpointSource(
@@ -107,7 +110,7 @@ def checkpoint_source(config: dict[str, Any], name: str) -> CheckpointSource | F
     path = merged.get("path")
     if path is None or not Path(path).is_dir():
         raise ConfigError(
-            f"config key '{where}.path' (or architecture_defaults.path): {path!r} is not a directory; source "
+            f"config key '{where}.path' (or architecture_defaults.path): {bounded_repr(path)} is not a directory; source "
             "published_local reads the published refits from a local copy of the hub repository "
             f"({PUBLISHED_REPO_ID}), with one folder per architecture"
         )

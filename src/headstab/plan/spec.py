@@ -51,6 +51,9 @@ class ArchitectureSpec:
     # Steps whose weights train keeps (headstab.training.snapshots); no effect on the weights at any step, and left out
     # of to_dict() when empty, so the train and cache params of an architecture without snapshots stay as they were.
     snapshot_steps: tuple[int, ...] = ()
+    # "per_seed": a refit's seed also orders its windows; "shared": one order for every refit (headstab.plan.seed_design).
+    # Left out of to_dict() when per_seed, so the train params of the paper's refits stay as they were.
+    data_order: str = "per_seed"
 
     @property
     def initializer_range(self) -> float:
@@ -95,6 +98,8 @@ class ArchitectureSpec:
             out["snapshot_steps"] = list(self.snapshot_steps)
         else:
             del out["snapshot_steps"]
+        if self.data_order == "per_seed":
+            del out["data_order"]
         return out
 
 
@@ -107,4 +112,23 @@ def spec_from_dict(values: dict[str, Any]) -> ArchitectureSpec:
 
 ARCHITECTURE_FIELDS = tuple(f.name for f in fields(ArchitectureSpec) if f.name != "name")
 # Filled here, not by a schema `default:` (that would be written into every entry and override architecture_defaults).
-BUILT_IN_ARCHITECTURE_DEFAULTS: dict[str, Any] = {"divergence_factor": 3.0, "snapshot_steps": ()}
+BUILT_IN_ARCHITECTURE_DEFAULTS: dict[str, Any] = {
+    "divergence_factor": 3.0,
+    "snapshot_steps": (),
+    "data_order": "per_seed",
+}
+
+
+# What fixes refit s's start and data: build_model(spec, s) reads the model fields and the seed, and
+# window_order(seed) runs over the corpus cut into seq_len windows for the step budget.
+PAIRING_FIELDS = (
+    "n_layers", "n_heads", "d_model", "d_head", "d_mlp", "n_ctx", "d_vocab", "act_fn", "normalization_type",
+    "positional_embedding_type", "init_mode", "attn_only", "tokenizer", "corpus", "batch_size", "seq_len",
+    "epochs", "n_tokens", "seeds", "data_order",
+)  # fmt: skip
+
+
+def paired_twins(adam: ArchitectureSpec, adamw: ArchitectureSpec) -> bool:
+    """Whether refit s of the two architectures starts from the same weights and sees the same data order
+    (every field of PAIRING_FIELDS equal), so a comparison of the two is a paired design."""
+    return all(getattr(adam, name) == getattr(adamw, name) for name in PAIRING_FIELDS)

@@ -22,9 +22,13 @@ def plot_ablation_correlation(
 ) -> pd.DataFrame:
     """Ablation importance vs head stability (§4.8, Fig. 10 / B.9).
 
-    table: seed, layer, head, delta_ppl, stability (`ablation_table`); per_layer, trend:
-    `ablation_correlation(table)`. Returns per_layer with the trend's fitted r added.
+    table: seed, layer, head, delta_ppl, stability (`ablation_table`, the paper's anchor first); per_layer,
+    trend: `ablation_correlation(table)`. The scatter shows the first anchor's heads; the right panel its
+    Pearson r and Spearman rho per layer, and the correlation pooled over anchors when there are several.
+    Returns per_layer with the trend's fitted r added.
     """
+    if "seed" in table.columns:
+        table = table[table["seed"] == table["seed"].iloc[0]]
     n_layers = int(table["layer"].max()) + 1
     palette = layer_palette(n_layers)
     figure = new_figure((10, 3.9))
@@ -51,6 +55,11 @@ def plot_ablation_correlation(
     x = data["layer"].to_numpy() + 1
     r_ax.axhline(0, color="black", linewidth=0.6)
     r_ax.plot(x, data["pearson_r"], marker="o", color="tab:red", label="Pearson r per layer")
+    if "spearman_r" in data.columns:
+        r_ax.plot(x, data["spearman_r"], marker="s", color="tab:blue", label="Spearman ρ per layer")
+    if "n_anchors" in data.columns and data["n_anchors"].max() > 1:
+        r_ax.plot(x, data["pooled_pearson_r"], marker="^", linestyle=":", color="tab:red",
+                  label=f"Pearson r pooled over {int(data['n_anchors'].max())} anchors")  # fmt: skip
     if np.isfinite(trend.get("slope", np.nan)):
         data["trend_r"] = trend["intercept"] + trend["slope"] * data["layer"]
         r_ax.plot(
@@ -62,7 +71,7 @@ def plot_ablation_correlation(
         )
     layer_ticks(r_ax, n_layers)
     r_ax.set_ylim(-1.05, 1.05)
-    r_ax.set_ylabel("Pearson r (stability, ΔPPL)")
+    r_ax.set_ylabel("correlation (stability, ΔPPL)")
     r_ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     r_ax.set_title("correlation per layer", fontsize=9)
     figure.suptitle(f"{arch}: ablation importance vs head stability (§4.8, Fig. 10 / B.9)", fontsize=10)

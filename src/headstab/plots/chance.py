@@ -66,8 +66,16 @@ def plot_seeds_needed(curve: pd.DataFrame, needed: pd.DataFrame, path: str | Pat
         part = part.sort_values("n_refits")
         label = f"layer {layer + 1}" if statistic == "layer_stability" else "ΔS (§4.6)"
         style = "-" if statistic == "layer_stability" else "k--"
-        ax.errorbar(part["n_refits"], part["ci_width"], yerr=part["ci_width_sd"], fmt=style, marker="o",
-                    markersize=3, label=label, capsize=2)  # fmt: skip
+        ax.errorbar(
+            part["n_refits"],
+            part["ci_width"],
+            yerr=part["ci_width_sd"],
+            fmt=style,
+            marker="o",
+            markersize=3,
+            label=label,
+            capsize=2,
+        )
     largest = curve.loc[curve["n_refits"].idxmax()]
     n = np.geomspace(2, curve["n_refits"].max(), 20)
     ax.plot(n, largest["ci_width"] * np.sqrt(largest["n_refits"] / n), color="grey", linewidth=0.8, label="∝ 1/√n")
@@ -79,7 +87,10 @@ def plot_seeds_needed(curve: pd.DataFrame, needed: pd.DataFrame, path: str | Pat
     ax.set_ylabel("95% interval width")
     ax.legend(fontsize=7)
     worst = needed.loc[needed["n_refits_needed"].idxmax()]
-    ax.set_title(f"{arch}: refits needed for width ≤ {tolerance:g}: {int(worst['n_refits_needed'])}"
-                 f"{' (extrapolated)' if worst['extrapolated'] else ''}", fontsize=9)  # fmt: skip
+    ax.set_title(
+        f"{arch}: refits needed for width ≤ {tolerance:g}: {int(worst['n_refits_needed'])}"
+        f"{' (extrapolated)' if worst['extrapolated'] else ''}",
+        fontsize=9,
+    )
     save_figure(figure, path)
     return curve

@@ -18,13 +18,15 @@ def family_label(facts: dict) -> str:
 
 
 def plot_rank_vs_stability(pr: pd.DataFrame, head_stability: pd.DataFrame, path: str | Path, arch: str) -> pd.DataFrame:
-    """Scatter of PR (positions "all") against head stability, one point per head of each refit, coloured by layer.
+    """Scatter of the uncentred PR (positions "all") against head stability, one point per head of each refit,
+    coloured by layer: the figure reads PR ≈ 1 as a content-independent head, which holds uncentred only.
 
-    pr: seed, positions, layer, head, pr; head_stability: anchor_seed, layer, head, stability (one set and scope).
-    Returns the rows drawn.
+    pr: seed, positions, layer, head, pr_uncentred; head_stability: anchor_seed, layer, head, stability (one set
+    and scope). Returns the rows drawn: seed, layer, head, effective_rank (x), stability (y).
     """
     stability = head_stability.rename(columns={"anchor_seed": "seed"})[["seed", "layer", "head", "stability"]]
     rows = pr[pr["positions"] == "all"].merge(stability, on=["seed", "layer", "head"])
+    rows = rows.assign(effective_rank=rows["pr_uncentred"])[["seed", "layer", "head", "effective_rank", "stability"]]
     n_layers = int(rows["layer"].max()) + 1
     palette = layer_palette(n_layers)
     figure = new_figure((5.2, 4.0))
@@ -32,7 +34,7 @@ def plot_rank_vs_stability(pr: pd.DataFrame, head_stability: pd.DataFrame, path:
     for layer in range(n_layers):
         chosen = rows[rows["layer"] == layer]
         ax.scatter(
-            chosen["pr"],
+            chosen["effective_rank"],
             chosen["stability"],
             color=palette[layer],
             s=18,
@@ -40,7 +42,8 @@ def plot_rank_vs_stability(pr: pd.DataFrame, head_stability: pd.DataFrame, path:
             linewidth=0.3,
             label=f"layer {layer + 1}",
         )
-    ax.set_xlabel("participation ratio of hook_z (all real positions, BOS excluded)")
+    ax.axvline(1.0, color="0.6", linewidth=0.6)
+    ax.set_xlabel("entropy effective rank of the uncentred hook_z (1: one output, content-independent)")
     ax.set_ylabel("head stability (cosine similarity)")
     ax.legend(fontsize=7, ncol=2 if n_layers > 6 else 1, title="one point per head and refit", title_fontsize=7)
     ax.set_title(f"{arch}: effective rank vs stability", fontsize=9)

@@ -35,8 +35,16 @@ def plot_stability_by_depth(headline: pd.DataFrame, facts: Mapping[str, Mapping]
         ax.fill_between(
             group["relative_depth"], group["ci_low"], group["ci_high"], color=colour, alpha=0.12, linewidth=0
         )
-        ax.plot(group["relative_depth"], group["estimate"], color=colour, marker="^" if fact["attention_only"] else "o",
-                markersize=4, linestyle="--" if fact["optimizer"] == "AdamW" else "-", linewidth=1.2, label=arch)  # fmt: skip
+        ax.plot(
+            group["relative_depth"],
+            group["estimate"],
+            color=colour,
+            marker="^" if fact["attention_only"] else "o",
+            markersize=4,
+            linestyle="--" if fact["optimizer"] == "AdamW" else "-",
+            linewidth=1.2,
+            label=arch,
+        )
         ax.scatter(group["relative_depth"], group["null"], color="0.55", marker="x", s=12, linewidths=0.8)
     ax.scatter([], [], color="0.55", marker="x", label="null (chance)")
     ax.set_xlabel("relative depth (layer + 1) / L")
@@ -45,7 +53,10 @@ def plot_stability_by_depth(headline: pd.DataFrame, facts: Mapping[str, Mapping]
     ax.legend(
         fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5), ncol=1 + len(rows["architecture"].unique()) // 14
     )
-    ax.set_title("Layer stability against relative depth, all architectures (§4.1, §4.6)\n"
-                 "band: bootstrap interval; dashed: AdamW; triangles: attention-only; x: null", fontsize=9)  # fmt: skip
+    ax.set_title(
+        "Layer stability against relative depth, all architectures (§4.1, §4.6)\n"
+        "band: bootstrap interval; dashed: AdamW; triangles: attention-only; x: null",
+        fontsize=9,
+    )
     save_figure(figure, path)
     return rows[["architecture", "relative_depth", "estimate", "ci_low", "ci_high", "null"]]

@@ -1,4 +1,4 @@
-"""Adam vs AdamW (paper §4.5): layer stability (Fig. 6 / B.6), activation norms (Fig. 35), perplexity (Table B.7)."""
+"""Adam vs AdamW (paper §4.5): layer stability (Fig. 6 / B.6), activation norms (Fig. 35), perplexity (§B.7 figures)."""
 
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def plot_perplexity(
     arch_adamw: str,
     corpus: str = "held-out text",
 ) -> pd.DataFrame:
-    """Validation perplexity of every refit, Adam vs AdamW (§4.5, Table B.7).
+    """Validation perplexity of every refit, Adam vs AdamW (§4.5, §B.7 figures).
 
     ppl: optimizer, seed, perplexity; comparison: `perplexity_comparison` result.
     Returns per optimizer: mean, std (ddof 1), n.
@@ -163,7 +163,7 @@ def plot_perplexity(
     ax.set_xlabel("architecture (optimizer)")
     ax.legend(fontsize=7, loc="best")
     ax.set_title(
-        "Adam vs AdamW: performance parity (§4.5, Table B.7)\n"
+        "Adam vs AdamW: performance parity (§4.5, §B.7 figures)\n"
         f"Welch t = {comparison['welch_t']:.2f}, p = {comparison['welch_p']:.3g}; "
         f"Mann-Whitney p = {comparison['mannwhitney_p']:.3g}",
         fontsize=9,

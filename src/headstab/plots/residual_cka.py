@@ -24,8 +24,15 @@ def _interval_bars(ax, x: np.ndarray, data: pd.DataFrame) -> None:
     if "ci_low" not in data:
         return
     low, high = data["cka_mean"] - data["ci_low"], data["ci_high"] - data["cka_mean"]
-    ax.errorbar(x, data["cka_mean"], yerr=[low.clip(lower=0), high.clip(lower=0)], fmt="none", ecolor="tab:purple",
-                capsize=3, label="CKA mean, 95% bootstrap interval (refits)")  # fmt: skip
+    ax.errorbar(
+        x,
+        data["cka_mean"],
+        yerr=[low.clip(lower=0), high.clip(lower=0)],
+        fmt="none",
+        ecolor="tab:purple",
+        capsize=3,
+        label="CKA mean, 95% bootstrap interval (refits)",
+    )
 
 
 def plot_residual_stream(

@@ -73,8 +73,7 @@ def plot_optimizer_training_curves(
         jitter = np.linspace(-0.12, 0.12, len(values)) if len(values) > 1 else np.zeros(1)
         colour = OPTIMIZER_COLOURS[row.optimizer]
         final_ax.scatter(x + jitter, values, color=colour, s=14, alpha=0.7)
-        final_ax.errorbar(x + 0.3, row.mean, yerr=0 if np.isnan(row.std) else row.std, fmt="o", color=colour,
-                          capsize=3)  # fmt: skip
+        final_ax.errorbar(x + 0.3, row.mean, yerr=0 if np.isnan(row.std) else row.std, fmt="o", color=colour, capsize=3)
     final_ax.set_xticks(range(len(spread)), list(spread["optimizer"]))
     final_ax.set_xlim(-0.5, len(spread) - 0.3)
     final_ax.set_ylabel("final training loss")

@@ -20,6 +20,7 @@ parallel attention) has its `hook_resid_post` cached instead, as for attention-o
 
 from __future__ import annotations
 
+import pickle
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,8 +28,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from headstab.fileio import save_torch_atomic, sha256_file, write_json_atomic
-from headstab.plan.hub_families import DIMENSIONS, FamilyModel, FamilySource, hf_dimensions
+from headstab.fileio import save_torch_atomic, sha256_file, torch_reason, weights_only_refusal, write_json_atomic
+from headstab.plan.hub_families import (
+    DIMENSIONS,
+    REMOTE_CODE_ADVICE,
+    FamilyModel,
+    FamilySource,
+    hf_dimensions,
+    remote_code,
+)
 from headstab.plan.spec import ArchitectureSpec
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,6 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 LOADER = "transformers"
 WEIGHT_FILE_SUFFIXES = (".safetensors", ".bin")
+PICKLED_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth")  # read with torch.load; safetensors holds no pickle
 # What a hub download needs of a model repository: config, weights, tokenizer (no optimizer states etc.).
 DOWNLOAD_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.bin"]
 
@@ -79,6 +88,22 @@ def _check_tokenizer(tokenizer: Any, configured_dir: str | Path, where: str) -> 
         )
 
 
+def _refused_weights(error: BaseException, model_dir: Path, where: str) -> FamilyModelError:
+    """The error for pickled weights in `model_dir` that torch.load(weights_only=True) would not read, naming them."""
+    pickled = ", ".join(str(p) for p in sorted(model_dir.iterdir()) if p.suffix in PICKLED_WEIGHT_SUFFIXES)
+    refused = weights_only_refusal(error)
+    if refused is None:
+        return FamilyModelError(
+            f"{where}: its weights {pickled} are unreadable (torch.load(weights_only=True): {torch_reason(error)}); "
+            "delete them and fetch the model again, or use its .safetensors weights"
+        )
+    return FamilyModelError(
+        f"{where}: its weights {pickled} need code to be unpickled (they refer to {refused}), and torch refused "
+        "them before running anything. headstab never unpickles code from a downloaded file: use the model's "
+        ".safetensors weights, or re-save them as a plain state dict of tensors where you trust them"
+    )
+
+
 def save_family_refit(
     model_dir: str | Path,
     spec: ArchitectureSpec,
@@ -97,9 +122,20 @@ def save_family_refit(
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     model_entry = source.model(seed)
+    reason = remote_code(model_dir)  # a hub download is first seen here; a local path may have changed
+    if reason is not None:
+        raise FamilyModelError(
+            f"model {model_entry.identity} (seed {seed} of '{spec.name}'): {reason}; {REMOTE_CODE_ADVICE}"
+        )
     try:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=torch.float32, attn_implementation="eager", trust_remote_code=False
+        )
+        tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
+    except pickle.UnpicklingError as error:  # transformers reads .bin weights with torch.load(weights_only=True)
+        raise _refused_weights(
+            error, model_dir, f"model {model_entry.identity} (seed {seed} of '{spec.name}')"
+        ) from error
     except (OSError, ValueError) as error:
         raise FamilyModelError(
             f"model {model_entry.identity} (seed {seed} of '{spec.name}') cannot be loaded with transformers from "
@@ -162,7 +198,7 @@ def load_family_model(
     from transformers.utils import logging as hf_logging
 
     directory = Path(weights_path).parent
-    config = AutoConfig.from_pretrained(directory)
+    config = AutoConfig.from_pretrained(directory, trust_remote_code=False)
     hf_logging.set_verbosity_error()
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
     result = model.load_state_dict(dict(state), strict=False)
@@ -173,6 +209,8 @@ def load_family_model(
             "directory and fetch it again (rule fetch_family)"
         )
     model.to(device).eval()
-    bridge = TransformerBridge.boot_transformers(str(directory), hf_model=model, tokenizer=tokenizer, device=device)
+    bridge = TransformerBridge.boot_transformers(
+        str(directory), hf_model=model, tokenizer=tokenizer, device=device, trust_remote_code=False
+    )
     bridge.eval()
     return bridge

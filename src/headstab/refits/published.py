@@ -15,15 +15,13 @@ Files are read with `torch.load(weights_only=True)` only: a file that needs code
 
 from __future__ import annotations
 
-import pickle
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from headstab.fileio import save_torch_atomic, sha256_file, write_json_atomic
+from headstab.fileio import save_torch_atomic, sha256_file, torch_reason, weights_only_refusal, write_json_atomic
 from headstab.plan.sources import PUBLISHED, CheckpointSource
 from headstab.plan.spec import ArchitectureSpec
 from headstab.refits.models import shape_mismatch
@@ -45,20 +43,18 @@ def load_tl2_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     path = Path(path)
     try:
         loaded = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        unsafe = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
-        if unsafe is None:  # not a pickle torch can read at all
+    except Exception as error:  # torch raises several types for truncated or foreign files
+        unsafe = weights_only_refusal(error)
+        if unsafe is not None:
             raise PublishedRefitError(
-                f"published refit {path} is unreadable (not a torch.save file, or cut short); delete it and fetch it again"
+                f"published refit {path} cannot be loaded with torch.load(weights_only=True): it needs code to be "
+                f"unpickled (it refers to {unsafe}), and torch refused it before running anything. headstab never "
+                "unpickles code from a downloaded file; re-save it as a plain state dict of tensors "
+                "(torch.save(model.state_dict(), path)) where you trust it"
             ) from error
         raise PublishedRefitError(
-            f"published refit {path} cannot be loaded with torch.load(weights_only=True): it needs code to be unpickled "
-            f"(it refers to {unsafe.group(1)}). headstab never unpickles code from a downloaded file; re-save it as a "
-            "plain state dict of tensors (torch.save(model.state_dict(), path)) where you trust it"
-        ) from error
-    except Exception as error:  # torch raises several types for truncated or foreign files
-        raise PublishedRefitError(
-            f"published refit {path} is unreadable ({type(error).__name__}: {error}); delete it and fetch it again"
+            f"published refit {path} is unreadable (torch.load(weights_only=True): {type(error).__name__}: "
+            f"{torch_reason(error)}): not a torch.save file of tensors, or cut short; delete it and fetch it again"
         ) from error
     if isinstance(loaded, Mapping) and isinstance(loaded.get("model_state_dict"), Mapping):
         loaded = loaded["model_state_dict"]

@@ -65,7 +65,7 @@ def fetch_hub_tokenizer(hub_id: str, out_dir: str | Path) -> Any:
     from transformers import AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(hub_id)
+        tokenizer = AutoTokenizer.from_pretrained(hub_id, trust_remote_code=False)
     except OSError as err:
         raise TokenizerError(
             f"cannot load tokenizer '{hub_id}' from the Hugging Face hub ({err}); run rule fetch_tokenizer on a "
@@ -91,7 +91,7 @@ def load_tokenizer(directory: str | Path) -> Any:
             "save_pretrained"
         )
     try:
-        return AutoTokenizer.from_pretrained(str(directory))
+        return AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False)
     except (OSError, ValueError) as err:
         raise TokenizerError(
             f"tokenizer directory {directory} cannot be loaded with AutoTokenizer ({err}); {_repair_hint(directory)}"

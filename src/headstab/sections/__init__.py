@@ -44,9 +44,10 @@ def architecture_summary(spec: ArchitectureSpec, results_dir: str) -> str:
     numbered = all(isinstance(seed, int) for seed in seed_list)  # a seed grid names its refits "init-data"
     consecutive = numbered and seed_list == list(range(seed_list[0], seed_list[-1] + 1))
     seed_text = f"{seed_list[0]}-{seed_list[-1]}" if consecutive else seed_list
+    order = ", one data order shared by all" if spec.data_order == "shared" else ""
     return (
         f"{spec.name}: {spec.n_layers} layers x {spec.n_heads} heads, d_model={spec.d_model}, d_head={spec.d_head}, "
         f"{kind}, {optimizer_label(spec.optimizer)} (lr={spec.lr}, weight_decay={spec.weight_decay}), "
-        f"{len(seed_list)} refits (seeds {seed_text}), tokenizer {spec.tokenizer}, corpus {spec.corpus}, "
+        f"{len(seed_list)} refits (seeds {seed_text}{order}), tokenizer {spec.tokenizer}, corpus {spec.corpus}, "
         f"results_dir {results_dir}"
     )

@@ -3,6 +3,11 @@
 The anchor refit's perplexity on the primary prompts, unablated and with each head's hook_z zeroed
 in turn (`headstab.evaluation`); ΔPPL = ablated - baseline per head beside that head's stability;
 per layer the Pearson correlation of the two, and its linear trend over depth.
+
+Each layer's correlation is over its 8-16 heads, and ΔPPL is heavy-tailed (one head can cost twenty times
+the next), so Spearman's rho stands beside Pearson's r. With more than one anchor ablated
+(analysis.ablation_anchors) both are also pooled over anchors: the correlation of the values centred
+(or ranked, then centred) within each anchor, the repeated-measures correlation (Bakdash & Marusich 2017).
 """
 
 from __future__ import annotations
@@ -45,10 +50,17 @@ def ablation_perplexity_table(
 
 
 def ablated_grid(perplexities: pd.DataFrame) -> tuple[int, np.ndarray, float]:
-    """(seed, [layer, head] ablated perplexities, baseline) of an ablation_perplexity.csv table."""
+    """(seed, [layer, head] ablated perplexities, baseline) of the first anchor of an ablation_perplexity.csv table."""
     seed = int(perplexities["seed"].iloc[0])
-    grid = perplexities.pivot(index="layer", columns="head", values="ppl_ablated").sort_index().to_numpy()
-    return seed, grid, float(perplexities["ppl_baseline"].iloc[0])
+    rows = perplexities[perplexities["seed"] == seed]
+    grid = rows.pivot(index="layer", columns="head", values="ppl_ablated").sort_index().to_numpy()
+    return seed, grid, float(rows["ppl_baseline"].iloc[0])
+
+
+def ablated_grids(perplexities: pd.DataFrame) -> list[tuple[int, np.ndarray, float]]:
+    """`ablated_grid` of every anchor of an ablation_perplexity.csv table, in the table's order."""
+    seeds = pd.unique(perplexities["seed"])
+    return [ablated_grid(perplexities[perplexities["seed"] == seed]) for seed in seeds]
 
 
 def ablation_table(
@@ -86,19 +98,51 @@ def ablation_table(
     return table
 
 
-def ablation_correlation(table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
-    """Per layer Pearson correlation between head stability and ΔPPL, and its trend over depth.
+CORRELATION_COLUMNS = [
+    "layer", "pearson_r", "p_value", "spearman_r", "spearman_p", "n_heads", "pooled_pearson_r", "pooled_spearman_r",
+    "n_anchors",
+]  # fmt: skip
 
-    table: columns layer, stability, delta_ppl (as from `ablation_table`; one seed).
-    Returns (per-layer DataFrame with columns layer, pearson_r, p_value, n_heads;
-    trend dict with slope, intercept of r against 0-based layer, fitted over layers with finite r,
-    plus their r_value and p_value; NaN when fewer than 2 layers have a finite r).
+
+def _centred_within(values: pd.Series, anchors: pd.Series, ranks: bool) -> np.ndarray:
+    """The values (or their ranks, ties averaged) minus their anchor's mean."""
+    grouped = values.groupby(anchors, sort=False)
+    values = grouped.rank() if ranks else values
+    return (values - values.groupby(anchors, sort=False).transform("mean")).to_numpy(float)
+
+
+def _pooled_r(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson's r of values already centred within their anchor (no second centring); NaN without spread."""
+    scale = math.sqrt((x**2).sum() * (y**2).sum())
+    return float((x * y).sum() / scale) if scale > 0 else math.nan
+
+
+def ablation_correlation(table: pd.DataFrame, anchor_seed: int | None = None) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Per layer the correlation between head stability and ΔPPL, and the trend of Pearson's r over depth.
+
+    table: columns seed, layer, stability, delta_ppl (as from `ablation_table`; one or several anchors).
+    anchor_seed: the anchor of the paper's numbers (default: the table's first seed).
+    Returns (per-layer DataFrame of CORRELATION_COLUMNS: the anchor's pearson_r and p_value, spearman_r and
+    spearman_p over its n_heads heads; pooled_pearson_r and pooled_spearman_r over the n_anchors anchors, the
+    values (ranks) centred within each anchor; trend dict with slope, intercept of the anchor's r against
+    0-based layer, fitted over layers with finite r, plus their r_value and p_value; NaN when fewer than 2
+    layers have a finite r, and p_value NaN with 2, where the line fits by construction).
     """
+    if "seed" not in table.columns:
+        table = table.assign(seed=0)
+    anchor_seed = table["seed"].iloc[0] if anchor_seed is None else anchor_seed
     rows = []
     for layer, group in table.groupby("layer", sort=True):
-        r, p = pearson_or_nan(group["stability"].to_numpy(float), group["delta_ppl"].to_numpy(float))
-        rows.append((int(layer), r, p, len(group)))
-    per_layer = pd.DataFrame(rows, columns=["layer", "pearson_r", "p_value", "n_heads"])
+        own = group[group["seed"] == anchor_seed]
+        x, y = own["stability"].to_numpy(float), own["delta_ppl"].to_numpy(float)
+        r, p = pearson_or_nan(x, y)
+        rho, rho_p = pearson_or_nan(stats.rankdata(x), stats.rankdata(y))  # Spearman: scipy's t-test p on ranks
+        pooled = [
+            _pooled_r(*(_centred_within(group[c], group["seed"], ranks) for c in ("stability", "delta_ppl")))
+            for ranks in (False, True)
+        ]
+        rows.append((int(layer), r, p, rho, rho_p, len(own), *pooled, group["seed"].nunique()))
+    per_layer = pd.DataFrame(rows, columns=CORRELATION_COLUMNS)
     finite = per_layer[np.isfinite(per_layer["pearson_r"])]
     trend = {"slope": math.nan, "intercept": math.nan, "r_value": math.nan, "p_value": math.nan}
     if len(finite) >= 2 and np.ptp(finite["layer"]) > 0:
@@ -107,16 +151,21 @@ def ablation_correlation(table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, f
             "slope": float(fit.slope),
             "intercept": float(fit.intercept),
             "r_value": float(fit.rvalue),
-            "p_value": float(fit.pvalue),
+            "p_value": float(fit.pvalue) if len(finite) > 2 else math.nan,  # two points: +-1 by construction
         }
     return per_layer, trend
 
 
-def ablation_correlation_intervals(table: pd.DataFrame, n_boot: int, seed: int, confidence: float) -> pd.DataFrame:
-    """Per layer, the bootstrap interval of the stability-ΔPPL correlation, heads resampled (they are the
-    units of the correlation; `headstab.statistics.resampling.pearson_interval`): layer, ci_low, ci_high, n_boot."""
+def ablation_correlation_intervals(
+    table: pd.DataFrame, n_boot: int, seed: int, confidence: float, anchor_seed: int | None = None
+) -> pd.DataFrame:
+    """Per layer, the bootstrap interval of the anchor's stability-ΔPPL correlation, heads resampled (they are
+    the units of the correlation; `headstab.statistics.resampling.pearson_interval`): layer, ci_low, ci_high,
+    n_boot. anchor_seed: as in `ablation_correlation` (default: the table's first seed)."""
     from headstab.statistics.resampling import pearson_interval
 
+    if "seed" in table.columns:
+        table = table[table["seed"] == (table["seed"].iloc[0] if anchor_seed is None else anchor_seed)]
     rows = []
     for layer, group in table.groupby("layer", sort=True):
         low, high = pearson_interval(group["stability"], group["delta_ppl"], n_boot, seed + int(layer), confidence)

@@ -1,10 +1,16 @@
 """Per-head effective rank across refits, and against head stability (docs/beyond_the_paper.md).
 
-A head's outputs over many inputs, `attn.hook_z` [n_tokens, d_head], centred over tokens; its singular
-values σ_k; p_k = σ_k² / Σ σ²; the participation ratio PR = exp(H(p)) = exp(-Σ p_k log p_k), between 1
-(every centred output on one line) and d_head (isotropic outputs: a content-dependent head that uses its
-whole subspace). Centring removes what every token shares, so a content-independent head (one fixed vector
-plus noise) is told by the uncentred PR (≈ 1), also reported (`pr_uncentred`).
+A head's outputs over many inputs, `attn.hook_z` [n_tokens, d_head]; its singular values σ_k;
+p_k = σ_k² / Σ σ²; PR = exp(H(p)) = exp(-Σ p_k log p_k), between 1 (every output on one line) and d_head
+(isotropic outputs). exp of the spectral entropy is the entropy effective rank (Roy & Vetterli 2007, "The
+effective rank: a measure of effective dimensionality", EUSIPCO); the per-head spectral signal this builds on
+calls it the participation ratio (the classical participation ratio, (Σσ²)² / Σσ⁴, is another number).
+
+Its reading there, "PR ≈ 1 for a content-independent head" (one default output whatever the input), holds
+for the uncentred spectrum, `pr_uncentred`: centring removes what every token shares, so the same head's
+centred `pr` is its noise's, near d_head. Wherever that reading is invoked (the PR-vs-stability figure,
+`pr_uncentred_*` statistics), the uncentred value is used; `pr` (centred) measures how many directions the
+variation across tokens spans.
 
 Positions pooled (docs/beyond_the_paper.md):
 - "all": every real token position of every prompt of the set, stacked into one matrix. BOS (position 0
@@ -150,11 +156,13 @@ def rank_correlation_table(
     seed: int,
     confidence: float,
 ) -> pd.DataFrame:
-    """Per positions and layer: CORRELATION_COLUMNS for three statistics, intervals over refits.
+    """Per positions and layer: CORRELATION_COLUMNS for five statistics, intervals over refits.
 
     - pr_mean: mean PR over heads and refits;
     - pr_vs_stability: Pearson r of PR (head h of refit s) with head stability (anchor s, head h);
-    - pr_anchor_vs_match: Pearson r of the anchor head's PR with its best match's PR (is PR stable?).
+    - pr_anchor_vs_match: Pearson r of the anchor head's PR with its best match's PR (is PR stable?);
+    - pr_uncentred_mean, pr_uncentred_vs_stability: the first two for the uncentred PR, the one that is ≈ 1 for
+      a content-independent head.
     head_stability: one prompt set, scope same_layer (anchor_seed, layer, head, stability).
     """
     seeds = sorted(set(pr["seed"]))
@@ -173,6 +181,8 @@ def rank_correlation_table(
             "pr_mean": ("mean", group["pr"], None, refits),
             "pr_vs_stability": ("pearson", group["pr"], group["stability"], refits),
             "pr_anchor_vs_match": ("pearson", pairs["pr_anchor"], pairs["pr_match"], pair_refits),
+            "pr_uncentred_mean": ("mean", group["pr_uncentred"], None, refits),
+            "pr_uncentred_vs_stability": ("pearson", group["pr_uncentred"], group["stability"], refits),
         }
         for name, (statistic, x, y, units) in draws.items():
             estimate, low, high = refit_interval(

@@ -19,8 +19,17 @@ from headstab.statistics.bootstrap import draw_resamples, percentile_interval, s
 __all__ = ["TRAINING_DYNAMICS_COLUMNS", "stability_along_training"]
 
 TRAINING_DYNAMICS_COLUMNS = [
-    "step", "promptset", "layer", "stability", "ci_low", "ci_high", "null", "null_ci_low", "null_ci_high", "n_boot",
-]  # fmt: skip
+    "step",
+    "promptset",
+    "layer",
+    "stability",
+    "ci_low",
+    "ci_high",
+    "null",
+    "null_ci_low",
+    "null_ci_high",
+    "n_boot",
+]
 
 
 def _check_steps(grouped: Mapping[int, GroupedSimilarity]) -> None:
