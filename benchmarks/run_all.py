@@ -60,8 +60,9 @@ TARGETS: dict[str, tuple[str, float] | None] = {
     "drop_swap_vs_flops": ("<=", 1.15),
     "head_types_seconds_per_refit": None,
     "head_types_vs_cache": ("<=", 1.0),
+    "job_startup_seconds": None,
 }
-STAGES = ("similarity", "cache", "paper_scale", "bootstrap", "train", "drop_swap", "head_types")
+STAGES = ("similarity", "cache", "paper_scale", "bootstrap", "train", "drop_swap", "head_types", "job_startup")
 
 
 def run_demo(work_dir: Path, cores: str = "all") -> dict[str, Any]:
@@ -139,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     import bench_cache_published
     import bench_drop_swap
     import bench_head_types
+    import bench_job_startup
     import bench_paper_scale
     import bench_similarity
     import bench_train
@@ -237,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
             summary["head_types_seconds_per_refit"] = head_types["head_types_seconds_per_refit"]
             summary["head_types_vs_cache"] = head_types["head_types_vs_cache"]
             details["head_types"] = head_types
+        if "job_startup" in stages:
+            log.info("job_startup: do-nothing Snakemake script jobs")
+            startup = bench_job_startup.bench_job_startup(n_jobs=3 if args.quick else 8)
+            summary["job_startup_seconds"] = startup["job_startup_seconds"]
+            details["job_startup"] = startup
         if args.demo:
             log.info("demo: the whole `make demo` DAG from scratch")
             demo = run_demo(work_dir)

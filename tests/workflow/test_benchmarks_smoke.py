@@ -136,6 +136,15 @@ def test_drop_swap_flop_ratio_counts_the_intact_pass_the_block_passes_and_one_un
     assert bench_drop_swap.flop_ratio(spec, seq_len=5) == 3.0
 
 
+def test_job_startup_benchmark_times_every_do_nothing_job():
+    import bench_job_startup
+
+    result = bench_job_startup.bench_job_startup(n_jobs=3)
+    assert len(result["job_startup_all_seconds"]) == 3
+    assert result["job_startup_seconds"] == sorted(result["job_startup_all_seconds"])[1] > 0
+    assert "job_startup_seconds" in run_all.TARGETS and "job_startup" in run_all.STAGES
+
+
 def test_targets_are_checked_by_direction():
     summary = {key: None for key in run_all.TARGETS}
     summary |= {"cache_overhead": 1.2, "similarity_max_abs_diff": 2e-5, "similarity_gemm_fraction": float("nan")}
