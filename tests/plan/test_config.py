@@ -430,3 +430,23 @@ def test_conda_environment_pins_match_requirements():
             pinned[name.lower()] = version
     assert pinned == requirements
     assert "python=3.11" in env["dependencies"]
+
+
+def test_synthetic_corpus_repeated_spans_defaults_to_0_and_is_checked(demo):
+    config = validate_config(demo)
+    assert config["corpora"]["synthetic"]["repeated_spans"] == 3
+    del demo["corpora"]["synthetic"]["repeated_spans"]
+    assert validate_config(demo)["corpora"]["synthetic"]["repeated_spans"] == 0
+    demo["corpora"]["synthetic"]["repeated_spans"] = -1
+    with pytest.raises(ConfigError, match="repeated_spans"):
+        validate_config(demo)
+
+
+def test_demo_decayed_twins_decay_their_weights(demo):
+    """lr x weight_decay x steps >= 1 for every AdamW architecture of the demo (AdamW's decay would be negligible)."""
+    config = validate_config(demo)
+    for name in config["architectures"]:
+        spec = architecture_spec(config, name)
+        if spec.optimizer == "adamw":
+            steps = spec.n_tokens // spec.tokens_per_step
+            assert spec.lr * spec.weight_decay * steps >= 1, name
