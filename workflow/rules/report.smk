@@ -108,6 +108,51 @@ HEADLINE_TARGETS = (
     else []
 )
 REPORT_TARGETS += HEADLINE_TARGETS
+from headstab.sections.trained_in import training_label
+
+# Architectures trained here: their step-0 refits say which head types training put there.
+TRAINED_IN_ARCHITECTURES = [arch for arch in ARCHITECTURES if HEAD_TYPE_STEP0[arch]]
+TRAINED_IN_TARGETS = (
+    [summary_table_path("trained_in_types"), f"{RESULTS}/summary/trained_in_types.html"]
+    if TRAINED_IN_ARCHITECTURES
+    else []
+)
+REPORT_TARGETS += TRAINED_IN_TARGETS
+
+
+rule trained_in_types:
+    """Per architecture trained here, layer and head type: the share of trained refits with a head of the type
+    against the share of its step-0 refits, with intervals, and the type's stability above the null; the
+    report's summary sentence per architecture names the types training put there, or says its heads are
+    positional."""
+    input:
+        trained=[table_path(arch, "head_types") for arch in TRAINED_IN_ARCHITECTURES],
+        thresholds=[table_path(arch, "head_type_thresholds") for arch in TRAINED_IN_ARCHITECTURES],
+        step0=[table_path(arch, "head_type_scores_step0") for arch in TRAINED_IN_ARCHITECTURES],
+        universality=[table_path(arch, "head_type_universality") for arch in TRAINED_IN_ARCHITECTURES],
+    output:
+        table=summary_table_path("trained_in_types"),
+        page=report(
+            f"{RESULTS}/summary/trained_in_types.html",
+            caption="../report/trained_in_types.rst",
+            category=SUMMARY_CATEGORY,
+            subcategory="Head types that training put there",
+        ),
+    log:
+        LAYOUT.log("trained_in_types", "summary"),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    params:
+        architectures=TRAINED_IN_ARCHITECTURES,
+        training={arch: training_label(SPECS[arch]) for arch in TRAINED_IN_ARCHITECTURES},
+        min_share=HEAD_TYPE_OPTIONS["trained_in_share"],
+        statistics=STATISTICS,
+    script:
+        "../scripts/trained_in_types.py"
 
 
 rule headline_summary:
