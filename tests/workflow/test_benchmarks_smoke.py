@@ -145,6 +145,25 @@ def test_job_startup_benchmark_times_every_do_nothing_job():
     assert "job_startup_seconds" in run_all.TARGETS and "job_startup" in run_all.STAGES
 
 
+def test_snakemake_log_timing_pairs_each_finish_with_its_start():
+    import snakemake_log_timing
+
+    log = """[Thu Nov 26 04:41:06 2026]
+localrule train:
+    output: a
+    jobid: 7
+[Thu Nov 26 04:41:08 2026]
+rule cache:
+    jobid: 9
+[Thu Nov 26 04:41:16 2026]
+Finished jobid: 9 (Rule: cache)
+[Thu Nov 26 04:41:36 2026]
+Finished jobid: 7 (Rule: train)
+"""
+    seconds, wall = snakemake_log_timing.rule_timing(log.splitlines())
+    assert seconds == {"cache": [8.0], "train": [30.0]} and wall == 30.0
+
+
 def test_targets_are_checked_by_direction():
     summary = {key: None for key in run_all.TARGETS}
     summary |= {"cache_overhead": 1.2, "similarity_max_abs_diff": 2e-5, "similarity_gemm_fraction": float("nan")}
