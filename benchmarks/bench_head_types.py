@@ -38,7 +38,7 @@ CONFIG = common.REPO / "config" / "config.yaml"
 def job(architecture: str, repeats: int, n_primary: int | None, n_sweep: int) -> dict[str, Any]:
     import torch
 
-    from headstab.activations.writer import write_activation_cache
+    from headstab.activations.writer import CacheOptions, write_activation_cache
     from headstab.head_types import probe_scores, probe_set
     from headstab.plan.config import architecture_spec, load_config
     from headstab.plan.jobs import cache_options
@@ -70,7 +70,9 @@ def job(architecture: str, repeats: int, n_primary: int | None, n_sweep: int) ->
             times["head_types"].append(time.perf_counter() - start)
             path.unlink(missing_ok=True)
             start = time.perf_counter()
-            write_activation_cache(path, model, token_sets, pad_token_id=0, show_progress=False, **writer)
+            write_activation_cache(
+                path, model, token_sets, pad_token_id=0, options=CacheOptions(show_progress=False, **writer)
+            )
             times["cache"].append(time.perf_counter() - start)
     return {
         "times": times,

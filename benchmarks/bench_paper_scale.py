@@ -62,7 +62,7 @@ def write_caches(
     """seed{k}.h5 for k = 1..n_refits: real random-init models for the first n_distinct, symlinks after."""
     import torch
 
-    from headstab.activations.writer import write_activation_cache
+    from headstab.activations.writer import CacheOptions, write_activation_cache
     from headstab.plan.config import architecture_spec, load_config
     from headstab.refits.models import build_model
 
@@ -84,9 +84,11 @@ def write_caches(
                 build_model(spec, refit),
                 token_sets,
                 pad_token_id=0,
-                show_progress=False,
+                options=CacheOptions(
+                    show_progress=False,
+                    **{key: config["cache"][key] for key in ("batch_size", "dtype", "compression_level")},
+                ),
                 attrs={"architecture": architecture, "seed": refit},
-                **{key: config["cache"][key] for key in ("batch_size", "dtype", "compression_level")},
             )
         else:
             path.symlink_to(f"seed{(refit - 1) % n_distinct + 1}.h5")

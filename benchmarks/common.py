@@ -218,7 +218,7 @@ def write_synthetic_caches(
     level, or None (uncompressed chunks). checksum False: no fletcher32 (to measure its cost; the
     argument is left out when True).
     """
-    from headstab.activations.writer import write_activation_cache
+    from headstab.activations.writer import CacheOptions, write_activation_cache
 
     directory.mkdir(parents=True, exist_ok=True)
     n_distinct = n_refits if n_distinct is None else max(1, min(n_distinct, n_refits))
@@ -235,10 +235,13 @@ def write_synthetic_caches(
             options = {} if compression_level == "default" else {"compression_level": compression_level}
             options |= {} if checksum else {"checksum": False}
             write_activation_cache(
-                path, model, {promptset: token_lists}, pad_token_id=0, batch_size=20,
+                path,
+                model,
+                {promptset: token_lists},
+                pad_token_id=0,
+                options=CacheOptions(batch_size=20, show_progress=False, **options),
                 attrs={"architecture": f"synthetic_l{n_layers}_h{n_heads}", "seed": refit},
-                show_progress=False, **options,
-            )  # fmt: skip
+            )
         else:
             path.symlink_to(f"seed{(refit - 1) % n_distinct + 1}.h5")
     return paths

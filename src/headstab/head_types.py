@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from headstab.activations.capture import collect_activations
 from headstab.sharpness import normalised_row_entropy
 
 __all__ = [
@@ -147,7 +148,6 @@ def pattern_scores(patterns: np.ndarray, probe: ProbeSet) -> dict[str, np.ndarra
 def probe_scores(model: Any, probe: ProbeSet, batch_size: int = 16) -> dict[str, np.ndarray]:
     """Every score of every head of `model` on the probe set: {score: float64 [layer, head]}, the mean over
     sequences. The forward pass keeps hook_pattern only and stops after the last block (no logits)."""
-    from headstab.activations.capture import collect_activations
 
     parts: dict[str, list[np.ndarray]] = {name: [] for name in SCORE_COLUMNS}
     for start in range(0, probe.tokens.shape[0], batch_size):

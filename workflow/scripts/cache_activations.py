@@ -1,14 +1,15 @@
-"""Rule cache_activations: one refit's final.pt + the prompt sets -> caches/seed{seed}.h5 (paper §3.2)."""
+"""Rules cache_activations and cache_snapshot_activations: one refit's final.pt + the prompt sets -> caches/seed{seed}.h5
+(paper §3.2)."""
 
 import torch
 
-from headstab.activations.writer import cache_activations
+from headstab.activations.writer import CacheOptions, cache_activations
 from headstab.fileio import sha256_file
 from headstab.joblog import run_job
 from headstab.plan.seed_design import refit_name
 from headstab.plan.spec import spec_from_dict
 from headstab.prompts.loading import load_prompt_file
-from headstab.provenance import environment_record, package_versions
+from headstab.provenance.records import environment_record, package_versions
 from headstab.refits.models import load_trained_model, resolve_device
 from headstab.refits.tokenizer import load_tokenizer, tokenizer_identity
 
@@ -35,20 +36,23 @@ def main():
         tokenizer=tokenizer,
         weight_processing=snakemake.params.weight_processing,
     )
+    cache_options = CacheOptions(
+        batch_size=options["batch_size"],
+        dtype=options["dtype"],
+        compression_level=options["compression_level"],  # hook_z, residual hooks
+        pattern_compression_level=options.get("pattern_compression_level"),  # hook_pattern (cache_options)
+        extra_resid_hooks=options.get("extra_resid_hooks", ()),  # from analysis.cka_hook (cache_options)
+        patterns_only=options.get("patterns_only", False),  # rule cache_snapshot_activations
+        activation_sets=options.get("activation_sets"),  # hook_z, residual hooks: these sets only (cache_options)
+    )
     cache_activations(
         snakemake.output[0],
         model,
         tokenizer,
         prompt_sets,
+        options=cache_options,
         prepend_bos=options["prepend_bos"],
-        batch_size=options["batch_size"],
-        dtype=options["dtype"],
-        compression_level=options["compression_level"],  # hook_z, residual hooks
-        pattern_compression_level=options.get("pattern_compression_level"),  # hook_pattern (cache_options)
         prompt_files=prompt_files,
-        extra_resid_hooks=options.get("extra_resid_hooks", ()),  # from analysis.cka_hook (cache_options)
-        patterns_only=options.get("patterns_only", False),  # rule cache_snapshot_activations
-        activation_sets=options.get("activation_sets"),  # hook_z, residual hooks: these sets only (cache_options)
         attrs={
             "architecture": arch,
             "seed": seed,
@@ -65,4 +69,8 @@ def main():
     )
 
 
-run_job(main, "cache_activations", snakemake.log[0])
+# snakemake.rule: this script also runs rule cache_snapshot_activations.
+step = f" step {snakemake.wildcards.step}" if "step" in snakemake.wildcards.keys() else ""
+run_job(
+    main, snakemake.rule, snakemake.log[0], label=f"{snakemake.wildcards.arch}{step} seed {snakemake.wildcards.seed}"
+)

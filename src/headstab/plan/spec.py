@@ -122,10 +122,27 @@ BUILT_IN_ARCHITECTURE_DEFAULTS: dict[str, Any] = {
 # What fixes refit s's start and data: build_model(spec, s) reads the model fields and the seed, and
 # window_order(seed) runs over the corpus cut into seq_len windows for the step budget.
 PAIRING_FIELDS = (
-    "n_layers", "n_heads", "d_model", "d_head", "d_mlp", "n_ctx", "d_vocab", "act_fn", "normalization_type",
-    "positional_embedding_type", "init_mode", "attn_only", "tokenizer", "corpus", "batch_size", "seq_len",
-    "epochs", "n_tokens", "seeds", "data_order",
-)  # fmt: skip
+    "n_layers",
+    "n_heads",
+    "d_model",
+    "d_head",
+    "d_mlp",
+    "n_ctx",
+    "d_vocab",
+    "act_fn",
+    "normalization_type",
+    "positional_embedding_type",
+    "init_mode",
+    "attn_only",
+    "tokenizer",
+    "corpus",
+    "batch_size",
+    "seq_len",
+    "epochs",
+    "n_tokens",
+    "seeds",
+    "data_order",
+)
 
 
 def paired_twins(adam: ArchitectureSpec, adamw: ArchitectureSpec) -> bool:

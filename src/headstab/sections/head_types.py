@@ -42,8 +42,17 @@ UNIVERSALITY_STATISTICS = (
     "one_to_one_above_null",
 )
 UNIVERSALITY_COLUMNS = [
-    "layer", "relative_depth", "type", "statistic", "estimate", "ci_low", "ci_high", "n", "n_boot", "threshold_rule",
-]  # fmt: skip
+    "layer",
+    "relative_depth",
+    "type",
+    "statistic",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "n",
+    "n_boot",
+    "threshold_rule",
+]
 HEAD_STATISTICS = ("stability", "stability_one_to_one", "above_null", "one_to_one_above_null")
 
 

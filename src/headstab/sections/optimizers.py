@@ -19,8 +19,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from headstab.activations.reader import open_cache
 from headstab.evaluation import perplexity_from_loss, summed_token_loss
 from headstab.plan.spec import ArchitectureSpec
+from headstab.refits.models import load_trained_model
 from headstab.sections.weight_norms import bridge_state, to_numpy, trained_state
 
 log = logging.getLogger(__name__)
@@ -136,7 +138,6 @@ def activation_norm_table(
     weight_processing: Sequence[str],
 ) -> pd.DataFrame:
     """ACTIVATION_NORM_COLUMNS of every refit: refits maps seed -> (final.pt, cache), in report order."""
-    from headstab.activations.reader import open_cache
 
     frames = []
     for seed, (weights, cache_path) in refits.items():
@@ -156,7 +157,6 @@ def validation_perplexity_table(
 ) -> pd.DataFrame:
     """VALIDATION_COLUMNS: every refit's perplexity over the held-out windows ([window, seq_len], from
     `headstab.evaluation.heldout_windows`); n_tokens counts the predicted tokens."""
-    from headstab.refits.models import load_trained_model
 
     lengths = np.full(len(windows), windows.shape[1])
     rows = []

@@ -151,8 +151,18 @@ def gap_depth_table(summary: pd.DataFrame, permutations: int, seed: int) -> pd.D
         values = per_arch[quantity].to_numpy(float)
         rho, p_value = _spearman_permutation(depth, values, orders)
         for n_layers, group in per_arch.groupby("n_layers", sort=True):
-            rows.append((quantity, int(n_layers), group[quantity].mean(), group[quantity].std(ddof=0),
-                         len(group), rho, p_value, permutations))  # fmt: skip
+            rows.append(
+                (
+                    quantity,
+                    int(n_layers),
+                    group[quantity].mean(),
+                    group[quantity].std(ddof=0),
+                    len(group),
+                    rho,
+                    p_value,
+                    permutations,
+                )
+            )
     return pd.DataFrame(rows, columns=DEPTH_COLUMNS)
 
 

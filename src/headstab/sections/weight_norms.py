@@ -28,7 +28,9 @@ import pandas as pd
 from scipy import stats
 
 from headstab.plan.spec import ArchitectureSpec
-from headstab.statistics.resampling import partial_correlation
+from headstab.refits.models import load_trained_model
+from headstab.statistics.bootstrap import percentile_interval
+from headstab.statistics.resampling import mean_interval, partial_correlation
 from headstab.table_rows import pearson_or_nan, select_rows
 
 ATTENTION_MATRICES = ("W_Q", "W_K", "W_V", "W_O")
@@ -36,9 +38,17 @@ MATRIX_ORDER = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "ln1_w", "ln2_w")
 ATTENTION_NORMS = ("per_head_mean", "layer")
 NORM_COLUMNS = ["seed", "layer", "matrix", "frobenius_norm", "whole_layer_norm"]
 CORRELATION_COLUMNS = [
-    "anchor_seed", "matrix", "pearson_r", "p_value", "spearman_r", "whole_layer_pearson_r", "n_layers",
-    "norm_ss", "stability_ss", "partial_r_entropy",
-]  # fmt: skip
+    "anchor_seed",
+    "matrix",
+    "pearson_r",
+    "p_value",
+    "spearman_r",
+    "whole_layer_pearson_r",
+    "n_layers",
+    "norm_ss",
+    "stability_ss",
+    "partial_r_entropy",
+]
 HEAD_NORM_COLUMNS = ["seed", "layer", "head", "matrix", "frobenius_norm"]
 PARTIAL_COLUMNS = ["layer", "matrix", "n_heads", "n_anchors", "pearson_r", "partial_r", "partial_r_ci_low"]
 PARTIAL_COLUMNS += ["partial_r_ci_high", "entropy_r", "n_boot"]
@@ -81,7 +91,6 @@ def to_numpy(value: Any) -> np.ndarray:
 def trained_state(spec: ArchitectureSpec, weights_path: str | Path, weight_processing: Sequence[str]) -> dict[str, Any]:
     """A refit's weights as every analysis sees them: `final.pt` checked and processed as the caches
     were (`headstab.refits.models.load_trained_model`), as CPU tensors."""
-    from headstab.refits.models import load_trained_model
 
     model = load_trained_model(spec, weights_path, "cpu", weight_processing=weight_processing)
     return {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
@@ -272,7 +281,6 @@ def weight_norm_summary(
     intervals: {n_boot, seed, confidence}: adds mean_pearson_r_ci_low/high, the bootstrap interval of the
     mean r with the anchors (refits) resampled (`headstab.statistics.resampling.mean_interval`).
     """
-    from headstab.statistics.resampling import mean_interval
 
     nan = float("nan")
     rows = []
@@ -329,7 +337,6 @@ def head_norm_partial_table(
     head_norms: HEAD_NORM_COLUMNS; head_stability: promptset, scope, anchor_seed, layer, head, stability,
     entropy (same-layer rows are read).
     """
-    from headstab.statistics.bootstrap import percentile_interval
 
     stab = select_rows(head_stability, "head stability", promptset=promptset, scope="same_layer")
     merged = head_norms[head_norms["matrix"].isin(matrices)].merge(
@@ -345,6 +352,18 @@ def head_norm_partial_table(
         x, y, z = (group[c].to_numpy(float) for c in ("frobenius_norm", "stability", "entropy"))
         replicates = partial_correlation(x, y, z, counts)
         low, high = percentile_interval(replicates, confidence) if np.isfinite(replicates).any() else (np.nan, np.nan)
-        rows.append((int(layer), matrix, len(group), len(anchors), pearson_or_nan(x, y)[0],
-                     float(partial_correlation(x, y, z)), low, high, pearson_or_nan(y, z)[0], n_boot))  # fmt: skip
+        rows.append(
+            (
+                int(layer),
+                matrix,
+                len(group),
+                len(anchors),
+                pearson_or_nan(x, y)[0],
+                float(partial_correlation(x, y, z)),
+                low,
+                high,
+                pearson_or_nan(y, z)[0],
+                n_boot,
+            )
+        )
     return pd.DataFrame(rows, columns=PARTIAL_COLUMNS)
