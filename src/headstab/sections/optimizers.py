@@ -22,7 +22,6 @@ from scipy import stats
 from headstab.activations.reader import open_cache
 from headstab.evaluation import perplexity_from_loss, summed_token_loss
 from headstab.plan.spec import ArchitectureSpec
-from headstab.refits.models import load_trained_model
 from headstab.sections.weight_norms import bridge_state, to_numpy, trained_state
 
 log = logging.getLogger(__name__)
@@ -157,6 +156,9 @@ def validation_perplexity_table(
 ) -> pd.DataFrame:
     """VALIDATION_COLUMNS: every refit's perplexity over the held-out windows ([window, seq_len], from
     `headstab.evaluation.heldout_windows`); n_tokens counts the predicted tokens."""
+
+    # torch loads here, not at import: the comparison jobs that import this module load no model
+    from headstab.refits.models import load_trained_model
 
     lengths = np.full(len(windows), windows.shape[1])
     rows = []
