@@ -5,6 +5,7 @@
 # tables behind the figures as pages. Included after targets.smk, whose table lists it renders.
 
 from headstab import report_pages
+from headstab.sections.trained_in import training_label
 
 
 rule report_configuration:
@@ -115,12 +116,10 @@ HEADLINE_TARGETS = (
     else []
 )
 REPORT_TARGETS += HEADLINE_TARGETS
-from headstab.sections.trained_in import training_label
-
 # Architectures trained here: their step-0 refits say which head types training put there.
 TRAINED_IN_ARCHITECTURES = [arch for arch in ARCHITECTURES if HEAD_TYPE_STEP0[arch]]
 TRAINED_IN_TARGETS = (
-    [summary_table_path("trained_in_types"), f"{RESULTS}/summary/trained_in_types.html"]
+    [LAYOUT.summary_table_path("trained_in_types"), f"{RESULTS}/summary/trained_in_types.html"]
     if TRAINED_IN_ARCHITECTURES
     else []
 )
@@ -133,12 +132,12 @@ rule trained_in_types:
     report's summary sentence per architecture names the types training put there, or says its heads are
     positional."""
     input:
-        trained=[table_path(arch, "head_types") for arch in TRAINED_IN_ARCHITECTURES],
-        thresholds=[table_path(arch, "head_type_thresholds") for arch in TRAINED_IN_ARCHITECTURES],
-        step0=[table_path(arch, "head_type_scores_step0") for arch in TRAINED_IN_ARCHITECTURES],
-        universality=[table_path(arch, "head_type_universality") for arch in TRAINED_IN_ARCHITECTURES],
+        trained=[LAYOUT.table_path(arch, "head_types") for arch in TRAINED_IN_ARCHITECTURES],
+        thresholds=[LAYOUT.table_path(arch, "head_type_thresholds") for arch in TRAINED_IN_ARCHITECTURES],
+        step0=[LAYOUT.table_path(arch, "head_type_scores_step0") for arch in TRAINED_IN_ARCHITECTURES],
+        universality=[LAYOUT.table_path(arch, "head_type_universality") for arch in TRAINED_IN_ARCHITECTURES],
     output:
-        table=summary_table_path("trained_in_types"),
+        table=LAYOUT.summary_table_path("trained_in_types"),
         page=report(
             f"{RESULTS}/summary/trained_in_types.html",
             caption="../report/trained_in_types.rst",
