@@ -146,7 +146,7 @@ def bench_cache(work_dir: Path, repeats: int = 6, n_prompts: int | None = None) 
     """`cache_overhead` (medians of `repeats` ABBA runs), its gzip-1 variant, and `cache_max_abs_diff`."""
     import torch
 
-    from headstab.activations.writer import cache_activations
+    from headstab.activations.writer import CacheOptions, cache_activations
     from headstab.plan.config import load_config
 
     config = load_config(common.REPO / "config" / "demo.yaml")
@@ -165,8 +165,13 @@ def bench_cache(work_dir: Path, repeats: int = 6, n_prompts: int | None = None) 
                 model(batch)
 
     def cache(compression_level: int | None) -> None:
-        cache_activations(path, model, tokenizer, prompt_sets, show_progress=False,
-                          **{**options, "compression_level": compression_level})  # fmt: skip
+        cache_activations(
+            path,
+            model,
+            tokenizer,
+            prompt_sets,
+            options=CacheOptions(show_progress=False, **{**options, "compression_level": compression_level}),
+        )
 
     variants = {
         "forward": forward,
@@ -203,7 +208,7 @@ def bench_checksum_overhead(work_dir: Path, repeats: int = 6, n_prompts: int | N
     import torch
 
     from headstab.activations.capture import pad_token_id_of, tokenize_prompts
-    from headstab.activations.writer import write_activation_cache
+    from headstab.activations.writer import CacheOptions, write_activation_cache
     from headstab.fileio import sha256_file, write_json_atomic
     from headstab.refits.models import load_verified_state_dict, save_weights
 
@@ -225,8 +230,7 @@ def bench_checksum_overhead(work_dir: Path, repeats: int = 6, n_prompts: int | N
         token_sets = {
             name: tokenize_prompts(tokenizer, prompts, prepend_bos=True) for name, prompts in prompt_sets.items()
         }
-        write_activation_cache(path, model, token_sets, pad_token_id=pad_token_id_of(tokenizer), prompt_texts=prompt_sets,
-                               show_progress=False, checksum=checksum)  # fmt: skip
+        write_activation_cache(path, model, token_sets, pad_token_id=pad_token_id_of(tokenizer), prompt_texts=prompt_sets, options=CacheOptions(show_progress=False, checksum=checksum))  # fmt: skip
 
     stage(True), stage(False)  # warm-up
     runs: dict[bool, list[float]] = {True: [], False: []}

@@ -78,7 +78,7 @@ def write_cache(
     import h5py
     import torch
 
-    from headstab.activations.writer import write_activation_cache
+    from headstab.activations.writer import CacheOptions, write_activation_cache
     from headstab.plan.config import architecture_spec, load_config
     from headstab.refits.models import build_model
 
@@ -93,7 +93,9 @@ def write_cache(
     model = build_model(spec, 1)
     path.unlink(missing_ok=True)
     seconds, _ = common.timed(
-        lambda: write_activation_cache(path, model, token_sets, pad_token_id=0, show_progress=False, **options)
+        lambda: write_activation_cache(
+            path, model, token_sets, pad_token_id=0, options=CacheOptions(show_progress=False, **options)
+        )
     )
     by_dataset: dict[str, int] = {}
     with h5py.File(path) as handle:

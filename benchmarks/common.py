@@ -73,18 +73,44 @@ def matmul_rate(n: int = 3072, repeats: int = 5) -> dict[str, float]:
     return rates
 
 
+# Runs `python args...` and writes the process's own peak (VmHWM, KiB) at exit. The rusage of os.wait4 is
+# no substitute: Linux keeps the forked copy's high-water mark across exec, so ru_maxrss includes the
+# parent's RSS at fork time (pytest's, after the integration runs: over 2 GB).
+_PEAK_WRAPPER = """
+import atexit, os, runpy, sys
+
+def _write_peak():
+    with open("/proc/self/status") as status:
+        peak = next((line.split()[1] for line in status if line.startswith("VmHWM:")), None)
+    if peak is not None:
+        with open(os.environ["HEADSTAB_CHILD_PEAK_FILE"], "w") as out:
+            out.write(peak)
+
+atexit.register(_write_peak)
+if sys.argv[1] == "-c":
+    code, sys.argv = sys.argv[2], ["-c", *sys.argv[3:]]
+    exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})
+else:
+    sys.argv = sys.argv[1:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 def run_child_measuring_rss(
     args: Sequence[str], timeout: float | None = None, env: dict[str, str] | None = None
 ) -> tuple[int, float, str]:
     """Run `python args...` as a child process (environment `env`, default ours); (exit code, its own
     peak RSS in GB, its stdout).
 
-    os.wait4 returns this child's own rusage (ru_maxrss in KiB on Linux): the real peak of the
-    process, BLAS and HDF5 buffers included, which tracemalloc cannot see.
+    The peak is the child's VmHWM at exit (the real peak of the process, BLAS and HDF5 buffers included,
+    which tracemalloc cannot see). Where /proc is missing, or the child leaves by os._exit, it falls back
+    to ru_maxrss of os.wait4, which can include the parent's RSS at fork time.
     """
-    out_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_child_{os.getpid()}_{time.monotonic_ns()}.out"
+    stem = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_child_{os.getpid()}_{time.monotonic_ns()}"
+    out_path, peak_path = stem.with_suffix(".out"), stem.with_suffix(".peak")
+    child_env = dict(os.environ if env is None else env, HEADSTAB_CHILD_PEAK_FILE=str(peak_path))
     with open(out_path, "w") as out:
-        process = subprocess.Popen([sys.executable, *args], stdout=out, cwd=REPO, env=env)
+        process = subprocess.Popen([sys.executable, "-c", _PEAK_WRAPPER, *args], stdout=out, cwd=REPO, env=child_env)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)
@@ -98,7 +124,9 @@ def run_child_measuring_rss(
     process.returncode = os.waitstatus_to_exitcode(status)
     stdout = out_path.read_text()
     out_path.unlink(missing_ok=True)
-    return process.returncode, usage.ru_maxrss / 1024**2, stdout
+    peak_kib = float(peak_path.read_text()) if peak_path.exists() else float(usage.ru_maxrss)
+    peak_path.unlink(missing_ok=True)
+    return process.returncode, peak_kib / 1024**2, stdout
 
 
 def run_json_child(
@@ -190,7 +218,7 @@ def write_synthetic_caches(
     level, or None (uncompressed chunks). checksum False: no fletcher32 (to measure its cost; the
     argument is left out when True).
     """
-    from headstab.activations.writer import write_activation_cache
+    from headstab.activations.writer import CacheOptions, write_activation_cache
 
     directory.mkdir(parents=True, exist_ok=True)
     n_distinct = n_refits if n_distinct is None else max(1, min(n_distinct, n_refits))
@@ -207,10 +235,13 @@ def write_synthetic_caches(
             options = {} if compression_level == "default" else {"compression_level": compression_level}
             options |= {} if checksum else {"checksum": False}
             write_activation_cache(
-                path, model, {promptset: token_lists}, pad_token_id=0, batch_size=20,
+                path,
+                model,
+                {promptset: token_lists},
+                pad_token_id=0,
+                options=CacheOptions(batch_size=20, show_progress=False, **options),
                 attrs={"architecture": f"synthetic_l{n_layers}_h{n_heads}", "seed": refit},
-                show_progress=False, **options,
-            )  # fmt: skip
+            )
         else:
             path.symlink_to(f"seed{(refit - 1) % n_distinct + 1}.h5")
     return paths
@@ -235,3 +266,29 @@ def machine_note() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
+
+
+# ---------------------------------------------------------------- time spent in one library function
+class TimedCalls:
+    """Replace `module.name` by a wrapper that adds each call's wall time to `seconds` (restored on exit):
+    what one step of a timed job costs, measured inside the same run."""
+
+    def __init__(self, module: Any, name: str) -> None:
+        self.module, self.name, self.seconds, self.calls = module, name, 0.0, 0
+
+    def __enter__(self) -> TimedCalls:
+        original = self.original = getattr(self.module, self.name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+                self.calls += 1
+
+        setattr(self.module, self.name, wrapper)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        setattr(self.module, self.name, self.original)

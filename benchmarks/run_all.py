@@ -48,7 +48,9 @@ TARGETS: dict[str, tuple[str, float] | None] = {
     "cache_published_l8_h16_seconds": None,
     "cache_published_l8_h16_mb": None,
     "paper_scale_analysis_seconds": ("<=", 300.0),
+    "paper_scale_one_to_one_fraction": ("<=", 0.10),
     "bootstrap_seconds": ("<=", 60.0),
+    "bootstrap_one_to_one_seconds": None,
     "bootstrap_peak_rss_gb": None,
     "train_vs_transformer_lens": (">=", 0.95),
     "demo_wall_seconds": ("<=", 900.0),
@@ -56,8 +58,10 @@ TARGETS: dict[str, tuple[str, float] | None] = {
     "drop_swap_vs_intact": ("<=", 10.0),
     "drop_swap_flop_ratio": None,
     "drop_swap_vs_flops": ("<=", 1.15),
+    "head_types_seconds_per_refit": None,
+    "head_types_vs_cache": ("<=", 1.0),
 }
-STAGES = ("similarity", "cache", "paper_scale", "bootstrap", "train", "drop_swap")
+STAGES = ("similarity", "cache", "paper_scale", "bootstrap", "train", "drop_swap", "head_types")
 
 
 def run_demo(work_dir: Path, cores: str = "all") -> dict[str, Any]:
@@ -134,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     import bench_cache
     import bench_cache_published
     import bench_drop_swap
+    import bench_head_types
     import bench_paper_scale
     import bench_similarity
     import bench_train
@@ -194,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             shutil.rmtree(work_dir / "paper_scale", ignore_errors=True)
             summary["paper_scale_analysis_seconds"] = paper["paper_scale_analysis_seconds"]
+            summary["paper_scale_one_to_one_fraction"] = paper["paper_scale_one_to_one_fraction"]
             details["paper_scale"] = paper
         if "bootstrap" in stages:
             log.info("bootstrap: 1,000 resamples of 50 l8_h16 refits")
@@ -202,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             summary["bootstrap_seconds"] = boot["bootstrap_seconds"]
             summary["bootstrap_peak_rss_gb"] = boot["bootstrap_peak_rss_gb"]
+            summary["bootstrap_one_to_one_seconds"] = boot["bootstrap_one_to_one_seconds"]
             details["bootstrap"] = boot
         if "train" in stages:
             log.info("train: train_refit vs transformer_lens.tools.training.train")
@@ -222,6 +229,14 @@ def main(argv: list[str] | None = None) -> int:
             ):
                 summary[key] = drop_swap[key]
             details["drop_swap"] = drop_swap
+        if "head_types" in stages:
+            log.info("head_types: one l8_h16 refit's probe scores beside its cache stage")
+            head_types = bench_head_types.bench_head_types(
+                **({"architecture": "l2_h8", "repeats": 1, "n_primary": 4, "n_sweep": 2} if args.quick else {})
+            )
+            summary["head_types_seconds_per_refit"] = head_types["head_types_seconds_per_refit"]
+            summary["head_types_vs_cache"] = head_types["head_types_vs_cache"]
+            details["head_types"] = head_types
         if args.demo:
             log.info("demo: the whole `make demo` DAG from scratch")
             demo = run_demo(work_dir)

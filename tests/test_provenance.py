@@ -94,7 +94,7 @@ def _flip_middle_byte(path: Path, start: int = 0, size: int | None = None) -> No
 @pytest.fixture
 def built_run(tmp_path, tiny_spec):
     """A checkpoint with its meta.json, a cache built from it, a similarity file and a table, laid out as the workflow does."""
-    from headstab.activations.writer import write_activation_cache
+    from headstab.activations.writer import CacheOptions, write_activation_cache
     from headstab.refits.models import build_model, save_weights
     from headstab.similarity.pairs import pair_similarity_from_caches, write_pair_similarity
 
@@ -112,7 +112,7 @@ def built_run(tmp_path, tiny_spec):
         model,
         {"primary": token_lists},
         pad_token_id=0,
-        show_progress=False,
+        options=CacheOptions(show_progress=False),
         attrs={
             "architecture": "l2_h4",
             "seed": 1,

@@ -173,6 +173,7 @@ def hand_heads() -> pd.DataFrame:
             "layer": [0, 0, 0, 1, 1, 2],
             "head": [0, 1, 2, 0, 1, 0],
             "stability": [0.2, 0.4, 0.9, 0.5, 0.5, 0.7],
+            "stability_one_to_one": [0.1, 0.4, 0.7, 0.5, 0.3, 0.7],
             "n_pairs": 2,
         }
     )
@@ -181,6 +182,7 @@ def hand_heads() -> pd.DataFrame:
 def test_layer_std_is_population_std_by_hand_by_default():
     layers = layer_stability_table(hand_heads())
     np.testing.assert_allclose(layers["mean"], [0.5, 0.5, 0.7], rtol=HAND_RTOL)
+    np.testing.assert_allclose(layers["stability_one_to_one"], [0.4, 0.4, 0.7], rtol=HAND_RTOL)
     # Layer 0: squared deviations 0.09 + 0.01 + 0.16 = 0.26 over n = 3; one head: 0.
     np.testing.assert_allclose(layers["std"], [np.sqrt(0.26 / 3), 0.0, 0.0], rtol=HAND_RTOL, atol=HAND_ATOL)
     pd.testing.assert_frame_equal(layers, layer_stability_table(hand_heads(), ddof=0))

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from headstab.evaluation import next_token_nll
+
 __all__ = ["CONDITIONS", "conditions", "block_order", "drop_swap_counts"]
 
 CONDITIONS = ("drop", "swap")
@@ -59,8 +61,6 @@ def drop_swap_counts(model: Any, windows: np.ndarray, batch_size: int = 16) -> d
     intact model's)}.
     """
     import torch
-
-    from headstab.evaluation import next_token_nll
 
     windows = np.asarray(windows)
     if windows.ndim != 2 or windows.shape[1] < 2:

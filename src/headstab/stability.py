@@ -6,7 +6,8 @@ pandas DataFrames whose columns are the CSV contract of the workflow's tables. L
 0-based (as in hook names); seeds are the refits' seeds as given.
 
 Every function is vectorised with numpy (argmax over axes, diagonals of the tensor); there is no
-Python loop over heads, pairs of heads or pairs of refits.
+Python loop over heads, pairs of heads or pairs of refits, except the one-to-one assignment
+(`headstab.matching`), one small Hungarian solve per pair of refits and layer.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import scipy.special
+
+from headstab.matching import assigned_values, one_to_one_assignment
 
 __all__ = [
     "PAIR_COLUMNS",
@@ -46,9 +49,11 @@ PAIR_COLUMNS = [
     "best_layer",
     "best_head",
     "similarity",
+    "assigned_head",
+    "assigned_similarity",
 ]
-HEAD_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", "head", "stability", "n_pairs"]
-LAYER_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", "mean", "std"]
+HEAD_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", "head", "stability", "stability_one_to_one", "n_pairs"]
+LAYER_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", "mean", "std", "stability_one_to_one"]
 ALIGNMENT_COLUMNS = ["promptset", "anchor_seed", "layer", "match_layer", "fraction"]
 DISPERSION_COLUMNS = [
     "promptset",
@@ -113,7 +118,9 @@ def pair_stability_table(
         "cross_layer" (search all heads of all layers, §3.3); default: all the tensor allows.
 
     Returns PAIR_COLUMNS, one row per (scope, anchor_seed, pair_seed != anchor_seed, layer, head),
-    in that order. Ties go to the lowest (layer, head) index (numpy argmax).
+    in that order. Ties go to the lowest (layer, head) index (numpy argmax). assigned_head and
+    assigned_similarity: the partner of a one-to-one (Hungarian) assignment of the layer's heads
+    (`headstab.matching`); same-layer rows only (empty for cross-layer rows).
     """
     similarity = _check_similarity(similarity, seeds)
     allowed = SCOPES if similarity.ndim == 6 else ("same_layer",)
@@ -139,11 +146,14 @@ def pair_stability_table(
             best_head = blocks.argmax(axis=-1)
             best_value = np.take_along_axis(blocks, best_head[..., None], axis=-1)[..., 0]
             best_layer = layer
+            assigned_head = one_to_one_assignment(blocks)
+            assigned = assigned_values(blocks, assigned_head).astype(np.float64)
         else:
             flat = similarity.reshape(n_seeds, n_seeds, n_layers, n_heads, n_layers * n_heads)
             best_index = flat.argmax(axis=-1)
             best_value = np.take_along_axis(flat, best_index[..., None], axis=-1)[..., 0]
             best_layer, best_head = np.divmod(best_index, n_heads)
+            assigned_head, assigned = np.full(best_head.shape, np.nan), np.full(best_head.shape, np.nan)
         frames.append(
             pd.DataFrame(
                 {
@@ -156,6 +166,8 @@ def pair_stability_table(
                     "best_layer": best_layer.ravel()[off_diagonal],
                     "best_head": best_head.ravel()[off_diagonal],
                     "similarity": best_value.ravel()[off_diagonal].astype(np.float64),
+                    "assigned_head": pd.array(assigned_head.ravel()[off_diagonal], dtype="Int64"),
+                    "assigned_similarity": assigned.ravel()[off_diagonal],
                 }
             )
         )
@@ -166,13 +178,16 @@ def head_stability_table(pair_table: pd.DataFrame) -> pd.DataFrame:
     """Head stability: mean over pair refits of the best-match similarity (Eq. 4), every anchor.
 
     pair_table: PAIR_COLUMNS (from `pair_stability_table`, any number of prompt sets and scopes).
-    Returns HEAD_COLUMNS; n_pairs is the number of pair refits averaged.
+    Returns HEAD_COLUMNS; n_pairs is the number of pair refits averaged; stability_one_to_one is the same
+    mean of the one-to-one partners' similarity (NaN for cross-layer rows).
     """
     _require_columns(pair_table, PAIR_COLUMNS, "pair_table")
     keys = ["promptset", "scope", "anchor_seed", "layer", "head"]
-    grouped = pair_table.groupby(keys, sort=False)["similarity"]
-    table = grouped.agg(stability="mean", n_pairs="count").reset_index()
-    return table[HEAD_COLUMNS]
+    grouped = pair_table.groupby(keys, sort=False)
+    table = grouped["similarity"].agg(stability="mean", n_pairs="count")
+    # mean of an all-NaN group is NaN (skipna), as a cross-layer row's one-to-one stability should be.
+    table["stability_one_to_one"] = grouped["assigned_similarity"].mean()
+    return table.reset_index()[HEAD_COLUMNS]
 
 
 def layer_stability_table(head_table: pd.DataFrame, ddof: int = 0) -> pd.DataFrame:
@@ -181,15 +196,17 @@ def layer_stability_table(head_table: pd.DataFrame, ddof: int = 0) -> pd.DataFra
     head_table: HEAD_COLUMNS. ddof: 0 for the population standard deviation (numpy's default; a
     layer with one head has std 0), 1 for the sample standard deviation (the authors' code; a layer
     with one head has std NaN).
-    Returns LAYER_COLUMNS, one row per (promptset, scope, anchor_seed, layer).
+    Returns LAYER_COLUMNS, one row per (promptset, scope, anchor_seed, layer); stability_one_to_one is
+    the mean over the layer's heads of their one-to-one stability.
     """
     _require_columns(head_table, HEAD_COLUMNS, "head_table")
     if ddof not in (0, 1):
         raise ValueError(f"ddof must be 0 (population s.d.) or 1 (sample s.d.); got {ddof!r}")
     keys = ["promptset", "scope", "anchor_seed", "layer"]
-    grouped = head_table.groupby(keys, sort=False)["stability"]
-    table = grouped.mean().rename("mean").to_frame()
-    table["std"] = grouped.std(ddof=ddof)
+    grouped = head_table.groupby(keys, sort=False)
+    table = grouped["stability"].mean().rename("mean").to_frame()
+    table["std"] = grouped["stability"].std(ddof=ddof)
+    table["stability_one_to_one"] = grouped["stability_one_to_one"].mean()
     return table.reset_index()[LAYER_COLUMNS]
 
 

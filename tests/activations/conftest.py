@@ -11,7 +11,7 @@ import pytest
 from helpers.bridges import tiny_bridge
 from helpers.tolerances import reduction_atol
 
-from headstab.activations.writer import write_activation_cache
+from headstab.activations.writer import CacheOptions, write_activation_cache
 
 N_LAYERS, N_HEADS, D_MODEL, D_HEAD, N_CTX, D_VOCAB = 2, 4, 32, 8, 24, 60
 # A batched forward pass and a single-prompt one sum in different orders: float32 sums of up to
@@ -65,12 +65,10 @@ def cache_path(tmp_path_factory, model, token_sets):
         model,
         token_sets,
         pad_token_id=0,
-        batch_size=3,
+        options=CacheOptions(batch_size=3, compression_level=1, show_progress=False),
         prompt_texts={"primary": [f"prompt {i}" for i in range(7)], "len5": ["a b", "c d", "ünï"]},
         set_attrs={"primary": {"prompt_file": "p.json", "prompt_file_sha256": "ab" * 32}},
         attrs={"architecture": "tiny", "seed": 1, "packages": {"h5py": h5py.__version__}},
-        compression_level=1,  # the compressed route (the default is uncompressed: test_writer covers it)
-        show_progress=False,
     )
     return path
 
@@ -83,9 +81,8 @@ def resid_pre_cache_path(tmp_path_factory, model, token_sets):
         model,
         token_sets,
         pad_token_id=0,
-        batch_size=3,
-        extra_resid_hooks=("hook_resid_pre",),
-        compression_level=1,
-        show_progress=False,
+        options=CacheOptions(
+            batch_size=3, extra_resid_hooks=("hook_resid_pre",), compression_level=1, show_progress=False
+        ),
     )
     return path

@@ -10,22 +10,20 @@ import pytest
 from activations.conftest import edited_copy
 from headstab.activations.errors import CacheError
 from headstab.activations.reader import check_consistent_shapes, open_cache
-from headstab.activations.writer import write_activation_cache
+from headstab.activations.writer import CacheOptions, write_activation_cache
 
 
 @pytest.fixture(scope="module")
 def primary_only_path(tmp_path_factory, model, token_sets):
     path = tmp_path_factory.mktemp("activation_sets") / "seed1.h5"
-    write_activation_cache(path, model, token_sets, pad_token_id=0, batch_size=3, activation_sets=["primary"],
-                           compression_level=1, extra_resid_hooks=("hook_resid_pre",), show_progress=False)  # fmt: skip
+    write_activation_cache(path, model, token_sets, pad_token_id=0, options=CacheOptions(batch_size=3, activation_sets=["primary"], compression_level=1, extra_resid_hooks=("hook_resid_pre",), show_progress=False))  # fmt: skip
     return path
 
 
 @pytest.fixture(scope="module")
 def full_pre_path(tmp_path_factory, model, token_sets):
     path = tmp_path_factory.mktemp("activation_sets_full") / "seed1.h5"
-    write_activation_cache(path, model, token_sets, pad_token_id=0, batch_size=3, compression_level=1,
-                           extra_resid_hooks=("hook_resid_pre",), show_progress=False)  # fmt: skip
+    write_activation_cache(path, model, token_sets, pad_token_id=0, options=CacheOptions(batch_size=3, compression_level=1, extra_resid_hooks=("hook_resid_pre",), show_progress=False))  # fmt: skip
     return path
 
 
@@ -79,9 +77,7 @@ def test_a_set_marked_full_without_its_activations_or_a_bad_marker_is_refused(pr
 
 def test_activation_sets_must_name_cached_sets(model, token_sets, tmp_path):
     with pytest.raises(ValueError, match=r"activation_sets names prompt sets \['len50'\].*cache.activation_sets"):
-        write_activation_cache(tmp_path / "x.h5", model, token_sets, pad_token_id=0, activation_sets=["len50"],
-                               show_progress=False)  # fmt: skip
+        write_activation_cache(tmp_path / "x.h5", model, token_sets, pad_token_id=0, options=CacheOptions(activation_sets=["len50"], show_progress=False))  # fmt: skip
     with pytest.raises(TypeError, match="the string 'primary'"):
-        write_activation_cache(tmp_path / "x.h5", model, token_sets, pad_token_id=0, activation_sets="primary",
-                               show_progress=False)  # fmt: skip
+        write_activation_cache(tmp_path / "x.h5", model, token_sets, pad_token_id=0, options=CacheOptions(activation_sets="primary", show_progress=False))  # fmt: skip
     assert not (tmp_path / "x.h5").exists()

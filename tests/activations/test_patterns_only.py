@@ -8,14 +8,13 @@ import pytest
 
 from headstab.activations.errors import CacheError
 from headstab.activations.reader import check_consistent_shapes, open_cache
-from headstab.activations.writer import write_activation_cache
+from headstab.activations.writer import CacheOptions, write_activation_cache
 
 
 @pytest.fixture(scope="module")
 def patterns_path(tmp_path_factory, model, token_sets):
     path = tmp_path_factory.mktemp("patterns") / "seed1.h5"
-    write_activation_cache(path, model, token_sets, pad_token_id=0, batch_size=3, patterns_only=True,
-                           extra_resid_hooks=("hook_resid_pre",), show_progress=False)  # fmt: skip
+    write_activation_cache(path, model, token_sets, pad_token_id=0, options=CacheOptions(batch_size=3, patterns_only=True, extra_resid_hooks=("hook_resid_pre",), show_progress=False))  # fmt: skip
     return path
 
 

@@ -21,7 +21,7 @@ from headstab.activations.reader import (
     open_cache,
     rebuild_command,
 )
-from headstab.activations.writer import write_activation_cache
+from headstab.activations.writer import CacheOptions, write_activation_cache
 from headstab.similarity.pairs import pair_similarity_from_caches
 
 
@@ -72,7 +72,11 @@ def test_packed_patterns_read_into_place_in_float32_and_float16(tmp_path, cache_
         out = np.empty((N_HEADS, int(offsets[-1])), dtype=np.float32)
         np.testing.assert_array_equal(cache.hook_pattern_lower("primary", layer=1, out=out), expected)
     half_path = write_activation_cache(
-        tmp_path / "half.h5", model, token_sets, pad_token_id=0, dtype="float16", show_progress=False
+        tmp_path / "half.h5",
+        model,
+        token_sets,
+        pad_token_id=0,
+        options=CacheOptions(dtype="float16", show_progress=False),
     )
     with open_cache(half_path) as half:
         out = np.empty((N_LAYERS, N_HEADS, int(offsets[-1])), dtype=np.float32)
@@ -160,14 +164,20 @@ def test_offsets_that_disagree_with_lengths_are_rejected(tmp_path, cache_path):
 def test_consistent_caches_pass_and_mismatched_shapes_name_both_files(tmp_path, cache_path, token_sets):
     other_seed = tmp_path / "seed2.h5"
     write_activation_cache(
-        other_seed, make_model(seed=2), token_sets, pad_token_id=0, batch_size=3, show_progress=False
+        other_seed,
+        make_model(seed=2),
+        token_sets,
+        pad_token_id=0,
+        options=CacheOptions(batch_size=3, show_progress=False),
     )
     shapes = check_consistent_shapes([cache_path, other_seed])
     n_lower = sum(len(ids) * (len(ids) + 1) // 2 for ids in token_sets["primary"])
     assert shapes["primary"]["hook_pattern"] == (N_LAYERS, N_HEADS, n_lower)
     assert shapes["primary"]["tokens"] == (7, 12)
     wider = tmp_path / "seed3.h5"
-    write_activation_cache(wider, make_model(n_heads=2), token_sets, pad_token_id=0, show_progress=False)
+    write_activation_cache(
+        wider, make_model(n_heads=2), token_sets, pad_token_id=0, options=CacheOptions(show_progress=False)
+    )
     with pytest.raises(CacheError, match=rf"{cache_path} and {wider} disagree on /primary/hook_pattern"):
         check_consistent_shapes([cache_path, wider])
     fewer = tmp_path / "seed4.h5"
@@ -176,7 +186,7 @@ def test_consistent_caches_pass_and_mismatched_shapes_name_both_files(tmp_path, 
         make_model(),
         {"primary": token_sets["primary"][:5], "len5": token_sets["len5"]},
         pad_token_id=0,
-        show_progress=False,
+        options=CacheOptions(show_progress=False),
     )
     with pytest.raises(CacheError, match=rf"{cache_path} and {fewer} disagree on /primary/tokens"):
         check_consistent_shapes([cache_path, fewer])
@@ -192,7 +202,9 @@ def test_consecutive_prompt_ranges_read_each_pattern_chunk_once(tmp_path, model,
     import headstab.activations.writer as writer
 
     monkeypatch.setattr(writer, "PATTERN_CHUNK_BYTES", N_HEADS * 4 * 37)
-    path = write_activation_cache(tmp_path / "small_chunks.h5", model, token_sets, pad_token_id=0, show_progress=False)
+    path = write_activation_cache(
+        tmp_path / "small_chunks.h5", model, token_sets, pad_token_id=0, options=CacheOptions(show_progress=False)
+    )
     with open_cache(path) as cache, h5py.File(path) as handle:
         stored = handle["primary/hook_pattern"].id.get_storage_size()
         cache.hook_pattern_lower("primary", prompts=slice(0, 1))  # B-tree and first chunks: not what is measured
@@ -247,7 +259,11 @@ def test_a_flipped_byte_fails_the_checksum_naming_file_dataset_and_rebuild(tmp_p
 def test_without_checksums_a_flipped_byte_goes_unnoticed(tmp_path, model, token_sets):
     # What the checksums prevent: the same flip in a file written without fletcher32 silently changes one value.
     path = write_activation_cache(
-        tmp_path / "seed1.h5", model, token_sets, pad_token_id=0, checksum=False, show_progress=False
+        tmp_path / "seed1.h5",
+        model,
+        token_sets,
+        pad_token_id=0,
+        options=CacheOptions(checksum=False, show_progress=False),
     )
     with open_cache(path) as cache:
         assert cache.attrs["checksum"] == "none"

@@ -12,7 +12,7 @@ from helpers.tolerances import reduction_atol
 from activations.conftest import D_HEAD, D_MODEL, N_CTX, N_HEADS, N_LAYERS, forward_atol, make_model
 from activations.test_capture import single_prompt_activations
 from headstab.activations.reader import check_consistent_shapes, open_cache
-from headstab.activations.writer import PATTERN_CHUNK_BYTES, POSITION_CHUNK, write_activation_cache
+from headstab.activations.writer import PATTERN_CHUNK_BYTES, POSITION_CHUNK, CacheOptions, write_activation_cache
 from headstab.fileio import temporary_path
 from headstab.plan.formats import CACHE_FORMAT_VERSION
 
@@ -98,7 +98,9 @@ def test_padding_is_not_stored(tmp_path, model):
     # 40 positions: a 3-token prompt's chunks beyond its first POSITION_CHUNK positions are never written.
     tokens = {"primary": [[1] * 40, [1, 2, 3]]}
     big = make_model(n_ctx=64)
-    path = write_activation_cache(tmp_path / "seed1.h5", big, tokens, pad_token_id=0, show_progress=False)
+    path = write_activation_cache(
+        tmp_path / "seed1.h5", big, tokens, pad_token_id=0, options=CacheOptions(show_progress=False)
+    )
     with h5py.File(path) as handle:
         dataset = handle["primary/hook_z"]
         assert dataset.chunks[2] == POSITION_CHUNK and dataset.id.get_num_chunks() == N_LAYERS * (2 + 1)
@@ -121,7 +123,11 @@ def test_batched_cache_equals_one_prompt_at_a_time(cache_path, model, token_sets
 def test_float16_switch_stores_float16_close_to_float32(tmp_path, cache_path, model, token_sets):
     path16 = tmp_path / "seed1_f16.h5"
     write_activation_cache(
-        path16, model, token_sets, pad_token_id=0, batch_size=3, dtype="float16", show_progress=False
+        path16,
+        model,
+        token_sets,
+        pad_token_id=0,
+        options=CacheOptions(batch_size=3, dtype="float16", show_progress=False),
     )
     with h5py.File(path16) as handle:
         assert all(handle["primary"][key].dtype == np.float16 for key in ("hook_pattern", *PER_TOKEN))
@@ -140,7 +146,9 @@ def test_float16_switch_stores_float16_close_to_float32(tmp_path, cache_path, mo
 
 def test_uncompressed_default_round_trips(tmp_path, cache_path, model, token_sets):
     path = tmp_path / "raw.h5"
-    write_activation_cache(path, model, token_sets, pad_token_id=0, batch_size=3, show_progress=False)
+    write_activation_cache(
+        path, model, token_sets, pad_token_id=0, options=CacheOptions(batch_size=3, show_progress=False)
+    )
     with open_cache(path) as raw, open_cache(cache_path) as compressed:
         assert raw.attrs["compression"] == "none"
         for key, values in read_all(raw).items():
@@ -151,8 +159,7 @@ def test_uncompressed_default_round_trips(tmp_path, cache_path, model, token_set
 
 def test_compressed_patterns_round_trip_exactly_and_take_less_disk(tmp_path, cache_path, model, token_sets):
     path = tmp_path / "patterns_gzip.h5"
-    write_activation_cache(path, model, token_sets, pad_token_id=0, batch_size=3, compression_level=1,
-                           pattern_compression_level=1, show_progress=False)  # fmt: skip
+    write_activation_cache(path, model, token_sets, pad_token_id=0, options=CacheOptions(batch_size=3, compression_level=1, pattern_compression_level=1, show_progress=False))  # fmt: skip
     with open_cache(path) as packed, open_cache(cache_path) as plain:
         assert packed.attrs["pattern_compression"] == "shuffle+gzip1" and plain.attrs["pattern_compression"] == "none"
         for key, values in read_all(plain).items():  # lossless: every dataset bit for bit
@@ -168,22 +175,27 @@ def test_pattern_compression_level_out_of_range_names_the_config_key(tmp_path, m
     with pytest.raises(
         ValueError, match=r"pattern_compression_level must be 1-9.*got 0.*cache\.pattern_compression_level"
     ):
-        write_activation_cache(tmp_path / "x.h5", model, token_sets, pad_token_id=0, pattern_compression_level=0,
-                               show_progress=False)  # fmt: skip
+        write_activation_cache(tmp_path / "x.h5", model, token_sets, pad_token_id=0, options=CacheOptions(pattern_compression_level=0, show_progress=False))  # fmt: skip
     assert not (tmp_path / "x.h5").exists()
 
 
 def test_prompt_longer_than_context_names_set_index_and_length(tmp_path, model):
     too_long = {"primary": [[1, 2, 3], [1] * (N_CTX + 1)]}
     with pytest.raises(ValueError, match=rf"prompt set 'primary'.*prompt 1 has {N_CTX + 1} tokens.*n_ctx={N_CTX}"):
-        write_activation_cache(tmp_path / "x.h5", model, too_long, pad_token_id=0, show_progress=False)
+        write_activation_cache(
+            tmp_path / "x.h5", model, too_long, pad_token_id=0, options=CacheOptions(show_progress=False)
+        )
     assert not (tmp_path / "x.h5").exists()
 
 
 def test_a_prompt_set_without_prompts_fails_before_writing(tmp_path, model):
     with pytest.raises(ValueError, match="prompt set 'empty' has no prompts"):
         write_activation_cache(
-            tmp_path / "seed1.h5", model, {"primary": [[1, 2, 3]], "empty": []}, pad_token_id=0, show_progress=False
+            tmp_path / "seed1.h5",
+            model,
+            {"primary": [[1, 2, 3]], "empty": []},
+            pad_token_id=0,
+            options=CacheOptions(show_progress=False),
         )
     assert not list(tmp_path.iterdir())
 
@@ -191,7 +203,9 @@ def test_a_prompt_set_without_prompts_fails_before_writing(tmp_path, model):
 def test_attention_only_model_caches_resid_post_under_its_name(tmp_path, token_sets):
     attn_only = make_model(attn_only=True)
     path = tmp_path / "attn.h5"
-    write_activation_cache(path, attn_only, {"len5": token_sets["len5"]}, pad_token_id=0, show_progress=False)
+    write_activation_cache(
+        path, attn_only, {"len5": token_sets["len5"]}, pad_token_id=0, options=CacheOptions(show_progress=False)
+    )
     ids = token_sets["len5"][0]
     with torch.inference_mode():
         _, reference = attn_only.run_with_cache(torch.tensor([ids]))
@@ -259,8 +273,7 @@ def test_unknown_extra_resid_hook_fails_before_writing(tmp_path, model, token_se
             model,
             token_sets,
             pad_token_id=0,
-            extra_resid_hooks=("hook_resid_final",),
-            show_progress=False,
+            options=CacheOptions(extra_resid_hooks=("hook_resid_final",), show_progress=False),
         )
     assert not (tmp_path / "x.h5").exists()
 
@@ -273,8 +286,9 @@ def test_attention_only_resid_post_serves_resid_mid_and_resid_pre_is_stored(tmp_
         attn_only,
         {"len5": token_sets["len5"]},
         pad_token_id=0,
-        extra_resid_hooks=("hook_resid_mid", "hook_resid_post", "hook_resid_pre"),
-        show_progress=False,
+        options=CacheOptions(
+            extra_resid_hooks=("hook_resid_mid", "hook_resid_post", "hook_resid_pre"), show_progress=False
+        ),
     )
     ids = token_sets["len5"][0]
     with torch.inference_mode():
@@ -302,7 +316,7 @@ def test_interrupted_write_leaves_no_file(tmp_path, model, token_sets, monkeypat
     monkeypatch.setattr(writer, "collect_activations", fail)
     path = tmp_path / "seed2.h5"
     with pytest.raises(RuntimeError, match="simulated crash"):
-        write_activation_cache(path, model, token_sets, pad_token_id=0, show_progress=False)
+        write_activation_cache(path, model, token_sets, pad_token_id=0, options=CacheOptions(show_progress=False))
     assert not path.exists() and not temporary_path(path).exists()
 
 
@@ -319,7 +333,11 @@ def test_hook_pattern_split_into_many_chunks_reads_the_same(tmp_path, cache_path
 
     monkeypatch.setattr(writer, "PATTERN_CHUNK_BYTES", N_HEADS * 4 * 37)  # 37 entries: chunks end inside prompts
     path = write_activation_cache(
-        tmp_path / "small_chunks.h5", model, token_sets, pad_token_id=0, batch_size=3, show_progress=False
+        tmp_path / "small_chunks.h5",
+        model,
+        token_sets,
+        pad_token_id=0,
+        options=CacheOptions(batch_size=3, show_progress=False),
     )
     with h5py.File(path) as handle:
         assert handle["primary/hook_pattern"].chunks == (1, N_HEADS, 37)

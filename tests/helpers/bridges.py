@@ -50,7 +50,7 @@ def write_refit_caches(directory: Any, seeds: tuple[int, ...] = (1, 2, 3)) -> li
 
     import numpy as np
 
-    from headstab.activations.writer import write_activation_cache
+    from headstab.activations.writer import CacheOptions, write_activation_cache
 
     rng = np.random.default_rng(3)
     token_sets = {
@@ -61,6 +61,8 @@ def write_refit_caches(directory: Any, seeds: tuple[int, ...] = (1, 2, 3)) -> li
     for seed in seeds:
         model = tiny_bridge(n_layers=2, n_heads=3, d_model=24, d_head=8, d_mlp=48, n_ctx=16, d_vocab=50, seed=seed)
         path = Path(directory) / f"seed{seed}.h5"
-        write_activation_cache(path, model, token_sets, pad_token_id=0, batch_size=3, show_progress=False)
+        write_activation_cache(
+            path, model, token_sets, pad_token_id=0, options=CacheOptions(batch_size=3, show_progress=False)
+        )
         paths.append(path)
     return paths

@@ -10,6 +10,8 @@ import pytest
 from headstab.plan.config import architecture_spec, load_config
 from headstab.plan.resources import (
     cache_mem_mb,
+    head_type_mem_mb,
+    head_type_runtime,
     meta_sne_mem_mb,
     model_gpus,
     similarity_runtime,
@@ -70,6 +72,14 @@ def test_cache_memory_counts_patterns_of_the_largest_set(tiny_spec):
     # 3 GB base plus under 1 MB of weights and activations rounds up to 3,500; 10^6 prompts x 2 layers
     # x 2 heads x 136 lower entries x 4 bytes add 2,176 MB: 5,176 MB, rounded up to 5,500
     assert small == 3500 and large == 5500
+
+
+def test_head_type_memory_and_runtime_by_hand(tiny_spec):
+    spec = tiny_spec(n_layers=8, n_heads=16)
+    # batch 1000 x 100 x 100: patterns 8 x 16 x 1e7 x 4 bytes x 2 = 10,240 MB, one layer's float64 scores
+    # 16 x 1e7 x 24 = 3,840 MB, 3 GB base: 17,080 MB plus the tiny weights, rounded up to 17,500
+    assert head_type_mem_mb(spec, batch_size=1000, length=100) == 17_500
+    assert head_type_runtime(spec, n_seeds=4) == 20 and head_type_runtime(spec, n_seeds=200) == 60
 
 
 def test_gpus_runtimes_and_meta_sne_memory(tiny_spec):

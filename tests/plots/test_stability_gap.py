@@ -37,3 +37,21 @@ def test_stability_gap_and_extreme_layer_depth(tmp_path, layer_stability, assert
     assert len(depth) == 2 * 16 and depth["mean"].between(0, 1).all()
     with pytest.raises(ValueError, match="n_heads"):
         plot_stability_gap(summary.drop(columns="n_heads"), tmp_path / "x.png")
+
+
+def test_stability_gap_draws_the_no_layer_difference_range_beside_each_architecture(
+    tmp_path, layer_stability, monkeypatch
+):
+    import headstab.plots.stability_gap as module
+
+    summary = _gap_summary(layer_stability).assign(
+        delta_s_layer_null=0.05, delta_s_layer_null_ci_low=0.02, delta_s_layer_null_ci_high=0.09
+    )
+    figures = []
+    monkeypatch.setattr(module, "save_figure", lambda figure, path: figures.append(figure))
+    plot_stability_gap(summary, tmp_path / "stability_gap.png")
+    ax = figures[0].axes[0]
+    bars = [line for line in ax.get_lines() if list(line.get_ydata()) == [0.02, 0.09]]
+    assert len(bars) == summary["architecture"].nunique()
+    labels = [text.get_text() for text in figures[0].legends[0].get_texts()]
+    assert "ΔS if no layer differed" in labels

@@ -18,7 +18,7 @@ def test_weight_norm_correlation(tmp_path, layer_stability, assert_written):
             for m in ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "ln1_w", "ln2_w")
         ],
         columns=["seed", "layer", "matrix", "frobenius_norm"],
-    )
+    ).assign(whole_layer_norm=lambda frame: frame["frobenius_norm"] * 2)
     stab = layer_stability()
     corr = norm_stability_correlation(norms, stab)
     data = plot_weight_norm_correlation(norms, stab, corr, tmp_path / "weight_norm_correlation.png", "l4_h8")

@@ -352,3 +352,74 @@ def test_correlation_refuses_norms_without_table_b5s_norm(layer_stability):
     norms = pd.DataFrame({"seed": [1, 1], "layer": [0, 1], "matrix": "W_Q", "frobenius_norm": [1.0, 2.0]})
     with pytest.raises(ValueError, match=r"lacks the column whole_layer_norm .* rebuild tables/weight_norms.csv"):
         norm_stability_correlation(norms, layer_stability({1: [0.5, 0.4]}))
+
+
+def test_head_weight_norms_by_hand():
+    from headstab.sections.weight_norms import head_weight_norms
+
+    n_heads, d_head, d_model = 2, 3, 4
+    q = np.zeros((n_heads * d_head, d_model))
+    q[:d_head] = 1.0
+    o = np.zeros((d_model, n_heads * d_head))
+    o[:, d_head:] = 2.0
+    state = {"blocks.0.attn.q.weight": q, "blocks.0.attn.k.weight": q, "blocks.0.attn.v.weight": 3 * q,
+             "blocks.0.attn.o.weight": o}  # fmt: skip
+    norms = head_weight_norms(state, 1, n_heads, d_head).set_index(["matrix", "head"])["frobenius_norm"]
+    rtol = reduction_rtol(np.float64, 12)
+    assert norms[("W_Q", 0)] == pytest.approx(math.sqrt(12), rel=rtol) and norms[("W_Q", 1)] == 0.0
+    assert norms[("W_O", 1)] == pytest.approx(2 * math.sqrt(12), rel=rtol) and norms[("W_O", 0)] == 0.0
+    assert norms[("W_V", 0)] == pytest.approx(3 * math.sqrt(12), rel=rtol)
+    # the per-head mean of layer_weight_norms is the mean of these
+    assert layer_weight_norms(state, 1, n_heads, d_head).set_index("matrix").loc["W_Q", "frobenius_norm"] == (
+        pytest.approx(norms[("W_Q", 0)] / 2, rel=rtol)
+    )
+
+
+def _entropy_driven(rng, n):
+    """Norm and stability related only through entropy (sharper heads: lower entropy, larger norm, lower cosine)."""
+    entropy = rng.random(n)
+    return entropy, 5 - 3 * entropy + 0.05 * rng.normal(size=n), 0.3 + 0.5 * entropy + 0.01 * rng.normal(size=n)
+
+
+def test_correlation_over_layers_comes_with_its_partial_given_layer_entropy():
+    rng = np.random.default_rng(0)
+    entropy, norm, stability = _entropy_driven(rng, 8)
+    norms = pd.DataFrame(
+        {"seed": 1, "layer": range(8), "matrix": "W_Q", "frobenius_norm": norm, "whole_layer_norm": norm}
+    )
+    layers = pd.DataFrame({"promptset": "primary", "scope": "same_layer", "anchor_seed": 1, "layer": range(8),
+                           "mean": stability, "entropy": entropy})  # fmt: skip
+    row = norm_stability_correlation(norms, layers).iloc[0]
+    assert row["pearson_r"] < -0.99 and row["partial_r_entropy"] > -0.9  # 8 layers: the residuals are noise
+    residual = lambda v: v - np.polyval(np.polyfit(entropy, v, 1), entropy)  # noqa: E731
+    expected = np.corrcoef(residual(norm), residual(stability))[0, 1]
+    # rounding of the three correlations, amplified by 1 / ((1 - r_xz^2)(1 - r_yz^2)) when z explains much
+    amplification = 1 / ((1 - np.corrcoef(norm, entropy)[0, 1] ** 2) * (1 - np.corrcoef(stability, entropy)[0, 1] ** 2))
+    assert row["partial_r_entropy"] == pytest.approx(expected, abs=reduction_atol(np.float64, 8) * amplification)
+    two = norm_stability_correlation(norms[norms["layer"] < 2], layers[layers["layer"] < 2])
+    assert np.isnan(two["partial_r_entropy"]).all()  # under 4 layers nothing is left to correlate
+    without = norm_stability_correlation(norms, layers.drop(columns="entropy"))
+    assert without["partial_r_entropy"].isna().all()
+
+
+def test_per_layer_head_partial_correlation_given_entropy_resamples_anchors():
+    from headstab.sections.weight_norms import PARTIAL_COLUMNS, head_norm_partial_table
+
+    rng = np.random.default_rng(1)
+    rows_norm, rows_stab = [], []
+    for anchor in range(6):
+        entropy, norm, stability = _entropy_driven(rng, 8)
+        for head in range(8):
+            rows_norm.append((anchor, 0, head, "W_Q", norm[head]))
+            rows_norm.append((anchor, 0, head, "W_K", 1.0 + head))
+            rows_stab.append(("primary", "same_layer", anchor, 0, head, stability[head], entropy[head]))
+    norms = pd.DataFrame(rows_norm, columns=["seed", "layer", "head", "matrix", "frobenius_norm"])
+    heads = pd.DataFrame(
+        rows_stab, columns=["promptset", "scope", "anchor_seed", "layer", "head", "stability", "entropy"]
+    )
+    table = head_norm_partial_table(norms, heads, n_boot=200, seed=0, confidence=0.9)
+    assert list(table.columns) == PARTIAL_COLUMNS and table["matrix"].tolist() == ["W_Q"]
+    row = table.iloc[0]
+    assert (row["n_heads"], row["n_anchors"]) == (48, 6)
+    assert row["pearson_r"] < -0.9 and row["entropy_r"] > 0.9  # raw: larger norm, lower stability
+    assert abs(row["partial_r"]) < 0.5 and row["partial_r_ci_low"] <= row["partial_r"] <= row["partial_r_ci_high"]

@@ -438,14 +438,16 @@ def one_prompt_caches(tmp_path_factory):
     """Two seeded refits' caches, written by the real writer, of one prompt set holding a single prompt."""
     from helpers.bridges import tiny_bridge
 
-    from headstab.activations.writer import write_activation_cache
+    from headstab.activations.writer import CacheOptions, write_activation_cache
 
     directory = tmp_path_factory.mktemp("one_prompt")
     paths = []
     for seed in (1, 2):
         model = tiny_bridge(n_layers=2, n_heads=3, d_model=24, d_head=8, d_mlp=48, n_ctx=16, d_vocab=50, seed=seed)
         paths.append(directory / f"seed{seed}.h5")
-        write_activation_cache(paths[-1], model, {"one": [[0, 4, 9, 2, 7]]}, pad_token_id=0, show_progress=False)
+        write_activation_cache(
+            paths[-1], model, {"one": [[0, 4, 9, 2, 7]]}, pad_token_id=0, options=CacheOptions(show_progress=False)
+        )
     return paths
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import h5py
 import numpy as np
 import pytest
@@ -271,4 +273,81 @@ def test_a_read_error_other_than_a_checksum_is_reported_as_damaged(tmp_path, mon
         GroupedSimilarityError,
         match=rf"^prompt-group similarity file {path} is damaged \(Can't read data \(short read\)\); rebuild it .*{hint}",
     ):
+        read_grouped_similarity(path)
+
+
+def _content_head(tokens, scale=3.0):
+    """[T, T]: each query attends to the earlier positions holding its own token (a content rule)."""
+    scores = np.where(np.tri(tokens.size, dtype=bool), scale * (tokens[None, :] == tokens[:, None]), -np.inf)
+    pattern = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return pattern / pattern.sum(axis=-1, keepdims=True)
+
+
+def test_content_variant_sees_a_shared_content_rule_and_not_a_shared_position_rule():
+    from headstab.sharpness import content_remainder
+
+    rng = np.random.default_rng(4)
+    lengths = np.array([9, 12, 9, 12, 10, 10, 12, 9])
+    previous = np.eye(12, k=-1) * 0.6  # previous token and BOS: every row sums to 1
+    previous[:, 0] += 0.4
+    previous[0, 0] = 1.0
+    segments = []
+    for length in lengths:
+        tokens = rng.integers(0, 3, size=length)
+        content = _content_head(tokens)
+        heads = [previous[:length, :length], content]  # head 0: position alone; head 1: a content rule
+        segments.append(np.stack([h[np.tril_indices(length)] for h in heads * 2]))  # two refits, same heads
+    block = np.ascontiguousarray(np.concatenate(segments, axis=1), dtype=np.float32)
+    offsets = lower_triangle_offsets(lengths)
+    groups, partners = prompt_groups(lengths.size, 2, seed=0), null_partners(lengths, seed=0)
+    raw, raw_null = layer_group_similarity(block, offsets, lengths, groups, partners, 2)
+    content, content_null = layer_group_similarity(
+        content_remainder(block, offsets=offsets, lengths=lengths), offsets, lengths, groups, partners, 2
+    )
+    atol = reduction_atol(np.float32, n_lower_entries(12))
+    sizes = np.array([len(g) for g in groups])
+    mean = lambda x: np.tensordot(sizes / sizes.sum(), x.astype(np.float64), axes=1)[0, 1]  # noqa: E731
+    # The positional head matches itself perfectly raw and under the null: its agreement is position only.
+    assert mean(raw)[0, 0] == pytest.approx(1.0, abs=atol) and mean(raw_null)[0, 0] == pytest.approx(1.0, abs=atol)
+    assert mean(content)[0, 0] == 0.0 and mean(content_null)[0, 0] == 0.0  # nothing left beyond position
+    assert mean(content)[1, 1] == pytest.approx(1.0, abs=atol)  # the content rule: identical remainders
+    assert mean(content_null)[1, 1] < 0.5  # on another prompt the content rule attends elsewhere
+
+
+def test_grouped_arrays_add_entropy_and_the_content_variant_to_the_same_pass(caches):
+    from headstab.sharpness import normalised_row_entropy
+    from headstab.similarity.prompt_groups import grouped_arrays_from_caches
+
+    with open_cache(caches[0]) as cache:
+        lengths = cache.lengths("primary")
+    groups, partners = prompt_groups(lengths.size, 3, seed=0), null_partners(lengths, seed=0)
+    arrays = grouped_arrays_from_caches(caches, "primary", groups, partners, progress=False, content=True)
+    observed, null = grouped_similarity_from_caches(caches, "primary", groups, partners, progress=False)
+    np.testing.assert_array_equal(arrays["observed"], observed)
+    np.testing.assert_array_equal(arrays["null"], null)
+    assert arrays["content_observed"].shape == arrays["content_null"].shape == observed.shape
+    assert arrays["entropy"].shape == (2, 2, 3)
+    for refit, path in enumerate(caches):
+        with open_cache(path) as cache:
+            patterns = cache.hook_pattern("primary")  # [layer, prompt, head, query, key]
+        per_prompt = [normalised_row_entropy(patterns[:, p], length) for p, length in enumerate(lengths)]
+        expected = np.nanmean(np.stack(per_prompt), axis=0)  # [layer, head]
+        np.testing.assert_allclose(arrays["entropy"][refit], expected, atol=reduction_atol(np.float32, 64, 4.0))
+    assert "content_observed" not in grouped_arrays_from_caches(caches, "short", [np.arange(3)], np.array([1, 0, 0]))
+
+
+def test_entropy_and_content_round_trip_and_an_old_file_asks_for_a_rebuild(tmp_path):
+    grouped = small_grouped()
+    full = dataclasses.replace(
+        grouped, entropy=np.full((2, 1, 2), 0.5), content_observed=grouped.observed / 3, content_null=grouped.null / 3
+    )
+    path = tmp_path / "primary.groups.h5"
+    write_grouped_similarity(path, full)
+    back = read_grouped_similarity(path)
+    assert back.has_content and not small_grouped().has_content
+    np.testing.assert_array_equal(back.entropy, full.entropy)
+    np.testing.assert_array_equal(back.content_null, full.content_null)
+    with h5py.File(path, "r+") as handle:
+        handle.attrs["format_version"] = 1
+    with pytest.raises(GroupedSimilarityError, match=r"format version 1, older than 2 \(no head entropy\); rebuild"):
         read_grouped_similarity(path)

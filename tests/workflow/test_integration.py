@@ -126,3 +126,24 @@ def test_section_outputs(tiny_run):
     gap = pd.read_csv(summary / "tables/stability_gap.csv")
     assert set(gap["architecture"]) == set(ARCHITECTURES)
     assert (gap["delta_s"] >= 0).all() and gap["r_max"].between(0.5, 1).all()
+
+
+def test_controls_for_sharpness_and_chance_reach_the_tables(tiny_run):
+    for arch in ARCHITECTURES:
+        heads = pd.read_csv(tiny_run / arch / "tables/head_stability.csv")
+        assert heads["entropy"].between(0, 1).all()  # every prompt set, both scopes
+        same = heads[heads["scope"] == "same_layer"]
+        primary = same[same["promptset"] == "primary"]
+        assert primary[["stability_content", "stability_content_null"]].notna().all().all()
+        assert same[same["promptset"] != "primary"]["stability_content"].isna().all()  # the primary set only
+        common = pd.read_csv(tiny_run / arch / "tables/commonness.csv")
+        assert common["commonness_null"].notna().all()
+        partial = pd.read_csv(tiny_run / arch / "tables/weight_norm_partial.csv")
+        assert set(partial["layer"]) == {0, 1} and (partial["matrix"] == "W_Q").all()
+    gap = pd.read_csv(tiny_run / "summary/tables/stability_gap.csv")
+    assert (gap["delta_s_layer_null"] > 0).all() and gap["delta_s_layer_null_p"].between(0, 1).all()
+    depth = pd.read_csv(tiny_run / "summary/tables/stability_gap_depth.csv")
+    assert set(depth["quantity"]) >= {"delta_s", "delta_s_excess"} and depth["spearman_rho"].isna().all()  # one depth
+    tests = pd.read_csv(tiny_run / "compare/l2_h4/tables/optimizer_tests.csv")
+    # two refits: too few for per-seed pseudo-values, so the twins are tested unpaired and say so
+    assert (tests["design"] == "unpaired").all() and "layer_above_null" in set(tests["statistic"])

@@ -30,6 +30,7 @@ SECTIONS = (
     "effective_rank",
     "layer_robustness",
     "seed_grid",
+    "head_types",
 )
 RULE_FILES = [REPO / f"workflow/rules/{section}.smk" for section in SECTIONS] + [REPO / "workflow/rules/report.smk"]
 

@@ -12,13 +12,11 @@ ABLATION_TARGETS = {
     + [figure_path(arch, "ablation_correlation")]
     for arch in ARCHITECTURES
 }
-# The anchors' weights and caches (the prompts' tokens come from them: nothing is re-tokenized): the paper's
-# anchor, the first seed, and the next ones up to analysis.ablation_anchors.
-ABLATION_SEEDS = {arch: SEEDS[arch][: config["analysis"]["ablation_anchors"]] for arch in ARCHITECTURES}
+# The ablated anchors' weights and caches (the prompts' tokens come from them: nothing is re-tokenized).
 ANCHOR_REFITS = {
     arch: {
-        "weights": [final_weights(arch, seed) for seed in ABLATION_SEEDS[arch]],
-        "caches": [cache_path(arch, seed) for seed in ABLATION_SEEDS[arch]],
+        "weights": [final_weights(arch, seed) for seed in ARCH[arch]["ablation_seeds"]],
+        "caches": [cache_path(arch, seed) for seed in ARCH[arch]["ablation_seeds"]],
     }
     for arch in ARCHITECTURES
 }
@@ -42,10 +40,10 @@ rule ablation_perplexity:
     resources:
         gpu=MODEL_GPUS,
         mem_mb=4000,
-        runtime=lambda wildcards: 30 * len(ABLATION_SEEDS[wildcards.arch]),
+        runtime=by_arch("ablation_runtime"),
     params:
         spec=by_arch("refit_spec"),
-        anchor_seeds=lambda wildcards: ABLATION_SEEDS[wildcards.arch],
+        anchor_seeds=by_arch("ablation_seeds"),
         promptset=PRIMARY,
         batch_size=config["analysis"]["ablation_batch_size"],
         weight_processing=config["analysis"]["weight_processing"],

@@ -15,7 +15,7 @@ os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [LIBRARY, os.environ.g
 
 from headstab.plan import jobs, resources
 from headstab.plan.config import architecture_spec, load_yaml, selected_architectures, validate_config
-from headstab.plan.spec import ConfigError
+from headstab.plan.spec import ConfigError, paired_twins
 from headstab.plan.formats import CACHE_FORMAT_VERSION
 from headstab.plan.layout import ANALYSIS_ROOT_RULES, Layout
 from headstab.prompts.loading import load_prompt_sets
@@ -66,9 +66,9 @@ ANALYSIS_SPECS = {arch: jobs.analysis_spec(spec, config["analysis"]["act_fn"]) f
 COMPUTE = config["compute"]
 STATISTICS = config["statistics"]
 # In the params of the rules whose numbers this library code computes: editing it reruns them.
-STATISTICS_CODE = jobs.library_digest("statistics", "stability.py")
-PROMPT_GROUPS_CODE = jobs.library_digest("similarity/prompt_groups.py")
-OPTIMIZER_TESTS_CODE = jobs.library_digest("statistics", "sections/optimizers.py")
+STATISTICS_CODE = jobs.library_digest("statistics", "stability.py", "matching.py")
+PROMPT_GROUPS_CODE = jobs.library_digest("similarity/prompt_groups.py", "sharpness.py")
+OPTIMIZER_TESTS_CODE = jobs.library_digest("statistics", "sections/optimizer_tests.py")
 ARCHITECTURE_FACTS = {arch: architecture_facts(SPECS[arch]) for arch in ARCHITECTURES}
 RUN_SUMMARY = f"{len(ARCHITECTURES)} architectures ({', '.join(ARCHITECTURES)}), results_dir {RESULTS}"
 
@@ -99,6 +99,9 @@ ARCH = {
         "refit_spec": ANALYSIS_SPECS[arch].to_dict(),  # analysis params: every refit
         "seeds": SEEDS[arch],
         "anchor_seed": ANCHOR_SEEDS[arch],
+        # The ablated anchors: the paper's, the first seed, and the next ones up to analysis.ablation_anchors.
+        "ablation_seeds": SEEDS[arch][: config["analysis"]["ablation_anchors"]],
+        "ablation_runtime": 30 * len(SEEDS[arch][: config["analysis"]["ablation_anchors"]]),
         "weights": [final_weights(arch, seed) for seed in SEEDS[arch]],
         "caches": [cache_path(arch, seed) for seed in SEEDS[arch]],
         "similarities": [similarity_path(arch, promptset) for promptset in PROMPT_SETS],

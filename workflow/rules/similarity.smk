@@ -29,9 +29,12 @@ rule pair_similarity:
 
 
 # Same-layer similarity per random group of prompts, observed and under the prompt-permutation null
-# (headstab.similarity.prompt_groups): what the bootstrap resamples (docs/statistics.md).
+# (headstab.similarity.prompt_groups): what the bootstrap resamples (docs/statistics.md). The same pass
+# gives every head's entropy and, on the primary prompts, the content variant (patterns less their
+# position-only template).
 rule prompt_group_similarity:
-    """Same-layer head similarity of one architecture's refits per prompt group, and its null."""
+    """Same-layer head similarity of one architecture's refits per prompt group and its null; head entropy;
+    the content variant on the primary prompt set."""
     input:
         caches=by_arch("caches"),
     output:
@@ -48,6 +51,7 @@ rule prompt_group_similarity:
         library=PROMPT_GROUPS_CODE,
         seeds=by_arch("seeds"),
         promptsets=PROMPT_SETS,
+        content_promptsets=[PRIMARY],
         prompt_groups=STATISTICS["prompt_groups"],
         seed=STATISTICS["seed"],
     script:
@@ -64,3 +68,5 @@ use rule prompt_group_similarity as snapshot_prompt_group_similarity with:
         },
     log:
         f"{RESULTS}/logs/prompt_group_similarity/{{arch}}/step{{step}}.log",
+    params:
+        content_promptsets=[],  # snapshots (step 0, training dynamics) need no content variant

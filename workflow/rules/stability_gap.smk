@@ -1,14 +1,17 @@
 # Paper §4.6, Fig. 7-8: stability gap and depth of the extreme layers, across architectures.
 #
-#   stability_gap  {RESULTS}/summary/tables/stability_gap.csv, summary/figures/stability_gap.png,
+#   stability_gap  {RESULTS}/summary/tables/stability_gap.csv (per anchor, with ΔS under the nulls),
+#                  summary/tables/stability_gap_depth.csv ("ΔS widens with depth" tested on ΔS and on its
+#                  excess over the layer-label null), summary/figures/stability_gap.png,
 #                  summary/figures/extreme_layer_depth.png
 #
 # Library: headstab.sections.stability_gap, headstab.plots.stability_gap.
 
 LAYER_STABILITY_TABLES = [table_path(arch, "layer_stability") for arch in ARCHITECTURES]
+HEAD_STABILITY_TABLES = [table_path(arch, "head_stability") for arch in ARCHITECTURES]
 # Outputs, none for an empty run.
 STABILITY_GAP_TARGETS = (
-    [summary_table_path("stability_gap")]
+    [summary_table_path(name) for name in ("stability_gap", "stability_gap_depth")]
     + [summary_figure_path(name) for name in ("stability_gap", "extreme_layer_depth")]
     if ARCHITECTURES
     else []
@@ -17,11 +20,15 @@ STABILITY_GAP_TARGETS = (
 
 rule stability_gap:
     """Stability gap ΔS = S_lmax - S_lmin and relative depth r = l/L of the most and least stable layer,
-    for every architecture and anchor (paper §4.6, Fig. 7-8)."""
+    for every architecture and anchor (paper §4.6, Fig. 7-8), with ΔS when no layer differs (each anchor's
+    head stabilities permuted over its layers) and under the prompt-permutation null; ΔS and its excess
+    over the layer-label null against depth."""
     input:
         layer_stability=LAYER_STABILITY_TABLES,
+        head_stability=HEAD_STABILITY_TABLES,
     output:
         table=summary_table_path("stability_gap"),
+        depth=summary_table_path("stability_gap_depth"),
         stability_gap=report(
             summary_figure_path("stability_gap"),
             caption="../report/stability_gap.rst",
@@ -46,5 +53,6 @@ rule stability_gap:
         configuration=RUN_SUMMARY,
         architectures=ARCHITECTURE_FACTS,
         promptset=PRIMARY,
+        statistics=STATISTICS,
     script:
         "../scripts/stability_gap.py"

@@ -31,6 +31,11 @@ OPTIMIZER_TEST_INPUTS = {
     }
     for arch, twin in TWINS.items()
 }
+# Refit s of trained twins starts from the same weights and data order: tested paired (docs/statistics.md).
+PAIRED_TWINS = {
+    arch: SOURCES[arch].trained and SOURCES[twin].trained and paired_twins(SPECS[arch], SPECS[twin])
+    for arch, twin in OPTIMIZER_PAIRS.items()
+}
 CHANCE_SUMMARY_TARGETS = [
     summary_table_path("stability_against_chance"),
     summary_table_path("stability_gap_intervals"),
@@ -68,8 +73,11 @@ rule seeds_needed:
 
 
 rule optimizer_tests:
-    """Adam vs AdamW (§4.5) as tests: per-layer stability difference with its bootstrap interval and a
-    permutation test over refits; perplexity parity as an equivalence test (TOST)."""
+    """Adam vs AdamW (§4.5) as tests, paired by seed for trained twins: per-layer differences of stability,
+    of stability above the null and of the content variant, with a paired multi-bootstrap interval and a
+    sign-flip test over seeds (unpaired interval and permutation test beside them); perplexity parity as
+    a paired equivalence test (TOST); the partial correlation of head stability with the optimizer given
+    head entropy."""
     input:
         unpack(jobs.WildcardLookup(OPTIMIZER_TEST_INPUTS, "arch")),
     output:
@@ -85,6 +93,7 @@ rule optimizer_tests:
     params:
         library=OPTIMIZER_TESTS_CODE,
         statistics=STATISTICS,
+        paired=jobs.WildcardLookup(PAIRED_TWINS, "arch"),
     script:
         "../scripts/optimizer_tests.py"
 

@@ -30,6 +30,7 @@ ARCHITECTURE_TARGETS = {
     + TRAINING_CURVES_TARGETS[arch]
     + EFFECTIVE_RANK_TARGETS[arch]
     + LAYER_ROBUSTNESS_TARGETS[arch]
+    + HEAD_TYPES_TARGETS[arch]
     for arch in ARCHITECTURES
 }
 # Outputs an analysis rerun must never rebuild: the weights and caches.
@@ -46,6 +47,7 @@ ALL_TARGETS = (
     + CHANCE_SUMMARY_TARGETS
     + EFFECTIVE_RANK_SUMMARY_TARGETS
     + LAYER_ROBUSTNESS_SUMMARY_TARGETS
+    + HEAD_TYPES_SUMMARY_TARGETS
     + [target for arch in SEED_GRID_ARCHITECTURES for target in SEED_GRID_TARGETS[arch]]
     + [LAYOUT.report_configuration_path()]
 )

@@ -1,7 +1,9 @@
 # Paper §4.4.1, Table B.5: weight norms vs layer stability.
 #
 #   weight_norms             {RESULTS}/{arch}/tables/weight_norms.csv             every refit's per-layer norms
+#                            {RESULTS}/{arch}/tables/head_weight_norms.csv        and per-head attention norms
 #   weight_norm_correlation  {RESULTS}/{arch}/tables/weight_norm_correlation.csv  r over layers, every anchor
+#                            {RESULTS}/{arch}/tables/weight_norm_partial.csv      per layer, over heads, given entropy
 #                            {RESULTS}/{arch}/figures/weight_norm_correlation.png
 #   weight_norm_summary      {RESULTS}/summary/tables/weight_norm_correlation.csv  Table B.5 across architectures
 #
@@ -11,7 +13,9 @@
 WEIGHT_NORMS_TARGETS = {
     arch: [
         table_path(arch, "weight_norms"),
+        table_path(arch, "head_weight_norms"),
         table_path(arch, "weight_norm_correlation"),
+        table_path(arch, "weight_norm_partial"),
         figure_path(arch, "weight_norm_correlation"),
     ]
     for arch in ARCHITECTURES
@@ -23,11 +27,13 @@ WEIGHT_NORM_CORRELATIONS = [table_path(arch, "weight_norm_correlation") for arch
 rule weight_norms:
     """Per-layer weight norms of every refit (paper §4.4.1): W_Q, W_K, W_V, W_O per head (averaged over
     heads, or of the whole layer: analysis.attention_norm), MLP W_in/W_out and LayerNorm gains, from
-    final.pt processed as the caches were (analysis.weight_processing). CPU only."""
+    final.pt processed as the caches were (analysis.weight_processing), and every head's own attention
+    norms. CPU only."""
     input:
         weights=by_arch("weights"),
     output:
         table=table_path("{arch}", "weight_norms"),
+        heads=table_path("{arch}", "head_weight_norms"),
     log:
         f"{RESULTS}/logs/weight_norms/{{arch}}.log",
     conda:
@@ -46,12 +52,16 @@ rule weight_norms:
 
 rule weight_norm_correlation:
     """Weight norms vs layer stability (paper §4.4.1, Table B.5): Pearson correlation over layers between
-    each refit's per-layer norm of every matrix and that refit's layer-wise stability as anchor."""
+    each refit's per-layer norm of every matrix and that refit's layer-wise stability as anchor, and the
+    partial correlation given entropy (over layers; and per layer over heads, W_Q)."""
     input:
         weight_norms=table_path("{arch}", "weight_norms"),
+        head_weight_norms=table_path("{arch}", "head_weight_norms"),
         layer_stability=table_path("{arch}", "layer_stability"),
+        head_stability=table_path("{arch}", "head_stability"),
     output:
         correlation=table_path("{arch}", "weight_norm_correlation"),
+        partial=table_path("{arch}", "weight_norm_partial"),
         figure=report(
             figure_path("{arch}", "weight_norm_correlation"),
             caption="../report/weight_norm_correlation.rst",
@@ -70,6 +80,7 @@ rule weight_norm_correlation:
         configuration=by_arch("configuration"),
         promptset=PRIMARY,
         attention_norm=config["analysis"]["attention_norm"],
+        statistics=STATISTICS,  # the partial r's interval, anchors resampled
     script:
         "../scripts/weight_norm_correlation.py"
 

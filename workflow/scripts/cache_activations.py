@@ -2,7 +2,7 @@
 
 import torch
 
-from headstab.activations.writer import cache_activations
+from headstab.activations.writer import CacheOptions, cache_activations
 from headstab.fileio import sha256_file
 from headstab.joblog import run_job
 from headstab.plan.seed_design import refit_name
@@ -35,20 +35,23 @@ def main():
         tokenizer=tokenizer,
         weight_processing=snakemake.params.weight_processing,
     )
+    cache_options = CacheOptions(
+        batch_size=options["batch_size"],
+        dtype=options["dtype"],
+        compression_level=options["compression_level"],  # hook_z, residual hooks
+        pattern_compression_level=options.get("pattern_compression_level"),  # hook_pattern (cache_options)
+        extra_resid_hooks=options.get("extra_resid_hooks", ()),  # from analysis.cka_hook (cache_options)
+        patterns_only=options.get("patterns_only", False),  # rule cache_snapshot_activations
+        activation_sets=options.get("activation_sets"),  # hook_z, residual hooks: these sets only (cache_options)
+    )
     cache_activations(
         snakemake.output[0],
         model,
         tokenizer,
         prompt_sets,
+        options=cache_options,
         prepend_bos=options["prepend_bos"],
-        batch_size=options["batch_size"],
-        dtype=options["dtype"],
-        compression_level=options["compression_level"],  # hook_z, residual hooks
-        pattern_compression_level=options.get("pattern_compression_level"),  # hook_pattern (cache_options)
         prompt_files=prompt_files,
-        extra_resid_hooks=options.get("extra_resid_hooks", ()),  # from analysis.cka_hook (cache_options)
-        patterns_only=options.get("patterns_only", False),  # rule cache_snapshot_activations
-        activation_sets=options.get("activation_sets"),  # hook_z, residual hooks: these sets only (cache_options)
         attrs={
             "architecture": arch,
             "seed": seed,

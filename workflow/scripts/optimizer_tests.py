@@ -1,13 +1,19 @@
 """Rule optimizer_tests: both members' prompt-group similarity and validation perplexities ->
-compare/{arch}/tables/optimizer_tests.csv (columns: headstab.sections.optimizers)."""
+compare/{arch}/tables/optimizer_tests.csv (columns: headstab.sections.optimizer_tests)."""
 
 import logging
 
 import pandas as pd
 
 from headstab.joblog import run_job
-from headstab.sections.optimizers import optimizer_tests
+from headstab.sections.optimizer_tests import optimizer_tests
 from headstab.similarity.prompt_groups import read_grouped_similarity
+
+
+def perplexities(path):
+    """A member's validation perplexities by seed."""
+    table = pd.read_csv(path)
+    return table.set_index("seed")["perplexity"]
 
 
 def main():
@@ -15,16 +21,17 @@ def main():
     table = optimizer_tests(
         read_grouped_similarity(inp.adam),
         read_grouped_similarity(inp.adamw),
-        pd.read_csv(inp.adam_perplexity)["perplexity"].to_numpy(),
-        pd.read_csv(inp.adamw_perplexity)["perplexity"].to_numpy(),
+        perplexities(inp.adam_perplexity),
+        perplexities(inp.adamw_perplexity),
         n_boot=options["n_boot"],
         permutations=options["permutations"],
         seed=options["seed"],
         confidence=options["confidence"],
         perplexity_margin=options["perplexity_margin"],
+        paired=snakemake.params.paired,
     )
     table.to_csv(snakemake.output.table, index=False)
-    logging.info("Adam vs AdamW:\n%s", table.to_string(index=False))
+    logging.info("Adam vs AdamW (%s design):\n%s", table["design"].iloc[0], table.to_string(index=False))
 
 
 run_job(main, "optimizer_tests", snakemake.log[0])

@@ -1,12 +1,14 @@
-"""Rule prompt_group_similarity: caches of all refits of one architecture -> similarity/{promptset}.groups.h5."""
+"""Rule prompt_group_similarity: caches of all refits of one architecture -> similarity/{promptset}.groups.h5
+(observed and null per prompt group, head entropy; the content variant for params.content_promptsets)."""
 
 import logging
 
 from headstab.activations.reader import open_cache
 from headstab.joblog import run_job
+from headstab.sharpness import lone_template_entries
 from headstab.similarity.prompt_groups import (
     GroupedSimilarity,
-    grouped_similarity_from_caches,
+    grouped_arrays_from_caches,
     null_partners,
     prompt_groups,
     write_grouped_similarity,
@@ -21,21 +23,32 @@ def main():
             lengths = cache.lengths(promptset)
         groups = prompt_groups(lengths.size, snakemake.params.prompt_groups, seed)
         partners = null_partners(lengths, seed)
-        observed, null = grouped_similarity_from_caches(caches, promptset, groups, partners)
+        content = promptset in snakemake.params.content_promptsets
+        if content:
+            logging.info(
+                "%s: content variant; %d of %d packed entries have a one-prompt template (remainder 0)",
+                promptset, lone_template_entries(lengths), int((lengths * (lengths + 1) // 2).sum()),
+            )  # fmt: skip
+        arrays = grouped_arrays_from_caches(caches, promptset, groups, partners, content=content)
         grouped = GroupedSimilarity(
-            observed=observed,
-            null=null,
             group_sizes=[len(g) for g in groups],
             seeds=list(snakemake.params.seeds),
             partners=partners,
             lengths=lengths,
+            **arrays,
         )
         write_grouped_similarity(
             snakemake.output[promptset],
             grouped,
             attrs={"promptset": promptset, "seed": seed, "caches": caches, "groups": [g.tolist() for g in groups]},
         )
-        logging.info("wrote %s: %d groups, %s", snakemake.output[promptset], len(groups), observed.shape)
+        logging.info(
+            "wrote %s: %d groups, %s, content variant %s",
+            snakemake.output[promptset],
+            len(groups),
+            arrays["observed"].shape,
+            "yes" if content else "no",
+        )
 
 
 run_job(main, "prompt_group_similarity", snakemake.log[0])

@@ -1,5 +1,6 @@
 """Rule weight_norms: every refit's final.pt -> tables/weight_norms.csv (seed, layer, matrix,
-frobenius_norm; paper §4.4.1, Table B.5)."""
+frobenius_norm) and tables/head_weight_norms.csv (seed, layer, head, matrix, frobenius_norm of the
+attention matrices) (paper §4.4.1, Table B.5)."""
 
 import logging
 
@@ -7,7 +8,7 @@ import torch
 
 from headstab.joblog import run_job
 from headstab.plan.spec import spec_from_dict
-from headstab.sections.weight_norms import refit_weight_norms
+from headstab.sections.weight_norms import refit_norm_tables
 
 
 def main():
@@ -15,8 +16,9 @@ def main():
     spec = spec_from_dict(params.spec)
     torch.set_num_threads(snakemake.threads)
     weights = dict(zip(spec.seeds, snakemake.input.weights, strict=True))
-    table = refit_weight_norms(spec, weights, params.attention_norm, params.weight_processing)
-    table.to_csv(snakemake.output.table, index=False)
+    layers, heads = refit_norm_tables(spec, weights, params.attention_norm, params.weight_processing)
+    layers.to_csv(snakemake.output.table, index=False)
+    heads.to_csv(snakemake.output.heads, index=False)
     logging.info("weight norms of %d refits, %d layers", len(weights), spec.n_layers)
 
 

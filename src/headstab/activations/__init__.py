@@ -14,12 +14,13 @@ from headstab.activations.reader import (
     open_cache,
     rebuild_command,
 )
-from headstab.activations.writer import cache_activations, write_activation_cache
+from headstab.activations.writer import CacheOptions, cache_activations, write_activation_cache
 
 __all__ = [
     "RESID_HOOKS",
     "CacheChecksumError",
     "CacheError",
+    "CacheOptions",
     "CacheReader",
     "cache_activations",
     "check_consistent_shapes",

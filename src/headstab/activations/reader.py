@@ -319,9 +319,11 @@ class CacheReader:
             raise CacheError(activation_sets_message(self.path, promptset, hook, self.attrs.get("activation_sets")))
         if self.patterns_only:
             self._group(promptset)  # a clear KeyError for an unknown set
-            raise CacheError(f"activation cache {self.path} holds hook_pattern only (patterns_only, as a training "
-                             f"snapshot's), so no /{promptset}/{hook}; read it from a refit's full cache (rule "
-                             "cache_activations)")  # fmt: skip
+            raise CacheError(
+                f"activation cache {self.path} holds hook_pattern only (patterns_only, as a training "
+                f"snapshot's), so no /{promptset}/{hook}; read it from a refit's full cache (rule "
+                "cache_activations)"
+            )
 
     def resid(self, promptset: str, hook: str, layer: int | None = None, prompts: slice | None = None) -> np.ndarray:
         """Residual stream at `hook` (hook_resid_pre, hook_resid_mid or hook_resid_post), float32 [layer,

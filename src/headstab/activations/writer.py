@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from headstab.plan.formats import CACHE_FORMAT, CACHE_FORMAT_VERSION
 
 __all__ = [
     "DATASET_DIMS",
+    "CacheOptions",
     "PATTERN_CHUNK_BYTES",
     "POSITION_CHUNK",
     "cache_activations",
@@ -86,30 +88,62 @@ def _json_attr(value: Any) -> Any:
     return json.dumps(value, sort_keys=True, default=str) if isinstance(value, (dict, list, tuple)) else value
 
 
+@dataclass(frozen=True)
+class CacheOptions:
+    """How a cache is written (config section `cache`, and the rule's own choices).
+
+    batch_size, dtype: prompts per forward pass; float32 or float16 storage (computation stays float32).
+    compression_level / pattern_compression_level: gzip level 1-9 behind shuffle for the per-token
+    datasets (`hook_z`, the residual hooks) / `hook_pattern`; None (the defaults): uncompressed, the
+    fastest to write and read (docs/caches.md "Layout and compression", "Disk").
+    extra_resid_hooks: residual hooks to store besides `hook_resid_mid` (`hook_resid_post` for
+    attention-only models), e.g. ("hook_resid_pre",); hooks already stored add nothing.
+    checksum: fletcher32 on every dataset (the format's contract); False only to measure its cost.
+    patterns_only: store `hook_pattern` alone (no hook_z, no residual hooks; file attribute
+    `patterns_only`), e.g. the snapshots along training, which only the prompt-group similarity reads.
+    activation_sets: the prompt sets whose hook_z and residual hooks are stored (None: every set); the
+    others store hook_pattern alone (group attribute `activations`, file attribute `activation_sets`),
+    since only the analyses of one set read them (config key cache.activation_sets).
+    show_progress: a tqdm bar per cache.
+    """
+
+    batch_size: int = 20
+    dtype: str = "float32"
+    compression_level: int | None = None
+    pattern_compression_level: int | None = None
+    extra_resid_hooks: Sequence[str] = ()
+    checksum: bool = True
+    patterns_only: bool = False
+    activation_sets: Sequence[str] | None = None
+    show_progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("float32", "float16"):
+            raise ValueError(
+                f"cache dtype {self.dtype!r} is not supported; use float32 or float16 (config key cache.dtype)"
+            )
+        if self.batch_size < 1:
+            raise ValueError(f"cache batch_size must be >= 1, got {self.batch_size} (config key cache.batch_size)")
+        _check_level(self.compression_level, "compression_level")
+        _check_level(self.pattern_compression_level, "pattern_compression_level")
+        if isinstance(self.activation_sets, str):
+            raise TypeError(
+                f"activation_sets must be a sequence of prompt set names, got the string {self.activation_sets!r}"
+            )
+
+
 def _check_arguments(
     token_sets: Mapping[str, Sequence[Sequence[int]]],
     n_ctx: int,
-    dtype: str,
-    batch_size: int,
-    compression_level: int | None,
     set_attrs: Mapping[str, Mapping[str, Any]],
-    activation_sets: Sequence[str] | None = None,
-    pattern_compression_level: int | None = None,
+    activation_sets: Sequence[str] | None,
 ) -> None:
-    if dtype not in ("float32", "float16"):
-        raise ValueError(f"cache dtype {dtype!r} is not supported; use float32 or float16 (config key cache.dtype)")
-    if batch_size < 1:
-        raise ValueError(f"cache batch_size must be >= 1, got {batch_size} (config key cache.batch_size)")
-    _check_level(compression_level, "compression_level")
-    _check_level(pattern_compression_level, "pattern_compression_level")
     for name, token_lists in token_sets.items():
         if "/" in name or not name:
             raise ValueError(f"prompt set name {name!r} cannot be an HDF5 group name; rename it in the config")
         if len(token_lists) == 0:
             raise ValueError(f"prompt set '{name}' has no prompts; add prompts to it or remove it from prompt_sets")
         check_prompt_lengths(token_lists, n_ctx, name, set_attrs.get(name, {}).get("prompt_file"))
-    if isinstance(activation_sets, str):
-        raise TypeError(f"activation_sets must be a sequence of prompt set names, got the string {activation_sets!r}")
     unknown = [name for name in activation_sets or () if name not in token_sets]
     if unknown:
         raise ValueError(
@@ -124,18 +158,10 @@ def write_activation_cache(
     token_sets: Mapping[str, Sequence[Sequence[int]]],
     *,
     pad_token_id: int,
-    batch_size: int = 20,
-    dtype: str = "float32",
+    options: CacheOptions = CacheOptions(),
     prompt_texts: Mapping[str, Sequence[str]] | None = None,
     set_attrs: Mapping[str, Mapping[str, Any]] | None = None,
     attrs: Mapping[str, Any] | None = None,
-    compression_level: int | None = None,
-    pattern_compression_level: int | None = None,
-    extra_resid_hooks: Sequence[str] = (),
-    show_progress: bool = True,
-    checksum: bool = True,
-    patterns_only: bool = False,
-    activation_sets: Sequence[str] | None = None,
 ) -> Path:
     """Run every prompt set through `model` in right-padded, length-sorted batches and write the cache.
 
@@ -143,44 +169,48 @@ def write_activation_cache(
     prompt_texts: {prompt set: [prompt text]} stored as `prompts` (else the token ids as text).
     set_attrs: attributes per group (e.g. the prompt file and its sha256); attrs: file attributes
     (dicts and lists stored as JSON strings).
-    compression_level / pattern_compression_level: gzip level 1-9 behind shuffle for the per-token
-    datasets (`hook_z`, the residual hooks) / `hook_pattern`; None (the defaults): uncompressed, the
-    fastest to write and read (docs/caches.md "Layout and compression", "Disk").
-    extra_resid_hooks: residual hooks to store besides `hook_resid_mid` (`hook_resid_post` for
-    attention-only models), e.g. ("hook_resid_pre",); hooks already stored add nothing.
-    checksum: fletcher32 on every dataset (the format's contract); False only to measure its cost.
-    patterns_only: store `hook_pattern` alone (no hook_z, no residual hooks; file attribute
-    `patterns_only`), e.g. the snapshots along training, which only the prompt-group similarity reads.
-    activation_sets: the prompt sets whose hook_z and residual hooks are stored (None: every set); the
-    others store hook_pattern alone (group attribute `activations`, file attribute `activation_sets`),
-    since only the analyses of one set read them (config key cache.activation_sets).
+    options: how it is written (`CacheOptions`).
     Written through a temporary file, `complete=True` last; returns the path.
     """
     set_attrs = set_attrs or {}
-    _check_arguments(token_sets, int(model.cfg.n_ctx), dtype, batch_size, compression_level, set_attrs, activation_sets,
-                     pattern_compression_level)  # fmt: skip
+    _check_arguments(token_sets, int(model.cfg.n_ctx), set_attrs, options.activation_sets)
+    patterns_only, activation_sets, dtype = options.patterns_only, options.activation_sets, options.dtype
     full_sets = (
         [] if patterns_only else [name for name in token_sets if activation_sets is None or name in activation_sets]
     )
     path = Path(path)
     resid_hook = resid_hook_name(model)
-    extra = [] if patterns_only else extra_resid_hooks_for(extra_resid_hooks, resid_hook)
+    extra = [] if patterns_only else extra_resid_hooks_for(options.extra_resid_hooks, resid_hook)
     padded = {name: pad_token_lists(lists, pad_token_id) for name, lists in token_sets.items()}
-    n_batches = sum(-(-len(lengths) // batch_size) for _, lengths in padded.values())
+    n_batches = sum(-(-len(lengths) // options.batch_size) for _, lengths in padded.values())
     model.eval()
-    writer = _SetWriter(model, dtype, _filters(compression_level, checksum), _filters(None, checksum), extra, batch_size,
-                        patterns_only, pattern_filters=_filters(pattern_compression_level, checksum))  # fmt: skip
+    writer = _SetWriter(
+        model,
+        dtype,
+        _filters(options.compression_level, options.checksum),
+        _filters(None, options.checksum),
+        extra,
+        options.batch_size,
+        patterns_only,
+        pattern_filters=_filters(options.pattern_compression_level, options.checksum),
+    )
     file_attrs = {
-        **(attrs or {}), "prompt_sets": list(token_sets), "resid_hook": resid_hook, "extra_resid_hooks": extra,
-        "cache_dtype": dtype, "compression": _compression_attr(compression_level),
-        "pattern_compression": _compression_attr(pattern_compression_level),
-        "checksum": "fletcher32" if checksum else "none", "batch_size": batch_size, "pad_token_id": pad_token_id,
+        **(attrs or {}),
+        "prompt_sets": list(token_sets),
+        "resid_hook": resid_hook,
+        "extra_resid_hooks": extra,
+        "cache_dtype": dtype,
+        "compression": _compression_attr(options.compression_level),
+        "pattern_compression": _compression_attr(options.pattern_compression_level),
+        "checksum": "fletcher32" if options.checksum else "none",
+        "batch_size": options.batch_size,
+        "pad_token_id": pad_token_id,
         **({"patterns_only": True} if patterns_only else {}),
         **({} if patterns_only or activation_sets is None else {"activation_sets": full_sets}),
         **{key: int(getattr(model.cfg, key)) for key in ("n_layers", "n_heads", "d_model", "d_head", "n_ctx")},
-    }  # fmt: skip
+    }
     with (
-        tqdm(total=n_batches, desc=f"cache {path.name}", unit="batch", disable=not show_progress) as progress,
+        tqdm(total=n_batches, desc=f"cache {path.name}", unit="batch", disable=not options.show_progress) as progress,
         atomic_path(path) as tmp,
         h5py.File(tmp, "w") as handle,
     ):
@@ -335,13 +365,13 @@ def cache_activations(
     tokenizer: Any,
     prompt_sets: Mapping[str, Sequence[str]],
     *,
+    options: CacheOptions = CacheOptions(),
     prepend_bos: bool = True,
     prompt_files: Mapping[str, Mapping[str, str]] | None = None,
     attrs: Mapping[str, Any] | None = None,
-    **options: Any,
 ) -> Path:
-    """Tokenize `prompt_sets` ({name: [prompt text]}) and write the cache (`options`: those of
-    write_activation_cache). prompt_files: {prompt set: {"prompt_file": path, "prompt_file_sha256":
+    """Tokenize `prompt_sets` ({name: [prompt text]}) and write the cache as `options` say
+    (`CacheOptions`). prompt_files: {prompt set: {"prompt_file": path, "prompt_file_sha256":
     hex}} stored on each group; the tokenizer's identity goes into the file attributes."""
     token_sets = {name: tokenize_prompts(tokenizer, prompts, prepend_bos) for name, prompts in prompt_sets.items()}
     identity = {
@@ -350,6 +380,13 @@ def cache_activations(
         "bos_token_id": -1 if tokenizer.bos_token_id is None else int(tokenizer.bos_token_id),
         "prepend_bos": bool(prepend_bos),
     }
-    return write_activation_cache(path, model, token_sets, pad_token_id=pad_token_id_of(tokenizer),
-                                  prompt_texts=prompt_sets, set_attrs=prompt_files, attrs={**identity, **(attrs or {})},
-                                  **options)  # fmt: skip
+    return write_activation_cache(
+        path,
+        model,
+        token_sets,
+        pad_token_id=pad_token_id_of(tokenizer),
+        prompt_texts=prompt_sets,
+        set_attrs=prompt_files,
+        attrs={**identity, **(attrs or {})},
+        options=options,
+    )

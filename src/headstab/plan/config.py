@@ -179,8 +179,11 @@ def _check_references(config: dict[str, Any]) -> None:
                 )
     act_fn = config.get("analysis", {}).get("act_fn")
     for name in selected_architectures(config):
-        source = {**config["architecture_defaults"], **config["architectures"][name],
-                  **config.get("architecture_overrides", {}).get(name, {})}.get("source")  # fmt: skip
+        source = {
+            **config["architecture_defaults"],
+            **config["architectures"][name],
+            **config.get("architecture_overrides", {}).get(name, {}),
+        }.get("source")
         if act_fn is not None and source == "hub_family":
             raise ConfigError(
                 f"config key 'analysis.act_fn': {act_fn} applies to our model's refits (trained here or published), "

@@ -10,8 +10,8 @@ runs a model declares `gpu=MODEL_GPUS` (common.smk) and is added here.
 from pathlib import PurePath
 
 # The rules that run a model: training, the activation caches, the validation perplexity of every
-# refit (optimizers.smk, §4.5), the anchor's head ablations (ablation.smk, §4.8) and the training
-# snapshots' caches (snapshots.smk).
+# refit (optimizers.smk, §4.5), the anchor's head ablations (ablation.smk, §4.8), the training
+# snapshots' caches (snapshots.smk) and the head-type probe passes (head_types.smk).
 GPU_RULES = (
     "train",
     "cache_activations",
@@ -20,6 +20,8 @@ GPU_RULES = (
     "cache_snapshot_activations",
     "layer_drop_swap",
     "train_seed_grid",
+    "head_type_scores",
+    "head_type_scores_step0",
 )
 # The rules that start an architecture's analyses from its weights and caches: forcing them reruns every
 # analysis of analyses_<arch> and nothing upstream (docs/operations.md; tests/workflow/test_operations.py checks
@@ -34,6 +36,8 @@ ANALYSIS_ROOT_RULES = (
     "ablation_perplexity",
     "layer_drop_swap",
     "training_curves",
+    "head_type_scores",
+    "head_type_scores_step0",
 )
 
 

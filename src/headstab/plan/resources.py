@@ -89,6 +89,22 @@ def cache_runtime(spec: ArchitectureSpec) -> int:
     return 30 if spec.n_layers * spec.d_model <= 4096 else 60
 
 
+def head_type_mem_mb(spec: ArchitectureSpec, batch_size: int, length: int) -> int:
+    """The weights, and one batch's attention patterns of every layer: float32 from the forward pass twice
+    (torch's and numpy's), float64 in the scores of one layer (the pattern and its entropy terms)."""
+    patterns = spec.n_layers * spec.n_heads * batch_size * length * length
+    scores = spec.n_heads * batch_size * length * length * 8 * 3
+    weights = 4 * (spec.n_params + 2 * spec.d_vocab * spec.d_model)
+    return _round_up_mb(BASE_MB + (2 * 4 * patterns + scores + 2 * weights) / 1e6)
+
+
+def head_type_runtime(spec: ArchitectureSpec, n_seeds: int) -> int:
+    """Minutes for every refit of one architecture: each loads its weights and runs a few thousand probe
+    tokens, seconds on a CPU; a minute per refit of a gpt2-sized model, at least 20 in all."""
+    per_refit = 0.25 if spec.n_layers * spec.d_model <= 4096 else 1.0
+    return max(20, math.ceil(10 + per_refit * n_seeds))
+
+
 def similarity_mem_mb(spec: ArchitectureSpec, n_seeds: int, prompt_chunk: int) -> int:
     """One streamed block of every refit's packed patterns, the float64 Gram and its float32 copies."""
     rows = n_seeds * spec.n_layers * spec.n_heads
@@ -106,19 +122,21 @@ def similarity_runtime(spec: ArchitectureSpec, n_seeds: int) -> int:
 
 
 def grouped_similarity_mem_mb(spec: ArchitectureSpec, n_seeds: int, n_prompts: int, n_groups: int) -> int:
-    """One layer's packed patterns of every refit and prompt (held, and gathered per group twice over), plus
-    the observed and null per-group tensors [group, seed, seed, layer, head, head] in float32."""
+    """One layer's packed patterns of every refit and prompt (held, less their position template for the
+    content variant, and gathered per group twice over), plus the observed and null per-group tensors
+    [group, seed, seed, layer, head, head] in float32, of the patterns and of the content variant."""
     n_pos = min(spec.n_ctx, ASSUMED_POSITIONS)
     block = n_seeds * spec.n_heads * max(n_prompts, 1) * n_pos * (n_pos + 1) // 2 * 4
-    tensors = 2 * min(n_groups, max(n_prompts, 1)) * n_seeds**2 * spec.n_layers * spec.n_heads**2 * 4
-    return max(2000, int((2 * block + tensors) / 1e6 * 1.5) + 1000)
+    tensors = 4 * min(n_groups, max(n_prompts, 1)) * n_seeds**2 * spec.n_layers * spec.n_heads**2 * 4
+    return max(2000, int((3 * block + tensors) / 1e6 * 1.5) + 1000)
 
 
 def statistics_mem_mb(spec: ArchitectureSpec, n_seeds: int, n_groups: int, batch_size: int = 16) -> int:
-    """The observed, null and step-0 per-group tensors of one prompt set, a batch of resampled similarity
-    tensors, and the float64 cross-layer best matches."""
+    """The observed, null, content-variant (observed and null) and step-0 per-group tensors of one prompt
+    set (the step-0 file's content variant read too), a batch of resampled similarity tensors, and the
+    float64 cross-layer best matches."""
     per_pair = n_seeds**2 * spec.n_layers * spec.n_heads**2 * 4
-    return max(2000, int((3 * n_groups * per_pair + 2 * batch_size * per_pair) / 1e6 * 1.5) + 1000)
+    return max(2000, int((7 * n_groups * per_pair + 2 * batch_size * per_pair) / 1e6 * 1.5) + 1000)
 
 
 def residual_cka_mem_mb(spec: ArchitectureSpec, n_seeds: int, max_tokens: int | None) -> int:

@@ -117,3 +117,35 @@ BUILT_IN_ARCHITECTURE_DEFAULTS: dict[str, Any] = {
     "snapshot_steps": (),
     "data_order": "per_seed",
 }
+
+
+# What fixes refit s's start and data: build_model(spec, s) reads the model fields and the seed, and
+# window_order(seed) runs over the corpus cut into seq_len windows for the step budget.
+PAIRING_FIELDS = (
+    "n_layers",
+    "n_heads",
+    "d_model",
+    "d_head",
+    "d_mlp",
+    "n_ctx",
+    "d_vocab",
+    "act_fn",
+    "normalization_type",
+    "positional_embedding_type",
+    "init_mode",
+    "attn_only",
+    "tokenizer",
+    "corpus",
+    "batch_size",
+    "seq_len",
+    "epochs",
+    "n_tokens",
+    "seeds",
+    "data_order",
+)
+
+
+def paired_twins(adam: ArchitectureSpec, adamw: ArchitectureSpec) -> bool:
+    """Whether refit s of the two architectures starts from the same weights and sees the same data order
+    (every field of PAIRING_FIELDS equal), so a comparison of the two is a paired design."""
+    return all(getattr(adam, name) == getattr(adamw, name) for name in PAIRING_FIELDS)

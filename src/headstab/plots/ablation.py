@@ -58,8 +58,14 @@ def plot_ablation_correlation(
     if "spearman_r" in data.columns:
         r_ax.plot(x, data["spearman_r"], marker="s", color="tab:blue", label="Spearman ρ per layer")
     if "n_anchors" in data.columns and data["n_anchors"].max() > 1:
-        r_ax.plot(x, data["pooled_pearson_r"], marker="^", linestyle=":", color="tab:red",
-                  label=f"Pearson r pooled over {int(data['n_anchors'].max())} anchors")  # fmt: skip
+        r_ax.plot(
+            x,
+            data["pooled_pearson_r"],
+            marker="^",
+            linestyle=":",
+            color="tab:red",
+            label=f"Pearson r pooled over {int(data['n_anchors'].max())} anchors",
+        )
     if np.isfinite(trend.get("slope", np.nan)):
         data["trend_r"] = trend["intercept"] + trend["slope"] * data["layer"]
         r_ax.plot(

@@ -42,7 +42,21 @@ def _depth_encoding(summary: pd.DataFrame) -> tuple[dict, dict]:
     return colours, offsets
 
 
-def _depth_panel(ax, summary: pd.DataFrame, value: str, colours: dict, offsets: dict) -> pd.DataFrame:
+def _null_marks(ax, summary: pd.DataFrame, x_of: dict, offsets: dict) -> None:
+    """Per architecture, ΔS when no layer differs: the mean over anchors of the layer-label null's mean
+    and interval, a grey bar beside the architecture's marker."""
+    keys = ["architecture", "n_layers", "n_heads", "optimizer", "attention_only"]
+    columns = ["delta_s_layer_null", "delta_s_layer_null_ci_low", "delta_s_layer_null_ci_high"]
+    for row in summary.groupby(keys)[columns].mean().reset_index().itertuples(index=False):
+        x = x_of[row.n_layers] + offsets[(row.n_layers, row.n_heads, row.optimizer, row.attention_only)] + 0.05
+        low, high = row.delta_s_layer_null_ci_low, row.delta_s_layer_null_ci_high
+        ax.plot([x, x], [low, high], color="0.55", linewidth=1.6, solid_capstyle="butt", zorder=1)
+        ax.plot([x], [row.delta_s_layer_null], marker="_", color="0.3", markersize=8, zorder=1)
+
+
+def _depth_panel(
+    ax, summary: pd.DataFrame, value: str, colours: dict, offsets: dict, null: bool = False
+) -> pd.DataFrame:
     depths = sorted(summary["n_layers"].unique())
     x_of = {d: i for i, d in enumerate(depths)}
     means = (
@@ -77,12 +91,14 @@ def _depth_panel(ax, summary: pd.DataFrame, value: str, colours: dict, offsets: 
             elinewidth=0.8,
             capsize=2,
         )
+    if null:
+        _null_marks(ax, summary, x_of, offsets)
     ax.set_xticks(range(len(depths)), [str(d) for d in depths])
     ax.set_xlabel("architecture depth L (number of layers)")
     return means
 
 
-def _depth_legend(figure: Figure, summary: pd.DataFrame, colours: dict) -> None:
+def _depth_legend(figure: Figure, summary: pd.DataFrame, colours: dict, null: bool = False) -> None:
     handles = []
     for (n_heads, optimizer), colour in colours.items():
         if ((summary["n_heads"] == n_heads) & (summary["optimizer"] == optimizer)).any():
@@ -111,6 +127,10 @@ def _depth_legend(figure: Figure, summary: pd.DataFrame, colours: dict) -> None:
     handles.append(
         Line2D([], [], marker="o", linestyle="-", color="black", markersize=0, label="mean ±1 s.d. over anchors")
     )
+    if null:
+        handles.append(
+            Line2D([], [], marker="_", linestyle="-", color="0.45", markersize=8, label="ΔS if no layer differed")
+        )
     figure.legend(handles=handles, loc="outside right center", fontsize=7, frameon=False)
 
 
@@ -128,17 +148,20 @@ def plot_stability_gap(summary: pd.DataFrame, path: str | Path) -> pd.DataFrame:
 
     summary: `stability_gap_table` rows of all architectures with architecture, n_layers, n_heads,
     optimizer ('Adam' | 'AdamW'), attention_only added. Marker: MLP (circle) or attention-only
-    (triangle); hue: number of heads; shade: optimizer (dark Adam, light AdamW).
+    (triangle); hue: number of heads; shade: optimizer (dark Adam, light AdamW). With the
+    delta_s_layer_null columns, a grey bar beside each architecture: ΔS when no layer differs (mean
+    over anchors of the layer-label null's mean and interval).
     Returns per architecture: mean, std, n of delta_s.
     """
     _check_summary(summary, _SUMMARY_COLUMNS + ("delta_s",))
+    null = "delta_s_layer_null" in summary.columns and summary["delta_s_layer_null"].notna().any()
     colours, offsets = _depth_encoding(summary)
     figure = new_figure((8.5, 4.2))
     ax = figure.add_subplot()
-    means = _depth_panel(ax, summary, "delta_s", colours, offsets)
+    means = _depth_panel(ax, summary, "delta_s", colours, offsets, null=null)
     ax.set_ylabel("stability gap ΔS = S(l_max) − S(l_min)\n(cosine similarity)")
     ax.set_title("Stability gap across architectures (§4.6, Fig. 7)", fontsize=10)
-    _depth_legend(figure, summary, colours)
+    _depth_legend(figure, summary, colours, null=null)
     save_figure(figure, path)
     return means
 

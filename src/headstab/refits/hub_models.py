@@ -38,6 +38,7 @@ from headstab.plan.hub_families import (
     remote_code,
 )
 from headstab.plan.spec import ArchitectureSpec
+from headstab.refits.tokenizer import load_tokenizer
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformer_lens.model_bridge import TransformerBridge
@@ -77,7 +78,6 @@ def check_dimensions(hf_config: Mapping[str, Any], spec: ArchitectureSpec, where
 
 
 def _check_tokenizer(tokenizer: Any, configured_dir: str | Path, where: str) -> None:
-    from headstab.refits.tokenizer import load_tokenizer
 
     configured = load_tokenizer(configured_dir)
     if tokenizer.get_vocab() != configured.get_vocab():

@@ -23,6 +23,7 @@ import torch
 
 from headstab.fileio import save_torch_atomic, sha256_file
 from headstab.plan.spec import ArchitectureSpec, ConfigError
+from headstab.refits.hub_models import load_family_model
 from headstab.refits.weight_processing import process_weights
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -203,8 +204,6 @@ def load_trained_model(
     weights_path = Path(weights_path)
     state = load_verified_state_dict(weights_path)
     if recorded_loader(weights_path) == "transformers":  # a hub family's refit (headstab.refits.hub_models)
-        from headstab.refits.hub_models import load_family_model
-
         if weight_processing:
             raise CheckpointError(
                 f"weights file {weights_path} is a hub family's model, analysed as published; "

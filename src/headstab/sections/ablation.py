@@ -21,6 +21,7 @@ import pandas as pd
 from scipy import stats
 
 from headstab.evaluation import head_ablation_perplexities, perplexity
+from headstab.statistics.resampling import pearson_interval
 from headstab.table_rows import pearson_or_nan, select_rows
 
 log = logging.getLogger(__name__)
@@ -99,9 +100,16 @@ def ablation_table(
 
 
 CORRELATION_COLUMNS = [
-    "layer", "pearson_r", "p_value", "spearman_r", "spearman_p", "n_heads", "pooled_pearson_r", "pooled_spearman_r",
+    "layer",
+    "pearson_r",
+    "p_value",
+    "spearman_r",
+    "spearman_p",
+    "n_heads",
+    "pooled_pearson_r",
+    "pooled_spearman_r",
     "n_anchors",
-]  # fmt: skip
+]
 
 
 def _centred_within(values: pd.Series, anchors: pd.Series, ranks: bool) -> np.ndarray:
@@ -162,7 +170,6 @@ def ablation_correlation_intervals(
     """Per layer, the bootstrap interval of the anchor's stability-ΔPPL correlation, heads resampled (they are
     the units of the correlation; `headstab.statistics.resampling.pearson_interval`): layer, ci_low, ci_high,
     n_boot. anchor_seed: as in `ablation_correlation` (default: the table's first seed)."""
-    from headstab.statistics.resampling import pearson_interval
 
     if "seed" in table.columns:
         table = table[table["seed"] == (table["seed"].iloc[0] if anchor_seed is None else anchor_seed)]

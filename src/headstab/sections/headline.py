@@ -39,10 +39,8 @@ __all__ = [
 
 # Where the paper's numbers come from (the keys of resources/paper_values.yaml), each a column of the headline.
 PAPER_ORIGINS = ("paper_text", "authors_notebooks")
-HEADLINE_COLUMNS = [
-    "architecture", "statistic", "layer", "estimate", "ci_low", "ci_high", "interval", "null", "init", "p_value",
-    "anchor_estimate", *PAPER_ORIGINS, "paper_source",
-]  # fmt: skip
+HEADLINE_COLUMNS = ["architecture", "statistic", "layer", "estimate", "ci_low", "ci_high", "interval", "null", "init"]
+HEADLINE_COLUMNS += ["p_value", "anchor_estimate", *PAPER_ORIGINS, "paper_source"]
 # Where the paper reports each statistic (its figure, table or section), for the reader to compare.
 PAPER_SOURCES = {
     "layer stability": "§4.1, Fig. 2",
@@ -121,13 +119,33 @@ def _required_anchor_layers(inputs: HeadlineInputs) -> pd.DataFrame:
 def _layer_stability(inputs: HeadlineInputs) -> list[pd.DataFrame]:
     if inputs.first:  # the anchor's own interval, null and baseline (pair refits and prompts resampled)
         anchor = _required_anchor_layers(inputs)
-        return [_rows(anchor, "layer stability", f"{inputs.interval}, {inputs.anchor_label}", layer="layer",
-                      estimate="mean", ci_low="ci_low", ci_high="ci_high", null="null", init="init",
-                      anchor_estimate="mean")]  # fmt: skip
+        return [
+            _rows(
+                anchor,
+                "layer stability",
+                f"{inputs.interval}, {inputs.anchor_label}",
+                layer="layer",
+                estimate="mean",
+                ci_low="ci_low",
+                ci_high="ci_high",
+                null="null",
+                init="init",
+                anchor_estimate="mean",
+            )
+        ]
     pooled = inputs.tables["pooled"]
     rows = pooled[(pooled["promptset"] == inputs.promptset) & (pooled["scope"] == "same_layer")]
-    out = _rows(rows, "layer stability", inputs.interval, layer="layer", estimate="stability", ci_low="ci_low",
-                ci_high="ci_high", null="null", init="init")  # fmt: skip
+    out = _rows(
+        rows,
+        "layer stability",
+        inputs.interval,
+        layer="layer",
+        estimate="stability",
+        ci_low="ci_low",
+        ci_high="ci_high",
+        null="null",
+        init="init",
+    )
     anchor = _anchor_layers(inputs)
     if anchor is not None:
         out["anchor_estimate"] = out["layer"].map(anchor.set_index("layer")["mean"])
@@ -143,8 +161,11 @@ def _gap(inputs: HeadlineInputs) -> list[pd.DataFrame]:
     for statistic, name in GAP_STATISTICS.items():
         if inputs.first:  # one anchor's extreme layers: no interval
             value = float(own[statistic].iloc[0])
-            parts.append(_rows(pd.DataFrame(index=[0]), name, inputs.anchor_label, layer=-1, estimate=value,
-                               anchor_estimate=value))  # fmt: skip
+            parts.append(
+                _rows(
+                    pd.DataFrame(index=[0]), name, inputs.anchor_label, layer=-1, estimate=value, anchor_estimate=value
+                )
+            )
             continue
         one = rows[rows["statistic"] == statistic]
         part = _rows(one, name, inputs.interval, layer=-1, estimate="estimate", ci_low="ci_low", ci_high="ci_high")
@@ -157,20 +178,39 @@ def _gap(inputs: HeadlineInputs) -> list[pd.DataFrame]:
 def _cka(inputs: HeadlineInputs) -> list[pd.DataFrame]:
     cka = inputs.tables["cka"]
     rows = cka[cka["promptset"] == inputs.promptset] if "promptset" in cka.columns else cka
-    return [_rows(rows, "residual-stream CKA", inputs.interval, layer="layer", estimate="cka_mean", ci_low="ci_low",
-                  ci_high="ci_high")]  # fmt: skip
+    return [
+        _rows(
+            rows,
+            "residual-stream CKA",
+            inputs.interval,
+            layer="layer",
+            estimate="cka_mean",
+            ci_low="ci_low",
+            ci_high="ci_high",
+        )
+    ]
 
 
 def _optimizer_tests(inputs: HeadlineInputs) -> list[pd.DataFrame]:
     tests = inputs.tables["tests"]
     anchor = inputs.tables.get("tests_anchor")
     parts = []
-    for statistic, name in (("layer_stability", "AdamW - Adam layer stability"),
-                            ("perplexity", "AdamW - Adam validation perplexity")):  # fmt: skip
+    for statistic, name in (
+        ("layer_stability", "AdamW - Adam layer stability"),
+        ("perplexity", "AdamW - Adam validation perplexity"),
+    ):
         rows = tests[tests["statistic"] == statistic]
         label = rows["test"].astype(str) + " " + (100 * rows["confidence"]).round().astype(int).astype(str) + "%"
-        part = _rows(rows, name, label, layer="layer", estimate="difference", ci_low="ci_low", ci_high="ci_high",
-                     p_value="p_value")  # fmt: skip
+        part = _rows(
+            rows,
+            name,
+            label,
+            layer="layer",
+            estimate="difference",
+            ci_low="ci_low",
+            ci_high="ci_high",
+            p_value="p_value",
+        )
         if anchor is not None and statistic == "layer_stability":
             part["anchor_estimate"] = part["layer"].map(anchor.set_index("layer")["difference"])
         parts.append(part)
@@ -191,8 +231,16 @@ def _weight_norms(inputs: HeadlineInputs) -> list[pd.DataFrame]:
             if inputs.first
             else {"estimate": "mean_pearson_r", "ci_low": "mean_pearson_r_ci_low", "ci_high": "mean_pearson_r_ci_high"}
         )
-        parts.append(_rows(group, f"weight-norm r with layer stability ({matrix})", label, layer=-1,
-                           anchor_estimate="first_anchor_whole_layer_r", **columns))  # fmt: skip
+        parts.append(
+            _rows(
+                group,
+                f"weight-norm r with layer stability ({matrix})",
+                label,
+                layer=-1,
+                anchor_estimate="first_anchor_whole_layer_r",
+                **columns,
+            )
+        )
     return parts
 
 
@@ -200,10 +248,24 @@ def _final_loss(inputs: HeadlineInputs) -> list[pd.DataFrame]:
     finals = inputs.tables["finals"]
     if not len(finals):
         return []
-    mean = pd.DataFrame({"estimate": [finals["final_loss"].mean()], "ci_low": [finals["final_loss"].min()],
-                         "ci_high": [finals["final_loss"].max()]})  # fmt: skip
-    return [_rows(mean, "final training loss", f"range over {len(finals)} refits", layer=-1, estimate="estimate",
-                  ci_low="ci_low", ci_high="ci_high")]  # fmt: skip
+    mean = pd.DataFrame(
+        {
+            "estimate": [finals["final_loss"].mean()],
+            "ci_low": [finals["final_loss"].min()],
+            "ci_high": [finals["final_loss"].max()],
+        }
+    )
+    return [
+        _rows(
+            mean,
+            "final training loss",
+            f"range over {len(finals)} refits",
+            layer=-1,
+            estimate="estimate",
+            ci_low="ci_low",
+            ci_high="ci_high",
+        )
+    ]
 
 
 # Argument name of the table a builder reads -> the builder, in the order the rows appear. per_anchor
@@ -277,8 +339,11 @@ def anchor_layer_difference(
     """
 
     def anchor_means(table: pd.DataFrame) -> pd.Series:
-        rows = table[(table["promptset"] == promptset) & (table["scope"] == "same_layer")
-                     & (table["anchor_seed"].astype(str) == str(anchor_seed))]  # fmt: skip
+        rows = table[
+            (table["promptset"] == promptset)
+            & (table["scope"] == "same_layer")
+            & (table["anchor_seed"].astype(str) == str(anchor_seed))
+        ]
         return rows.set_index("layer")["mean"]
 
     difference = (anchor_means(adamw) - anchor_means(adam)).dropna()
@@ -304,8 +369,16 @@ def paper_values_frame(document: Mapping[str, Sequence[Mapping] | None]) -> pd.D
                     "source (table, figure or notebook)"
                 )
             layer = entry.get("layer")
-            rows.append((entry["architecture"], entry["statistic"], -1 if layer is None else int(layer),
-                         float(entry["value"]), entry["source"], origin))  # fmt: skip
+            rows.append(
+                (
+                    entry["architecture"],
+                    entry["statistic"],
+                    -1 if layer is None else int(layer),
+                    float(entry["value"]),
+                    entry["source"],
+                    origin,
+                )
+            )
     frame = pd.DataFrame(rows, columns=["architecture", "statistic", "layer", "value", "source", "origin"])
     twice = frame[frame.duplicated(["origin", "architecture", "statistic", "layer"], keep=False)]
     if len(twice):

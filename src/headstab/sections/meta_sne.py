@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from headstab.activations.reader import open_cache
+
 log = logging.getLogger(__name__)
 
 
@@ -70,7 +72,6 @@ def refit_descriptions(cache: Any, promptset: str) -> np.ndarray:
 
 def describe_refits(cache_paths: Mapping[tuple[str, int], str], promptset: str) -> dict[tuple[str, int], np.ndarray]:
     """(architecture, seed) -> `refit_descriptions` of its activation cache."""
-    from headstab.activations.reader import open_cache
 
     descriptions = {}
     for refit, path in tqdm(list(cache_paths.items()), desc="describe heads"):

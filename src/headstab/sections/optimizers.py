@@ -4,7 +4,8 @@ An architecture and its `_wd` twin differ only in the optimizer (AdamW, weight d
 layer stability is compared in the figures (`headstab.plots.optimizers`); here are the two checks
 behind the paper's explanation: the mean per-token norms of the attention output (rebuilt from the
 cached `hook_z` and W_O) and of resid_mid, and the validation perplexity of every refit on held-out
-text with Welch's test of the difference.
+text with Welch's test of the difference. The tests of both claims, paired by seed, are in
+`headstab.sections.optimizer_tests`.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from headstab.activations.reader import open_cache
 from headstab.evaluation import perplexity_from_loss, summed_token_loss
 from headstab.plan.spec import ArchitectureSpec
+from headstab.refits.models import load_trained_model
 from headstab.sections.weight_norms import bridge_state, to_numpy, trained_state
-from headstab.statistics.bootstrap import draw_resamples, percentile_interval, stability_replicates
-from headstab.statistics.hypothesis import permutation_test, tost
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,6 @@ def activation_norm_table(
     weight_processing: Sequence[str],
 ) -> pd.DataFrame:
     """ACTIVATION_NORM_COLUMNS of every refit: refits maps seed -> (final.pt, cache), in report order."""
-    from headstab.activations.reader import open_cache
 
     frames = []
     for seed, (weights, cache_path) in refits.items():
@@ -157,7 +157,6 @@ def validation_perplexity_table(
 ) -> pd.DataFrame:
     """VALIDATION_COLUMNS: every refit's perplexity over the held-out windows ([window, seq_len], from
     `headstab.evaluation.heldout_windows`); n_tokens counts the predicted tokens."""
-    from headstab.refits.models import load_trained_model
 
     lengths = np.full(len(windows), windows.shape[1])
     rows = []
@@ -226,99 +225,3 @@ def perplexity_table(ppl: pd.DataFrame, comparison: Mapping[str, float], arch_of
         for stat in ("difference", "welch_t", "welch_p", "mannwhitney_u", "mannwhitney_p")
     ]
     return pd.DataFrame(rows, columns=PERPLEXITY_COLUMNS).astype({"seed": "Int64"})
-
-
-# The per-layer stability difference with its bootstrap interval and a permutation test over refits, and the
-# perplexity parity as an equivalence test (TOST).
-OPTIMIZER_TEST_COLUMNS = [
-    "statistic",
-    "layer",
-    "adam",
-    "adamw",
-    "difference",
-    "ci_low",
-    "ci_high",
-    "confidence",
-    "test",
-    "p_value",
-    "equivalent",
-    "margin",
-    "n_adam",
-    "n_adamw",
-    "n_resamples",
-]
-
-
-def optimizer_tests(
-    adam,
-    adamw,
-    ppl_adam: np.ndarray,
-    ppl_adamw: np.ndarray,
-    *,
-    n_boot: int,
-    permutations: int,
-    seed: int,
-    confidence: float,
-    perplexity_margin: float,
-) -> pd.DataFrame:
-    """OPTIMIZER_TEST_COLUMNS for one Adam/AdamW pair.
-
-    adam, adamw: `GroupedSimilarity` of each member (primary prompts). Rows:
-    - statistic "layer_stability" per layer: pooled same-layer stability of each member, difference
-      AdamW - Adam with the percentile interval of independent multi-bootstraps of the two members,
-      and the permutation test (test "permutation") of the difference in mean per-anchor layer
-      stability, permuting the optimizer labels of the refits;
-    - statistic "perplexity" (layer -1): validation perplexities, difference AdamW - Adam with its
-      (1 - 2 alpha) Welch interval, alpha = 1 - confidence, and the TOST p-value of equivalence within
-      +-perplexity_margin x the Adam mean (test "tost"; equivalent when p < alpha).
-    """
-    members = []
-    for offset, grouped in enumerate((adam, adamw)):
-        resamples = draw_resamples(n_boot, len(grouped.seeds), len(grouped.group_sizes), seed + offset)
-        members.append(stability_replicates(resamples, grouped.observed, grouped.group_sizes))
-    low, high = percentile_interval(members[1]["layer"] - members[0]["layer"], confidence)
-    per_anchor = [member["head_estimate"].mean(axis=-1) for member in members]  # [anchor, layer]
-    permuted = permutation_test(per_anchor[0], per_anchor[1], permutations, seed)
-    rows = [
-        (
-            "layer_stability",
-            layer,
-            members[0]["layer_estimate"][layer],
-            members[1]["layer_estimate"][layer],
-            members[1]["layer_estimate"][layer] - members[0]["layer_estimate"][layer],
-            low[layer],
-            high[layer],
-            confidence,
-            "permutation",
-            permuted["p_value"][layer],
-            None,
-            np.nan,
-            len(adam.seeds),
-            len(adamw.seeds),
-            n_boot,
-        )  # fmt: skip
-        for layer in range(len(low))
-    ]
-    ppl_adam, ppl_adamw = np.asarray(ppl_adam, dtype=float), np.asarray(ppl_adamw, dtype=float)
-    margin = perplexity_margin * float(ppl_adam.mean())
-    equivalence = tost(ppl_adam, ppl_adamw, margin, alpha=1.0 - confidence)
-    rows.append(
-        (
-            "perplexity",
-            -1,
-            ppl_adam.mean(),
-            ppl_adamw.mean(),
-            equivalence["difference"],
-            equivalence["ci_low"],
-            equivalence["ci_high"],
-            1.0 - 2 * (1.0 - confidence),
-            "tost",
-            equivalence["p_value"],
-            bool(equivalence["equivalent"]),
-            margin,
-            len(ppl_adam),
-            len(ppl_adamw),
-            0,
-        )  # fmt: skip
-    )
-    return pd.DataFrame(rows, columns=OPTIMIZER_TEST_COLUMNS)

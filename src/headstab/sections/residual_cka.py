@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headstab.cka import pairwise_layer_cka, subsample_tokens, token_activations
+from headstab.activations.reader import open_cache
+from headstab.cka import layer_cka_summary, pairwise_layer_cka, subsample_tokens, token_activations
+from headstab.statistics.resampling import pair_mean_interval
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +77,6 @@ def residual_cka_table(
 ) -> pd.DataFrame:
     """CKA_COLUMNS of every prompt set: cache_paths maps seed -> activation cache; settings are
     `promptset_cka`'s hook, kernel, threshold, debiased and max_tokens."""
-    from headstab.activations.reader import open_cache
 
     with ExitStack() as stack:
         caches = {seed: stack.enter_context(open_cache(path)) for seed, path in cache_paths.items()}
@@ -88,8 +89,6 @@ def layer_cka_table(table: pd.DataFrame, pairs: str, n_boot: int, seed: int, con
     bootstrap interval of cka_mean, refits resampled (`headstab.statistics.resampling.pair_mean_interval`).
     With pairs "ordered_with_self" the mean is (N(N-1) m + N) / N^2 of the distinct-pair mean m, and so is
     its interval."""
-    from headstab.cka import layer_cka_summary
-    from headstab.statistics.resampling import pair_mean_interval
 
     frames = []
     for promptset, part in table.groupby("promptset", sort=False):

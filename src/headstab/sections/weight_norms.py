@@ -10,6 +10,10 @@ A correlation over 2, 4, 8 or 12 layers has few points: with 2 layers every r is
 correlation (Bakdash & Marusich 2017), Pearson's r of the layer values centred within each anchor, from the
 per-anchor sums of squares (`norm_ss`, `stability_ss`). Table B.5 used the whole layer's W_Q norm;
 `whole_layer_norm` (and the correlations `whole_layer_*`) give it beside the configured norm.
+
+Sharper heads have lower cosine whatever they compute (docs/statistics.md), so each correlation comes
+with its partial correlation given entropy: over layers given the layer's mean head entropy, and per
+layer over heads (every anchor's, each with its own W_Q norm) given each head's entropy.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ import pandas as pd
 from scipy import stats
 
 from headstab.plan.spec import ArchitectureSpec
+from headstab.refits.models import load_trained_model
+from headstab.statistics.bootstrap import percentile_interval
+from headstab.statistics.resampling import mean_interval, partial_correlation
 from headstab.table_rows import pearson_or_nan, select_rows
 
 ATTENTION_MATRICES = ("W_Q", "W_K", "W_V", "W_O")
@@ -31,9 +38,20 @@ MATRIX_ORDER = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "ln1_w", "ln2_w")
 ATTENTION_NORMS = ("per_head_mean", "layer")
 NORM_COLUMNS = ["seed", "layer", "matrix", "frobenius_norm", "whole_layer_norm"]
 CORRELATION_COLUMNS = [
-    "anchor_seed", "matrix", "pearson_r", "p_value", "spearman_r", "whole_layer_pearson_r", "n_layers",
-    "norm_ss", "stability_ss",
-]  # fmt: skip
+    "anchor_seed",
+    "matrix",
+    "pearson_r",
+    "p_value",
+    "spearman_r",
+    "whole_layer_pearson_r",
+    "n_layers",
+    "norm_ss",
+    "stability_ss",
+    "partial_r_entropy",
+]
+HEAD_NORM_COLUMNS = ["seed", "layer", "head", "matrix", "frobenius_norm"]
+PARTIAL_COLUMNS = ["layer", "matrix", "n_heads", "n_anchors", "pearson_r", "partial_r", "partial_r_ci_low"]
+PARTIAL_COLUMNS += ["partial_r_ci_high", "entropy_r", "n_boot"]
 
 # Bridge state-dict names (`blocks.{l}.attn.q.weight`, nn.Linear layout [out_features, in_features]).
 _STATE_KEYS = {
@@ -73,7 +91,6 @@ def to_numpy(value: Any) -> np.ndarray:
 def trained_state(spec: ArchitectureSpec, weights_path: str | Path, weight_processing: Sequence[str]) -> dict[str, Any]:
     """A refit's weights as every analysis sees them: `final.pt` checked and processed as the caches
     were (`headstab.refits.models.load_trained_model`), as CPU tensors."""
-    from headstab.refits.models import load_trained_model
 
     model = load_trained_model(spec, weights_path, "cpu", weight_processing=weight_processing)
     return {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
@@ -84,6 +101,13 @@ def _attention_norm(
 ) -> tuple[float, float]:
     """Norm of one attention matrix as `attention_norm` asks (per head, then averaged or combined over heads),
     and the whole layer's Frobenius norm."""
+    per_head = _head_norms(w, key, matrix, n_heads, d_head)
+    whole = float(np.sqrt((per_head**2).sum()))
+    return (float(per_head.mean()) if attention_norm == "per_head_mean" else whole), whole
+
+
+def _head_norms(w: np.ndarray, key: str, matrix: str, n_heads: int, d_head: int) -> np.ndarray:
+    """[head] Frobenius norms of one attention matrix's heads (W_O: columns, the others: rows)."""
     per_head_axis = 1 if matrix == "W_O" else 0
     if w.ndim != 2 or w.shape[per_head_axis] != n_heads * d_head:
         raise ValueError(
@@ -93,9 +117,7 @@ def _attention_norm(
     if per_head_axis == 1:
         w = w.T
     heads = w.reshape(n_heads, d_head, -1)
-    per_head = np.sqrt((heads**2).sum(axis=(1, 2)))
-    whole = float(np.sqrt((per_head**2).sum()))
-    return (float(per_head.mean()) if attention_norm == "per_head_mean" else whole), whole
+    return np.sqrt((heads**2).sum(axis=(1, 2)))
 
 
 def layer_weight_norms(
@@ -140,6 +162,35 @@ def layer_weight_norms(
     return pd.DataFrame(rows, columns=["layer", "matrix", "frobenius_norm", "whole_layer_norm"])
 
 
+def head_weight_norms(weights: Mapping[str, Any] | Any, n_layers: int, n_heads: int, d_head: int) -> pd.DataFrame:
+    """Every head's Frobenius norm of its W_Q, W_K, W_V and W_O slice (as `layer_weight_norms` cuts them).
+    Returns columns layer, head, matrix, frobenius_norm."""
+    state = bridge_state(weights)
+    rows = []
+    for layer in range(n_layers):
+        for matrix in ATTENTION_MATRICES:
+            key = f"blocks.{layer}.{_STATE_KEYS[matrix]}"
+            if key not in state:
+                raise KeyError(f"state dict lacks {key!r} (needed for {matrix}); keys look like {sorted(state)[:4]}")
+            for head, norm in enumerate(_head_norms(to_numpy(state[key]), key, matrix, n_heads, d_head)):
+                rows.append((layer, head, matrix, float(norm)))
+    return pd.DataFrame(rows, columns=["layer", "head", "matrix", "frobenius_norm"])
+
+
+def refit_norm_tables(
+    spec: ArchitectureSpec, weights: Mapping[int, str | Path], attention_norm: str, weight_processing: Sequence[str]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """NORM_COLUMNS and HEAD_NORM_COLUMNS of every refit (weights: seed -> final.pt), each loaded once."""
+    layers, heads = [], []
+    for seed, path in weights.items():
+        state = trained_state(spec, path, weight_processing)
+        layers.append(
+            layer_weight_norms(state, spec.n_layers, spec.n_heads, spec.d_head, attention_norm).assign(seed=seed)
+        )
+        heads.append(head_weight_norms(state, spec.n_layers, spec.n_heads, spec.d_head).assign(seed=seed))
+    return pd.concat(layers, ignore_index=True)[NORM_COLUMNS], pd.concat(heads, ignore_index=True)[HEAD_NORM_COLUMNS]
+
+
 def refit_weight_norms(
     spec: ArchitectureSpec,
     weights: Mapping[int, str | Path],
@@ -165,12 +216,13 @@ def norm_stability_correlation(
     """Pearson and Spearman correlations over layers between each weight norm and layer-wise stability.
 
     norms: NORM_COLUMNS (`layer_weight_norms` of each refit, with its seed added).
-    layer_stability: columns (promptset, scope,) anchor_seed, layer, mean.
-    Each anchor's stability is paired with that same refit's weights.
+    layer_stability: columns (promptset, scope,) anchor_seed, layer, mean (and entropy, the mean over the
+    layer's heads: then partial_r_entropy is the correlation given it, NaN under 4 layers, where nothing
+    is left to correlate). Each anchor's stability is paired with that same refit's weights.
     Returns CORRELATION_COLUMNS: pearson_r and its p_value (NaN for 2 layers, where r is +-1), spearman_r,
-    whole_layer_pearson_r (Pearson's r with whole_layer_norm, Table B.5's norm), n_layers, and the sums of
+    whole_layer_pearson_r (Pearson's r with whole_layer_norm, Table B.5's norm), n_layers, the sums of
     squares of the norm and of stability about their means over layers (norm_ss, stability_ss), from which
-    `weight_norm_summary` pools r over anchors.
+    `weight_norm_summary` pools r over anchors, and partial_r_entropy.
     """
     if "seed" not in norms.columns:
         raise ValueError("norms needs a 'seed' column naming the refit the weights come from")
@@ -179,8 +231,9 @@ def norm_stability_correlation(
             "norms lacks the column whole_layer_norm (Table B.5's norm); rebuild tables/weight_norms.csv (rule weight_norms)"
         )
     stab = select_rows(layer_stability, "layer stability", promptset=promptset, scope=scope)
+    stab = stab.assign(entropy=stab["entropy"] if "entropy" in stab.columns else np.nan)
     merged = norms.merge(
-        stab[["anchor_seed", "layer", "mean"]],
+        stab[["anchor_seed", "layer", "mean", "entropy"]],
         left_on=["seed", "layer"],
         right_on=["anchor_seed", "layer"],
     )
@@ -192,12 +245,13 @@ def norm_stability_correlation(
     rows = []
     for (anchor, matrix), group in merged.groupby(["anchor_seed", "matrix"], sort=False):
         group = group.sort_values("layer")
-        norm, stability = group["frobenius_norm"].to_numpy(float), group["mean"].to_numpy(float)
+        norm, stability, entropy = (group[c].to_numpy(float) for c in ("frobenius_norm", "mean", "entropy"))
         r, p = pearson_or_nan(norm, stability)
         whole_r, _ = pearson_or_nan(group["whole_layer_norm"].to_numpy(float), stability)
         rho, _ = pearson_or_nan(stats.rankdata(norm), stats.rankdata(stability))  # Spearman: Pearson of ranks
         norm_ss, stability_ss = ((norm - norm.mean()) ** 2).sum(), ((stability - stability.mean()) ** 2).sum()
-        rows.append((anchor, matrix, r, p, rho, whole_r, len(group), norm_ss, stability_ss))
+        partial = partial_correlation(norm, stability, entropy) if len(group) >= 4 else np.nan
+        rows.append((anchor, matrix, r, p, rho, whole_r, len(group), norm_ss, stability_ss, float(partial)))
     out = pd.DataFrame(rows, columns=CORRELATION_COLUMNS)
     order = {m: i for i, m in enumerate(MATRIX_ORDER)}
     out = out.assign(_order=out["matrix"].map(order)).sort_values(["anchor_seed", "_order"])
@@ -227,7 +281,6 @@ def weight_norm_summary(
     intervals: {n_boot, seed, confidence}: adds mean_pearson_r_ci_low/high, the bootstrap interval of the
     mean r with the anchors (refits) resampled (`headstab.statistics.resampling.mean_interval`).
     """
-    from headstab.statistics.resampling import mean_interval
 
     nan = float("nan")
     rows = []
@@ -259,7 +312,58 @@ def weight_norm_summary(
                     "first_anchor_whole_layer_r": first["whole_layer_pearson_r"].iloc[0] if len(first) else nan,
                 }
             )
+            if "partial_r_entropy" in rows_m.columns:
+                rows[-1]["mean_partial_r_entropy"] = rows_m["partial_r_entropy"].mean()
             if intervals is not None:
                 low, high = mean_interval(rows_m["pearson_r"].to_numpy(), **intervals)
                 rows[-1].update(mean_pearson_r_ci_low=low, mean_pearson_r_ci_high=high, n_boot=intervals["n_boot"])
     return pd.DataFrame(rows)
+
+
+def head_norm_partial_table(
+    head_norms: pd.DataFrame,
+    head_stability: pd.DataFrame,
+    *,
+    promptset: str | None = "primary",
+    matrices: Sequence[str] = ("W_Q",),
+    n_boot: int,
+    seed: int,
+    confidence: float,
+) -> pd.DataFrame:
+    """PARTIAL_COLUMNS: per layer and matrix, over every anchor's heads (each with its own refit's norm),
+    Pearson r of head stability with the head's norm, the partial r given head entropy with a percentile
+    interval over resampled anchors (refits), and r of stability with entropy.
+
+    head_norms: HEAD_NORM_COLUMNS; head_stability: promptset, scope, anchor_seed, layer, head, stability,
+    entropy (same-layer rows are read).
+    """
+
+    stab = select_rows(head_stability, "head stability", promptset=promptset, scope="same_layer")
+    merged = head_norms[head_norms["matrix"].isin(matrices)].merge(
+        stab[["anchor_seed", "layer", "head", "stability", "entropy"]],
+        left_on=["seed", "layer", "head"],
+        right_on=["anchor_seed", "layer", "head"],
+    )
+    rows = []
+    for (layer, matrix), group in merged.groupby(["layer", "matrix"], sort=True):
+        anchors, units = np.unique(group["anchor_seed"].to_numpy(), return_inverse=True)
+        draws = np.random.default_rng(seed).integers(len(anchors), size=(n_boot, len(anchors)))
+        counts = np.stack([np.bincount(row, minlength=len(anchors)) for row in draws])[:, units]
+        x, y, z = (group[c].to_numpy(float) for c in ("frobenius_norm", "stability", "entropy"))
+        replicates = partial_correlation(x, y, z, counts)
+        low, high = percentile_interval(replicates, confidence) if np.isfinite(replicates).any() else (np.nan, np.nan)
+        rows.append(
+            (
+                int(layer),
+                matrix,
+                len(group),
+                len(anchors),
+                pearson_or_nan(x, y)[0],
+                float(partial_correlation(x, y, z)),
+                low,
+                high,
+                pearson_or_nan(y, z)[0],
+                n_boot,
+            )
+        )
+    return pd.DataFrame(rows, columns=PARTIAL_COLUMNS)

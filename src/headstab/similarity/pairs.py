@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from headstab.activations.reader import check_consistent_shapes, is_filter_failure, open_cache
+from headstab.fileio import atomic_path
 
 __all__ = [
     "SIMILARITY_SCOPES",
@@ -264,8 +265,6 @@ def write_pair_similarity(
     """Write S [seed_a, seed_b, layer_a, head_a, layer_b, head_b] as dataset `pair_similarity`
     (attribute `seeds`, a fletcher32 checksum per chunk), through a temporary file and a rename."""
     import h5py
-
-    from headstab.fileio import atomic_path
 
     path = Path(path)
     if similarity.ndim != 6 or similarity.shape[:2] != (len(seeds), len(seeds)):

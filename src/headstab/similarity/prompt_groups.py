@@ -10,10 +10,15 @@ The null compares head (l, i) of refit a on prompt p with head (l, j) of refit b
 partner q != p of the same token length (or the nearest length, both truncated to the shorter: the
 first T query rows of a causal pattern only see the first T keys). It is the metric's value for
 unrelated patterns of these lengths; the same mean -> max -> mean turns it into a null stability.
+
+The same pass gives each head's sharpness (`headstab.sharpness.packed_row_entropy`, mean over prompts)
+and, for the prompt sets asked for, the content variant: the observed and null similarity of the
+patterns less each head's position-only template (`headstab.sharpness.content_remainder`).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +27,15 @@ import numpy as np
 
 from headstab.activations.packing import n_lower_entries
 from headstab.activations.reader import check_consistent_shapes, is_filter_failure, open_cache
+from headstab.fileio import atomic_path
+from headstab.sharpness import content_remainder, packed_row_entropy
 from headstab.similarity.pairs import finish_result_file, normalize_lower_features, open_result_file, rebuild_hint
 
 __all__ = [
     "GroupedSimilarity",
     "GroupedSimilarityError",
     "group_mean",
+    "grouped_arrays_from_caches",
     "grouped_similarity_from_caches",
     "layer_group_similarity",
     "null_partners",
@@ -37,7 +45,8 @@ __all__ = [
 ]
 
 GROUPED_FORMAT = "headstab-prompt-group-similarity"
-GROUPED_FORMAT_VERSION = 1
+GROUPED_FORMAT_VERSION = 2
+CONTENT = ("content_observed", "content_null")
 
 
 def prompt_groups(n_prompts: int, n_groups: int, seed: int) -> list[np.ndarray]:
@@ -136,14 +145,31 @@ def grouped_similarity_from_caches(
     partners: np.ndarray,
     progress: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Observed and null same-layer similarity per prompt group, streamed one layer at a time.
+    """Observed and null same-layer similarity per prompt group (`grouped_arrays_from_caches`'s first two)."""
+    arrays = grouped_arrays_from_caches(cache_paths, promptset, groups, partners, progress=progress)
+    return arrays["observed"], arrays["null"]
+
+
+def grouped_arrays_from_caches(
+    cache_paths: Sequence[str | Path],
+    promptset: str,
+    groups: Sequence[np.ndarray],
+    partners: np.ndarray,
+    progress: bool = True,
+    content: bool = False,
+) -> dict[str, np.ndarray]:
+    """Per prompt group, the observed and null same-layer similarity (and of the content variant), and
+    every head's entropy, streamed one layer at a time.
 
     cache_paths: one cache per refit, in seed order. groups: prompt indices per group (`prompt_groups`);
     partners: [prompt] the null's partner of each prompt (`null_partners`).
-    Returns float32 (observed, null), each [group, seed_a, seed_b, layer, head_a, head_b]: the mean over
+    Returns "observed" and "null", float32 [group, seed_a, seed_b, layer, head_a, head_b]: the mean over
     the group's prompts p of cos(pattern_{a,l,i}(p), pattern_{b,l,j}(p)) and of
-    cos(pattern_{a,l,i}(p), pattern_{b,l,j}(partner(p))) (both truncated to the shorter prompt).
-    Memory: one layer's patterns of all refits, twice.
+    cos(pattern_{a,l,i}(p), pattern_{b,l,j}(partner(p))) (both truncated to the shorter prompt);
+    "entropy", float64 [seed, layer, head]: the mean over prompts of the normalised row entropy; with
+    content, "content_observed" and "content_null": the same as observed and null for the patterns less
+    each head's position-only template. Memory: one layer's patterns of all refits, twice (three times
+    with content).
     """
     from tqdm.auto import tqdm
 
@@ -156,19 +182,33 @@ def grouped_similarity_from_caches(
         offsets, lengths = readers[0].pattern_offsets(promptset), readers[0].lengths(promptset)
         _check_groups(groups, partners, lengths.size)
         shape = (len(groups), n_seeds, n_seeds, n_layers, n_heads, n_heads)
-        observed, null = np.empty(shape, dtype=np.float32), np.empty(shape, dtype=np.float32)
+        names = ("observed", "null", *(CONTENT if content else ()))
+        out = {name: np.empty(shape, dtype=np.float32) for name in names}
+        out["entropy"] = np.empty((n_seeds, n_layers, n_heads))
         block = np.empty((n_seeds * n_heads, int(offsets[-1])), dtype=np.float32)
         for layer in tqdm(range(n_layers), desc=f"prompt groups {promptset}", unit="layer", disable=not progress):
             for refit, reader in enumerate(readers):
                 part = block[refit * n_heads : (refit + 1) * n_heads]
                 reader.hook_pattern_lower(promptset, layer=layer, out=part)
-            observed[:, :, :, layer], null[:, :, :, layer] = layer_group_similarity(
-                block, offsets, lengths, groups, partners, n_seeds
-            )
+            _layer_arrays(out, layer, block, offsets, lengths, groups, partners, n_seeds, content)
     finally:
         for reader in readers:
             reader.close()
-    return observed, null
+    return out
+
+
+def _layer_arrays(out, layer, block, offsets, lengths, groups, partners, n_seeds: int, content: bool) -> None:
+    """Fill one layer of `grouped_arrays_from_caches`'s arrays from its block [seed * head, entry]."""
+    observed, null = layer_group_similarity(block, offsets, lengths, groups, partners, n_seeds)
+    out["observed"][:, :, :, layer], out["null"][:, :, :, layer] = observed, null
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a set of one-token prompts has no entropy: NaN
+        entropy = np.nanmean(packed_row_entropy(block, lengths, offsets), axis=1)
+    out["entropy"][:, layer] = entropy.reshape(n_seeds, -1)
+    if content:
+        remainder = content_remainder(block, lengths, offsets)
+        observed, null = layer_group_similarity(remainder, offsets, lengths, groups, partners, n_seeds)
+        out["content_observed"][:, :, :, layer], out["content_null"][:, :, :, layer] = observed, null
 
 
 def _check_groups(groups: Sequence[np.ndarray], partners: np.ndarray, n_prompts: int) -> None:
@@ -188,7 +228,7 @@ def group_mean(grouped: np.ndarray, group_sizes: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class GroupedSimilarity:
-    """Contents of a prompt-group similarity file (arrays as `grouped_similarity_from_caches` returns)."""
+    """Contents of a prompt-group similarity file (arrays as `grouped_arrays_from_caches` returns)."""
 
     observed: np.ndarray  # float32 [group, seed_a, seed_b, layer, head_a, head_b]
     null: np.ndarray  # float32, same shape
@@ -196,10 +236,17 @@ class GroupedSimilarity:
     seeds: list[int]
     partners: np.ndarray  # int64 [prompt]
     lengths: np.ndarray  # int64 [prompt]: token lengths
+    entropy: np.ndarray | None = None  # float64 [seed, layer, head]: mean normalised row entropy over prompts
+    content_observed: np.ndarray | None = None  # float32 like observed: patterns less their position template
+    content_null: np.ndarray | None = None  # float32, same shape
 
     def mean(self, which: str = "observed") -> np.ndarray:
         """Mean over all prompts (groups weighted by size): float64 [seed_a, seed_b, layer, head_a, head_b]."""
         return group_mean(getattr(self, which), self.group_sizes)
+
+    @property
+    def has_content(self) -> bool:
+        return self.content_observed is not None and self.content_null is not None
 
 
 class GroupedSimilarityError(ValueError):
@@ -207,18 +254,22 @@ class GroupedSimilarityError(ValueError):
 
 
 def write_grouped_similarity(path: str | Path, grouped: GroupedSimilarity, attrs: dict | None = None) -> None:
-    """Write `grouped` (fletcher32 checksums, one chunk per group) through a temporary file and a rename."""
+    """Write `grouped` (fletcher32 checksums, one chunk per group) through a temporary file and a rename;
+    the entropy and content arrays only when present."""
     import h5py
 
-    from headstab.fileio import atomic_path
-
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as handle:
-        for name in ("observed", "null"):
+        for name in ("observed", "null", *CONTENT):
             values = getattr(grouped, name)
+            if values is None:
+                continue
             handle.create_dataset(name, data=values, chunks=(1, *values.shape[1:]), fletcher32=True)
             handle[name].attrs["dims"] = "group,seed_a,seed_b,layer,head_a,head_b"
         for name in ("group_sizes", "partners", "lengths"):
             handle.create_dataset(name, data=np.asarray(getattr(grouped, name), dtype=np.int64), fletcher32=True)
+        if grouped.entropy is not None:
+            handle.create_dataset("entropy", data=np.asarray(grouped.entropy, dtype=np.float64), fletcher32=True)
+            handle["entropy"].attrs["dims"] = "seed,layer,head"
         finish_result_file(handle, GROUPED_FORMAT, GROUPED_FORMAT_VERSION, grouped.seeds, attrs)
 
 
@@ -230,8 +281,14 @@ def read_grouped_similarity(path: str | Path) -> GroupedSimilarity:
         path, GROUPED_FORMAT, names, "prompt-group similarity", GroupedSimilarityError, "prompt_group_similarity"
     )
     with handle:
+        version = int(handle.attrs.get("format_version", 1))
+        if version < GROUPED_FORMAT_VERSION:
+            raise GroupedSimilarityError(
+                f"prompt-group similarity file {path} has format version {version}, older than "
+                f"{GROUPED_FORMAT_VERSION} (no head entropy); {rebuild_hint(path, 'prompt_group_similarity')}"
+            )
         try:
-            arrays = {name: handle[name][()] for name in names}
+            arrays = {name: handle[name][()] for name in (*names, "entropy", *CONTENT) if name in handle}
         except OSError as err:
             kind = "corrupt (checksum mismatch)" if is_filter_failure(err) else "damaged"
             raise GroupedSimilarityError(
@@ -239,13 +296,19 @@ def read_grouped_similarity(path: str | Path) -> GroupedSimilarity:
             ) from err
         seeds = [int(s) for s in handle.attrs["seeds"]]
     grouped = GroupedSimilarity(seeds=seeds, **arrays)
-    if grouped.observed.shape != grouped.null.shape or grouped.observed.shape[:3] != (
-        len(grouped.group_sizes),
-        len(seeds),
-        len(seeds),
-    ):
+    _check_shapes(path, grouped)
+    return grouped
+
+
+def _check_shapes(path: Path, grouped: GroupedSimilarity) -> None:
+    expected = grouped.observed.shape
+    shapes_agree = grouped.null.shape == expected and all(
+        getattr(grouped, name) is None or getattr(grouped, name).shape == expected for name in CONTENT
+    )
+    if grouped.entropy is not None:
+        shapes_agree = shapes_agree and grouped.entropy.shape == (expected[1], *expected[3:5])
+    if not shapes_agree or expected[:3] != (len(grouped.group_sizes), len(grouped.seeds), len(grouped.seeds)):
         raise GroupedSimilarityError(
-            f"{path}: shapes {grouped.observed.shape} do not match its groups and seeds; "
+            f"{path}: shapes {expected} do not match its groups and seeds; "
             f"{rebuild_hint(path, 'prompt_group_similarity')}"
         )
-    return grouped

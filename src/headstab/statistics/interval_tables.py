@@ -11,7 +11,10 @@ trained refits' stability, of the prompt-permutation null and of the same refits
 - above_null (stability - null) with its interval, and effect_size: mean / s.d. (ddof 1) of the
   paired differences best_match - null_best_match over the pairs (and heads) averaged (Cohen's d_z),
   descriptive only: those pairs and heads are dependent units, so it is no test statistic;
-- init, init_ci_low, init_ci_high: the statistic for the refits' step-0 weights (same-layer).
+- init, init_ci_low, init_ci_high: the statistic for the refits' step-0 weights (same-layer);
+- one_to_one_*: the interval, null, above_null and step-0 value of one-to-one stability (same-layer;
+  `headstab.matching`), its assignment solved once per pair and layer on the full data of each kind;
+- entropy and the content variant's columns (`headstab.statistics.controls`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,22 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from headstab.statistics.bootstrap import Resamples, draw_resamples, percentile_interval, stability_replicates
+from headstab.matching import one_to_one_assignment
+from headstab.statistics.bootstrap import (
+    Resamples,
+    draw_resamples,
+    one_to_one_replicates,
+    percentile_interval,
+    stability_replicates,
+)
+from headstab.statistics.controls import (
+    COMMONNESS_NULL_COLUMNS,
+    CONTENT_COLUMNS,
+    commonness_null_columns,
+    content_columns,
+    entropy_column,
+    gap_control_rows,
+)
 from headstab.statistics.hypothesis import gap_replicates
 from headstab.statistics.resampling import commonness_replicates
 
@@ -41,10 +59,18 @@ __all__ = [
 INTERVAL = ["ci_low", "ci_high", "n_boot", "resampled"]
 CHANCE = ["null", "null_ci_low", "null_ci_high", "above_null", "above_null_ci_low", "above_null_ci_high"]
 CHANCE += ["effect_size", "init", "init_ci_low", "init_ci_high"]
-HEAD_INTERVAL_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", "head", *INTERVAL, *CHANCE]
-LAYER_INTERVAL_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", *INTERVAL, *CHANCE]
-GAP_INTERVAL_COLUMNS = ["promptset", "statistic", "estimate", "ci_low", "ci_high", "n_boot"]
+# One-to-one stability's interval and chance columns (its estimate is head/layer_stability's stability_one_to_one).
+ONE_TO_ONE = ["ci_low", "ci_high", "null", "null_ci_low", "null_ci_high", "above_null", "above_null_ci_low"]
+ONE_TO_ONE = [f"one_to_one_{name}" for name in (*ONE_TO_ONE, "above_null_ci_high", "init")]
+CONTROLS = ["entropy", *CONTENT_COLUMNS]
+HEAD_INTERVAL_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", "head", *INTERVAL, *CHANCE, *ONE_TO_ONE]
+HEAD_INTERVAL_COLUMNS += CONTROLS
+LAYER_INTERVAL_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", *INTERVAL, *CHANCE, *ONE_TO_ONE, *CONTROLS]
+GAP_INTERVAL_COLUMNS = ["promptset", "statistic", "estimate", "ci_low", "ci_high", "n_boot", "p_value"]
 POOLED_COLUMNS = ["promptset", "scope", "layer", "stability", *INTERVAL, *CHANCE, "n_refits"]
+POOLED_COLUMNS += ["stability_one_to_one", *ONE_TO_ONE, *CONTROLS]
+COMMONNESS_INTERVAL_COLUMNS = ["promptset", "seed", "layer", "head", "ci_low", "ci_high", "n_boot"]
+COMMONNESS_INTERVAL_COLUMNS += COMMONNESS_NULL_COLUMNS
 
 StabilityReplicates = dict[str, dict[str, np.ndarray]]
 # The tables of their own that rule stability_tables writes from `interval_tables` (after headstab.stability's).
@@ -59,19 +85,32 @@ def replicates_by_kind(
     cross_layer_best: np.ndarray,
     init: np.ndarray | None = None,
     init_group_sizes: np.ndarray | None = None,
+    assignments: dict[str, np.ndarray] | None = None,
+    content: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> StabilityReplicates:
-    """Replicates of every kind, one set of resamples: "same_layer", "null", "cross_layer" and "init"
-    (when given). observed, null, init: [group, seed_a, seed_b, layer, head_a, head_b];
-    cross_layer_best: [seed_a, seed_b, layer, head] best matches over every layer's heads."""
+    """Replicates of every kind, one set of resamples: "same_layer", "null", "cross_layer", "init",
+    "content" and "content_null" (when given). observed, null, init, content (observed, null): [group,
+    seed_a, seed_b, layer, head_a, head_b]; cross_layer_best: [seed_a, seed_b, layer, head] best matches
+    over every layer's heads. assignments: one-to-one assignments [seed_a, seed_b, layer, head_a] keyed
+    "one_to_one" (of observed), "one_to_one_null" and "one_to_one_init"; each given one adds that kind
+    (`one_to_one_replicates`)."""
+    init_sizes = group_sizes if init_group_sizes is None else init_group_sizes
     kinds = {
         "same_layer": stability_replicates(resamples, observed, group_sizes),
         "null": stability_replicates(resamples, null, group_sizes),
         "cross_layer": stability_replicates(resamples, best=cross_layer_best),
     }
     if init is not None:
-        kinds["init"] = stability_replicates(
-            resamples, init, group_sizes if init_group_sizes is None else init_group_sizes
-        )
+        kinds["init"] = stability_replicates(resamples, init, init_sizes)
+    sources = {"one_to_one": (observed, group_sizes), "one_to_one_null": (null, group_sizes)}
+    if init is not None:
+        sources["one_to_one_init"] = (init, init_sizes)
+    for kind, assignment in (assignments or {}).items():
+        values, sizes = sources[kind]
+        kinds[kind] = one_to_one_replicates(resamples, values, sizes, assignment)
+    if content is not None:
+        kinds["content"] = stability_replicates(resamples, content[0], group_sizes)
+        kinds["content_null"] = stability_replicates(resamples, content[1], group_sizes)
     return kinds
 
 
@@ -117,6 +156,19 @@ def _chance_columns(
     return columns
 
 
+def _one_to_one_columns(kinds: StabilityReplicates, scope: str, key: str, confidence: float) -> dict[str, np.ndarray]:
+    """ONE_TO_ONE columns of statistic `key` ("head" or "layer"): NaN outside same-layer or without the kinds."""
+    shape = kinds[scope][f"{key}_estimate"].shape
+    if scope != "same_layer" or "one_to_one" not in kinds:
+        return {column: np.full(shape, np.nan) for column in ONE_TO_ONE}
+    sub = {"same_layer": kinds["one_to_one"], "null": kinds["one_to_one_null"]}
+    if "one_to_one_init" in kinds:
+        sub["init"] = kinds["one_to_one_init"]
+    columns = {**_interval(sub["same_layer"][key], confidence)}
+    columns.update(_chance_columns(sub, "same_layer", key, confidence, lambda d: np.nan))
+    return {column: columns[column.removeprefix("one_to_one_")] for column in ONE_TO_ONE}
+
+
 def _off_diagonal_pairs(pair_values: np.ndarray) -> np.ndarray:
     """[a, b, ...] -> [a, b - 1, ...]: each anchor's values against the other refits."""
     n = pair_values.shape[0]
@@ -136,9 +188,14 @@ def _frame(
 
 
 def head_interval_table(
-    kinds: StabilityReplicates, seeds: Sequence[int], promptset: str, confidence: float
+    kinds: StabilityReplicates,
+    seeds: Sequence[int],
+    promptset: str,
+    confidence: float,
+    entropy: np.ndarray | None = None,
 ) -> pd.DataFrame:
-    """HEAD_INTERVAL_COLUMNS: one row per (scope, anchor_seed, layer, head), as head_stability.csv."""
+    """HEAD_INTERVAL_COLUMNS: one row per (scope, anchor_seed, layer, head), as head_stability.csv;
+    entropy [seed, layer, head] of the prompt groups (NaN without)."""
     frames = []
     for scope in ("same_layer", "cross_layer"):
         estimate = kinds[scope]["head_estimate"]
@@ -148,6 +205,9 @@ def head_interval_table(
         columns.update(
             _chance_columns(kinds, scope, "head", confidence, lambda d: _effect_size(_off_diagonal_pairs(d), (1,)))
         )
+        columns.update(_one_to_one_columns(kinds, scope, "head", confidence))
+        columns["entropy"] = entropy_column(entropy, estimate.shape)
+        columns.update(content_columns(kinds, scope, "head", confidence))
         frames.append(_frame(base, columns, kinds[scope]["head"].shape[0], scope, promptset))
     return pd.concat(frames, ignore_index=True)[HEAD_INTERVAL_COLUMNS]
 
@@ -157,9 +217,14 @@ def _anchor_layer(kinds_scope: dict[str, np.ndarray]) -> tuple[np.ndarray, np.nd
 
 
 def layer_interval_table(
-    kinds: StabilityReplicates, seeds: Sequence[int], promptset: str, confidence: float
+    kinds: StabilityReplicates,
+    seeds: Sequence[int],
+    promptset: str,
+    confidence: float,
+    entropy: np.ndarray | None = None,
 ) -> pd.DataFrame:
-    """LAYER_INTERVAL_COLUMNS: per (scope, anchor_seed, layer), the anchor's mean over heads, as layer_stability.csv."""
+    """LAYER_INTERVAL_COLUMNS: per (scope, anchor_seed, layer), the anchor's mean over heads, as
+    layer_stability.csv (entropy: the mean over the layer's heads)."""
     per_anchor = {
         kind: {"layer": reps, "layer_estimate": estimate, "pair_best": values["pair_best"]}
         for kind, values in kinds.items()
@@ -176,12 +241,18 @@ def layer_interval_table(
                 per_anchor, scope, "layer", confidence, lambda d: _effect_size(_off_diagonal_pairs(d), (1, 3))
             )
         )
+        columns.update(_one_to_one_columns(per_anchor, scope, "layer", confidence))
+        columns["entropy"] = entropy_column(entropy, estimate.shape, (2,))
+        columns.update(content_columns(per_anchor, scope, "layer", confidence))
         frames.append(_frame(base, columns, per_anchor[scope]["layer"].shape[0], scope, promptset))
     return pd.concat(frames, ignore_index=True)[LAYER_INTERVAL_COLUMNS]
 
 
-def pooled_layer_table(kinds: StabilityReplicates, promptset: str, confidence: float) -> pd.DataFrame:
-    """POOLED_COLUMNS: per (scope, layer), stability averaged over ordered pairs of distinct refits and heads."""
+def pooled_layer_table(
+    kinds: StabilityReplicates, promptset: str, confidence: float, entropy: np.ndarray | None = None
+) -> pd.DataFrame:
+    """POOLED_COLUMNS: per (scope, layer), stability averaged over ordered pairs of distinct refits and heads
+    (entropy: over refits and heads)."""
     frames = []
     for scope in ("same_layer", "cross_layer"):
         estimate = kinds[scope]["layer_estimate"]
@@ -194,6 +265,13 @@ def pooled_layer_table(kinds: StabilityReplicates, promptset: str, confidence: f
             return _effect_size(np.moveaxis(pairs, 1, 0).reshape(pairs.shape[1], -1), (1,))
 
         columns.update(_chance_columns(kinds, scope, "layer", confidence, reduce))
+        one_to_one = kinds["one_to_one"]["layer_estimate"] if "one_to_one" in kinds else np.nan
+        columns["stability_one_to_one"] = np.broadcast_to(
+            one_to_one if scope == "same_layer" else np.nan, estimate.shape
+        )
+        columns.update(_one_to_one_columns(kinds, scope, "layer", confidence))
+        columns["entropy"] = entropy_column(entropy, estimate.shape, (0, 2))
+        columns.update(content_columns(kinds, scope, "layer", confidence))
         frame = _frame(base, columns, kinds[scope]["layer"].shape[0], scope, promptset)
         frame["n_refits"] = n_seeds
         frames.append(frame)
@@ -215,19 +293,30 @@ def interval_tables(
     seed: int,
     confidence: float,
     init=None,
+    permutations: int = 1000,
 ) -> dict[str, pd.DataFrame]:
-    """Intervals, null and step-0 baseline of one prompt set: {"head", "layer", "pooled"} tables.
+    """Intervals, null, step-0 baseline and controls of one prompt set: {"head", "layer", "pooled", "gap",
+    "commonness"} tables.
 
     similarity: the pair-similarity tensor (Eq. 2) of the refits `grouped.seeds`; grouped, init:
     `GroupedSimilarity` of the trained refits and of the same refits at step 0 (or None). The
     same-layer point estimates from `grouped` must equal those of `similarity` (the same caches): a
-    mismatch raises instead of mixing two runs.
+    mismatch raises instead of mixing two runs. permutations: of the layer-label null of ΔS.
     """
     seeds = list(grouped.seeds)
     n_groups = len(grouped.group_sizes)
     if init is not None and list(init.seeds) != seeds:
         raise ValueError(f"the step-0 prompt groups cover seeds {list(init.seeds)}, the trained refits {seeds}")
     resamples = draw_resamples(n_boot, len(seeds), n_groups, seed)
+    same_layer_blocks = np.moveaxis(np.diagonal(similarity, axis1=2, axis2=4), -1, 2)
+    # The observed assignment is the pair table's (solved on the pair-similarity tensor); the null's and
+    # step 0's are solved on their own full-data similarity, as their best matches are taken from it.
+    assignments = {
+        "one_to_one": one_to_one_assignment(same_layer_blocks),
+        "one_to_one_null": one_to_one_assignment(grouped.mean("null")),
+    }
+    if init is not None:
+        assignments["one_to_one_init"] = one_to_one_assignment(init.mean())
     kinds = replicates_by_kind(
         resamples,
         grouped.observed,
@@ -236,36 +325,50 @@ def interval_tables(
         cross_layer_best(similarity),
         init=None if init is None else init.observed,
         init_group_sizes=None if init is None else init.group_sizes,
+        assignments=assignments,
+        content=(grouped.content_observed, grouped.content_null) if grouped.has_content else None,
     )
+    _check_same_caches(kinds["same_layer"]["pair_best"], similarity, grouped.lengths, promptset)
+    gap = gap_interval_table(kinds, promptset, confidence)
+    gap = pd.concat(
+        [gap, pd.DataFrame(gap_control_rows(kinds, promptset, confidence, permutations, seed), columns=gap.columns)],
+        ignore_index=True,
+    )
+    return {
+        "head": head_interval_table(kinds, seeds, promptset, confidence, grouped.entropy),
+        "layer": layer_interval_table(kinds, seeds, promptset, confidence, grouped.entropy),
+        "pooled": pooled_layer_table(kinds, promptset, confidence, grouped.entropy),
+        "gap": gap,
+        "commonness": commonness_interval_table(grouped, resamples, promptset, confidence),
+    }
+
+
+def _check_same_caches(pair_best: np.ndarray, similarity: np.ndarray, lengths: np.ndarray, promptset: str) -> None:
+    """The prompt groups' full-data best matches must be the pair-similarity tensor's (the same caches)."""
     same_layer_blocks = np.moveaxis(np.diagonal(similarity, axis1=2, axis2=4), -1, 2)
     expected = same_layer_blocks.max(axis=-1).astype(np.float64)
     # Both are float32 dot products of unit vectors over a prompt's lower-triangle entries: rounding
     # grows like sqrt(entries) ulps.
-    entries = int(np.max(grouped.lengths * (grouped.lengths + 1) // 2))
+    entries = int(np.max(lengths * (lengths + 1) // 2))
     tolerance = 16 * np.finfo(np.float32).eps * (np.sqrt(entries) + 4)
-    if not np.allclose(kinds["same_layer"]["pair_best"], expected, rtol=0, atol=tolerance):
-        worst = float(np.max(np.abs(kinds["same_layer"]["pair_best"] - expected)))
+    if not np.allclose(pair_best, expected, rtol=0, atol=tolerance):
+        worst = float(np.max(np.abs(pair_best - expected)))
         raise ValueError(
             f"prompt set {promptset!r}: the prompt-group similarity and the pair-similarity tensor disagree "
             f"(best matches differ by up to {worst:.3g}); they were built from different caches. Rebuild both "
             "(snakemake --forcerun pair_similarity prompt_group_similarity)"
         )
-    return {
-        "head": head_interval_table(kinds, seeds, promptset, confidence),
-        "layer": layer_interval_table(kinds, seeds, promptset, confidence),
-        "pooled": pooled_layer_table(kinds, promptset, confidence),
-        "gap": gap_interval_table(kinds, promptset, confidence),
-        "commonness": commonness_interval_table(grouped, resamples, promptset, confidence),
-    }
 
 
 def commonness_interval_table(grouped, resamples: Resamples, promptset: str, confidence: float) -> pd.DataFrame:
-    """Interval of every head's commonness (Eq. 10) over prompt-group resamples (the head belongs to its
-    refit, so refits are not resampled): columns promptset, seed, layer, head, ci_low, ci_high, n_boot."""
+    """COMMONNESS_INTERVAL_COLUMNS: the interval of every head's commonness (Eq. 10) over prompt-group
+    resamples (the head belongs to its refit, so refits are not resampled), and commonness under the
+    prompt-permutation null with the same resamples (`headstab.statistics.controls`)."""
     replicates = commonness_replicates(grouped.observed, grouped.group_sizes, resamples.prompt_counts)
     low, high = percentile_interval(replicates, confidence)
     seed, layer, head = np.indices(low.shape)
-    return pd.DataFrame(
+    nulls = commonness_null_columns(grouped, resamples.prompt_counts, confidence)
+    table = pd.DataFrame(
         {
             "promptset": promptset,
             "seed": np.asarray(grouped.seeds)[seed.ravel()],
@@ -274,18 +377,20 @@ def commonness_interval_table(grouped, resamples: Resamples, promptset: str, con
             "ci_low": low.ravel(),
             "ci_high": high.ravel(),
             "n_boot": resamples.n_boot,
+            **{name: np.ravel(values) for name, values in nulls.items()},
         }
     )
+    return table[COMMONNESS_INTERVAL_COLUMNS]
 
 
 def gap_interval_table(kinds: StabilityReplicates, promptset: str, confidence: float) -> pd.DataFrame:
     """GAP_INTERVAL_COLUMNS: the stability gap of §4.6 (delta_s, s_max, s_min, r_max, r_min) of the pooled
-    same-layer stability, with its interval (each replicate's own extreme layers)."""
+    same-layer stability, with its interval (each replicate's own extreme layers); p_value NaN."""
     same = kinds["same_layer"]
     replicates = gap_replicates(same["layer"])
     estimate = gap_replicates(same["layer_estimate"])
     rows = []
     for statistic, values in replicates.items():
         low, high = percentile_interval(values, confidence)
-        rows.append((promptset, statistic, float(estimate[statistic]), float(low), float(high), len(values)))
+        rows.append((promptset, statistic, float(estimate[statistic]), float(low), float(high), len(values), np.nan))
     return pd.DataFrame(rows, columns=GAP_INTERVAL_COLUMNS)

@@ -17,7 +17,7 @@ import pandas as pd
 
 from headstab.statistics.bootstrap import draw_resamples, percentile_interval, prompt_weights
 
-__all__ = ["commonness_replicates", "mean_interval", "pair_mean_interval", "pearson_interval"]
+__all__ = ["commonness_replicates", "mean_interval", "pair_mean_interval", "partial_correlation", "pearson_interval"]
 
 
 def _rows(rng: np.random.Generator, n_boot: int, n_units: int) -> np.ndarray:
@@ -84,3 +84,28 @@ def commonness_replicates(grouped: np.ndarray, group_sizes: np.ndarray, prompt_c
     within = np.diagonal(grouped, axis1=1, axis2=2)  # [group, layer, head_a, head_b, seed]
     per_group = np.moveaxis(within.mean(axis=-2, dtype=np.float64), -1, 1)  # [group, seed, layer, head]
     return np.tensordot(prompt_weights(prompt_counts, group_sizes), per_group, axes=1)
+
+
+def partial_correlation(x: np.ndarray, y: np.ndarray, z: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Pearson correlation of x and y controlling for z (each [unit]): the correlation of the residuals of
+    x and y after a linear fit on z, from the three pairwise correlations.
+
+    weights: [resample, unit] counts (a bootstrap's draws of the units) or None for one unweighted estimate.
+    Returns float64 [resample] (or a 0-d array); NaN where a variable is constant or |r(x, z)| or
+    |r(y, z)| is 1 (nothing left to correlate).
+    """
+    data = np.stack([np.asarray(v, dtype=np.float64) for v in (x, y, z)])  # [variable, unit]
+    w = np.ones((1, data.shape[1])) if weights is None else np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    w = w / w.sum(axis=1, keepdims=True)
+    centred = data[None] - np.einsum("ru,vu->rv", w, data)[..., None]  # [resample, variable, unit]
+    cov = np.einsum("ru,rvu,rwu->rvw", w, centred, centred)
+    sd = np.sqrt(np.einsum("rvv->rv", cov))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = cov / (sd[:, :, None] * sd[:, None, :])
+        r_xy, r_xz, r_yz = r[:, 0, 1], r[:, 0, 2], r[:, 1, 2]
+        left = (1 - r_xz**2) * (1 - r_yz**2)
+        partial = (r_xy - r_xz * r_yz) / np.sqrt(left)
+    # |r| = 1 up to the rounding of sums over the units: nothing left of x or y once z is removed.
+    degenerate = left <= 16 * data.shape[1] * np.finfo(np.float64).eps
+    partial = np.where(np.isfinite(partial) & ~degenerate, np.clip(partial, -1.0, 1.0), np.nan)
+    return partial[0] if weights is None else partial

@@ -20,6 +20,8 @@ from typing import Any
 
 from headstab.fileio import atomic_path, sha256_file, write_json_atomic
 from headstab.plan.spec import ArchitectureSpec
+from headstab.provenance import environment_record
+from headstab.refits.models import build_model, count_weight_matrix_params, save_weights
 
 __all__ = [
     "SnapshotError",
@@ -50,7 +52,6 @@ def staged_snapshot_dir(checkpoint_dir: str | Path, step: int) -> Path:
 def save_snapshot(model: Any, directory: str | Path, meta: dict[str, Any]) -> dict[str, Any]:
     """Write `model`'s state dict to `directory`/final.pt, then meta.json (`meta` plus the weights'
     sha256), the record that says the weights are complete; returns the record."""
-    from headstab.refits.models import save_weights
 
     directory = Path(directory)
     save_weights(model, directory / "final.pt")
@@ -81,8 +82,6 @@ def missing_snapshots(checkpoint_dir: str | Path, steps: Iterable[int], up_to: i
 def write_init_weights(spec: ArchitectureSpec, seed: int, path: str | Path) -> dict[str, Any]:
     """Refit `seed` of `spec` at step 0: `build_model(spec, seed)` (on the CPU, where it is bit-identical
     to the model training starts from) saved at `path` (a final.pt) with its meta.json; returns the record."""
-    from headstab.provenance import environment_record
-    from headstab.refits.models import build_model, count_weight_matrix_params
 
     path = Path(path)
     if path.name != "final.pt":

@@ -1,0 +1,278 @@
+"""Adam vs AdamW (paper §4.5) as tests: the paired design first, the unpaired tests beside it.
+
+Refit s of an architecture and of its `_wd` twin start from the same weights and see the same data
+order (`headstab.plan.spec.paired_twins`), so the comparison is paired by seed:
+
+- per-seed differences: d_s = psi_s(AdamW) - psi_s(Adam), psi_s the jackknife pseudo-value of the
+  pooled layer statistic (`headstab.statistics.hypothesis.pair_pseudo_values`); the d_s average to the
+  pooled difference, and their spread carries the variance of a mean over pairs of refits (a refit's
+  mean over its own pairs would understate it and make the test anti-conservative);
+- a sign-flip permutation test of the d_s, and a paired multi-bootstrap interval (the same resampled
+  seeds, pairs and prompt groups for both members, MultiBERTs' paired_seeds);
+- perplexity parity as a paired TOST (one-sample t-tests of the per-seed differences).
+
+The unpaired tests (independent multi-bootstraps, a permutation test of the optimizer labels of the
+refits, Welch TOST) are the secondary `unpaired_*` columns; they are primary for twins that are not
+paired (refits trained elsewhere, or other seeds). Each layer statistic is tested raw, above its
+prompt-permutation null, and in the content variant (raw and above its own null). Per layer, the
+partial correlation of head stability with the optimizer given head entropy says whether a difference
+survives sharpness.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from headstab.statistics.bootstrap import draw_resamples, percentile_interval, stability_replicates
+from headstab.statistics.hypothesis import pair_pseudo_values, paired_tost, permutation_test, sign_flip_test, tost
+from headstab.statistics.resampling import partial_correlation
+
+log = logging.getLogger(__name__)
+
+__all__ = ["OPTIMIZER_TEST_COLUMNS", "TESTED_STATISTICS", "optimizer_tests", "pairing_problem"]
+
+# row statistic -> (prompt-group tensor, tensor subtracted or None)
+TESTED_STATISTICS = {
+    "layer_stability": ("observed", None),
+    "layer_above_null": ("observed", "null"),
+    "layer_stability_content": ("content_observed", None),
+    "layer_content_above_null": ("content_observed", "content_null"),
+}
+OPTIMIZER_TEST_COLUMNS = [
+    "statistic",
+    "layer",
+    "adam",
+    "adamw",
+    "difference",
+    "ci_low",
+    "ci_high",
+    "confidence",
+    "test",
+    "p_value",
+    "equivalent",
+    "margin",
+    "design",
+    "n_adam",
+    "n_adamw",
+    "n_pairs",
+    "n_resamples",
+    "unpaired_ci_low",
+    "unpaired_ci_high",
+    "unpaired_test",
+    "unpaired_p_value",
+    "unpaired_equivalent",
+    "entropy_adam",
+    "entropy_adamw",
+    "optimizer_r",
+    "optimizer_partial_r",
+    "optimizer_partial_r_ci_low",
+    "optimizer_partial_r_ci_high",
+]
+
+
+def pairing_problem(adam, adamw) -> str | None:
+    """Why the two members' prompt groups cannot be compared seed by seed, or None when they can."""
+    if list(adam.seeds) != list(adamw.seeds):
+        return f"the members have other refits (seeds {list(adam.seeds)} and {list(adamw.seeds)})"
+    if len(adam.seeds) < 3:
+        return f"per-seed pseudo-values need at least 3 refits; the members have {len(adam.seeds)}"
+    if not (np.array_equal(adam.group_sizes, adamw.group_sizes) and np.array_equal(adam.lengths, adamw.lengths)):
+        return "the members' prompt groups differ (other token lengths or group sizes)"
+    return None
+
+
+class _Member:
+    """One member's replicates, per prompt-group tensor, under one set of resamples (computed on demand)."""
+
+    def __init__(self, grouped, resamples):
+        self.grouped, self.resamples, self._cache = grouped, resamples, {}
+
+    def kind(self, name: str) -> dict[str, np.ndarray]:
+        if name not in self._cache:
+            values = getattr(self.grouped, name)
+            self._cache[name] = stability_replicates(self.resamples, values, self.grouped.group_sizes)
+        return self._cache[name]
+
+    def statistic(self, statistic: str) -> dict[str, np.ndarray]:
+        """layer_estimate [layer], layer [boot, layer], head_estimate [anchor, layer, head], pair_best."""
+        main, subtracted = TESTED_STATISTICS[statistic]
+        out = {key: self.kind(main)[key] for key in ("layer_estimate", "layer", "head_estimate", "pair_best")}
+        if subtracted is not None:
+            out = {key: value - self.kind(subtracted)[key] for key, value in out.items()}
+        return out
+
+
+def _partial_columns(adam, adamw, heads: Sequence[np.ndarray], paired: bool, n_boot: int, seed: int, confidence):
+    """Per layer: r and partial r (given head entropy) of head values with the optimizer (AdamW = 1), heads
+    of both members' anchors as units; the interval resamples seeds (the same ones in both when paired)."""
+    n_layers = heads[0].shape[1]
+    nan = np.full(n_layers, np.nan)
+    if adam.entropy is None or adamw.entropy is None:
+        return {"optimizer_r": nan, "optimizer_partial_r": nan, "low": nan, "high": nan}
+    n_a, n_w, n_heads = heads[0].shape[0], heads[1].shape[0], heads[0].shape[2]
+    rng = np.random.default_rng(seed)
+    draw_a = rng.integers(n_a, size=(n_boot, n_a))
+    draw_w = draw_a if paired else rng.integers(n_w, size=(n_boot, n_w))
+    counts = np.concatenate([_bincount_rows(draw_a, n_a), _bincount_rows(draw_w, n_w)], axis=1)
+    weights = np.repeat(counts, n_heads, axis=1)  # [boot, anchor * head] over both members
+    optimizer = np.repeat([0.0] * n_a + [1.0] * n_w, n_heads)
+    columns = {key: np.empty(n_layers) for key in ("optimizer_r", "optimizer_partial_r", "low", "high")}
+    for layer in range(n_layers):
+        values = np.concatenate([heads[0][:, layer].ravel(), heads[1][:, layer].ravel()])
+        entropy = np.concatenate([adam.entropy[:, layer].ravel(), adamw.entropy[:, layer].ravel()])
+        columns["optimizer_r"][layer] = np.corrcoef(optimizer, values)[0, 1] if np.ptp(values) > 0 else np.nan
+        columns["optimizer_partial_r"][layer] = partial_correlation(optimizer, values, entropy)
+        replicates = partial_correlation(optimizer, values, entropy, weights)
+        if np.isfinite(replicates).any():
+            columns["low"][layer], columns["high"][layer] = percentile_interval(replicates, confidence)
+        else:
+            columns["low"][layer] = columns["high"][layer] = np.nan
+    return columns
+
+
+def _bincount_rows(draws: np.ndarray, n: int) -> np.ndarray:
+    return np.stack([np.bincount(row, minlength=n) for row in draws]).astype(np.float64)
+
+
+def _layer_rows(statistic, members, unpaired_adamw, paired, options) -> pd.DataFrame:
+    """The rows of one layer statistic (see `optimizer_tests`)."""
+    adam, adamw = members[0].statistic(statistic), members[1].statistic(statistic)
+    confidence, n_layers = options["confidence"], len(adam["layer_estimate"])
+    other = unpaired_adamw.statistic(statistic)
+    unpaired_low, unpaired_high = percentile_interval(other["layer"] - adam["layer"], confidence)
+    per_anchor = [adam["head_estimate"].mean(axis=-1), adamw["head_estimate"].mean(axis=-1)]
+    unpaired_p = permutation_test(per_anchor[0], per_anchor[1], options["permutations"], options["seed"])["p_value"]
+    row = {
+        "statistic": statistic,
+        "layer": np.arange(n_layers),
+        "adam": adam["layer_estimate"],
+        "adamw": adamw["layer_estimate"],
+        "difference": adamw["layer_estimate"] - adam["layer_estimate"],
+        "confidence": confidence,
+        "unpaired_ci_low": unpaired_low,
+        "unpaired_ci_high": unpaired_high,
+        "unpaired_test": "permutation",
+        "unpaired_p_value": unpaired_p,
+    }
+    if paired:
+        low, high = percentile_interval(adamw["layer"] - adam["layer"], confidence)
+        pseudo = [pair_pseudo_values(member["pair_best"].mean(axis=-1)) for member in (adam, adamw)]
+        flips = sign_flip_test(pseudo[1] - pseudo[0], options["permutations"], options["seed"])
+        row.update(ci_low=low, ci_high=high, test="sign_flip", p_value=flips["p_value"])
+    else:
+        row.update(ci_low=unpaired_low, ci_high=unpaired_high, test="permutation", p_value=unpaired_p)
+    heads = [adam["head_estimate"], (adamw if paired else other)["head_estimate"]]
+    partial = _partial_columns(
+        members[0].grouped, members[1].grouped, heads, paired, options["n_boot"], options["seed"], confidence
+    )
+    row.update(
+        optimizer_r=partial["optimizer_r"],
+        optimizer_partial_r=partial["optimizer_partial_r"],
+        optimizer_partial_r_ci_low=partial["low"],
+        optimizer_partial_r_ci_high=partial["high"],
+    )
+    return pd.DataFrame(row)
+
+
+def _perplexity_row(ppl_adam: pd.Series, ppl_adamw: pd.Series, paired: bool, margin_share: float, confidence):
+    """The perplexity row: paired TOST over the seeds both members have (primary when paired), Welch TOST."""
+    alpha = 1.0 - confidence
+    margin = margin_share * float(ppl_adam.mean())
+    welch = tost(ppl_adam.to_numpy(), ppl_adamw.to_numpy(), margin, alpha=alpha)
+    common = ppl_adam.index.intersection(ppl_adamw.index)
+    primary = welch
+    if paired:
+        primary = paired_tost(ppl_adam.loc[common].to_numpy(), ppl_adamw.loc[common].to_numpy(), margin, alpha=alpha)
+    return {
+        "statistic": "perplexity",
+        "layer": -1,
+        "adam": float(ppl_adam.mean()),
+        "adamw": float(ppl_adamw.mean()),
+        "difference": primary["difference"],
+        "ci_low": primary["ci_low"],
+        "ci_high": primary["ci_high"],
+        "confidence": 1.0 - 2 * alpha,
+        "test": "paired_tost" if paired else "tost",
+        "p_value": primary["p_value"],
+        "equivalent": bool(primary["equivalent"]),
+        "margin": margin,
+        "n_pairs": len(common) if paired else 0,
+        "n_adam": len(ppl_adam),
+        "n_adamw": len(ppl_adamw),
+        "n_resamples": 0,
+        "unpaired_ci_low": welch["ci_low"],
+        "unpaired_ci_high": welch["ci_high"],
+        "unpaired_test": "tost",
+        "unpaired_p_value": welch["p_value"],
+        "unpaired_equivalent": bool(welch["equivalent"]),
+    }
+
+
+def _as_series(values, seeds: Sequence[int]) -> pd.Series:
+    """Perplexities by seed: a Series as given, or an array in the order of `seeds`."""
+    if isinstance(values, pd.Series):
+        return values.astype(np.float64)
+    values = np.asarray(values, dtype=np.float64)
+    index = list(seeds) if len(seeds) == len(values) else list(range(len(values)))
+    return pd.Series(values, index=index)
+
+
+def optimizer_tests(
+    adam,
+    adamw,
+    ppl_adam,
+    ppl_adamw,
+    *,
+    n_boot: int,
+    permutations: int,
+    seed: int,
+    confidence: float,
+    perplexity_margin: float,
+    paired: bool = False,
+) -> pd.DataFrame:
+    """OPTIMIZER_TEST_COLUMNS for one Adam/AdamW pair.
+
+    adam, adamw: `GroupedSimilarity` of each member (primary prompts). ppl_adam, ppl_adamw: validation
+    perplexities, a Series indexed by seed or an array in the member's seed order. paired: the twins
+    share initial weights and data order per seed (`headstab.plan.spec.paired_twins`); the paired design
+    is used when the prompt groups allow it too (`pairing_problem`), and `design` says which was.
+    Rows: each statistic of TESTED_STATISTICS per layer (the content rows when both members have the
+    content variant): pooled values of each member, difference AdamW - Adam; paired: paired multi-bootstrap
+    interval and sign-flip p-value of the per-seed pseudo-value differences; unpaired_*: independent
+    multi-bootstraps (seeds seed, seed + 1) and the permutation test of the refits' optimizer labels.
+    Statistic "perplexity" (layer -1): paired TOST (unpaired: Welch TOST) within +-perplexity_margin x
+    the Adam mean at alpha = 1 - confidence, its (1 - 2 alpha) interval; Welch TOST in unpaired_*.
+    """
+    problem = pairing_problem(adam, adamw)
+    if paired and problem is not None:
+        log.warning("Adam vs AdamW tested unpaired: %s", problem)
+    design_paired = paired and problem is None
+    draws = draw_resamples(n_boot, len(adam.seeds), len(adam.group_sizes), seed)
+    members = [_Member(adam, draws)]
+    unpaired_adamw = _Member(adamw, draw_resamples(n_boot, len(adamw.seeds), len(adamw.group_sizes), seed + 1))
+    members.append(_Member(adamw, draws) if design_paired else unpaired_adamw)
+    options = {"confidence": confidence, "permutations": permutations, "seed": seed, "n_boot": n_boot}
+    statistics = [s for s in TESTED_STATISTICS if "content" not in s or (adam.has_content and adamw.has_content)]
+    frames = [_layer_rows(s, members, unpaired_adamw, design_paired, options) for s in statistics]
+    table = pd.concat(frames, ignore_index=True)
+    for name, grouped in (("adam", adam), ("adamw", adamw)):
+        entropy = np.full(table["layer"].max() + 1, np.nan) if grouped.entropy is None else grouped.entropy.mean((0, 2))
+        table[f"entropy_{name}"] = entropy[table["layer"].to_numpy()]
+    table = table.assign(
+        n_adam=len(adam.seeds), n_adamw=len(adamw.seeds), n_pairs=len(adam.seeds) if design_paired else 0
+    )
+    table = table.assign(n_resamples=n_boot, equivalent=None, margin=np.nan, unpaired_equivalent=None)
+    ppl = _perplexity_row(
+        _as_series(ppl_adam, adam.seeds),
+        _as_series(ppl_adamw, adamw.seeds),
+        design_paired,
+        perplexity_margin,
+        confidence,
+    )
+    table = pd.concat([table, pd.DataFrame([ppl])], ignore_index=True)
+    table["design"] = "paired" if design_paired else "unpaired"
+    return table[OPTIMIZER_TEST_COLUMNS]

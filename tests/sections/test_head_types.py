@@ -1,0 +1,129 @@
+"""Weak and strong universality of head types: by hand, and intervals equal to the refit-resampled means of rows."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers.tolerances import reduction_atol
+
+from headstab.sections.head_types import TYPES, UNIVERSALITY_COLUMNS, UNIVERSALITY_STATISTICS, universality_table
+from headstab.statistics.refit_weights import refit_interval
+
+SEEDS = [1, 2, 3]
+ATOL = reduction_atol(np.float64, 64)
+
+
+def hand_case():
+    """One layer of three heads in refits 1-3. The previous-token head is head 0 of refit 1 and head 1 of
+    refit 2; refit 3 has none. Best matches: refit 1's head 0 finds refit 2's head 1 (agrees) and refit 3's
+    head 0 (does not); refit 2's head 1 finds refit 1's head 0 (agrees), refit 3's head 2 (does not).
+    One-to-one: refit 1's head 0 takes refit 2's head 2 and refit 2's head 1 takes refit 1's head 2 (mutual
+    partners, as the symmetric assignment gives them): no previous-token head keeps a previous-token partner."""
+    labels = {1: ["previous_token", "none", "bos"], 2: ["none", "previous_token", "bos"], 3: ["none", "none", "bos"]}
+    types = pd.DataFrame(
+        [(refit, 0, head, label) for refit, heads in labels.items() for head, label in enumerate(heads)],
+        columns=["refit", "layer", "head", "type"],
+    ).assign(threshold_rule="fixed")
+    best = {(1, 2): [1, 0, 2], (1, 3): [0, 1, 2], (2, 1): [0, 0, 2], (2, 3): [0, 2, 2], (3, 1): [0, 1, 2]}
+    best[(3, 2)] = [0, 1, 2]
+    assigned = {key: [0, 1, 2] for key in best} | {(1, 2): [2, 0, 1], (2, 1): [1, 2, 0]}
+    pairs = pd.DataFrame(
+        [
+            (a, b, 0, head, best[(a, b)][head], assigned[(a, b)][head])
+            for a, b in itertools.permutations(SEEDS, 2)
+            for head in range(3)
+        ],
+        columns=["anchor_seed", "pair_seed", "layer", "head", "best_head", "assigned_head"],
+    )
+    stability = {1: [0.9, 0.3, 0.8], 2: [0.7, 0.95, 0.8], 3: [0.2, 0.4, 0.8]}
+    heads = pd.DataFrame(
+        [(refit, 0, head, value) for refit, values in stability.items() for head, value in enumerate(values)],
+        columns=["anchor_seed", "layer", "head", "stability"],
+    )
+    heads = heads.assign(
+        stability_one_to_one=heads["stability"] - 0.1, above_null=heads["stability"] - 0.5, one_to_one_above_null=0.0
+    )
+    return types, pairs, heads
+
+
+def test_weak_and_strong_universality_by_hand():
+    table = universality_table(*hand_case(), SEEDS, n_boot=200, seed=0, confidence=0.9)
+    assert list(table.columns) == UNIVERSALITY_COLUMNS
+    assert len(table) == len(TYPES) * len(UNIVERSALITY_STATISTICS)
+    value = table.set_index(["type", "statistic"])["estimate"]
+    n = table.set_index(["type", "statistic"])["n"]
+    expected = {
+        ("previous_token", "weak_universality"): 2 / 3,
+        ("previous_token", "head_share"): 2 / 9,
+        ("previous_token", "strong_universality_best_match"): 2 / 4,
+        ("previous_token", "strong_universality_one_to_one"): 0.0,
+        ("previous_token", "stability"): (0.9 + 0.95) / 2,
+        ("previous_token", "stability_one_to_one"): (0.8 + 0.85) / 2,
+        ("previous_token", "above_null"): (0.4 + 0.45) / 2,
+        ("bos", "weak_universality"): 1.0,
+        ("bos", "strong_universality_best_match"): 1.0,  # every BOS head's best match is the other BOS head
+        ("bos", "stability"): 0.8,
+        ("none", "weak_universality"): 1.0,
+        ("none", "head_share"): 4 / 9,
+    }
+    for key, number in expected.items():
+        np.testing.assert_allclose(value[key], number, atol=ATOL, err_msg=str(key))
+    assert n[("previous_token", "strong_universality_best_match")] == 4 and n[("previous_token", "stability")] == 2
+    assert n[("previous_token", "weak_universality")] == 3
+    assert np.isnan(value[("induction", "strong_universality_best_match")]) and value[("induction", "head_share")] == 0
+    assert (table["relative_depth"] == 1.0).all() and (table["threshold_rule"] == "fixed").all()
+
+
+def random_case(rng, n_refits=5, n_layers=2, n_heads=4):
+    seeds = list(range(10, 10 + n_refits))
+    labels = rng.choice(["previous_token", "none", "induction+bos"], size=(n_refits, n_layers, n_heads))
+    grid = np.indices((n_refits, n_layers, n_heads)).reshape(3, -1).T
+    types = pd.DataFrame(
+        {"refit": np.asarray(seeds)[grid[:, 0]], "layer": grid[:, 1], "head": grid[:, 2], "type": labels.ravel()}
+    ).assign(threshold_rule="step0_quantile")
+    rows = [
+        (seeds[a], seeds[b], layer, head, rng.integers(n_heads), rng.integers(n_heads))
+        for a, b in itertools.permutations(range(n_refits), 2)
+        for layer in range(n_layers)
+        for head in range(n_heads)
+    ]
+    pairs = pd.DataFrame(rows, columns=["anchor_seed", "pair_seed", "layer", "head", "best_head", "assigned_head"])
+    heads = types[["refit", "layer", "head"]].rename(columns={"refit": "anchor_seed"})
+    heads = heads.assign(**{c: rng.random(len(heads)) for c in ("stability", "stability_one_to_one", "above_null")})
+    return seeds, labels, types, pairs, heads.assign(one_to_one_above_null=rng.random(len(heads)))
+
+
+@pytest.mark.parametrize("statistic", ["strong_universality_best_match", "stability", "weak_universality"])
+def test_intervals_equal_the_refit_resampled_mean_over_rows(statistic):
+    """The ratio of sums over refits (pairs) is the refit-weighted mean of the rows it pools."""
+    seeds, labels, types, pairs, heads = random_case(np.random.default_rng(1))
+    table = universality_table(types, pairs, heads, seeds, n_boot=300, seed=4, confidence=0.9)
+    index = {s: i for i, s in enumerate(seeds)}
+    kind = "induction"
+    for layer in range(2):
+        has = np.char.find(labels.astype(str), kind) >= 0  # [refit, layer, head]
+        if statistic == "strong_universality_best_match":
+            rows = pairs[pairs["layer"] == layer]
+            a, b = rows["anchor_seed"].map(index).to_numpy(), rows["pair_seed"].map(index).to_numpy()
+            anchor = has[a, layer, rows["head"].to_numpy()]
+            x = has[b, layer, rows["best_head"].to_numpy()][anchor].astype(float)
+            refits = np.stack([a, b], axis=1)[anchor]
+        elif statistic == "stability":
+            rows = heads[heads["layer"] == layer]
+            a = rows["anchor_seed"].map(index).to_numpy()
+            chosen = has[a, layer, rows["head"].to_numpy()]
+            x, refits = rows["stability"].to_numpy()[chosen], a[chosen]
+        else:
+            x, refits = has[:, layer].any(axis=1).astype(float), np.arange(len(seeds))
+        expected = refit_interval("mean", x, None, refits, len(seeds), 300, 4, 0.9)
+        row = table[(table["layer"] == layer) & (table["type"] == kind) & (table["statistic"] == statistic)].iloc[0]
+        np.testing.assert_allclose([row["estimate"], row["ci_low"], row["ci_high"]], expected, atol=ATOL)
+
+
+def test_types_of_other_refits_are_refused():
+    types, pairs, heads = hand_case()
+    with pytest.raises(ValueError, match="Rebuild both"):
+        universality_table(types, pairs, heads, [1, 2, 4], n_boot=10, seed=0, confidence=0.9)
