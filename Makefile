@@ -24,12 +24,14 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
-# The report needs the finished run, so it is a second snakemake call (it reruns nothing).
+# The report needs the finished run, so it is a second snakemake call (it reruns nothing). Snakemake writes
+# the report in place, so it goes to a temporary name first: a killed call leaves no report.html that looks whole.
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PATH="$(CURDIR)/$(BIN):$$PATH" \
 		$(BIN)/snakemake --cores $(CORES) --configfile config/demo.yaml
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PATH="$(CURDIR)/$(BIN):$$PATH" \
-		$(BIN)/snakemake --cores $(CORES) --report results/demo/report.html --configfile config/demo.yaml
+		$(BIN)/snakemake --cores $(CORES) --report results/demo/.report.tmp.html --configfile config/demo.yaml
+	mv -f results/demo/.report.tmp.html results/demo/report.html
 
 # Style first: ruff (lint and format) on the Python, snakefmt on the Snakefile and rule files.
 lint: $(STAMP)

@@ -74,3 +74,34 @@ def test_numpy_and_torch_round_trips(tmp_path):
     save_torch_atomic(state, tmp_path / "final.pt")
     assert torch.equal(torch.load(tmp_path / "final.pt", weights_only=True)["w"], state["w"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["final.pt", "shard.npy"]
+
+
+@pytest.mark.parametrize("write", ["torch", "numpy", "hdf5"])
+def test_a_full_disk_names_the_file_being_written_and_the_fix(tmp_path, monkeypatch, write):
+    import errno
+
+    import h5py
+
+    path = tmp_path / "seed1" / "final.pt"
+    # A write to an open handle fails with an OSError that names no file; HDF5 says it in words, without an errno.
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    if write == "hdf5":
+        full = OSError("Can't write data (file write failed: errno = 28, error message = 'No space left on device')")
+
+    def fail(*args, **kwargs):
+        raise full
+
+    owner, name = {"torch": (torch, "save"), "numpy": (np, "save"), "hdf5": (h5py.File, "create_dataset")}[write]
+    monkeypatch.setattr(owner, name, fail)
+    with pytest.raises(OSError) as caught:
+        if write == "torch":
+            save_torch_atomic({"w": torch.zeros(2)}, path)
+        elif write == "numpy":
+            save_npy_atomic(np.zeros(2), path)
+        else:
+            with atomic_path(path) as tmp, h5py.File(tmp, "w") as handle:
+                handle.create_dataset("x", data=np.zeros(2))
+    message = str(caught.value)
+    assert caught.value.errno == errno.ENOSPC
+    assert f"while writing {path}" in message and f"df -h {path.parent}" in message and "rerun" in message
+    assert list(path.parent.iterdir()) == []  # no temporary left

@@ -36,13 +36,19 @@ def test_a_page_shows_the_first_rows_and_says_how_many_there_are(tmp_path):
 
 def test_two_tables_on_one_page_are_refused(tmp_path):
     paths = []
-    for seed in (1, 2):
-        path = tmp_path / f"r/l2_h8/checkpoints/seed{seed}/train_log.csv"  # arch "checkpoints" twice
+    for run in ("r1", "r2"):  # the same table of the same architecture in two results directories
+        path = tmp_path / f"{run}/l2_h8/tables/layer_stability.csv"
         path.parent.mkdir(parents=True)
-        path.write_text("step\n1\n")
+        path.write_text("layer\n1\n")
         paths.append(str(path))
     with pytest.raises(ValueError, match="would share the report page"):
         write_table_pages(paths, tmp_path / "out")
+
+
+def test_a_csv_that_is_no_table_of_the_run_is_refused_by_name(tmp_path):
+    path = tmp_path / "r/l2_h8/checkpoints/seed1/train_log.csv"
+    with pytest.raises(ValueError, match=r"train_log.csv is not a table of a headstab run"):
+        table_kind(path)
 
 
 def _tables():

@@ -16,8 +16,10 @@ import pytest
 from conftest import TINY_CONFIG, tiny_snakemake
 from helpers.workflow_runs import snakemake_env
 
-from headstab.plan.config import load_config
-from headstab.status import failed_jobs, incomplete_outputs, parse_failures, run_status
+from headstab.fileio import sha256_file
+from headstab.plan.config import architecture_spec, load_config
+from headstab.plan.jobs import job_spec
+from headstab.status import failed_jobs, format_table, incomplete_outputs, parse_failures, run_status
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,7 +31,7 @@ Error in rule cache_activations:
     jobid: 7
     input: {r}/l2_h4/checkpoints/seed2/final.pt
     output: {r}/l2_h4/caches/seed2.h5
-    log: {r}/logs/cache/l2_h4/seed2.log (check log file(s) for error details)
+    log: {r}/logs/cache_activations/l2_h4/seed2.log (check log file(s) for error details)
     wildcards: arch=l2_h4, seed=2
 [Mon Nov 23 00:34:29 2026]
 Finished jobid: 15 (Rule: tokenize_shard)
@@ -48,7 +50,7 @@ def test_a_failure_record_gives_rule_time_wildcards_log_and_outputs():
         "Mon Nov 23 00:34:28 2026",
         "arch=l2_h4, seed=2",
     )
-    assert job.log == ["res/logs/cache/l2_h4/seed2.log"] and job.output == ["res/l2_h4/caches/seed2.h5"]
+    assert job.log == ["res/logs/cache_activations/l2_h4/seed2.log"] and job.output == ["res/l2_h4/caches/seed2.h5"]
 
 
 def test_failed_jobs_are_those_of_this_results_dir_whose_outputs_are_still_missing(tmp_path):
@@ -75,14 +77,31 @@ def test_incomplete_markers_are_decoded_as_snakemake_encodes_them(tmp_path):
     assert incomplete_outputs(tmp_path / ".snakemake", str(tmp_path / "results")) == sorted(marked)
 
 
-def test_counts_read_weights_meta_seed_cache_completeness_and_similarity_seeds(tmp_path):
+def tiny_config(tmp_path):
     config = load_config(TINY_CONFIG)
     config["results_dir"] = str(tmp_path / "results")
+    return config
+
+
+def write_refit(config, arch, seed, meta_seed=None, **changed):
+    """final.pt and the meta.json training writes for it: seed, architecture (the config's, with `changed`
+    fields), the weights' sha256."""
+    checkpoint = Path(config["results_dir"]) / arch / f"checkpoints/seed{seed}"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "final.pt").write_bytes(b"weights of " + str(seed).encode())
+    architecture = {**job_spec(architecture_spec(config, arch)), "seeds": [seed], **changed}
+    meta = {"seed": seed if meta_seed is None else meta_seed, "architecture": architecture}
+    (checkpoint / "meta.json").write_text(
+        json.dumps({**meta, "final_weights_sha256": sha256_file(checkpoint / "final.pt")})
+    )
+    return checkpoint / "final.pt"
+
+
+def test_counts_read_weights_meta_seed_cache_completeness_and_similarity_seeds(tmp_path):
+    config = tiny_config(tmp_path)
     results = tmp_path / "results/l2_h4"
-    for seed, meta_seed in ((1, 1), (2, 3)):  # seed 2's meta.json names another refit: not trained
-        (results / f"checkpoints/seed{seed}").mkdir(parents=True)
-        (results / f"checkpoints/seed{seed}/final.pt").touch()
-        (results / f"checkpoints/seed{seed}/meta.json").write_text(json.dumps({"seed": meta_seed}))
+    write_refit(config, "l2_h4", 1)
+    write_refit(config, "l2_h4", 2, meta_seed=3)  # seed 2's meta.json names another refit: not trained
     (results / "caches").mkdir()
     for seed, complete in ((1, True), (2, False)):
         with h5py.File(results / f"caches/seed{seed}.h5", "w") as handle:
@@ -94,6 +113,51 @@ def test_counts_read_weights_meta_seed_cache_completeness_and_similarity_seeds(t
     first = status.architectures[0]
     assert (first.name, first.refits, first.trained, first.cached, first.analysed) == ("l2_h4", 2, 1, 1, 2)
     assert (status.architectures[1].trained, status.failed, status.incomplete) == (0, [], [])
+    assert (first.stale, first.corrupt, status.refit_problems, status.report) == (0, 0, [], None)
+
+
+def test_weights_failing_their_sha256_count_as_corrupt_not_trained(tmp_path):
+    config = tiny_config(tmp_path)
+    weights = write_refit(config, "l2_h4", 1)
+    write_refit(config, "l2_h4", 2)
+    weights.write_bytes(b"weights of 9")  # one byte flipped on disk
+    status = run_status(config, tmp_path)
+    first = status.architectures[0]
+    assert (first.trained, first.stale, first.corrupt) == (1, 0, 1)
+    (problem,) = status.refit_problems
+    assert (problem.weights, problem.problem) == (str(weights), "corrupt")
+    assert problem.why.startswith(f"its sha256 is {sha256_file(weights)}, {weights.parent / 'meta.json'} records ")
+    table = format_table(status)
+    assert f"corrupt {weights}: its sha256 is" in table and f"`rm -f {weights} && snakemake {weights}`" in table
+    unverified = run_status(config, tmp_path, verify=False).architectures[0]  # --no-verify: not hashed
+    assert (unverified.trained, unverified.corrupt) == (2, 0)
+
+
+def test_a_refit_trained_with_another_configuration_counts_as_stale(tmp_path):
+    config = tiny_config(tmp_path)
+    write_refit(config, "l2_h4", 1)
+    weights = write_refit(config, "l2_h4", 2, lr=1e-3, snapshot_steps=[0, 8])  # the config now: lr 3e-3, none
+    status = run_status(config, tmp_path)
+    first = status.architectures[0]
+    assert (first.trained, first.stale, first.corrupt) == (1, 1, 0)
+    (problem,) = status.refit_problems
+    assert (problem.weights, problem.problem) == (str(weights), "stale")
+    assert problem.why == "trained with lr 0.001 (config now 0.003); snapshot_steps [0, 8] (config now None)"
+    assert f"stale {weights}: trained with lr 0.001" in format_table(status)
+
+
+def test_an_empty_or_cut_short_report_is_flagged_with_the_command_that_writes_it_whole(tmp_path):
+    config = tiny_config(tmp_path)
+    report = tmp_path / "results/report.html"
+    report.parent.mkdir(parents=True)
+    for content, what in ((b"", "is empty"), (b"<html><body>" + b"x" * 500, "is cut short (512 bytes")):
+        report.write_bytes(content)
+        problem = run_status(config, tmp_path).report
+        assert problem.startswith(f"{report} {what}") and "a `snakemake --report` was killed" in problem
+        assert problem.endswith(f"&& mv {report.with_name('.report.tmp.html')} {report}` (with the run's --configfile)")
+        assert f"report: {problem}" in format_table(run_status(config, tmp_path))
+    report.write_bytes(b"<html><body></body>\n\n</html>\n")
+    assert run_status(config, tmp_path).report is None
 
 
 def test_the_paper_plan_status_returns_in_seconds_as_a_table_and_as_json():
@@ -119,8 +183,9 @@ def test_status_of_the_finished_tiny_run(tiny_run):
     status = json.loads(result.stdout)
     for arch in status["architectures"]:
         assert (arch["refits"], arch["trained"], arch["cached"], arch["analysed"]) == (2, 2, 2, 2), arch
+        assert (arch["stale"], arch["corrupt"]) == (0, 0), arch
         assert arch["tables"] > 0 and arch["figures"] > 0
-    assert status["failed"] == [] and status["incomplete"] == []
+    assert status["failed"] == [] and status["incomplete"] == [] and status["refit_problems"] == []
 
 
 @pytest.mark.integration
@@ -135,9 +200,14 @@ def test_status_of_a_tiny_run_stopped_by_a_failed_job(tiny_run, tmp_path):
     result = status_command("--configfile", str(TINY_CONFIG), "--results-dir", str(results))
     assert result.returncode == 0, result.stderr
     rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[2:4]}
-    assert rows == {
-        "l2_h4": ["2", "2", "2", "2", *rows["l2_h4"][4:]],
-        "l2_h4_wd": ["2", "2", "1", "0", *rows["l2_h4_wd"][4:]],
-    }
+    assert (
+        rows
+        == {  # refits, trained, stale, corrupt, cached, analysed
+            "l2_h4": ["2", "2", "0", "0", "2", "2", *rows["l2_h4"][6:]],
+            "l2_h4_wd": ["2", "2", "0", "0", "1", "0", *rows["l2_h4_wd"][6:]],
+        }
+    )
     assert "failed jobs (outputs still missing): 1" in result.stdout
-    assert "pair_similarity at " in result.stdout and f"log {results}/logs/similarity/l2_h4_wd.log" in result.stdout
+    assert (
+        "pair_similarity at " in result.stdout and f"log {results}/logs/pair_similarity/l2_h4_wd.log" in result.stdout
+    )

@@ -8,11 +8,13 @@ what a killed job left.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import pickle
 import re
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,9 +45,29 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        if is_disk_full(error):  # a write to an open handle names no file: say which one
+            raise OSError(errno.ENOSPC, disk_full_message(path, error)) from error
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def is_disk_full(error: OSError) -> bool:
+    """Whether `error` is a full file system (or quota): errno ENOSPC/EDQUOT, or HDF5's text for it."""
+    return error.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(error)
+
+
+def disk_full_message(path: str | Path, error: OSError) -> str:
+    """What to do when writing `path` filled its file system."""
+    parent = Path(path).parent
+    return (
+        f"No space left on device while writing {path} ({error}); its temporary file was removed and {path} "
+        f"was not written. Free space on the file system that holds {parent} (`df -h {shlex.quote(str(parent))}`), then rerun "
+        "the same snakemake command: the job starts again and rebuilds the file"
+    )
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

@@ -14,6 +14,8 @@ import html
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from headstab.plan.layout import Layout
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -163,15 +165,12 @@ def table_page(
 
 
 def table_kind(path: str | Path) -> tuple[str, str, str]:
-    """(kind, arch, name) of a table path of headstab.plan.layout.Layout: {arch}/tables/{name}.csv (arch),
+    """(scope, arch, name) of a table path of headstab.plan.layout.Layout: {arch}/tables/{name}.csv (arch),
     compare/{arch}/tables/{name}.csv (compare) or summary/tables/{name}.csv (summary)."""
-    path = Path(path)
-    parent = path.parent.parent  # the directory holding tables/
-    if parent.name == "summary":
-        return "summary", "", path.stem
-    if parent.parent.name == "compare":
-        return "compare", parent.name, path.stem
-    return "arch", parent.name, path.stem
+    parsed = Layout.parse(path)
+    if parsed is None or parsed.kind != "table":
+        raise ValueError(f"{path} is not a table of a headstab run (<results_dir>/.../tables/<name>.csv)")
+    return parsed.scope, parsed.arch, parsed.name
 
 
 def write_table_pages(paths: list[str], out_dir: str | Path, max_rows: int = MAX_ROWS) -> list[Path]:

@@ -1,12 +1,15 @@
 """Where a run stands: `python -m headstab.status [--configfile FILE ...] [--json]`.
 
-Per architecture, how many refits are trained (weights and a meta.json naming the refit's seed),
-cached (an activation cache its writer completed) and analysed (in the completed pair-similarity
-file of the primary prompt set), with the tables and figures written so far; then the jobs
-Snakemake recorded as failed whose outputs are still missing, with their log paths
-(`.snakemake/log/*.snakemake.log`), and the outputs Snakemake marks incomplete
-(`.snakemake/incomplete`: jobs running now, or killed). Reads files only: no DAG is built, so the
-paper plan's 1,210 refits take seconds.
+Per architecture, how many refits are trained (weights that match the sha256 their meta.json records,
+for the refit's seed, with the architecture the current config would train), stale (trained with
+another configuration: the next `snakemake` retrains them), corrupt (weights failing their sha256, or an
+unreadable meta.json), cached (an activation cache its writer completed) and analysed (in the completed
+pair-similarity file of the primary prompt set), with the tables and figures written so far; then the
+stale and corrupt refits, the jobs Snakemake recorded as failed whose outputs are still missing, with
+their log paths (`.snakemake/log/*.snakemake.log`), the outputs Snakemake marks incomplete
+(`.snakemake/incomplete`: jobs running now, or killed), and a `report.html` in results_dir that is empty
+or cut short. Reads files only: no DAG is built. Hashing every final.pt reads every weight once (the
+paper's 1,210 refits: tens of GB); --no-verify skips it.
 """
 
 from __future__ import annotations
@@ -15,13 +18,16 @@ import argparse
 import base64
 import json
 import re
+import shlex
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from headstab.fileio import sha256_file
 from headstab.plan.config import architecture_spec, load_yaml, selected_architectures, validate_config
+from headstab.plan.jobs import job_spec
 from headstab.plan.layout import Layout
 from headstab.plan.spec import ConfigError
 
@@ -32,11 +38,22 @@ class ArchitectureStatus:
 
     name: str
     refits: int
-    trained: int
+    trained: int  # weights verified (or --no-verify), trained with the architecture the config says now
+    stale: int  # trained with another architecture or training setting: the next snakemake retrains them
+    corrupt: int  # final.pt fails its recorded sha256, or meta.json is unreadable
     cached: int
     analysed: int
     tables: int  # CSV files under {arch}/tables
     figures: int  # PNG files under {arch}/figures
+
+
+@dataclass(frozen=True)
+class RefitProblem:
+    """A refit whose weights are there but do not count as trained: stale or corrupt, and why."""
+
+    weights: str
+    problem: str  # "stale" | "corrupt"
+    why: str
 
 
 @dataclass(frozen=True)
@@ -55,8 +72,10 @@ class FailedJob:
 class RunStatus:
     results: str
     architectures: list[ArchitectureStatus]
+    refit_problems: list[RefitProblem] = field(default_factory=list)
     failed: list[FailedJob] = field(default_factory=list)
     incomplete: list[str] = field(default_factory=list)
+    report: str | None = None  # what is wrong with results_dir/report.html, if anything
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,21 +102,53 @@ def _h5_seeds(path: Path) -> list[int]:
         return [int(seed) for seed in handle.attrs.get("seeds", [])]
 
 
-def _trained(checkpoint: Path, seed: int) -> bool:
-    """Weights and a readable meta.json that names `seed` (trained and fetched refits write both)."""
-    meta = checkpoint / "meta.json"
-    if not (checkpoint / "final.pt").is_file() or not meta.is_file():
-        return False
+def spec_differences(recorded: Any, expected: dict[str, Any]) -> list[str]:
+    """The fields (but name and seeds) in which the architecture a meta.json records differs from `expected`
+    (planning.job_spec of the current config), as "key recorded (config now value)"."""
+    if not isinstance(recorded, dict):
+        return [f"architecture {recorded!r} (config now a full architecture entry)"]
+    expected = json.loads(json.dumps(expected))  # tuples as lists, as the record holds them
+    keys = sorted((set(recorded) | set(expected)) - {"name", "seeds"})
+    return [
+        f"{key} {recorded.get(key)!r} (config now {expected.get(key)!r})"
+        for key in keys
+        if recorded.get(key) != expected.get(key)
+    ]
+
+
+def refit_state(checkpoint: Path, seed: int | str, expected: dict[str, Any], verify: bool = True) -> tuple[str, str]:
+    """("missing" | "trained" | "stale" | "corrupt", why) of the refit whose files are in `checkpoint`: its
+    final.pt against the sha256 its meta.json records (when `verify`), and the architecture that meta.json
+    records against `expected`, what the current config would train (planning.job_spec)."""
+    weights, meta_path = checkpoint / "final.pt", checkpoint / "meta.json"
+    if not weights.is_file() or not meta_path.is_file():
+        return "missing", ""
     try:
-        return json.loads(meta.read_text()).get("seed") == seed
-    except (OSError, ValueError):
-        return False
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as error:
+        return "corrupt", f"{meta_path} is not a readable JSON record ({error})"
+    if not isinstance(meta, dict) or meta.get("seed") != seed:
+        return "missing", ""  # another refit's record: these weights are not this refit's
+    recorded = meta.get("final_weights_sha256")
+    if verify and recorded and (found := sha256_file(weights)) != recorded:
+        return "corrupt", f"its sha256 is {found}, {meta_path} records {recorded}"
+    differing = spec_differences(meta.get("architecture"), expected)
+    return ("stale", f"trained with {'; '.join(differing)}") if differing else ("trained", "")
 
 
-def architecture_status(config: dict[str, Any], layout: Layout, arch: str) -> ArchitectureStatus:
-    """Counts of one architecture of the validated `config`, from its files under `layout`."""
-    seeds = architecture_spec(config, arch).seeds
-    trained = sum(_trained(Path(layout.checkpoint_dir(arch, seed)), seed) for seed in seeds)
+def architecture_status(
+    config: dict[str, Any], layout: Layout, arch: str, verify: bool = True
+) -> tuple[ArchitectureStatus, list[RefitProblem]]:
+    """Counts of one architecture of the validated `config`, from its files under `layout`, and its stale
+    and corrupt refits."""
+    spec = architecture_spec(config, arch)
+    seeds, expected = spec.seeds, job_spec(spec)
+    states = {seed: refit_state(Path(layout.checkpoint_dir(arch, seed)), seed, expected, verify) for seed in seeds}
+    problems = [
+        RefitProblem(layout.final_weights(arch, seed), state, why)
+        for seed, (state, why) in states.items()
+        if state in ("stale", "corrupt")
+    ]
     cached = sum(
         _complete_h5(Path(layout.cache_path(arch, seed)))
         for seed in seeds
@@ -106,14 +157,37 @@ def architecture_status(config: dict[str, Any], layout: Layout, arch: str) -> Ar
     similarity = Path(layout.similarity_path(arch, config["analysis"]["promptset"]))
     analysed = len(set(_h5_seeds(similarity)) & set(seeds)) if similarity.is_file() else 0
     root = Path(layout.results) / arch
-    return ArchitectureStatus(
+    counts = {state: sum(found == state for found, _ in states.values()) for state in ("trained", "stale", "corrupt")}
+    status = ArchitectureStatus(
         name=arch,
         refits=len(seeds),
-        trained=trained,
+        **counts,
         cached=cached,
         analysed=analysed,
         tables=sum(1 for _ in (root / "tables").glob("*.csv")),
         figures=sum(1 for _ in (root / "figures").glob("*.png")),
+    )
+    return status, problems
+
+
+def report_problem(results: str | Path) -> str | None:
+    """What is wrong with `results`/report.html (the documented place of `snakemake --report`), or None:
+    Snakemake writes it in place, so a killed `--report` leaves it empty or without its closing tag."""
+    path = Path(results) / "report.html"
+    if not path.is_file():
+        return None
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        handle.seek(max(0, size - 64))
+        tail = handle.read().rstrip()
+    if tail.endswith(b"</html>"):
+        return None
+    quoted = shlex.quote(str(path))
+    what = "is empty" if size == 0 else f"is cut short ({size} bytes, no closing </html>)"
+    return (
+        f"{path} {what}: a `snakemake --report` was killed while writing it. Write it again with "
+        f"`snakemake --report {shlex.quote(str(path.with_name('.report.tmp.html')))} && mv "
+        f"{shlex.quote(str(path.with_name('.report.tmp.html')))} {quoted}` (with the run's --configfile)"
     )
 
 
@@ -188,24 +262,31 @@ def incomplete_outputs(snakemake_dir: Path, results: str) -> list[str]:
     return sorted(marked)
 
 
-def run_status(config: dict[str, Any], workdir: Path = Path(".")) -> RunStatus:
-    """The status of the run of the validated `config`, with Snakemake's records from `workdir`/.snakemake."""
+def run_status(config: dict[str, Any], workdir: Path = Path("."), verify: bool = True) -> RunStatus:
+    """The status of the run of the validated `config`, with Snakemake's records from `workdir`/.snakemake;
+    verify: check every final.pt against its recorded sha256."""
     layout = Layout(config)
     results = str(workdir / layout.results) if not Path(layout.results).is_absolute() else layout.results
     layout = Layout({**config, "results_dir": results})
     snakemake_dir = workdir / ".snakemake"
+    per_arch = [architecture_status(config, layout, arch, verify) for arch in selected_architectures(config)]
     return RunStatus(
         results=layout.results,
-        architectures=[architecture_status(config, layout, arch) for arch in selected_architectures(config)],
+        architectures=[status for status, _ in per_arch],
+        refit_problems=[problem for _, problems in per_arch for problem in problems],
         failed=failed_jobs(snakemake_dir, results),
         incomplete=incomplete_outputs(snakemake_dir, results),
+        report=report_problem(results),
     )
 
 
 def format_table(status: RunStatus) -> str:
     """A compact text table: one row per architecture and a total, then failed and incomplete jobs."""
-    header = ("architecture", "refits", "trained", "cached", "analysed", "tables", "figures")
-    rows = [(a.name, a.refits, a.trained, a.cached, a.analysed, a.tables, a.figures) for a in status.architectures]
+    header = ("architecture", "refits", "trained", "stale", "corrupt", "cached", "analysed", "tables", "figures")
+    rows = [
+        (a.name, a.refits, a.trained, a.stale, a.corrupt, a.cached, a.analysed, a.tables, a.figures)
+        for a in status.architectures
+    ]
     totals = [sum(row[i] for row in rows) for i in range(1, len(header))]
     rows.append(("total", *totals))
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
@@ -214,6 +295,14 @@ def format_table(status: RunStatus) -> str:
         lines.append(
             "  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in enumerate(zip(row, widths)))
         )
+    lines.append(f"stale or corrupt refits (not counted as trained): {len(status.refit_problems)}")
+    for problem in status.refit_problems:
+        fix = (
+            "the next snakemake retrains it"
+            if problem.problem == "stale"
+            else f"rebuild it with `rm -f {shlex.quote(problem.weights)} && snakemake {shlex.quote(problem.weights)}`"
+        )
+        lines.append(f"  {problem.problem} {problem.weights}: {problem.why}; {fix}")
     lines.append(f"failed jobs (outputs still missing): {len(status.failed)}")
     for job in status.failed:
         where = f" ({job.wildcards})" if job.wildcards else ""
@@ -221,6 +310,8 @@ def format_table(status: RunStatus) -> str:
         lines.append(f"    snakemake log {job.snakemake_log}")
     lines.append(f"incomplete outputs (running, or killed): {len(status.incomplete)}")
     lines.extend(f"  {path}" for path in status.incomplete)
+    if status.report:
+        lines.append(f"report: {status.report}")
     return "\n".join(lines)
 
 
@@ -241,13 +332,16 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--results-dir", help="override results_dir (as `--config results_dir=...`)")
     parser.add_argument("--directory", default=".", help="Snakemake's working directory (holds .snakemake)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--no-verify", action="store_true", help="skip the sha256 of every final.pt (weights then count unverified)"
+    )
     args = parser.parse_args(list(argv) if argv is not None else None)
     try:
         config = load_run_config(args.configfile, args.results_dir)
     except ConfigError as error:
         print(f"headstab.status: {error}", file=sys.stderr)
         return 2
-    status = run_status(config, Path(args.directory))
+    status = run_status(config, Path(args.directory), verify=not args.no_verify)
     print(json.dumps(status.to_dict(), indent=1) if args.json else format_table(status))
     return 0
 

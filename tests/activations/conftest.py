@@ -11,6 +11,7 @@ import pytest
 from helpers.bridges import tiny_bridge
 from helpers.tolerances import reduction_atol
 
+from headstab.activations.h5util import ATTRS_DIGEST, stamp_attribute_digests
 from headstab.activations.writer import CacheOptions, write_activation_cache
 
 N_LAYERS, N_HEADS, D_MODEL, D_HEAD, N_CTX, D_VOCAB = 2, 4, 32, 8, 24, 60
@@ -36,11 +37,15 @@ def make_model(attn_only: bool = False, seed: int = 1, n_heads: int = N_HEADS, n
     )
 
 
-def edited_copy(source: Path, destination: Path, edit) -> Path:
-    """A copy of the cache at `source`, changed in place by `edit(h5py handle)`: a damaged or foreign file."""
+def edited_copy(source: Path, destination: Path, edit, restamp: bool = True) -> Path:
+    """A copy of the cache at `source`, changed in place by `edit(h5py handle)`: a damaged or foreign file.
+    restamp: the attributes' digests recomputed after the edit, as if a writer had written the file that way
+    (False: the edit is damage the digests catch)."""
     destination.write_bytes(source.read_bytes())
     with h5py.File(destination, "a") as handle:
         edit(handle)
+        if restamp and ATTRS_DIGEST in handle.attrs:
+            stamp_attribute_digests(handle)
     return destination
 
 

@@ -40,3 +40,19 @@ def test_reading_another_hook_of_a_patterns_only_cache_names_file_and_fix(patter
             cache.resid("len5", "hook_resid_mid")
         with pytest.raises(KeyError, match="no prompt set 'nope'"):
             cache.hook_z("nope")
+
+
+def test_a_damaged_snapshot_cache_names_the_rule_that_writes_it(patterns_path, tmp_path):
+    for where, rule in (
+        ("l2_h4/snapshots/step0/caches", "cache_snapshot_activations"),
+        ("l2_h4/caches", "cache_activations"),
+    ):
+        truncated = tmp_path / where / "seed1.h5"
+        truncated.parent.mkdir(parents=True)
+        truncated.write_bytes(patterns_path.read_bytes()[: patterns_path.stat().st_size // 2])
+        with pytest.raises(CacheError) as error:
+            open_cache(truncated)
+        assert str(error.value).endswith(
+            f"rebuild it with `rm -f {truncated} && snakemake {truncated}` (rule {rule}; with the --configfile/--profile "
+            "of the run that made it)"
+        )

@@ -283,12 +283,45 @@ def test_verify_reads_a_sound_cache_without_complaint(cache_path, resid_pre_cach
             cache.verify()
 
 
+@pytest.mark.parametrize(
+    "edit, named",
+    [
+        (lambda handle: handle.attrs.modify("seed", 3), "attribute seed"),
+        (
+            lambda handle: handle["primary"].attrs.modify("prompt_file_sha256", "cd" * 32),
+            "attribute prompt_file_sha256 of /primary",
+        ),
+        (
+            lambda handle: handle["primary/hook_pattern"].attrs.modify("dims", "layer"),
+            "attribute dims of /primary/hook_pattern",
+        ),
+        (lambda handle: handle.attrs.__delitem__("attrs_sha256"), "attribute attrs_sha256 (missing)"),
+    ],
+)
+def test_an_attribute_changed_after_writing_fails_its_digest_naming_file_attribute_and_rule(
+    tmp_path, cache_path, edit, named
+):
+    for where, rule in (
+        ("l2_h4/caches", "cache_activations"),
+        ("l2_h4/snapshots/step0/caches", "cache_snapshot_activations"),
+    ):
+        (tmp_path / where).mkdir(parents=True, exist_ok=True)
+        damaged = edited_copy(cache_path, tmp_path / where / "seed1.h5", edit, restamp=False)
+        with pytest.raises(CacheError) as error:
+            open_cache(damaged)
+        assert str(error.value) == (
+            f"activation cache {damaged} has {named} failing the digest in attribute attrs_sha256 (changed after the "
+            f"file was written); rebuild it with `{rebuild_command(damaged)}` (rule {rule}; with the "
+            "--configfile/--profile of the run that made it)"
+        )
+
+
 def test_an_older_format_cache_is_rejected_with_the_rebuild_command(tmp_path, cache_path):
     old = edited_copy(cache_path, tmp_path / "old.h5", lambda handle: handle.attrs.modify("format_version", 3))
     with pytest.raises(CacheError) as error:
         open_cache(old)
     message = str(error.value)
-    assert f"activation cache {old} has format_version 3; this code reads version 4" in message
+    assert f"activation cache {old} has format_version 3; this code reads version 5" in message
     assert f"`{rebuild_command(old)}`" in message
 
 

@@ -75,7 +75,7 @@ def test_contract_shapes_dtypes_and_attributes(cache_path, token_sets):
         assert group["prompts"].dtype.kind == "S"
         # A chunk is PATTERN_CHUNK_BYTES of all heads of one layer; this tiny set fits in one.
         assert group["hook_pattern"].chunks == (1, N_HEADS, min(n_lower, PATTERN_CHUNK_BYTES // (N_HEADS * 4)))
-        assert handle.attrs["checksum"] == "fletcher32" and handle.attrs["format_version"] == CACHE_FORMAT_VERSION == 4
+        assert handle.attrs["checksum"] == "fletcher32" and handle.attrs["format_version"] == CACHE_FORMAT_VERSION == 5
         assert handle.attrs["resid_hook"] == "hook_resid_mid"
 
 

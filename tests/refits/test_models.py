@@ -8,7 +8,7 @@ import shlex
 import pytest
 import torch
 
-from headstab.fileio import sha256_file, write_json_atomic
+from headstab.fileio import read_json, sha256_file, write_json_atomic
 from headstab.plan.config import REPO_ROOT, architecture_spec, load_yaml
 from headstab.plan.spec import ConfigError, spec_from_dict
 from headstab.refits.models import (
@@ -175,6 +175,33 @@ def test_a_flipped_bit_in_final_pt_fails_its_recorded_sha256(tiny_spec, tmp_path
     state = torch.load(path, weights_only=True)
     saved = build_model(spec, seed=1).state_dict()
     assert sum(int(torch.count_nonzero(state[key] != saved[key])) for key in saved) == 1
+
+
+@pytest.mark.parametrize(
+    "where, record, rule",
+    [
+        ("l2_h4/checkpoints/seed1", {}, "train"),
+        ("l2_h8/checkpoints/seed1", {"source": {"kind": "published", "repo_id": "x/y"}}, "fetch_published"),
+        ("l2_h8/checkpoints/seed1", {"source": {"kind": "published_local", "path": "/p"}}, "fetch_published"),
+        ("pythia/checkpoints/seed1", {"source": {"kind": "hub_family"}, "loader": "transformers"}, "fetch_family"),
+        ("grid/checkpoints/seed1-1", {"reused_paper_refit": {"architecture": "l2_h4"}}, "reuse_paper_refit"),
+        ("l2_h4/snapshots/step0/weights/seed1", {"source": "initialisation"}, "init_weights"),
+        ("l2_h4/snapshots/step36/weights/seed1", {"source": "training"}, "snapshot_weights"),
+    ],
+)
+def test_corrupt_weights_name_the_rule_that_wrote_them(tiny_spec, tmp_path, where, record, rule):
+    path = saved_with_meta(tiny_spec(), tmp_path)
+    target = tmp_path / "results" / where / "final.pt"
+    target.parent.mkdir(parents=True)
+    path.rename(target)
+    write_json_atomic(target.parent / "meta.json", {**read_json(tmp_path / "meta.json"), **record})
+    flip_bit_in_the_middle(target)
+    with pytest.raises(CheckpointError) as error:
+        load_verified_state_dict(target)
+    assert str(error.value).endswith(
+        f"delete it and rebuild it with `{rebuild_command(target)}` (rule {rule}; add --configfile for a "
+        "non-default configuration)"
+    )
 
 
 def test_weights_without_a_recorded_sha256_load_unverified(tiny_spec, tmp_path):

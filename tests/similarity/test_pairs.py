@@ -21,6 +21,7 @@ from helpers.reference import (
 )
 from helpers.tolerances import EXTRA_ULPS, eps, reduction_atol, reduction_rtol
 
+from headstab.activations.h5util import stamp_attribute_digests
 from headstab.activations.packing import lower_triangle_offsets
 from headstab.activations.reader import CacheReader, open_cache
 from headstab.similarity.pairs import (
@@ -498,7 +499,7 @@ def test_pair_similarity_file_round_trips_with_a_checksum_per_chunk(tmp_path):
     assert seeds == [1, 2, 3] and not list(path.parent.glob("*.tmp"))
     with h5py.File(path) as handle:
         assert handle["pair_similarity"].fletcher32 and handle["pair_similarity"].chunks[0] == 1
-        assert handle.attrs["format_version"] == SIMILARITY_FORMAT_VERSION == 2
+        assert handle.attrs["format_version"] == SIMILARITY_FORMAT_VERSION == 3
         assert handle.attrs["architecture"] == "tiny"
 
 
@@ -556,18 +557,20 @@ class DemoFileError(ValueError):
     """The error a caller of open_result_file asks for."""
 
 
-def demo_file(path, file_format="demo-format", datasets=("values",), complete=True):
+def demo_file(path, file_format="demo-format", datasets=("values",), complete=True, version=2):
     with h5py.File(path, "w") as handle:
         for name in datasets:
             handle.create_dataset(name, data=np.zeros(3))
         handle.attrs["format"] = file_format
+        handle.attrs["format_version"] = version
+        stamp_attribute_digests(handle)
         if complete is not None:
             handle.attrs["complete"] = complete
     return path
 
 
 def open_demo(path):
-    return open_result_file(path, "demo-format", ["values"], "demo", DemoFileError, "demo_rule")
+    return open_result_file(path, "demo-format", 2, ["values"], "demo", DemoFileError, "demo_rule")
 
 
 def test_open_result_file_names_the_file_the_problem_and_the_callers_rule(tmp_path):
@@ -596,6 +599,36 @@ def test_open_result_file_names_the_file_the_problem_and_the_callers_rule(tmp_pa
         with pytest.raises(DemoFileError) as error:
             open_demo(path)
         assert str(error.value) == f"demo file {path} is incomplete (interrupted write); {rebuild(path, 'demo_rule')}"
+    older = demo_file(tmp_path / "older.h5", version=1)
+    with pytest.raises(DemoFileError) as error:
+        open_demo(older)
+    assert str(error.value) == (
+        f"demo file {older} has format_version 1; this code reads version 2; {rebuild(older, 'demo_rule')}"
+    )
+
+
+@pytest.mark.parametrize(
+    "edit, named",
+    [
+        (lambda handle: handle.attrs.modify("seeds", np.array([1, 2, 4])), "attribute seeds"),
+        (lambda handle: handle.attrs.modify("architecture", "tinx"), "attribute architecture"),
+        (lambda handle: handle["pair_similarity"].attrs.modify("dims", "a,b"), "attribute dims of /pair_similarity"),
+        (lambda handle: handle.attrs.__delitem__("architecture"), "attribute architecture (removed)"),
+        (lambda handle: handle.attrs.create("extra", 1), "attribute extra (not digested)"),
+        (lambda handle: handle.attrs.modify("attrs_sha256", "{"), "attribute attrs_sha256 (not a JSON record)"),
+    ],
+)
+def test_an_attribute_changed_after_writing_fails_its_digest_naming_file_attribute_and_rule(tmp_path, edit, named):
+    path = tmp_path / "l2_h4" / "similarity" / "primary.h5"
+    written_similarity(path)
+    with h5py.File(path, "a") as handle:
+        edit(handle)
+    with pytest.raises(SimilarityFileError) as error:
+        read_pair_similarity(path)
+    assert str(error.value) == (
+        f"pair-similarity file {path}: {named} fails the digest in attribute attrs_sha256 (changed after the file "
+        f"was written); {rebuild(path, 'pair_similarity')}"
+    )
 
 
 def test_read_pair_similarity_names_a_foreign_file_a_damaged_read_and_a_shape_that_misses_the_seeds(

@@ -276,6 +276,38 @@ def test_a_read_error_other_than_a_checksum_is_reported_as_damaged(tmp_path, mon
         read_grouped_similarity(path)
 
 
+def test_a_damaged_grouped_file_names_the_rule_that_wrote_it_trained_or_snapshot(tmp_path):
+    for where, rule in (
+        ("l2_h4/similarity", "prompt_group_similarity"),
+        ("l2_h4/snapshots/step0/similarity", "snapshot_prompt_group_similarity"),
+    ):
+        path = tmp_path / where / "primary.groups.h5"
+        write_grouped_similarity(path, small_grouped())
+        with h5py.File(path, "a") as handle:
+            handle.attrs.modify("complete", False)  # as a killed writer leaves it
+        with pytest.raises(GroupedSimilarityError) as error:
+            read_grouped_similarity(path)
+        assert str(error.value).endswith(f"(or `snakemake {path} --forcerun {rule}`)")
+
+
+def test_a_grouped_file_with_a_changed_attribute_names_it_and_the_rule_that_wrote_the_file(tmp_path):
+    for where, rule in (
+        ("l2_h4/similarity", "prompt_group_similarity"),
+        ("l2_h4/snapshots/step0/similarity", "snapshot_prompt_group_similarity"),
+    ):
+        path = tmp_path / where / "primary.groups.h5"
+        write_grouped_similarity(path, small_grouped(), attrs={"promptset": "primary", "seed": 1})
+        with h5py.File(path, "a") as handle:
+            handle.attrs.modify("seed", 3)
+        with pytest.raises(GroupedSimilarityError) as error:
+            read_grouped_similarity(path)
+        assert str(error.value) == (
+            f"prompt-group similarity file {path}: attribute seed fails the digest in attribute attrs_sha256 (changed "
+            f"after the file was written); rebuild it with `rm -f {path} && snakemake {path}` (or `snakemake {path} "
+            f"--forcerun {rule}`)"
+        )
+
+
 def _content_head(tokens, scale=3.0):
     """[T, T]: each query attends to the earlier positions holding its own token (a content rule)."""
     scores = np.where(np.tri(tokens.size, dtype=bool), scale * (tokens[None, :] == tokens[:, None]), -np.inf)
@@ -349,5 +381,5 @@ def test_entropy_and_content_round_trip_and_an_old_file_asks_for_a_rebuild(tmp_p
     np.testing.assert_array_equal(back.content_null, full.content_null)
     with h5py.File(path, "r+") as handle:
         handle.attrs["format_version"] = 1
-    with pytest.raises(GroupedSimilarityError, match=r"format version 1, older than 2 \(no head entropy\); rebuild"):
+    with pytest.raises(GroupedSimilarityError, match=r"has format_version 1; this code reads version 3; rebuild"):
         read_grouped_similarity(path)

@@ -286,6 +286,49 @@ def test_effect_size_is_nan_for_one_pair_or_constant_differences():
     assert same["effect_size"].dtype == np.float64 and pooled["effect_size"].dtype == np.float64
 
 
+def equal_up_to_rounding_case(spread: float):
+    """Tables of 4 refits whose best matches and null best matches differ by 0.25 plus `spread` x (a planted
+    pattern of -1 ... 1 over pairs and heads), each rounded to float32 once, as a file stores them; and the
+    paired differences of the stored values [seed_a, seed_b, layer, head]."""
+    n = len(SEEDS)
+    rng = np.random.default_rng(21)
+    best = rng.uniform(0.5, 0.9, size=(n, n, 1, 3))  # float64 truth
+    best = (best + best.transpose(1, 0, 2, 3)) / 2
+    planted = np.linspace(-1, 1, n * n * 3).reshape(n, n, 1, 3)
+    planted = (planted + planted.transpose(1, 0, 2, 3)) / 2
+    stored = best.astype(np.float32), (best - 0.25 - spread * planted).astype(np.float32)
+    observed, null = np.zeros((2, 1, n, n, 1, 3, 3), dtype=np.float32)
+    observed[..., np.arange(3), np.arange(3)], null[..., np.arange(3), np.arange(3)] = stored  # best match: itself
+    sizes, lengths = np.array([4]), np.full(4, 5)
+    grouped = GroupedSimilarity(observed, null, sizes, SEEDS, np.roll(np.arange(4), 1), lengths)
+    tables = interval_tables(pair_tensor_of(observed, sizes), grouped, "p", n_boot=5, seed=0, confidence=0.9)
+    return tables, stored[0].astype(np.float64) - stored[1].astype(np.float64)
+
+
+def test_effect_size_is_nan_for_differences_equal_up_to_float32_rounding():
+    tables, differences = equal_up_to_rounding_case(spread=0.0)
+    off = ~np.eye(len(SEEDS), dtype=bool)
+    assert 0 < differences[off].std() < 1e-7  # rounding alone, which made d_z read 1e5 and more
+    for name in ("head", "layer", "pooled"):
+        same = tables[name][tables[name]["scope"] == "same_layer"]
+        np.testing.assert_allclose(same["above_null"], 0.25, atol=reduction_atol(np.float32, 8))
+        assert same["effect_size"].isna().all(), (name, same["effect_size"].tolist())
+
+
+def test_effect_size_of_a_small_resolvable_spread_is_cohens_dz():
+    spread = 1e-5  # about 100 float32 ulps of the best matches (0.5-0.9): above their rounding
+    tables, differences = equal_up_to_rounding_case(spread)
+    off = ~np.eye(len(SEEDS), dtype=bool)
+    pairs = differences[off]  # [pair, layer, head]
+    head = tables["head"][tables["head"]["scope"] == "same_layer"]
+    expected = cohen_dz(pairs.reshape(len(SEEDS), len(SEEDS) - 1, 1, 3), 1).ravel()
+    np.testing.assert_allclose(head["effect_size"], expected, rtol=reduction_rtol(np.float64, 12))
+    pooled = tables["pooled"][tables["pooled"]["scope"] == "same_layer"]
+    expected = cohen_dz(pairs.transpose(1, 0, 2).reshape(1, -1), -1)
+    np.testing.assert_allclose(pooled["effect_size"], expected, rtol=reduction_rtol(np.float64, 36))
+    assert np.all(np.abs(pooled["effect_size"]) > 1e3)  # a large effect, and a real one: the spread is planted
+
+
 def test_effect_size_of_two_pairs_per_anchor_is_cohens_dz():
     seeds = SEEDS[:3]
     rng = np.random.default_rng(6)

@@ -7,6 +7,8 @@ work on a copy of it (mtimes preserved), so they stay independent of each other 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import os
@@ -25,7 +27,7 @@ import yaml
 from helpers.workflow_runs import snakemake_env
 
 from headstab.fileio import temporary_path
-from headstab.plan.layout import ANALYSIS_ROOT_RULES, GPU_RULES
+from headstab.plan.layout import ANALYSIS_ROOT_RULES, GPU_RULES, writer_rule
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests/config/tiny.yaml"
@@ -138,6 +140,44 @@ def test_analysis_root_rules_are_the_rules_that_start_an_architectures_analyses(
             roots.add(rule.group(1))
     roots.discard(f"analyses_{RERUN}")
     assert roots == set(ANALYSIS_ROOT_RULES)
+
+
+def test_the_rule_named_for_a_file_is_the_rule_that_writes_it(tmp_path: Path) -> None:
+    """headstab.plan.layout.writer_rule (the rule error messages tell to rerun) agrees with the DAG for every output."""
+    results = tmp_path / "results"
+    result = snakemake(results, "-n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    named = set()
+    for block in re.split(r"\n(?=\s*(?:local)?rule \w+:\n)", result.stdout):
+        rule = re.match(r"\s*(?:local)?rule (\w+):\n", block)
+        outputs = re.search(r"^\s*output: (.*)$", block, re.M)
+        if not rule or not outputs:
+            continue
+        for path in outputs.group(1).split(", "):
+            assert writer_rule(path) in (None, rule.group(1)), (path, rule.group(1))
+            named.add(writer_rule(path))
+    assert named >= {
+        "train", "init_weights", "cache_activations", "cache_snapshot_activations", "pair_similarity",
+        "prompt_group_similarity", "snapshot_prompt_group_similarity", "synthetic_text", "tokenize_shard",
+        "corpus_meta", "check_prompts", "report_configuration",
+    }  # fmt: skip
+
+
+def test_outputs_a_killed_forced_job_left_missing_are_rebuilt_by_the_next_run(tiny_run: Path, tmp_path: Path) -> None:
+    """A job of a forced rerun that fails (killed) loses its outputs (Snakemake deletes them) while the tables
+    read from them stay up to date; the next run, with --rerun-incomplete as the profiles set it, plans the
+    job again instead of 'Nothing to be done'."""
+    results = copy_run(tiny_run, tmp_path)
+    killed = [results / RERUN / "similarity", results / RERUN / "snapshots/step0/similarity"]
+    for directory in killed:  # what a killed prompt_group_similarity (trained or step 0) leaves
+        for path in directory.glob("*.groups.h5"):
+            path.unlink()
+    for target in ("analyses_" + RERUN, "all"):
+        plan = snakemake(results, target, "-n", "--rerun-incomplete")
+        assert plan.returncode == 0, plan.stderr[-2000:]
+        assert {"prompt_group_similarity", "snapshot_prompt_group_similarity", "stability_tables"} <= planned_rules(
+            plan.stdout
+        ), plan.stdout[-3000:]
 
 
 def test_the_tested_one_liners_are_the_documented_ones() -> None:
@@ -280,6 +320,103 @@ def _flip_byte(path: Path, offset: int) -> None:
         value = handle.read(1)[0]
         handle.seek(offset)
         handle.write(bytes([value ^ 0xFF]))
+
+
+def _verify(path: Path) -> tuple[int, str]:
+    """`python -m headstab.provenance <path> --verify`, in this process: (exit status, output)."""
+    from headstab.provenance.__main__ import main
+
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+        status = main([str(path), "--verify"])
+    return status, output.getvalue()
+
+
+def _flip_in_dataset(path: Path, dataset: str) -> None:
+    """Flip a byte in the middle of the first chunk of `dataset`, before its 4-byte fletcher32 checksum."""
+    import h5py
+
+    with h5py.File(path) as handle:
+        info = handle[dataset].id.get_chunk_info(0)
+    _flip_byte(path, info.byte_offset + (info.size - 4) // 2)
+
+
+def _set_attribute(path: Path, key: str, value: object) -> None:
+    import h5py
+
+    with h5py.File(path, "a") as handle:
+        handle.attrs.modify(key, value)
+
+
+def _flip_hex_digit(path: Path, record: str) -> None:
+    """Change the first hex digit of the sha256 `record` in the text file `path`."""
+    text = path.read_text()
+    start = text.index(record)
+    path.write_text(text[:start] + ("0" if record[0] != "0" else "1") + text[start + 1 :])
+
+
+def test_provenance_verify_passes_every_file_of_the_run(tiny_run: Path) -> None:
+    """Every file the workflow wrote is a kind provenance knows, and --verify passes each intact one."""
+    from headstab.plan.layout import file_kind
+
+    files = sorted(path for path in tiny_run.rglob("*") if path.is_file())
+    assert [path for path in files if file_kind(path) is None] == []
+    assert {file_kind(path) for path in files} >= {
+        "checkpoint", "full-state checkpoint", "snapshot weights", "activation cache", "pair similarity",
+        "prompt-group similarity", "token shard", "corpus meta", "corpus text", "tokenizer", "prompt check",
+        "table", "figure", "report page", "configuration", "log", "benchmark",
+    }  # fmt: skip
+    failed = {}
+    for path in files:
+        status, output = _verify(path)
+        if status != 0:
+            failed[str(path.relative_to(tiny_run))] = output[-600:]
+    assert failed == {}
+
+
+def test_provenance_verify_fails_a_damaged_file_of_every_kind_naming_it(tiny_run: Path, tmp_path: Path) -> None:
+    """A flipped byte or attribute in a copy of each kind of file a record covers: exit 1, the file named."""
+    results = copy_run(tiny_run, tmp_path)
+    checkpoint = results / OTHER / "checkpoints/seed1"
+    state = sorted(checkpoint.glob("state_*.pt"))[-1]
+    sidecar = state.with_name(state.name + ".sha256")
+    data = results / "data/tiny_text"
+    shard_record = json.loads((data / "shard_001.json").read_text())["sha256"]
+    cache, snapshot_cache = results / RERUN / "caches/seed1.h5", results / RERUN / "snapshots/step0/caches/seed1.h5"
+    similarity, groups = results / RERUN / "similarity/primary.h5", results / RERUN / "similarity/len5.groups.h5"
+    damaged = {  # path: (damage, what the output says about that path)
+        checkpoint / "final.pt": (lambda p: _flip_byte(p, p.stat().st_size // 2), "checkpoint: {}  [sha256 mismatch]"),
+        results / RERUN / "checkpoints/seed2/meta.json": (lambda p: _flip_byte(p, 0), "checkpoint meta: {}  [unreadable]"),
+        state: (lambda p: _flip_byte(p, p.stat().st_size // 2), "full-state checkpoint: {}  [sha256 mismatch]"),
+        sidecar: (lambda p: _flip_hex_digit(p, p.read_text()), "(sidecar={})"),
+        results / OTHER / "snapshots/step0/weights/seed2/final.pt": (
+            lambda p: _flip_byte(p, p.stat().st_size // 2), "checkpoint: {}  [sha256 mismatch]"),
+        cache: (lambda p: _set_attribute(p, "seed", 3), "activation cache: {}  [digest mismatch]"),
+        results / OTHER / "caches/seed2.h5": (
+            lambda p: _flip_in_dataset(p, "primary/hook_pattern"), "activation cache: {}  [checksum mismatch]"),
+        snapshot_cache: (lambda p: _set_attribute(p, "seed", 3), "activation cache: {}  [digest mismatch]"),
+        similarity: (lambda p: _set_attribute(p, "promptset", "len5"), "pair similarity: {}  [digest mismatch]"),
+        results / OTHER / "similarity/len10.h5": (
+            lambda p: _flip_in_dataset(p, "pair_similarity"), "pair similarity: {}  [checksum mismatch]"),
+        groups: (lambda p: _set_attribute(p, "promptset", "primary"), "prompt-group similarity: {}  [digest mismatch]"),
+        results / OTHER / "similarity/primary.groups.h5": (
+            lambda p: _flip_in_dataset(p, "observed"), "prompt-group similarity: {}  [checksum mismatch]"),
+        results / OTHER / "similarity/len5.groups.h5": (
+            lambda p: _flip_in_dataset(p, "null"), "prompt-group similarity: {}  [checksum mismatch]"),
+        results / RERUN / "snapshots/step0/similarity/primary.groups.h5": (
+            lambda p: _set_attribute(p, "seed", 7), "prompt-group similarity: {}  [digest mismatch]"),
+        data / "shard_000.npy": (lambda p: _flip_byte(p, p.stat().st_size - 1), "token shard: {}  [sha256 mismatch]"),
+        data / "shard_001.json": (lambda p: _flip_hex_digit(p, shard_record), "token shard record: {}"),
+        data / "meta.json": (lambda p: _flip_hex_digit(p, shard_record), "corpus meta: {}"),
+        results / "tokenizers/tiny_bpe/tokenizer.json": (
+            lambda p: _flip_byte(p, p.stat().st_size // 2), "tokenizer: {}  [sha256 mismatch]"),
+    }  # fmt: skip
+    for path, (damage, _) in damaged.items():
+        damage(path)
+    for path, (_, expected) in damaged.items():
+        status, output = _verify(path)
+        assert status == 1 and expected.format(path) in output, (path, output[-1500:])
+        assert "[" in output and "mismatch]" in output or "[unreadable]" in output, output
 
 
 def test_corrupted_checkpoint_is_reported_and_not_used(tiny_run: Path, tmp_path: Path) -> None:

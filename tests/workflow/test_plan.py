@@ -7,6 +7,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -115,6 +116,46 @@ def test_gpu_rules_are_exactly_the_rules_that_declare_a_gpu():
                 declaring.add(name)
     assert declaring == set(GPU_RULES)
     assert "GPU_RULES" in (REPO / "slurm/config.yaml").read_text()
+
+
+def test_a_script_that_runs_several_rules_names_the_rule_of_its_job():
+    """A script shared through `use rule X as Y` reports failures under its job's rule (snakemake.rule), so a
+    snapshot's cache job does not say cache_activations."""
+    rules = {}
+    for path in (REPO / "workflow/rules").glob("*.smk"):
+        rules.update(_rule_blocks(path.read_text()))
+    shared = set()
+    for path in (REPO / "workflow/rules").glob("*.smk"):
+        shared |= {parent for parent, _ in re.findall(r"^use rule (\w+) as (\w+)", path.read_text(), re.M)}
+    assert shared >= {"cache_activations", "prompt_group_similarity", "train"}
+    for parent in shared:
+        script = re.search(r'^    script:\n        "\.\./scripts/(\w+\.py)"', rules[parent], re.M).group(1)
+        source = (REPO / "workflow/scripts" / script).read_text()
+        assert re.search(r"run_job\(\s*main,\s*snakemake\.rule,", source), f"{script} names a fixed rule in run_job"
+
+
+def test_every_rule_writing_an_hdf5_file_carries_its_format_version():
+    """A format bump changes these params, so Snakemake rebuilds files older code wrote (headstab.plan.formats)."""
+    rules = {}
+    for path in (REPO / "workflow/rules").glob("*.smk"):
+        rules.update(_rule_blocks(path.read_text()))
+    versions = {
+        "cache_activations": "CACHE_FORMAT_VERSION",  # and cache_snapshot_activations, which uses it
+        "pair_similarity": "SIMILARITY_FORMAT_VERSION",
+        "prompt_group_similarity": "GROUPED_FORMAT_VERSION",  # and snapshot_prompt_group_similarity
+    }
+    for rule, constant in versions.items():
+        assert re.search(rf"^        format_version={constant},$", rules[rule], re.M), rule
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_demo_writes_the_report_under_a_temporary_name_and_renames_it():
+    """Snakemake writes --report in place: a killed call must not leave a report.html that looks whole."""
+    result = subprocess.run(["make", "-n", "demo", "STAMP="], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    written = re.search(r"--report (\S+)", result.stdout).group(1)
+    assert written != "results/demo/report.html" and written.endswith(".html")  # Snakemake wants .html or .zip
+    assert result.stdout.index(f"mv -f {written} results/demo/report.html") > result.stdout.index("--report")
 
 
 def _plan(*args: str) -> subprocess.CompletedProcess:

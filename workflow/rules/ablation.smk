@@ -8,18 +8,20 @@
 
 
 ABLATION_TARGETS = {
-    arch: [table_path(arch, name) for name in ("ablation_perplexity", "ablation", "ablation_correlation")]
-    + [figure_path(arch, "ablation_correlation")]
+    arch: [LAYOUT.table_path(arch, name) for name in ("ablation_perplexity", "ablation", "ablation_correlation")]
+    + [LAYOUT.figure_path(arch, "ablation_correlation")]
     for arch in ARCHITECTURES
 }
 # The ablated anchors' weights and caches (the prompts' tokens come from them: nothing is re-tokenized).
 ANCHOR_REFITS = {
     arch: {
-        "weights": [final_weights(arch, seed) for seed in ARCH[arch]["ablation_seeds"]],
-        "caches": [cache_path(arch, seed) for seed in ARCH[arch]["ablation_seeds"]],
+        "weights": [LAYOUT.final_weights(arch, seed) for seed in ARCH[arch]["ablation_seeds"]],
+        "caches": [LAYOUT.cache_path(arch, seed) for seed in ARCH[arch]["ablation_seeds"]],
     }
     for arch in ARCHITECTURES
 }
+
+add_outputs(ABLATION_TARGETS)
 
 
 rule ablation_perplexity:
@@ -29,11 +31,11 @@ rule ablation_perplexity:
     input:
         unpack(lookup(dpath="{arch}", within=ANCHOR_REFITS)),
     output:
-        table=table_path("{arch}", "ablation_perplexity"),
+        table=LAYOUT.table_path("{arch}", "ablation_perplexity"),
     log:
-        f"{RESULTS}/logs/ablation_perplexity/{{arch}}.log",
+        LAYOUT.log("ablation_perplexity", "{arch}"),
     benchmark:
-        f"{RESULTS}/benchmarks/ablation_perplexity/{{arch}}.tsv"
+        LAYOUT.benchmark("ablation_perplexity", "{arch}")
     conda:
         CONDA_ENV
     threads: 1
@@ -57,19 +59,19 @@ rule ablation:
     head of the anchor refit, the per-layer Pearson and Spearman correlation with head stability (also
     pooled over the ablated anchors) and the linear trend of Pearson's r across layers."""
     input:
-        ablation_perplexity=table_path("{arch}", "ablation_perplexity"),
-        head_stability=table_path("{arch}", "head_stability"),
+        ablation_perplexity=LAYOUT.table_path("{arch}", "ablation_perplexity"),
+        head_stability=LAYOUT.table_path("{arch}", "head_stability"),
     output:
-        table=table_path("{arch}", "ablation"),
-        correlation=table_path("{arch}", "ablation_correlation"),
+        table=LAYOUT.table_path("{arch}", "ablation"),
+        correlation=LAYOUT.table_path("{arch}", "ablation_correlation"),
         figure=report(
-            figure_path("{arch}", "ablation_correlation"),
+            LAYOUT.figure_path("{arch}", "ablation_correlation"),
             caption="../report/ablation_correlation.rst",
             category="{arch}",
             subcategory="Ablation (§4.8)",
         ),
     log:
-        f"{RESULTS}/logs/ablation/{{arch}}.log",
+        LAYOUT.log("ablation", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1

@@ -10,15 +10,15 @@ rule cache_activations:
     an MLP), plus the residual hook analysis.cka_hook names when it is another (cache.extra_resid_hooks), on
     the sets of cache.activation_sets (default: analysis.promptset, the set the analyses read them from)."""
     input:
-        weights=final_weights("{arch}", "{seed}"),
+        weights=LAYOUT.final_weights("{arch}", "{seed}"),
         tokenizer=by_arch("train_inputs", "tokenizer"),
         prompts=PROMPT_FILES,
     output:
-        f"{RESULTS}/{{arch}}/caches/seed{{seed}}.h5",
+        LAYOUT.cache_path("{arch}", "{seed}"),
     log:
-        f"{RESULTS}/logs/cache/{{arch}}/seed{{seed}}.log",
+        LAYOUT.log("cache_activations", "{arch}", "seed{seed}"),
     benchmark:
-        f"{RESULTS}/benchmarks/cache/{{arch}}/seed{{seed}}.tsv"
+        LAYOUT.benchmark("cache_activations", "{arch}", "seed{seed}")
     conda:
         CONDA_ENV
     threads: COMPUTE["cache_threads"]  # torch's forward pass (the HDF5 writes are single-threaded)

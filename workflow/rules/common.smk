@@ -16,7 +16,7 @@ os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [LIBRARY, os.environ.g
 from headstab.plan import jobs, resources
 from headstab.plan.config import architecture_spec, load_yaml, selected_architectures, validate_config
 from headstab.plan.spec import ConfigError, paired_twins
-from headstab.plan.formats import CACHE_FORMAT_VERSION
+from headstab.plan.formats import CACHE_FORMAT_VERSION, GROUPED_FORMAT_VERSION, SIMILARITY_FORMAT_VERSION
 from headstab.plan.layout import ANALYSIS_ROOT_RULES, Layout
 from headstab.prompts.loading import load_prompt_sets
 from headstab.sections import architecture_facts, architecture_summary
@@ -72,23 +72,6 @@ OPTIMIZER_TESTS_CODE = jobs.library_digest("statistics", "sections/optimizer_tes
 ARCHITECTURE_FACTS = {arch: architecture_facts(SPECS[arch]) for arch in ARCHITECTURES}
 RUN_SUMMARY = f"{len(ARCHITECTURES)} architectures ({', '.join(ARCHITECTURES)}), results_dir {RESULTS}"
 
-# Paths, one way for every rule file (headstab.plan.layout.Layout).
-tokenizer_dir = LAYOUT.tokenizer_dir
-tokenizer_target = LAYOUT.tokenizer_target
-corpus_shards = LAYOUT.corpus_shards
-corpus_meta = LAYOUT.corpus_meta
-final_weights = LAYOUT.final_weights
-cache_path = LAYOUT.cache_path
-similarity_path = LAYOUT.similarity_path
-grouped_similarity_path = LAYOUT.grouped_similarity_path
-table_path = LAYOUT.table_path
-figure_path = LAYOUT.figure_path
-compare_table_path = LAYOUT.compare_table_path
-compare_figure_path = LAYOUT.compare_figure_path
-summary_table_path = LAYOUT.summary_table_path
-summary_figure_path = LAYOUT.summary_figure_path
-
-
 SEEDS = {arch: list(spec.seeds) for arch, spec in SPECS.items()}
 ANCHOR_SEEDS = {arch: seeds[0] for arch, seeds in SEEDS.items()}  # the paper's single-anchor view: the first seed
 # Per architecture: what its rules look up with by_arch("<key>").
@@ -102,10 +85,10 @@ ARCH = {
         # The ablated anchors: the paper's, the first seed, and the next ones up to analysis.ablation_anchors.
         "ablation_seeds": SEEDS[arch][: config["analysis"]["ablation_anchors"]],
         "ablation_runtime": 30 * len(SEEDS[arch][: config["analysis"]["ablation_anchors"]]),
-        "weights": [final_weights(arch, seed) for seed in SEEDS[arch]],
-        "caches": [cache_path(arch, seed) for seed in SEEDS[arch]],
-        "similarities": [similarity_path(arch, promptset) for promptset in PROMPT_SETS],
-        "grouped_similarities": [grouped_similarity_path(arch, promptset) for promptset in PROMPT_SETS],
+        "weights": [LAYOUT.final_weights(arch, seed) for seed in SEEDS[arch]],
+        "caches": [LAYOUT.cache_path(arch, seed) for seed in SEEDS[arch]],
+        "similarities": [LAYOUT.similarity_path(arch, promptset) for promptset in PROMPT_SETS],
+        "grouped_similarities": [LAYOUT.grouped_similarity_path(arch, promptset) for promptset in PROMPT_SETS],
         # The same refits at step 0 (docs/statistics.md), when statistics.init_baseline and we trained them:
         # our seed does not rebuild a fetched refit's initialisation.
         "init_grouped_similarities": [
@@ -114,12 +97,12 @@ ARCH = {
             if STATISTICS["init_baseline"] and SOURCES[arch].trained
         ],
         "tokenizer": spec.tokenizer,
-        "tokenizer_dir": tokenizer_dir(spec.tokenizer),
+        "tokenizer_dir": LAYOUT.tokenizer_dir(spec.tokenizer),
         "configuration": architecture_summary(spec, RESULTS),  # one line for the report captions
         "train_inputs": {
-            "shards": corpus_shards(spec.corpus),
-            "corpus_meta": corpus_meta(spec.corpus),
-            "tokenizer": tokenizer_target(spec.tokenizer),
+            "shards": LAYOUT.corpus_shards(spec.corpus),
+            "corpus_meta": LAYOUT.corpus_meta(spec.corpus),
+            "tokenizer": LAYOUT.tokenizer_target(spec.tokenizer),
             # ancient: a rerun check never makes existing weights look out of date, as long as its record
             # exists when snakemake plans (Snakemake reruns every consumer of a record made anew).
             "prompt_check": ancient(LAYOUT.prompt_check_record(spec.tokenizer, spec.n_ctx)),
@@ -139,6 +122,68 @@ ARCH = {
     }
     for arch, spec in SPECS.items()
 }
+
+# Values several rule files read.
+# {arch} is compared with its twin {arch}_wd when both run; the pair's outputs are named by the Adam member.
+# analysis.optimizer_pairs names other twins (e.g. two hub families), the first member in the Adam role.
+TWINS = {arch: config["analysis"]["optimizer_pairs"].get(arch, f"{arch}_wd") for arch in ARCHITECTURES}
+OPTIMIZER_PAIRS = {arch: twin for arch, twin in TWINS.items() if twin in ARCHITECTURES}
+
+PAIR_CONFIGURATIONS = {
+    arch: " | ".join(architecture_summary(SPECS[member], RESULTS) for member in (arch, twin))
+    for arch, twin in OPTIMIZER_PAIRS.items()
+}
+
+# Held-out text: a corpus of this config in the architecture's tokenizer, else wikitext-2 (rule heldout_wikitext).
+HELDOUT_CORPUS = config["analysis"]["heldout_corpus"]
+HELDOUT_LABEL = HELDOUT_CORPUS or f"{jobs.HELDOUT_HUB['config_name']} {jobs.HELDOUT_HUB['split']}"
+
+# Per tokenizer: what its jobs look up (data.smk; train and heldout_wikitext wait for the tokenizer).
+TOKENIZER_JOBS = {
+    name: {
+        "dir": LAYOUT.tokenizer_dir(name),
+        "target": LAYOUT.tokenizer_target(name),
+        "training_inputs": (
+            jobs.corpus_source_inputs(config, LAYOUT, entry["corpus"]) if entry["source"] == "train" else []
+        ),
+        "training_corpus": (jobs.tokenizer_training_entry(config, LAYOUT, name) if entry["source"] == "train" else {}),
+    }
+    for name, entry in config["tokenizers"].items()
+}
+
+TRAINED_ARCHITECTURES = [arch for arch in ARCHITECTURES if SOURCES[arch].trained]
+
+# A grid whose settings equal a selected paper architecture's (jobs.paper_twins) reuses that one's refit s as
+# its s-s: same init seed, data seed and settings, so the same bits; only the off-diagonal refits train.
+PAPER_TWINS = jobs.paper_twins(SPECS, SEED_GRID_ARCHITECTURES)
+
+# The model of each architecture without the keys that only shape training (snapshot steps, data order):
+# changing them retrains (train's spec holds them), but leaves the step-0 weights and every snapshot's cache
+# params as they were. A snapshot's cache runs the model as the final caches do (analysis.act_fn).
+TRAINING_ONLY = ("snapshot_steps", "data_order")
+MODEL_SPECS = {
+    arch: {key: value for key, value in ARCH[arch]["job_spec"].items() if key not in TRAINING_ONLY}
+    for arch in ARCHITECTURES
+}
+by_model_spec = partial(jobs.WildcardLookup, MODEL_SPECS, "arch")
+
+# Every output, registered by the rule file that makes it (add_outputs): targets.smk and report.smk read them
+# here, so no rule file reads another's globals.
+UPSTREAM_OUTPUTS = {arch: [] for arch in ARCHITECTURES}  # weights, which an analysis rerun never rebuilds
+ARCHITECTURE_OUTPUTS = {arch: [] for arch in ARCHITECTURES}  # each section's outputs of one architecture
+SHARED_OUTPUTS = []  # compare/ and summary/: across architectures
+SEED_GRID_OUTPUTS = []  # the seed grids' own architectures
+
+
+def add_outputs(per_architecture=None, shared=(), upstream=None, seed_grid=()):
+    """Register a rule file's outputs: per_architecture and upstream {arch: [path]}, shared and seed_grid [path]."""
+    for registry, outputs in ((ARCHITECTURE_OUTPUTS, per_architecture), (UPSTREAM_OUTPUTS, upstream)):
+        for arch, paths in (outputs or {}).items():
+            registry[arch].extend(paths)
+    SHARED_OUTPUTS.extend(shared)
+    SEED_GRID_OUTPUTS.extend(seed_grid)
+
+
 MODEL_GPUS = resources.model_gpus(COMPUTE["device"])
 # by_arch("train_mem_mb"): ARCH[{arch}]["train_mem_mb"] of each job, in constant time (lookup() walks all of ARCH).
 by_arch = partial(jobs.WildcardLookup, ARCH, "arch")

@@ -9,27 +9,16 @@
 # Local tokenizers (source local) are used in place: no rule. File formats: src/headstab/data/shards.py.
 
 TOKENIZERS, CORPORA = config["tokenizers"], config["corpora"]
-# Per tokenizer and per corpus: what their jobs look up (headstab.plan.jobs says what each job's params hold).
-TOKENIZER_JOBS = {
-    name: {
-        "dir": tokenizer_dir(name),
-        "target": tokenizer_target(name),
-        "training_inputs": (
-            jobs.corpus_source_inputs(config, LAYOUT, entry["corpus"]) if entry["source"] == "train" else []
-        ),
-        "training_corpus": (jobs.tokenizer_training_entry(config, LAYOUT, name) if entry["source"] == "train" else {}),
-    }
-    for name, entry in TOKENIZERS.items()
-}
+# Per corpus: what its jobs look up (headstab.plan.jobs says what each job's params hold).
 CORPUS_JOBS = {
     name: {
         "entry": jobs.corpus_job_entry(config, LAYOUT, name),
         "inputs": {
-            "tokenizer": tokenizer_target(entry["tokenizer"]),
+            "tokenizer": LAYOUT.tokenizer_target(entry["tokenizer"]),
             "source": jobs.corpus_source_inputs(config, LAYOUT, name),
         },
-        "tokenizer_dir": tokenizer_dir(entry["tokenizer"]),
-        "shard_records": [path.replace(".npy", ".json") for path in corpus_shards(name)],
+        "tokenizer_dir": LAYOUT.tokenizer_dir(entry["tokenizer"]),
+        "shard_records": [path.replace(".npy", ".json") for path in LAYOUT.corpus_shards(name)],
         "shard_index": {f"{index:03d}": index for index in range(entry["n_shards"])},
     }
     for name, entry in CORPORA.items()
@@ -40,9 +29,9 @@ rule synthetic_text:
     """Seeded English-like documents with structure for attention to learn (the offline demo's corpus,
     standing in for the paper's C4 / OpenWebText of §3.1)."""
     output:
-        text=f"{RESULTS}/data/{{corpus}}/text.jsonl",
+        text=LAYOUT.synthetic_text("{corpus}"),
     log:
-        f"{RESULTS}/logs/data/synthetic_text/{{corpus}}.log",
+        LAYOUT.log("synthetic_text", "{corpus}"),
     wildcard_constraints:
         corpus=jobs.names_regex(jobs.names_with_source(CORPORA, "synthetic")),
     conda:
@@ -64,9 +53,9 @@ rule train_tokenizer:
     input:
         lookup(dpath="{tokenizer}/training_inputs", within=TOKENIZER_JOBS),
     output:
-        meta=f"{RESULTS}/tokenizers/{{tokenizer}}/meta.json",
+        meta=LAYOUT.tokenizer_meta("{tokenizer}"),
     log:
-        f"{RESULTS}/logs/data/train_tokenizer/{{tokenizer}}.log",
+        LAYOUT.log("train_tokenizer", "{tokenizer}"),
     wildcard_constraints:
         tokenizer=jobs.names_regex(jobs.names_with_source(TOKENIZERS, "train")),
     conda:
@@ -87,9 +76,9 @@ rule fetch_tokenizer:
     """Pretrained tokenizer from the Hugging Face hub (paper §3.1: NeelNanda/gpt-neox-tokenizer-digits for
     2/4/8 layers, gpt2 for GPT-2-small). Needs internet on the node that runs it."""
     output:
-        meta=f"{RESULTS}/tokenizers/{{tokenizer}}/meta.json",
+        meta=LAYOUT.tokenizer_meta("{tokenizer}"),
     log:
-        f"{RESULTS}/logs/data/fetch_tokenizer/{{tokenizer}}.log",
+        LAYOUT.log("fetch_tokenizer", "{tokenizer}"),
     wildcard_constraints:
         tokenizer=jobs.names_regex(jobs.names_with_source(TOKENIZERS, "hub")),
     conda:
@@ -111,10 +100,10 @@ rule tokenize_shard:
     input:
         unpack(lookup(dpath="{corpus}/inputs", within=CORPUS_JOBS)),
     output:
-        tokens=f"{RESULTS}/data/{{corpus}}/shard_{{shard}}.npy",
-        record=f"{RESULTS}/data/{{corpus}}/shard_{{shard}}.json",
+        tokens=LAYOUT.corpus_shard("{corpus}", "{shard}"),
+        record=LAYOUT.shard_record("{corpus}", "{shard}"),
     log:
-        f"{RESULTS}/logs/data/tokenize_shard/{{corpus}}/shard_{{shard}}.log",
+        LAYOUT.log("tokenize_shard", "{corpus}", "shard_{shard}"),
     conda:
         CONDA_ENV
     threads: 1
@@ -134,9 +123,9 @@ rule corpus_meta:
     input:
         records=lookup(dpath="{corpus}/shard_records", within=CORPUS_JOBS),
     output:
-        meta=f"{RESULTS}/data/{{corpus}}/meta.json",
+        meta=LAYOUT.corpus_meta("{corpus}"),
     log:
-        f"{RESULTS}/logs/data/corpus_meta/{{corpus}}.log",
+        LAYOUT.log("corpus_meta", "{corpus}"),
     conda:
         CONDA_ENV
     threads: 1

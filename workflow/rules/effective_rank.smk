@@ -9,13 +9,18 @@
 
 EFFECTIVE_RANK_TABLES = ("effective_rank", "effective_rank_matched", "effective_rank_correlation")
 EFFECTIVE_RANK_TARGETS = {
-    arch: [table_path(arch, name) for name in EFFECTIVE_RANK_TABLES] + [figure_path(arch, "effective_rank_stability")]
+    arch: [LAYOUT.table_path(arch, name) for name in EFFECTIVE_RANK_TABLES]
+    + [LAYOUT.figure_path(arch, "effective_rank_stability")]
     for arch in ARCHITECTURES
 }
 # Outputs, none for an empty run.
 EFFECTIVE_RANK_SUMMARY_TARGETS = (
-    [summary_table_path("effective_rank"), summary_figure_path("effective_rank_by_layer")] if ARCHITECTURES else []
+    [LAYOUT.summary_table_path("effective_rank"), LAYOUT.summary_figure_path("effective_rank_by_layer")]
+    if ARCHITECTURES
+    else []
 )
+
+add_outputs(EFFECTIVE_RANK_TARGETS, shared=EFFECTIVE_RANK_SUMMARY_TARGETS)
 
 
 rule effective_rank:
@@ -24,20 +29,20 @@ rule effective_rank:
     layer its correlation with head stability, refits resampled."""
     input:
         caches=by_arch("caches"),
-        pair_stability=table_path("{arch}", "pair_stability"),
-        head_stability=table_path("{arch}", "head_stability"),
+        pair_stability=LAYOUT.table_path("{arch}", "pair_stability"),
+        head_stability=LAYOUT.table_path("{arch}", "head_stability"),
     output:
-        table=table_path("{arch}", "effective_rank"),
-        matched=table_path("{arch}", "effective_rank_matched"),
-        correlation=table_path("{arch}", "effective_rank_correlation"),
+        table=LAYOUT.table_path("{arch}", "effective_rank"),
+        matched=LAYOUT.table_path("{arch}", "effective_rank_matched"),
+        correlation=LAYOUT.table_path("{arch}", "effective_rank_correlation"),
         figure=report(
-            figure_path("{arch}", "effective_rank_stability"),
+            LAYOUT.figure_path("{arch}", "effective_rank_stability"),
             caption="../report/effective_rank_stability.rst",
             category="{arch}",
             subcategory="Beyond the paper: effective rank",
         ),
     log:
-        f"{RESULTS}/logs/effective_rank/{{arch}}.log",
+        LAYOUT.log("effective_rank", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1
@@ -57,17 +62,17 @@ rule effective_rank:
 rule effective_rank_summary:
     """PR by layer for every architecture, one panel per family (MLP or attention-only, optimizer)."""
     input:
-        correlation=[table_path(arch, "effective_rank_correlation") for arch in ARCHITECTURES],
+        correlation=[LAYOUT.table_path(arch, "effective_rank_correlation") for arch in ARCHITECTURES],
     output:
-        table=summary_table_path("effective_rank"),
+        table=LAYOUT.summary_table_path("effective_rank"),
         figure=report(
-            summary_figure_path("effective_rank_by_layer"),
+            LAYOUT.summary_figure_path("effective_rank_by_layer"),
             caption="../report/effective_rank_by_layer.rst",
             category="Across architectures",
             subcategory="Beyond the paper: effective rank",
         ),
     log:
-        f"{RESULTS}/logs/effective_rank_summary/summary.log",
+        LAYOUT.log("effective_rank_summary", "summary"),
     conda:
         CONDA_ENV
     threads: 1

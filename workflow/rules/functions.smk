@@ -29,7 +29,7 @@ def paper_refit(name):
 
     def twin_file(wildcards):
         seed = refit_seeds(wildcards.seed)[0]
-        return str(Path(final_weights(PAPER_TWINS[wildcards.arch], seed)).with_name(name))
+        return str(Path(LAYOUT.final_weights(PAPER_TWINS[wildcards.arch], seed)).with_name(name))
 
     return twin_file
 

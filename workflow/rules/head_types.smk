@@ -24,14 +24,16 @@ HEAD_TYPE_TABLE_CODE = jobs.library_digest("head_types.py", "sections/head_types
 HEAD_TYPE_STEP0 = {arch: SOURCES[arch].trained for arch in ARCHITECTURES}
 HEAD_TYPE_TABLES = ("head_types", "head_type_thresholds", "head_type_universality")
 HEAD_TYPES_TARGETS = {
-    arch: [table_path(arch, "head_type_scores")]
-    + ([table_path(arch, "head_type_scores_step0")] if HEAD_TYPE_STEP0[arch] else [])
-    + [table_path(arch, name) for name in HEAD_TYPE_TABLES]
-    + [figure_path(arch, "head_types")]
+    arch: [LAYOUT.table_path(arch, "head_type_scores")]
+    + ([LAYOUT.table_path(arch, "head_type_scores_step0")] if HEAD_TYPE_STEP0[arch] else [])
+    + [LAYOUT.table_path(arch, name) for name in HEAD_TYPE_TABLES]
+    + [LAYOUT.figure_path(arch, "head_types")]
     for arch in ARCHITECTURES
 }
 HEAD_TYPES_SUMMARY_TARGETS = (
-    [summary_table_path("head_type_universality"), summary_figure_path("head_types_by_depth")] if ARCHITECTURES else []
+    [LAYOUT.summary_table_path("head_type_universality"), LAYOUT.summary_figure_path("head_types_by_depth")]
+    if ARCHITECTURES
+    else []
 )
 HEAD_TYPE_JOBS = {
     arch: {
@@ -39,16 +41,18 @@ HEAD_TYPE_JOBS = {
         "mem_mb": resources.head_type_mem_mb(SPECS[arch], HEAD_TYPE_OPTIONS["batch_size"], HEAD_TYPE_OPTIONS["length"]),
         "runtime": resources.head_type_runtime(SPECS[arch], len(SEEDS[arch])),
         "tables": {
-            "scores": table_path(arch, "head_type_scores"),
-            "step0": [table_path(arch, "head_type_scores_step0")] if HEAD_TYPE_STEP0[arch] else [],
-            "pair_stability": table_path(arch, "pair_stability"),
-            "head_stability": table_path(arch, "head_stability"),
-            "pooled": table_path(arch, "layer_stability_pooled"),
+            "scores": LAYOUT.table_path(arch, "head_type_scores"),
+            "step0": [LAYOUT.table_path(arch, "head_type_scores_step0")] if HEAD_TYPE_STEP0[arch] else [],
+            "pair_stability": LAYOUT.table_path(arch, "pair_stability"),
+            "head_stability": LAYOUT.table_path(arch, "head_stability"),
+            "pooled": LAYOUT.table_path(arch, "layer_stability_pooled"),
         },
     }
     for arch in ARCHITECTURES
 }
 by_head_types = partial(jobs.WildcardLookup, HEAD_TYPE_JOBS, "arch")
+
+add_outputs(HEAD_TYPES_TARGETS, shared=HEAD_TYPES_SUMMARY_TARGETS)
 
 
 rule head_type_scores:
@@ -58,11 +62,11 @@ rule head_type_scores:
         weights=by_arch("weights"),
         tokenizer=by_arch("train_inputs", "tokenizer"),
     output:
-        table_path("{arch}", "head_type_scores"),
+        LAYOUT.table_path("{arch}", "head_type_scores"),
     log:
         LAYOUT.log("head_type_scores", "{arch}"),
     benchmark:
-        f"{RESULTS}/benchmarks/head_type_scores/{{arch}}.tsv"
+        LAYOUT.benchmark("head_type_scores", "{arch}")
     conda:
         CONDA_ENV
     threads: COMPUTE["cache_threads"]
@@ -88,11 +92,11 @@ use rule head_type_scores as head_type_scores_step0 with:
         weights=by_head_types("step0_weights"),
         tokenizer=by_arch("train_inputs", "tokenizer"),
     output:
-        table_path("{arch}", "head_type_scores_step0"),
+        LAYOUT.table_path("{arch}", "head_type_scores_step0"),
     log:
-        LAYOUT.log("head_type_scores", "{arch}", "step0"),
+        LAYOUT.log("head_type_scores_step0", "{arch}"),
     benchmark:
-        f"{RESULTS}/benchmarks/head_type_scores/{{arch}}/step0.tsv"
+        LAYOUT.benchmark("head_type_scores_step0", "{arch}")
     params:
         spec=by_model_spec(),
 
@@ -103,11 +107,11 @@ rule head_type_tables:
     input:
         unpack(by_head_types("tables")),
     output:
-        types=table_path("{arch}", "head_types"),
-        thresholds=table_path("{arch}", "head_type_thresholds"),
-        universality=table_path("{arch}", "head_type_universality"),
+        types=LAYOUT.table_path("{arch}", "head_types"),
+        thresholds=LAYOUT.table_path("{arch}", "head_type_thresholds"),
+        universality=LAYOUT.table_path("{arch}", "head_type_universality"),
         figure=report(
-            figure_path("{arch}", "head_types"),
+            LAYOUT.figure_path("{arch}", "head_types"),
             caption="../report/head_types.rst",
             category="{arch}",
             subcategory="Beyond the paper: head types",
@@ -136,11 +140,11 @@ rule head_type_summary:
     """Weak and strong universality of head types for every architecture in one table, and the share of each
     type among a layer's heads against relative depth."""
     input:
-        universality=[table_path(arch, "head_type_universality") for arch in ARCHITECTURES],
+        universality=[LAYOUT.table_path(arch, "head_type_universality") for arch in ARCHITECTURES],
     output:
-        table=summary_table_path("head_type_universality"),
+        table=LAYOUT.summary_table_path("head_type_universality"),
         figure=report(
-            summary_figure_path("head_types_by_depth"),
+            LAYOUT.summary_figure_path("head_types_by_depth"),
             caption="../report/head_types_by_depth.rst",
             category="Across architectures",
             subcategory="Beyond the paper: head types",

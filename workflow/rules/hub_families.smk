@@ -15,7 +15,7 @@ FAMILY_ARCHITECTURES = [arch for arch in ARCHITECTURES if SOURCES[arch].kind == 
 FAMILIES = {
     arch: {
         "mem_mb": fetch_mem_mb(SPECS[arch]),
-        "tokenizer": tokenizer_target(SPECS[arch].tokenizer),
+        "tokenizer": LAYOUT.tokenizer_target(SPECS[arch].tokenizer),
     }
     for arch in FAMILY_ARCHITECTURES
 }
@@ -28,10 +28,10 @@ rule fetch_family:
         model=family_model_files,
         tokenizer=jobs.WildcardLookup(FAMILIES, "arch", "tokenizer"),
     output:
-        weights=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/final.pt",
-        meta=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/meta.json",
+        weights=LAYOUT.final_weights("{arch}", "{seed}"),
+        meta=LAYOUT.checkpoint_file("{arch}", "{seed}", "meta.json"),
     log:
-        f"{RESULTS}/logs/fetch_family/{{arch}}/seed{{seed}}.log",
+        LAYOUT.log("fetch_family", "{arch}", "seed{seed}"),
     wildcard_constraints:
         arch=jobs.names_regex(FAMILY_ARCHITECTURES),
     conda:

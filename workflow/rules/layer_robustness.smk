@@ -16,17 +16,19 @@ LAYER_ROBUSTNESS_TABLES = (
     "layer_robustness_depth",
 )
 LAYER_ROBUSTNESS_TARGETS = {
-    arch: [table_path(arch, name) for name in LAYER_ROBUSTNESS_TABLES]
-    + [figure_path(arch, "layer_robustness_stability")]
+    arch: [LAYOUT.table_path(arch, name) for name in LAYER_ROBUSTNESS_TABLES]
+    + [LAYOUT.figure_path(arch, "layer_robustness_stability")]
     for arch in ARCHITECTURES
 }
 # Outputs, none for an empty run.
 LAYER_ROBUSTNESS_SUMMARY_TARGETS = (
-    [summary_table_path(name) for name in ("layer_robustness", "layer_robustness_depth")]
-    + [summary_figure_path("layer_robustness_stages")]
+    [LAYOUT.summary_table_path(name) for name in ("layer_robustness", "layer_robustness_depth")]
+    + [LAYOUT.summary_figure_path("layer_robustness_stages")]
     if ARCHITECTURES
     else []
 )
+
+add_outputs(LAYER_ROBUSTNESS_TARGETS, shared=LAYER_ROBUSTNESS_SUMMARY_TARGETS)
 
 
 rule layer_drop_swap:
@@ -38,11 +40,11 @@ rule layer_drop_swap:
         weights=by_arch("weights"),
         heldout=lookup(dpath="{arch}", within=HELDOUT_SHARDS),
     output:
-        table=table_path("{arch}", "layer_drop_swap"),
+        table=LAYOUT.table_path("{arch}", "layer_drop_swap"),
     log:
-        f"{RESULTS}/logs/layer_drop_swap/{{arch}}.log",
+        LAYOUT.log("layer_drop_swap", "{arch}"),
     benchmark:
-        f"{RESULTS}/benchmarks/layer_drop_swap/{{arch}}.tsv"
+        LAYOUT.benchmark("layer_drop_swap", "{arch}")
     conda:
         CONDA_ENV
     threads: 1
@@ -64,21 +66,21 @@ rule layer_robustness:
     """Robustness by layer (mean over refits, refits resampled), its correlation with layer stability within
     and across refits, and the relative depth of the most and least robust and stable layers."""
     input:
-        drop_swap=table_path("{arch}", "layer_drop_swap"),
-        layer_stability=table_path("{arch}", "layer_stability"),
-        layer_stability_pooled=table_path("{arch}", "layer_stability_pooled"),
+        drop_swap=LAYOUT.table_path("{arch}", "layer_drop_swap"),
+        layer_stability=LAYOUT.table_path("{arch}", "layer_stability"),
+        layer_stability_pooled=LAYOUT.table_path("{arch}", "layer_stability_pooled"),
     output:
-        table=table_path("{arch}", "layer_robustness"),
-        correlation=table_path("{arch}", "layer_robustness_correlation"),
-        depth=table_path("{arch}", "layer_robustness_depth"),
+        table=LAYOUT.table_path("{arch}", "layer_robustness"),
+        correlation=LAYOUT.table_path("{arch}", "layer_robustness_correlation"),
+        depth=LAYOUT.table_path("{arch}", "layer_robustness_depth"),
         figure=report(
-            figure_path("{arch}", "layer_robustness_stability"),
+            LAYOUT.figure_path("{arch}", "layer_robustness_stability"),
             caption="../report/layer_robustness_stability.rst",
             category="{arch}",
             subcategory="Beyond the paper: layer drop and swap",
         ),
     log:
-        f"{RESULTS}/logs/layer_robustness/{{arch}}.log",
+        LAYOUT.log("layer_robustness", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1
@@ -99,19 +101,19 @@ rule layer_robustness_summary:
     """The "stages" view: drop and swap robustness by relative depth for every architecture, and the depths of
     the most and least robust layers beside the most and least stable ones (§4.6's r = l / L)."""
     input:
-        tables=[table_path(arch, "layer_robustness") for arch in ARCHITECTURES],
-        depths=[table_path(arch, "layer_robustness_depth") for arch in ARCHITECTURES],
+        tables=[LAYOUT.table_path(arch, "layer_robustness") for arch in ARCHITECTURES],
+        depths=[LAYOUT.table_path(arch, "layer_robustness_depth") for arch in ARCHITECTURES],
     output:
-        table=summary_table_path("layer_robustness"),
-        depth=summary_table_path("layer_robustness_depth"),
+        table=LAYOUT.summary_table_path("layer_robustness"),
+        depth=LAYOUT.summary_table_path("layer_robustness_depth"),
         figure=report(
-            summary_figure_path("layer_robustness_stages"),
+            LAYOUT.summary_figure_path("layer_robustness_stages"),
             caption="../report/layer_robustness_stages.rst",
             category="Across architectures",
             subcategory="Beyond the paper: layer drop and swap",
         ),
     log:
-        f"{RESULTS}/logs/layer_robustness_summary/summary.log",
+        LAYOUT.log("layer_robustness_summary", "summary"),
     conda:
         CONDA_ENV
     threads: 1

@@ -7,10 +7,14 @@
 from headstab.plan.resources import meta_sne_mem_mb
 
 META_SNE_REFITS = [[arch, seed] for arch in ARCHITECTURES for seed in SEEDS[arch]]
-META_SNE_CACHES = [cache_path(arch, seed) for arch, seed in META_SNE_REFITS]
-META_SNE_TARGETS = [summary_table_path("meta_sne"), summary_figure_path("meta_sne")] if ARCHITECTURES else []
+META_SNE_CACHES = [LAYOUT.cache_path(arch, seed) for arch, seed in META_SNE_REFITS]
+META_SNE_TARGETS = (
+    [LAYOUT.summary_table_path("meta_sne"), LAYOUT.summary_figure_path("meta_sne")] if ARCHITECTURES else []
+)
 # Every head's description, the primary set assumed to hold at most 200 prompts.
 META_SNE_MEM_MB = meta_sne_mem_mb(sum(len(SEEDS[a]) * SPECS[a].n_layers * SPECS[a].n_heads for a in ARCHITECTURES), 200)
+
+add_outputs(shared=META_SNE_TARGETS)
 
 
 rule meta_sne:
@@ -21,15 +25,15 @@ rule meta_sne:
     input:
         caches=META_SNE_CACHES,
     output:
-        table=summary_table_path("meta_sne"),
+        table=LAYOUT.summary_table_path("meta_sne"),
         figure=report(
-            summary_figure_path("meta_sne"),
+            LAYOUT.summary_figure_path("meta_sne"),
             caption="../report/meta_sne.rst",
             category="Across architectures",
             subcategory="meta-SNE (§4.9)",
         ),
     log:
-        f"{RESULTS}/logs/meta_sne/summary.log",
+        LAYOUT.log("meta_sne", "summary"),
     conda:
         CONDA_ENV
     threads: 1

@@ -7,41 +7,33 @@
 #
 # Library: headstab.sections.optimizers, headstab.evaluation, headstab.plots.optimizers.
 
-# {arch} is compared with its twin {arch}_wd when both run; the pair's outputs are named by the Adam member.
-# analysis.optimizer_pairs names other twins (e.g. two hub families), the first member in the Adam role.
-TWINS = {arch: config["analysis"]["optimizer_pairs"].get(arch, f"{arch}_wd") for arch in ARCHITECTURES}
-OPTIMIZER_PAIRS = {arch: twin for arch, twin in TWINS.items() if twin in ARCHITECTURES}
 OPTIMIZERS_TARGETS = {
-    arch: [table_path(arch, "validation_perplexity"), table_path(arch, "activation_norms")] for arch in ARCHITECTURES
+    arch: [LAYOUT.table_path(arch, "validation_perplexity"), LAYOUT.table_path(arch, "activation_norms")]
+    for arch in ARCHITECTURES
 }
 OPTIMIZERS_COMPARISON_TARGETS = [
     path
     for arch in OPTIMIZER_PAIRS
-    for path in [compare_table_path(arch, "perplexity")]
-    + [compare_figure_path(arch, name) for name in ("optimizer_stability", "activation_norms", "perplexity")]
+    for path in [LAYOUT.compare_table_path(arch, "perplexity")]
+    + [LAYOUT.compare_figure_path(arch, name) for name in ("optimizer_stability", "activation_norms", "perplexity")]
 ]
 # A comparison asked of an architecture without its twin stops at the twin's missing tables.
 TWIN_INPUTS = {
     arch: {
-        f"{role}_{name}": table_path(member, name)
+        f"{role}_{name}": LAYOUT.table_path(member, name)
         for role, member in (("adam", arch), ("adamw", twin))
         for name in ("layer_stability", "activation_norms", "validation_perplexity")
     }
     for arch, twin in TWINS.items()
 }
-PAIR_CONFIGURATIONS = {
-    arch: " | ".join(architecture_summary(SPECS[member], RESULTS) for member in (arch, twin))
-    for arch, twin in OPTIMIZER_PAIRS.items()
-}
 
-# Held-out text: a corpus of this config in the architecture's tokenizer, else wikitext-2 (rule heldout_wikitext).
-HELDOUT_CORPUS = config["analysis"]["heldout_corpus"]
-HELDOUT_LABEL = HELDOUT_CORPUS or f"{jobs.HELDOUT_HUB['config_name']} {jobs.HELDOUT_HUB['split']}"
 try:
     HELDOUT_SHARDS = jobs.heldout_shards(config, SPECS, LAYOUT)
 except ValueError as error:
     raise WorkflowError(str(error)) from None
 HELDOUT_HUB_SHARD = LAYOUT.heldout_shard(jobs.HELDOUT_HUB_DATASET, "{tokenizer}")
+
+add_outputs(OPTIMIZERS_TARGETS, shared=OPTIMIZERS_COMPARISON_TARGETS)
 
 
 rule heldout_wikitext:
@@ -54,7 +46,7 @@ rule heldout_wikitext:
         tokens=HELDOUT_HUB_SHARD,
         record=HELDOUT_HUB_SHARD.replace(".npy", ".json"),
     log:
-        f"{RESULTS}/logs/heldout_wikitext/{{tokenizer}}.log",
+        LAYOUT.log("heldout_wikitext", "{tokenizer}"),
     conda:
         CONDA_ENV
     threads: 1
@@ -76,11 +68,11 @@ rule validation_perplexity:
         weights=by_arch("weights"),
         heldout=lookup(dpath="{arch}", within=HELDOUT_SHARDS),
     output:
-        table=table_path("{arch}", "validation_perplexity"),
+        table=LAYOUT.table_path("{arch}", "validation_perplexity"),
     log:
-        f"{RESULTS}/logs/validation_perplexity/{{arch}}.log",
+        LAYOUT.log("validation_perplexity", "{arch}"),
     benchmark:
-        f"{RESULTS}/benchmarks/validation_perplexity/{{arch}}.tsv"
+        LAYOUT.benchmark("validation_perplexity", "{arch}")
     conda:
         CONDA_ENV
     threads: 1
@@ -106,9 +98,9 @@ rule activation_norms:
         weights=by_arch("weights"),
         caches=by_arch("caches"),
     output:
-        table=table_path("{arch}", "activation_norms"),
+        table=LAYOUT.table_path("{arch}", "activation_norms"),
     log:
-        f"{RESULTS}/logs/activation_norms/{{arch}}.log",
+        LAYOUT.log("activation_norms", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1
@@ -130,27 +122,27 @@ rule optimizer_comparison:
     input:
         unpack(lookup(dpath="{arch}", within=TWIN_INPUTS)),
     output:
-        perplexity=compare_table_path("{arch}", "perplexity"),
+        perplexity=LAYOUT.compare_table_path("{arch}", "perplexity"),
         optimizer_stability=report(
-            compare_figure_path("{arch}", "optimizer_stability"),
+            LAYOUT.compare_figure_path("{arch}", "optimizer_stability"),
             caption="../report/optimizer_stability.rst",
             category="Adam vs AdamW (§4.5)",
             subcategory="{arch}",
         ),
         activation_norms=report(
-            compare_figure_path("{arch}", "activation_norms"),
+            LAYOUT.compare_figure_path("{arch}", "activation_norms"),
             caption="../report/activation_norms.rst",
             category="Adam vs AdamW (§4.5)",
             subcategory="{arch}",
         ),
         perplexity_figure=report(
-            compare_figure_path("{arch}", "perplexity"),
+            LAYOUT.compare_figure_path("{arch}", "perplexity"),
             caption="../report/perplexity.rst",
             category="Adam vs AdamW (§4.5)",
             subcategory="{arch}",
         ),
     log:
-        f"{RESULTS}/logs/optimizer_comparison/{{arch}}.log",
+        LAYOUT.log("optimizer_comparison", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1

@@ -10,26 +10,32 @@ import re
 LENGTH_SWEEP_SETS = [name for name in PROMPT_SETS if re.fullmatch(r"len\d+", name)]
 # Outputs of one architecture; none without a length sweep.
 PROMPT_LENGTH_TARGETS = {
-    arch: [table_path(arch, "prompt_length"), figure_path(arch, "prompt_length")] if LENGTH_SWEEP_SETS else []
+    arch: (
+        [LAYOUT.table_path(arch, "prompt_length"), LAYOUT.figure_path(arch, "prompt_length")]
+        if LENGTH_SWEEP_SETS
+        else []
+    )
     for arch in ARCHITECTURES
 }
+
+add_outputs(PROMPT_LENGTH_TARGETS)
 
 
 rule prompt_length:
     """Layer-wise stability for every prompt length len5 ... len50 (paper §4.4.2, Fig. 5 / B.4),
     first seed as anchor."""
     input:
-        layer_stability=table_path("{arch}", "layer_stability"),
+        layer_stability=LAYOUT.table_path("{arch}", "layer_stability"),
     output:
-        table=table_path("{arch}", "prompt_length"),
+        table=LAYOUT.table_path("{arch}", "prompt_length"),
         figure=report(
-            figure_path("{arch}", "prompt_length"),
+            LAYOUT.figure_path("{arch}", "prompt_length"),
             caption="../report/prompt_length.rst",
             category="{arch}",
             subcategory="Prompt length (§4.4.2)",
         ),
     log:
-        f"{RESULTS}/logs/prompt_length/{{arch}}.log",
+        LAYOUT.log("prompt_length", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1

@@ -11,7 +11,6 @@
 
 from headstab.plan.sources import fetch_mem_mb
 
-TRAINED_ARCHITECTURES = [arch for arch in ARCHITECTURES if SOURCES[arch].trained]
 PUBLISHED_ARCHITECTURES = [arch for arch in ARCHITECTURES if SOURCES[arch].kind in ("published", "published_local")]
 # Per architecture, the checkpoint files its targets list: a published refit (or a hub family's) has no train_log.csv.
 CHECKPOINT_OUTPUTS = {
@@ -28,6 +27,8 @@ PUBLISHED = {
     arch: {"source": SOURCES[arch].to_dict(), "mem_mb": fetch_mem_mb(SPECS[arch])} for arch in PUBLISHED_ARCHITECTURES
 }
 
+add_outputs(upstream=CHECKPOINT_OUTPUTS)
+
 
 rule fetch_published:
     """One published refit (paper §3.1, trained by the authors): its TransformerLens 2 final.pt from the hub
@@ -35,10 +36,10 @@ rule fetch_published:
     input:
         published_refit_file,
     output:
-        weights=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/final.pt",
-        meta=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/meta.json",
+        weights=LAYOUT.final_weights("{arch}", "{seed}"),
+        meta=LAYOUT.checkpoint_file("{arch}", "{seed}", "meta.json"),
     log:
-        f"{RESULTS}/logs/fetch_published/{{arch}}/seed{{seed}}.log",
+        LAYOUT.log("fetch_published", "{arch}", "seed{seed}"),
     wildcard_constraints:
         arch=jobs.names_regex(PUBLISHED_ARCHITECTURES),
     conda:

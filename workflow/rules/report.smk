@@ -16,7 +16,7 @@ rule report_configuration:
             category="Configuration",
         ),
     log:
-        f"{RESULTS}/logs/report_configuration/summary.log",
+        LAYOUT.log("report_configuration", "summary"),
     conda:
         CONDA_ENV
     threads: 1
@@ -31,9 +31,12 @@ rule report_configuration:
 
 # The tables behind the figures, one HTML page each (headstab.report_pages), filed under the category and
 # subcategory of their figures: <category>/<subcategory>/<name>.html, read back by report(patterns=...).
+# The CSV tables the report shows as pages: each architecture's, and the rest (compare/, summary/).
+TABLE_SOURCES = {arch: [path for path in ARCHITECTURE_OUTPUTS[arch] if path.endswith(".csv")] for arch in ARCHITECTURES}
+SUMMARY_TABLE_SOURCES = [path for path in SHARED_OUTPUTS if path.endswith(".csv")]
 REPORT_TABLE_PATTERN = "{category}/{subcategory}/{name}.html"
-REPORT_TABLES = {arch: f"{RESULTS}/{arch}/report_tables" for arch in ARCHITECTURES}
-REPORT_TARGETS = list(REPORT_TABLES.values()) + ([f"{RESULTS}/summary/report_tables"] if ARCHITECTURES else [])
+REPORT_TABLES = {arch: LAYOUT.report_tables_dir(arch) for arch in ARCHITECTURES}
+REPORT_TARGETS = list(REPORT_TABLES.values()) + ([LAYOUT.report_tables_dir("summary")] if ARCHITECTURES else [])
 
 
 rule report_tables:
@@ -42,14 +45,14 @@ rule report_tables:
         tables=lookup(dpath="{arch}", within=TABLE_SOURCES),
     output:
         report(
-            directory(f"{RESULTS}/{{arch}}/report_tables"),
+            directory(LAYOUT.report_tables_dir("{arch}")),
             patterns=[REPORT_TABLE_PATTERN],
             caption="../report/report_tables.rst",
             category="{category}",
             subcategory="{subcategory}",
         ),
     log:
-        f"{RESULTS}/logs/report_tables/{{arch}}.log",
+        LAYOUT.log("report_tables", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1
@@ -69,14 +72,14 @@ rule report_summary_tables:
         tables=SUMMARY_TABLE_SOURCES,
     output:
         report(
-            directory(f"{RESULTS}/summary/report_tables"),
+            directory(LAYOUT.report_tables_dir("summary")),
             patterns=[REPORT_TABLE_PATTERN],
             caption="../report/report_summary_tables.rst",
             category="{category}",
             subcategory="{subcategory}",
         ),
     log:
-        f"{RESULTS}/logs/report_tables/summary.log",
+        LAYOUT.log("report_summary_tables", "summary"),
     conda:
         CONDA_ENV
     threads: 1
@@ -103,7 +106,11 @@ HEADLINE_SOURCES = [
     path for arch in ARCHITECTURES for path in TABLE_SOURCES[arch] if Path(path).stem in HEADLINE_TABLES
 ] + [path for path in SUMMARY_TABLE_SOURCES if Path(path).stem in ("optimizer_tests", "weight_norm_correlation")]
 HEADLINE_TARGETS = (
-    [summary_table_path("headline"), summary_figure_path("layer_stability_by_depth"), f"{RESULTS}/summary/headline"]
+    [
+        LAYOUT.summary_table_path("headline"),
+        LAYOUT.summary_figure_path("layer_stability_by_depth"),
+        LAYOUT.headline_dir(),
+    ]
     if ARCHITECTURES
     else []
 )
@@ -118,22 +125,22 @@ rule headline_summary:
         tables=HEADLINE_SOURCES,
         paper="resources/paper_values.yaml",
     output:
-        table=summary_table_path("headline"),
+        table=LAYOUT.summary_table_path("headline"),
         figure=report(
-            summary_figure_path("layer_stability_by_depth"),
+            LAYOUT.summary_figure_path("layer_stability_by_depth"),
             caption="../report/layer_stability_by_depth.rst",
             category=SUMMARY_CATEGORY,
             subcategory="All architectures",
         ),
         pages=report(
-            directory(f"{RESULTS}/summary/headline"),
+            directory(LAYOUT.headline_dir()),
             patterns=["{architecture}.html"],
             caption="../report/headline.rst",
             category=SUMMARY_CATEGORY,
             subcategory="Headline numbers per architecture",
         ),
     log:
-        f"{RESULTS}/logs/headline_summary/summary.log",
+        LAYOUT.log("headline_summary", "summary"),
     conda:
         CONDA_ENV
     threads: 1

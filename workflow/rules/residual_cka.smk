@@ -8,9 +8,9 @@ from headstab.plan.resources import residual_cka_mem_mb
 
 RESIDUAL_CKA_TARGETS = {
     arch: [
-        table_path(arch, "residual_cka"),
-        table_path(arch, "residual_cka_layers"),
-        figure_path(arch, "residual_stream"),
+        LAYOUT.table_path(arch, "residual_cka"),
+        LAYOUT.table_path(arch, "residual_cka_layers"),
+        LAYOUT.figure_path(arch, "residual_stream"),
     ]
     for arch in ARCHITECTURES
 }
@@ -18,6 +18,8 @@ RESIDUAL_CKA_MEM_MB = {
     arch: residual_cka_mem_mb(SPECS[arch], len(SEEDS[arch]), config["analysis"]["cka_max_tokens"])
     for arch in ARCHITECTURES
 }
+
+add_outputs(RESIDUAL_CKA_TARGETS)
 
 
 rule residual_cka:
@@ -28,18 +30,18 @@ rule residual_cka:
     (Kornblith et al. 2019) or linear; optionally debiased."""
     input:
         caches=by_arch("caches"),
-        layer_stability=table_path("{arch}", "layer_stability"),
+        layer_stability=LAYOUT.table_path("{arch}", "layer_stability"),
     output:
-        table=table_path("{arch}", "residual_cka"),
-        layers=table_path("{arch}", "residual_cka_layers"),
+        table=LAYOUT.table_path("{arch}", "residual_cka"),
+        layers=LAYOUT.table_path("{arch}", "residual_cka_layers"),
         figure=report(
-            figure_path("{arch}", "residual_stream"),
+            LAYOUT.figure_path("{arch}", "residual_stream"),
             caption="../report/residual_stream.rst",
             category="{arch}",
             subcategory="Residual stream (§4.7)",
         ),
     log:
-        f"{RESULTS}/logs/residual_cka/{{arch}}.log",
+        LAYOUT.log("residual_cka", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1

@@ -10,8 +10,8 @@
 SEED_GRID_TARGETS = {
     arch: ARCH[arch]["weights"]
     + ARCH[arch]["caches"]
-    + [table_path(arch, name) for name in ("seed_grid_pairs", "seed_grid")]
-    + [figure_path(arch, "seed_grid")]
+    + [LAYOUT.table_path(arch, name) for name in ("seed_grid_pairs", "seed_grid")]
+    + [LAYOUT.figure_path(arch, "seed_grid")]
     for arch in SEED_GRID_ARCHITECTURES
 }
 
@@ -21,10 +21,9 @@ use rule train as train_seed_grid with:
         arch=jobs.names_regex(SEED_GRID_ARCHITECTURES),
 
 
-# A grid whose settings equal a selected paper architecture's (jobs.paper_twins) reuses that one's refit s as
-# its s-s: same init seed, data seed and settings, so the same bits; only the off-diagonal refits train.
-PAPER_TWINS = jobs.paper_twins(SPECS, SEED_GRID_ARCHITECTURES)
 TWIN_DIAGONAL = jobs.twin_diagonal(SPECS, PAPER_TWINS)
+
+add_outputs(seed_grid=[path for arch in SEED_GRID_ARCHITECTURES for path in SEED_GRID_TARGETS[arch]])
 
 
 ruleorder: reuse_paper_refit > train_seed_grid
@@ -37,11 +36,11 @@ rule reuse_paper_refit:
         train_log=paper_refit("train_log.csv"),
         meta=paper_refit("meta.json"),
     output:
-        weights=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/final.pt",
-        train_log=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/train_log.csv",
-        meta=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/meta.json",
+        weights=LAYOUT.final_weights("{arch}", "{seed}"),
+        train_log=LAYOUT.checkpoint_file("{arch}", "{seed}", "train_log.csv"),
+        meta=LAYOUT.checkpoint_file("{arch}", "{seed}", "meta.json"),
     log:
-        f"{RESULTS}/logs/reuse_paper_refit/{{arch}}/seed{{seed}}.log",
+        LAYOUT.log("reuse_paper_refit", "{arch}", "seed{seed}"),
     wildcard_constraints:
         arch=jobs.names_regex(PAPER_TWINS),
         seed=jobs.names_regex(TWIN_DIAGONAL),
@@ -64,16 +63,16 @@ rule seed_grid:
     input:
         caches=by_arch("caches"),
     output:
-        pairs=table_path("{arch}", "seed_grid_pairs"),
-        table=table_path("{arch}", "seed_grid"),
+        pairs=LAYOUT.table_path("{arch}", "seed_grid_pairs"),
+        table=LAYOUT.table_path("{arch}", "seed_grid"),
         figure=report(
-            figure_path("{arch}", "seed_grid"),
+            LAYOUT.figure_path("{arch}", "seed_grid"),
             caption="../report/seed_grid.rst",
             category="{arch}",
             subcategory="Beyond the paper: init vs data-order seed",
         ),
     log:
-        f"{RESULTS}/logs/seed_grid/{{arch}}.log",
+        LAYOUT.log("seed_grid", "{arch}"),
     wildcard_constraints:
         arch=jobs.names_regex(SEED_GRID_ARCHITECTURES),
     conda:

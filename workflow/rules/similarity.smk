@@ -6,14 +6,34 @@
 # start-up, not arithmetic, dominates at the demo's scale).
 
 
+# The prompt-group similarity files of the trained refits and of every snapshot step read (step 0 included):
+# targets themselves, so a file deleted with a killed job of a forced rerun is rebuilt by the next snakemake
+# (no table that reads it asks for it again while the table is up to date).
+GROUPED_TARGETS = {
+    arch: list(
+        dict.fromkeys(
+            ARCH[arch]["grouped_similarities"]
+            + ARCH[arch]["init_grouped_similarities"]
+            + [
+                LAYOUT.snapshot_grouped_similarity_path(arch, step, promptset)
+                for step in SPECS[arch].snapshot_steps
+                for promptset in PROMPT_SETS
+            ]
+        )
+    )
+    for arch in ARCHITECTURES
+}
+add_outputs(GROUPED_TARGETS)
+
+
 rule pair_similarity:
     """All-pairs head similarity of one architecture's refits on every prompt set (Eq. 1-2)."""
     input:
         caches=by_arch("caches"),
     output:
-        **{promptset: similarity_path("{arch}", promptset) for promptset in PROMPT_SETS},
+        **{promptset: LAYOUT.similarity_path("{arch}", promptset) for promptset in PROMPT_SETS},
     log:
-        f"{RESULTS}/logs/similarity/{{arch}}.log",
+        LAYOUT.log("pair_similarity", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1
@@ -24,6 +44,8 @@ rule pair_similarity:
         seeds=by_arch("seeds"),
         promptsets=PROMPT_SETS,
         prompt_chunk=config["similarity"]["prompt_chunk"],
+        # A new file layout changes this param, so Snakemake rebuilds files written by older code.
+        format_version=SIMILARITY_FORMAT_VERSION,
     script:
         "../scripts/pair_similarity.py"
 
@@ -38,9 +60,9 @@ rule prompt_group_similarity:
     input:
         caches=by_arch("caches"),
     output:
-        **{promptset: grouped_similarity_path("{arch}", promptset) for promptset in PROMPT_SETS},
+        **{promptset: LAYOUT.grouped_similarity_path("{arch}", promptset) for promptset in PROMPT_SETS},
     log:
-        f"{RESULTS}/logs/prompt_group_similarity/{{arch}}.log",
+        LAYOUT.log("prompt_group_similarity", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1
@@ -54,6 +76,7 @@ rule prompt_group_similarity:
         content_promptsets=[PRIMARY],
         prompt_groups=STATISTICS["prompt_groups"],
         seed=STATISTICS["seed"],
+        format_version=GROUPED_FORMAT_VERSION,
     script:
         "../scripts/prompt_group_similarity.py"
 
@@ -67,6 +90,6 @@ use rule prompt_group_similarity as snapshot_prompt_group_similarity with:
             for promptset in PROMPT_SETS
         },
     log:
-        f"{RESULTS}/logs/prompt_group_similarity/{{arch}}/step{{step}}.log",
+        LAYOUT.log("snapshot_prompt_group_similarity", "{arch}", "step{step}"),
     params:
         content_promptsets=[],  # snapshots (step 0, training dynamics) need no content variant

@@ -9,19 +9,10 @@
 #
 # Library: headstab.training.snapshots, headstab.training (snapshot_steps), headstab.activations.writer (patterns_only).
 
-# The model of each architecture without the keys that only shape training (snapshot steps, data order):
-# changing them retrains (train's spec holds them), but leaves the step-0 weights and every snapshot's cache
-# params as they were. A snapshot's cache runs the model as the final caches do (analysis.act_fn).
-TRAINING_ONLY = ("snapshot_steps", "data_order")
-MODEL_SPECS = {
-    arch: {key: value for key, value in ARCH[arch]["job_spec"].items() if key not in TRAINING_ONLY}
-    for arch in ARCHITECTURES
-}
 SNAPSHOT_CACHE_SPECS = {
     arch: {key: value for key, value in ARCH[arch]["cache_spec"].items() if key not in TRAINING_ONLY}
     for arch in ARCHITECTURES
 }
-by_model_spec = partial(jobs.WildcardLookup, MODEL_SPECS, "arch")
 by_snapshot_cache_spec = partial(jobs.WildcardLookup, SNAPSHOT_CACHE_SPECS, "arch")
 
 
@@ -51,7 +42,7 @@ rule snapshot_weights:
     """The weights refit {seed} of {arch} had after training step {step}: kept by train (snapshot_steps) in
     its checkpoint directory, published here with their meta.json (a hard link where possible)."""
     input:
-        weights=final_weights("{arch}", "{seed}"),
+        weights=LAYOUT.final_weights("{arch}", "{seed}"),
     output:
         weights=LAYOUT.snapshot_weights("{arch}", "{step}", "{seed}"),
         meta=str(Path(LAYOUT.snapshot_weights("{arch}", "{step}", "{seed}")).with_name("meta.json")),
@@ -78,9 +69,9 @@ use rule cache_activations as cache_snapshot_activations with:
     output:
         LAYOUT.snapshot_cache_path("{arch}", "{step}", "{seed}"),
     log:
-        LAYOUT.log("cache", "{arch}", "step{step}", "seed{seed}"),
+        LAYOUT.log("cache_snapshot_activations", "{arch}", "step{step}", "seed{seed}"),
     benchmark:
-        f"{RESULTS}/benchmarks/cache/{{arch}}/step{{step}}/seed{{seed}}.tsv"
+        LAYOUT.benchmark("cache_snapshot_activations", "{arch}", "step{step}", "seed{seed}")
     wildcard_constraints:
         step=r"\d+",
     params:

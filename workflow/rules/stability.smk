@@ -28,10 +28,12 @@ STABILITY_FIGURES = (
     "commonness",
 )
 STABILITY_TARGETS = {
-    arch: [table_path(arch, name) for name in STABILITY_TABLES]
-    + [figure_path(arch, name) for name in STABILITY_FIGURES]
+    arch: [LAYOUT.table_path(arch, name) for name in STABILITY_TABLES]
+    + [LAYOUT.figure_path(arch, name) for name in STABILITY_FIGURES]
     for arch in ARCHITECTURES
 }
+
+add_outputs(STABILITY_TARGETS)
 
 
 rule stability_tables:
@@ -42,9 +44,9 @@ rule stability_tables:
         grouped=by_arch("grouped_similarities"),
         init=by_arch("init_grouped_similarities"),
     output:
-        **{name: table_path("{arch}", name) for name in STABILITY_TABLES},
+        **{name: LAYOUT.table_path("{arch}", name) for name in STABILITY_TABLES},
     log:
-        f"{RESULTS}/logs/stability_tables/{{arch}}.log",
+        LAYOUT.log("stability_tables", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1
@@ -64,46 +66,46 @@ rule stability_tables:
 rule stability_figures:
     """Figures 2-4, 12/A.5 and 20 of the paper for one architecture (primary prompt set)."""
     input:
-        **{name: table_path("{arch}", name) for name in STABILITY_TABLES},
+        **{name: LAYOUT.table_path("{arch}", name) for name in STABILITY_TABLES},
     output:
         head_stability=report(
-            figure_path("{arch}", "head_stability"),
+            LAYOUT.figure_path("{arch}", "head_stability"),
             caption="../report/head_stability.rst",
             category="{arch}",
             subcategory="Stability (§4.1)",
         ),
         layer_stability=report(
-            figure_path("{arch}", "layer_stability"),
+            LAYOUT.figure_path("{arch}", "layer_stability"),
             caption="../report/layer_stability.rst",
             category="{arch}",
             subcategory="Stability (§4.1)",
         ),
         pair_stability=report(
-            figure_path("{arch}", "pair_stability"),
+            LAYOUT.figure_path("{arch}", "pair_stability"),
             caption="../report/pair_stability.rst",
             category="{arch}",
             subcategory="Stability (§4.1)",
         ),
         cross_layer_stability=report(
-            figure_path("{arch}", "cross_layer_stability"),
+            LAYOUT.figure_path("{arch}", "cross_layer_stability"),
             caption="../report/cross_layer_stability.rst",
             category="{arch}",
             subcategory="Cross-layer (§4.2)",
         ),
         alignment_map=report(
-            figure_path("{arch}", "alignment_map"),
+            LAYOUT.figure_path("{arch}", "alignment_map"),
             caption="../report/alignment_map.rst",
             category="{arch}",
             subcategory="Cross-layer (§4.2)",
         ),
         commonness=report(
-            figure_path("{arch}", "commonness"),
+            LAYOUT.figure_path("{arch}", "commonness"),
             caption="../report/commonness.rst",
             category="{arch}",
             subcategory="Within-layer (§4.3)",
         ),
     log:
-        f"{RESULTS}/logs/stability_figures/{{arch}}.log",
+        LAYOUT.log("stability_figures", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1

@@ -7,15 +7,17 @@
 #
 # Library: headstab.sections.stability_gap, headstab.plots.stability_gap.
 
-LAYER_STABILITY_TABLES = [table_path(arch, "layer_stability") for arch in ARCHITECTURES]
-HEAD_STABILITY_TABLES = [table_path(arch, "head_stability") for arch in ARCHITECTURES]
+LAYER_STABILITY_TABLES = [LAYOUT.table_path(arch, "layer_stability") for arch in ARCHITECTURES]
+HEAD_STABILITY_TABLES = [LAYOUT.table_path(arch, "head_stability") for arch in ARCHITECTURES]
 # Outputs, none for an empty run.
 STABILITY_GAP_TARGETS = (
-    [summary_table_path(name) for name in ("stability_gap", "stability_gap_depth")]
-    + [summary_figure_path(name) for name in ("stability_gap", "extreme_layer_depth")]
+    [LAYOUT.summary_table_path(name) for name in ("stability_gap", "stability_gap_depth")]
+    + [LAYOUT.summary_figure_path(name) for name in ("stability_gap", "extreme_layer_depth")]
     if ARCHITECTURES
     else []
 )
+
+add_outputs(shared=STABILITY_GAP_TARGETS)
 
 
 rule stability_gap:
@@ -27,22 +29,22 @@ rule stability_gap:
         layer_stability=LAYER_STABILITY_TABLES,
         head_stability=HEAD_STABILITY_TABLES,
     output:
-        table=summary_table_path("stability_gap"),
-        depth=summary_table_path("stability_gap_depth"),
+        table=LAYOUT.summary_table_path("stability_gap"),
+        depth=LAYOUT.summary_table_path("stability_gap_depth"),
         stability_gap=report(
-            summary_figure_path("stability_gap"),
+            LAYOUT.summary_figure_path("stability_gap"),
             caption="../report/stability_gap.rst",
             category="Across architectures",
             subcategory="Stability gap (§4.6)",
         ),
         extreme_layer_depth=report(
-            summary_figure_path("extreme_layer_depth"),
+            LAYOUT.summary_figure_path("extreme_layer_depth"),
             caption="../report/extreme_layer_depth.rst",
             category="Across architectures",
             subcategory="Stability gap (§4.6)",
         ),
     log:
-        f"{RESULTS}/logs/stability_gap/summary.log",
+        LAYOUT.log("stability_gap", "summary"),
     conda:
         CONDA_ENV
     threads: 1

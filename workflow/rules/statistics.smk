@@ -11,22 +11,22 @@
 # The seeds-needed curve starts at 3 refits (a bootstrap of 2 cannot vary them): architectures with fewer have none.
 STATISTICS_TARGETS = {
     arch: (
-        [table_path(arch, name) for name in ("seeds_needed", "seeds_needed_curve")]
-        + [figure_path(arch, "seeds_needed")]
+        [LAYOUT.table_path(arch, name) for name in ("seeds_needed", "seeds_needed_curve")]
+        + [LAYOUT.figure_path(arch, "seeds_needed")]
         if len(SEEDS[arch]) >= 3
         else []
     )
     for arch in ARCHITECTURES
 }
-OPTIMIZER_TESTS_TARGETS = [compare_table_path(arch, "optimizer_tests") for arch in OPTIMIZER_PAIRS]
+OPTIMIZER_TESTS_TARGETS = [LAYOUT.compare_table_path(arch, "optimizer_tests") for arch in OPTIMIZER_PAIRS]
 # Both members' primary prompt groups and validation perplexities, by the Adam member's name.
 OPTIMIZER_TEST_INPUTS = {
     arch: {
         key: path
         for role, member in (("adam", arch), ("adamw", twin))
         for key, path in (
-            (role, grouped_similarity_path(member, PRIMARY)),
-            (f"{role}_perplexity", table_path(member, "validation_perplexity")),
+            (role, LAYOUT.grouped_similarity_path(member, PRIMARY)),
+            (f"{role}_perplexity", LAYOUT.table_path(member, "validation_perplexity")),
         )
     }
     for arch, twin in TWINS.items()
@@ -37,28 +37,30 @@ PAIRED_TWINS = {
     for arch, twin in OPTIMIZER_PAIRS.items()
 }
 CHANCE_SUMMARY_TARGETS = [
-    summary_table_path("stability_against_chance"),
-    summary_table_path("stability_gap_intervals"),
-    summary_figure_path("stability_against_chance"),
+    LAYOUT.summary_table_path("stability_against_chance"),
+    LAYOUT.summary_table_path("stability_gap_intervals"),
+    LAYOUT.summary_figure_path("stability_against_chance"),
 ]
+
+add_outputs(STATISTICS_TARGETS, shared=OPTIMIZER_TESTS_TARGETS + CHANCE_SUMMARY_TARGETS)
 
 
 rule seeds_needed:
     """Interval width of layer stability and of ΔS against the number of refits used (subsets of 2 .. N),
     and the smallest number of refits that reaches statistics.seeds_needed_tolerance."""
     input:
-        grouped=grouped_similarity_path("{arch}", PRIMARY),
+        grouped=LAYOUT.grouped_similarity_path("{arch}", PRIMARY),
     output:
-        needed=table_path("{arch}", "seeds_needed"),
-        curve=table_path("{arch}", "seeds_needed_curve"),
+        needed=LAYOUT.table_path("{arch}", "seeds_needed"),
+        curve=LAYOUT.table_path("{arch}", "seeds_needed_curve"),
         figure=report(
-            figure_path("{arch}", "seeds_needed"),
+            LAYOUT.figure_path("{arch}", "seeds_needed"),
             caption="../report/seeds_needed.rst",
             category="Stability against chance",
             subcategory="{arch}",
         ),
     log:
-        f"{RESULTS}/logs/seeds_needed/{{arch}}.log",
+        LAYOUT.log("seeds_needed", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1
@@ -81,9 +83,9 @@ rule optimizer_tests:
     input:
         unpack(jobs.WildcardLookup(OPTIMIZER_TEST_INPUTS, "arch")),
     output:
-        table=compare_table_path("{arch}", "optimizer_tests"),
+        table=LAYOUT.compare_table_path("{arch}", "optimizer_tests"),
     log:
-        f"{RESULTS}/logs/optimizer_tests/{{arch}}.log",
+        LAYOUT.log("optimizer_tests", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1
@@ -102,19 +104,19 @@ rule stability_against_chance:
     """Layer stability with interval, null and step-0 baseline, and the stability gap with its interval,
     of every architecture in one table each; the figure of the report's section "Stability against chance"."""
     input:
-        pooled=[table_path(arch, "layer_stability_pooled") for arch in ARCHITECTURES],
-        gap=[table_path(arch, "stability_gap_intervals") for arch in ARCHITECTURES],
+        pooled=[LAYOUT.table_path(arch, "layer_stability_pooled") for arch in ARCHITECTURES],
+        gap=[LAYOUT.table_path(arch, "stability_gap_intervals") for arch in ARCHITECTURES],
     output:
-        summary=summary_table_path("stability_against_chance"),
-        gap=summary_table_path("stability_gap_intervals"),
+        summary=LAYOUT.summary_table_path("stability_against_chance"),
+        gap=LAYOUT.summary_table_path("stability_gap_intervals"),
         figure=report(
-            summary_figure_path("stability_against_chance"),
+            LAYOUT.summary_figure_path("stability_against_chance"),
             caption="../report/stability_against_chance.rst",
             category="Stability against chance",
             subcategory="All architectures",
         ),
     log:
-        f"{RESULTS}/logs/stability_against_chance.log",
+        LAYOUT.log("stability_against_chance", "summary"),
     conda:
         CONDA_ENV
     threads: 1

@@ -14,53 +14,20 @@
 #                                        corpora's shards, wikitext-2), on a node that has it
 
 
-# Every output of one architecture: weights, caches, similarity, then each section's.
+# Every output of one architecture: weights, caches, similarity, then each section's (add_outputs, common.smk).
 ARCHITECTURE_TARGETS = {
-    arch: CHECKPOINT_OUTPUTS[arch]
-    + ARCH[arch]["caches"]
-    + ARCH[arch]["similarities"]
-    + STABILITY_TARGETS[arch]
-    + WEIGHT_NORMS_TARGETS[arch]
-    + PROMPT_LENGTH_TARGETS[arch]
-    + OPTIMIZERS_TARGETS[arch]
-    + RESIDUAL_CKA_TARGETS[arch]
-    + ABLATION_TARGETS[arch]
-    + STATISTICS_TARGETS[arch]
-    + TRAINING_DYNAMICS_TARGETS[arch]
-    + TRAINING_CURVES_TARGETS[arch]
-    + EFFECTIVE_RANK_TARGETS[arch]
-    + LAYER_ROBUSTNESS_TARGETS[arch]
-    + HEAD_TYPES_TARGETS[arch]
+    arch: UPSTREAM_OUTPUTS[arch] + ARCH[arch]["caches"] + ARCH[arch]["similarities"] + ARCHITECTURE_OUTPUTS[arch]
     for arch in ARCHITECTURES
 }
 # Outputs an analysis rerun must never rebuild: the weights and caches.
-UPSTREAM_TARGETS = {arch: set(CHECKPOINT_OUTPUTS[arch] + ARCH[arch]["caches"]) for arch in ARCHITECTURES}
+UPSTREAM_TARGETS = {arch: set(UPSTREAM_OUTPUTS[arch] + ARCH[arch]["caches"]) for arch in ARCHITECTURES}
 # Every architecture's outputs, the Adam/AdamW comparisons, the cross-architecture summaries, the report's configuration.
 ALL_TARGETS = (
     [target for arch in ARCHITECTURES for target in ARCHITECTURE_TARGETS[arch]]
-    + WEIGHT_NORMS_SUMMARY_TARGETS
-    + OPTIMIZERS_COMPARISON_TARGETS
-    + OPTIMIZER_TRAINING_CURVES_TARGETS
-    + STABILITY_GAP_TARGETS
-    + META_SNE_TARGETS
-    + OPTIMIZER_TESTS_TARGETS
-    + CHANCE_SUMMARY_TARGETS
-    + EFFECTIVE_RANK_SUMMARY_TARGETS
-    + LAYER_ROBUSTNESS_SUMMARY_TARGETS
-    + HEAD_TYPES_SUMMARY_TARGETS
-    + [target for arch in SEED_GRID_ARCHITECTURES for target in SEED_GRID_TARGETS[arch]]
+    + SHARED_OUTPUTS
+    + SEED_GRID_OUTPUTS
     + [LAYOUT.report_configuration_path()]
 )
-# The CSV tables the report shows as pages (report.smk): each architecture's, and the rest (compare/, summary/).
-TABLE_SOURCES = {
-    arch: [path for path in ARCHITECTURE_TARGETS[arch] if path.startswith(f"{RESULTS}/{arch}/tables/")]
-    for arch in ARCHITECTURES
-}
-SUMMARY_TABLE_SOURCES = [
-    path
-    for path in ALL_TARGETS
-    if path.endswith(".csv") and path.startswith((f"{RESULTS}/compare/", f"{RESULTS}/summary/tables/"))
-]
 
 
 rule network_inputs:

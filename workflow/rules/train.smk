@@ -24,7 +24,7 @@ rule check_prompts:
     output:
         record=LAYOUT.prompt_check_record("{tokenizer}", "{n_ctx}"),
     log:
-        f"{RESULTS}/logs/check_prompts/{{tokenizer}}/n_ctx{{n_ctx}}.log",
+        LAYOUT.log("check_prompts", "{tokenizer}", "n_ctx{n_ctx}"),
     wildcard_constraints:
         n_ctx=r"\d+",
     localrule: True
@@ -50,13 +50,13 @@ rule train:
     input:
         unpack(by_arch("train_inputs")),
     output:
-        weights=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/final.pt",
-        train_log=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/train_log.csv",
-        meta=f"{RESULTS}/{{arch}}/checkpoints/seed{{seed}}/meta.json",
+        weights=LAYOUT.final_weights("{arch}", "{seed}"),
+        train_log=LAYOUT.checkpoint_file("{arch}", "{seed}", "train_log.csv"),
+        meta=LAYOUT.checkpoint_file("{arch}", "{seed}", "meta.json"),
     log:
-        f"{RESULTS}/logs/train/{{arch}}/seed{{seed}}.log",
+        LAYOUT.log("train", "{arch}", "seed{seed}"),
     benchmark:
-        f"{RESULTS}/benchmarks/train/{{arch}}/seed{{seed}}.tsv"
+        LAYOUT.benchmark("train", "{arch}", "seed{seed}")
     wildcard_constraints:
         arch=jobs.names_regex(TRAINED_ARCHITECTURES),  # published refits: rule fetch_published (published.smk)
     conda:

@@ -17,8 +17,8 @@ TRAIN_LOGS = {
 }
 TRAINING_CURVES_TARGETS = {
     arch: (
-        [table_path(arch, name) for name in ("training_curves", "training_final_loss")]
-        + [figure_path(arch, "training_curves")]
+        [LAYOUT.table_path(arch, name) for name in ("training_curves", "training_final_loss")]
+        + [LAYOUT.figure_path(arch, "training_curves")]
         if arch in TRAIN_LOGS
         else []
     )
@@ -29,18 +29,20 @@ OPTIMIZER_TRAINING_CURVES_TARGETS = [
     path
     for arch in TRAINED_PAIRS
     for path in (
-        compare_table_path(arch, "optimizer_final_loss"),
-        compare_figure_path(arch, "optimizer_training_curves"),
+        LAYOUT.compare_table_path(arch, "optimizer_final_loss"),
+        LAYOUT.compare_figure_path(arch, "optimizer_training_curves"),
     )
 ]
 TRAINING_CURVES_INPUTS = {
     arch: {
-        f"{role}_{name}": table_path(member, name)
+        f"{role}_{name}": LAYOUT.table_path(member, name)
         for role, member in (("adam", arch), ("adamw", twin))
         for name in ("training_curves", "training_final_loss")
     }
     for arch, twin in TRAINED_PAIRS.items()
 }
+
+add_outputs(TRAINING_CURVES_TARGETS, shared=OPTIMIZER_TRAINING_CURVES_TARGETS)
 
 
 rule training_curves:
@@ -49,16 +51,16 @@ rule training_curves:
     input:
         logs=lookup(dpath="{arch}", within=TRAIN_LOGS),
     output:
-        curves=table_path("{arch}", "training_curves"),
-        finals=table_path("{arch}", "training_final_loss"),
+        curves=LAYOUT.table_path("{arch}", "training_curves"),
+        finals=LAYOUT.table_path("{arch}", "training_final_loss"),
         figure=report(
-            figure_path("{arch}", "training_curves"),
+            LAYOUT.figure_path("{arch}", "training_curves"),
             caption="../report/training_curves.rst",
             category="{arch}",
             subcategory="Training",
         ),
     log:
-        f"{RESULTS}/logs/training_curves/{{arch}}.log",
+        LAYOUT.log("training_curves", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1
@@ -78,15 +80,15 @@ rule optimizer_training_curves:
     input:
         unpack(lookup(dpath="{arch}", within=TRAINING_CURVES_INPUTS)),
     output:
-        finals=compare_table_path("{arch}", "optimizer_final_loss"),
+        finals=LAYOUT.compare_table_path("{arch}", "optimizer_final_loss"),
         figure=report(
-            compare_figure_path("{arch}", "optimizer_training_curves"),
+            LAYOUT.compare_figure_path("{arch}", "optimizer_training_curves"),
             caption="../report/optimizer_training_curves.rst",
             category="Adam vs AdamW (§4.5)",
             subcategory="{arch}",
         ),
     log:
-        f"{RESULTS}/logs/optimizer_training_curves/{{arch}}.log",
+        LAYOUT.log("optimizer_training_curves", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1

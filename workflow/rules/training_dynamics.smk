@@ -20,7 +20,7 @@ TRAINING_DYNAMICS = {
 }
 TRAINING_DYNAMICS_TARGETS = {
     arch: (
-        [table_path(arch, "stability_along_training"), figure_path(arch, "stability_along_training")]
+        [LAYOUT.table_path(arch, "stability_along_training"), LAYOUT.figure_path(arch, "stability_along_training")]
         if arch in TRAINING_DYNAMICS
         else []
     )
@@ -28,24 +28,26 @@ TRAINING_DYNAMICS_TARGETS = {
 }
 by_dynamics = partial(jobs.WildcardLookup, TRAINING_DYNAMICS, "arch")
 
+add_outputs(TRAINING_DYNAMICS_TARGETS)
+
 
 rule stability_along_training:
     """Pooled layer stability at each snapshot step and after training, with the bootstrap interval over
     refits and prompt groups and the prompt-permutation null (one line per layer)."""
     input:
         snapshots=by_dynamics("snapshots"),
-        final=grouped_similarity_path("{arch}", PRIMARY),
+        final=LAYOUT.grouped_similarity_path("{arch}", PRIMARY),
         train_meta=by_dynamics("train_meta"),
     output:
-        table=table_path("{arch}", "stability_along_training"),
+        table=LAYOUT.table_path("{arch}", "stability_along_training"),
         figure=report(
-            figure_path("{arch}", "stability_along_training"),
+            LAYOUT.figure_path("{arch}", "stability_along_training"),
             caption="../report/stability_along_training.rst",
             category="{arch}",
             subcategory="Stability along training",
         ),
     log:
-        f"{RESULTS}/logs/stability_along_training/{{arch}}.log",
+        LAYOUT.log("stability_along_training", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1

@@ -12,16 +12,18 @@
 # Outputs of one architecture, and the cross-architecture table (none for an empty run).
 WEIGHT_NORMS_TARGETS = {
     arch: [
-        table_path(arch, "weight_norms"),
-        table_path(arch, "head_weight_norms"),
-        table_path(arch, "weight_norm_correlation"),
-        table_path(arch, "weight_norm_partial"),
-        figure_path(arch, "weight_norm_correlation"),
+        LAYOUT.table_path(arch, "weight_norms"),
+        LAYOUT.table_path(arch, "head_weight_norms"),
+        LAYOUT.table_path(arch, "weight_norm_correlation"),
+        LAYOUT.table_path(arch, "weight_norm_partial"),
+        LAYOUT.figure_path(arch, "weight_norm_correlation"),
     ]
     for arch in ARCHITECTURES
 }
-WEIGHT_NORMS_SUMMARY_TARGETS = [summary_table_path("weight_norm_correlation")] if ARCHITECTURES else []
-WEIGHT_NORM_CORRELATIONS = [table_path(arch, "weight_norm_correlation") for arch in ARCHITECTURES]
+WEIGHT_NORMS_SUMMARY_TARGETS = [LAYOUT.summary_table_path("weight_norm_correlation")] if ARCHITECTURES else []
+WEIGHT_NORM_CORRELATIONS = [LAYOUT.table_path(arch, "weight_norm_correlation") for arch in ARCHITECTURES]
+
+add_outputs(WEIGHT_NORMS_TARGETS, shared=WEIGHT_NORMS_SUMMARY_TARGETS)
 
 
 rule weight_norms:
@@ -32,10 +34,10 @@ rule weight_norms:
     input:
         weights=by_arch("weights"),
     output:
-        table=table_path("{arch}", "weight_norms"),
-        heads=table_path("{arch}", "head_weight_norms"),
+        table=LAYOUT.table_path("{arch}", "weight_norms"),
+        heads=LAYOUT.table_path("{arch}", "head_weight_norms"),
     log:
-        f"{RESULTS}/logs/weight_norms/{{arch}}.log",
+        LAYOUT.log("weight_norms", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1
@@ -55,21 +57,21 @@ rule weight_norm_correlation:
     each refit's per-layer norm of every matrix and that refit's layer-wise stability as anchor, and the
     partial correlation given entropy (over layers; and per layer over heads, W_Q)."""
     input:
-        weight_norms=table_path("{arch}", "weight_norms"),
-        head_weight_norms=table_path("{arch}", "head_weight_norms"),
-        layer_stability=table_path("{arch}", "layer_stability"),
-        head_stability=table_path("{arch}", "head_stability"),
+        weight_norms=LAYOUT.table_path("{arch}", "weight_norms"),
+        head_weight_norms=LAYOUT.table_path("{arch}", "head_weight_norms"),
+        layer_stability=LAYOUT.table_path("{arch}", "layer_stability"),
+        head_stability=LAYOUT.table_path("{arch}", "head_stability"),
     output:
-        correlation=table_path("{arch}", "weight_norm_correlation"),
-        partial=table_path("{arch}", "weight_norm_partial"),
+        correlation=LAYOUT.table_path("{arch}", "weight_norm_correlation"),
+        partial=LAYOUT.table_path("{arch}", "weight_norm_partial"),
         figure=report(
-            figure_path("{arch}", "weight_norm_correlation"),
+            LAYOUT.figure_path("{arch}", "weight_norm_correlation"),
             caption="../report/weight_norm_correlation.rst",
             category="{arch}",
             subcategory="Weight norms (§4.4.1)",
         ),
     log:
-        f"{RESULTS}/logs/weight_norm_correlation/{{arch}}.log",
+        LAYOUT.log("weight_norm_correlation", "{arch}"),
     conda:
         CONDA_ENV
     threads: 1
@@ -91,9 +93,9 @@ rule weight_norm_summary:
     input:
         correlations=WEIGHT_NORM_CORRELATIONS,
     output:
-        table=summary_table_path("weight_norm_correlation"),
+        table=LAYOUT.summary_table_path("weight_norm_correlation"),
     log:
-        f"{RESULTS}/logs/weight_norm_summary/summary.log",
+        LAYOUT.log("weight_norm_summary", "summary"),
     conda:
         CONDA_ENV
     threads: 1

@@ -1,4 +1,5 @@
-"""Rule cache_activations: one refit's final.pt + the prompt sets -> caches/seed{seed}.h5 (paper §3.2)."""
+"""Rules cache_activations and cache_snapshot_activations: one refit's final.pt + the prompt sets -> caches/seed{seed}.h5
+(paper §3.2)."""
 
 import torch
 
@@ -8,7 +9,7 @@ from headstab.joblog import run_job
 from headstab.plan.seed_design import refit_name
 from headstab.plan.spec import spec_from_dict
 from headstab.prompts.loading import load_prompt_file
-from headstab.provenance import environment_record, package_versions
+from headstab.provenance.records import environment_record, package_versions
 from headstab.refits.models import load_trained_model, resolve_device
 from headstab.refits.tokenizer import load_tokenizer, tokenizer_identity
 
@@ -68,4 +69,8 @@ def main():
     )
 
 
-run_job(main, "cache_activations", snakemake.log[0])
+# snakemake.rule: this script also runs rule cache_snapshot_activations.
+step = f" step {snakemake.wildcards.step}" if "step" in snakemake.wildcards.keys() else ""
+run_job(
+    main, snakemake.rule, snakemake.log[0], label=f"{snakemake.wildcards.arch}{step} seed {snakemake.wildcards.seed}"
+)

@@ -5,7 +5,7 @@ import logging
 from headstab.data.shards import aggregate_shard_records
 from headstab.fileio import read_json, write_json_atomic
 from headstab.joblog import run_job
-from headstab.provenance import environment_record
+from headstab.provenance.records import environment_record
 
 
 def main():

@@ -5,7 +5,7 @@ from pathlib import Path
 from headstab.joblog import run_job
 from headstab.plan.hub_families import source_from_dict
 from headstab.plan.spec import spec_from_dict
-from headstab.provenance import environment_record, package_versions
+from headstab.provenance.records import environment_record, package_versions
 from headstab.refits.hub_models import fetch_family_refit
 
 

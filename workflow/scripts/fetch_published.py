@@ -6,7 +6,7 @@ from pathlib import Path
 from headstab.joblog import run_job
 from headstab.plan.sources import PUBLISHED, CheckpointSource
 from headstab.plan.spec import spec_from_dict
-from headstab.provenance import environment_record, package_versions
+from headstab.provenance.records import environment_record, package_versions
 from headstab.refits.published import convert_published_refit, download_published_refit
 
 

@@ -4,7 +4,7 @@ import logging
 
 from headstab.activations.reader import open_cache
 from headstab.joblog import run_job
-from headstab.provenance import environment_record
+from headstab.provenance.records import environment_record
 from headstab.similarity.pairs import pair_similarity_from_caches, write_pair_similarity
 
 

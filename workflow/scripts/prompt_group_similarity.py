@@ -1,5 +1,6 @@
-"""Rule prompt_group_similarity: caches of all refits of one architecture -> similarity/{promptset}.groups.h5
-(observed and null per prompt group, head entropy; the content variant for params.content_promptsets)."""
+"""Rules prompt_group_similarity and snapshot_prompt_group_similarity: caches of all refits of one architecture ->
+similarity/{promptset}.groups.h5 (observed and null per prompt group, head entropy; the content variant for
+params.content_promptsets)."""
 
 import logging
 
@@ -51,4 +52,6 @@ def main():
         )
 
 
-run_job(main, "prompt_group_similarity", snakemake.log[0])
+# snakemake.rule: this script also runs rule snapshot_prompt_group_similarity.
+step = f" step {snakemake.wildcards.step}" if "step" in snakemake.wildcards.keys() else ""
+run_job(main, snakemake.rule, snakemake.log[0], label=f"{snakemake.wildcards.arch}{step}")

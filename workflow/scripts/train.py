@@ -28,7 +28,11 @@ def main():
     )
 
 
-# Appending: a resumed job keeps the history of the run it continues.
+# Appending: a resumed job keeps the history of the run it continues. snakemake.rule: also train_seed_grid.
 run_job(
-    main, "train", snakemake.log[0], append=True, label=f"{snakemake.wildcards.arch} seed {snakemake.wildcards.seed}"
+    main,
+    snakemake.rule,
+    snakemake.log[0],
+    append=True,
+    label=f"{snakemake.wildcards.arch} seed {snakemake.wildcards.seed}",
 )

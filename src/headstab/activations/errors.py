@@ -5,10 +5,13 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from headstab.plan.layout import writer_rule
+
 __all__ = [
     "CacheChecksumError",
     "CacheError",
     "activation_sets_message",
+    "cache_rule",
     "forcerun_hint",
     "fix_hint",
     "is_filter_failure",
@@ -30,14 +33,22 @@ def rebuild_command(path: str | Path) -> str:
     return f"rm -f {quoted} && snakemake {quoted}"
 
 
+def cache_rule(path: str | Path) -> str:
+    """The rule that writes the cache `path`: cache_snapshot_activations for a snapshot's, else cache_activations."""
+    return writer_rule(path) or "cache_activations"
+
+
 def fix_hint(path: str | Path) -> str:
-    return f"rebuild it with `{rebuild_command(path)}` (with the --configfile/--profile of the run that made it)"
+    return (
+        f"rebuild it with `{rebuild_command(path)}` (rule {cache_rule(path)}; with the --configfile/--profile of "
+        "the run that made it)"
+    )
 
 
 def forcerun_hint(path: str | Path, hook: str) -> str:
     return (
         f"set analysis.cka_hook: {hook} in the config and rebuild the caches with "
-        f"`snakemake {shlex.quote(str(path))} --forcerun cache_activations` (with the --configfile/--profile of "
+        f"`snakemake {shlex.quote(str(path))} --forcerun {cache_rule(path)}` (with the --configfile/--profile of "
         "the run that made it)"
     )
 
@@ -48,7 +59,7 @@ def activation_sets_message(path: str | Path, promptset: str, hook: str, stored:
         f"activation cache {path} stores hook_pattern only for prompt set '{promptset}', so no /{promptset}/{hook} "
         f"(hook_z and the residual hooks are stored for the prompt sets {stored} only: config key "
         f"cache.activation_sets); add '{promptset}' to cache.activation_sets in the config and rebuild the caches "
-        f"with `snakemake {shlex.quote(str(path))} --forcerun cache_activations` (with the --configfile/--profile "
+        f"with `snakemake {shlex.quote(str(path))} --forcerun {cache_rule(path)}` (with the --configfile/--profile "
         "of the run that made it)"
     )
 

@@ -1,8 +1,8 @@
 """Reading an activation cache: the validated reader every analysis uses (contract: docs/caches.md).
 
 `open_cache` checks the file against the contract when it opens it; a missing, truncated, corrupt,
-foreign, incomplete or older-format file raises CacheError naming the file and the command that
-rebuilds it. Floating data comes back as float32 whatever is stored; every read verifies the
+foreign, incomplete or older-format file, or one whose attributes fail their digest, raises CacheError
+naming the file and the command that rebuilds it. Floating data comes back as float32 whatever is stored; every read verifies the
 fletcher32 checksums of the chunks it touches.
 """
 
@@ -26,9 +26,9 @@ from headstab.activations.errors import (
     is_filter_failure,
     rebuild_command,
 )
-from headstab.activations.h5util import decode_attr, with_chunk_cache
+from headstab.activations.h5util import attribute_digest_mismatches, decode_attr, with_chunk_cache
 from headstab.activations.packing import lower_triangle_offsets, unpack_lower_triangles
-from headstab.plan.formats import CACHE_FORMAT, CACHE_FORMAT_VERSION
+from headstab.plan.formats import ATTRS_DIGEST, CACHE_FORMAT, CACHE_FORMAT_VERSION
 
 __all__ = [
     "CacheChecksumError",
@@ -86,6 +86,12 @@ class CacheReader:
             )
         if self.attrs.get("complete") is not True:
             raise self._fail("is incomplete (its writer was interrupted: attribute complete is not True)")
+        mismatches = attribute_digest_mismatches(self._file)
+        if mismatches:
+            raise self._fail(
+                f"has {', '.join(mismatches)} failing the digest in attribute {ATTRS_DIGEST} (changed after the file "
+                "was written)"
+            )
         missing = [
             key
             for key in ("prompt_sets", "n_layers", "n_heads", "d_model", "d_head", "resid_hook", "cache_dtype")

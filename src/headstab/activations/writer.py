@@ -29,6 +29,7 @@ from headstab.activations.capture import (
     stored_hooks,
     tokenize_prompts,
 )
+from headstab.activations.h5util import seal
 from headstab.activations.packing import lower_triangle_index, lower_triangle_offsets
 from headstab.fileio import atomic_path
 from headstab.plan.formats import CACHE_FORMAT, CACHE_FORMAT_VERSION
@@ -225,7 +226,7 @@ def write_activation_cache(
             if activation_sets is not None and not patterns_only:
                 group.attrs["activations"] = "all" if name in full_sets else "hook_pattern"
             writer.write_set(group, tokens, lengths, texts, progress, patterns_only=name not in full_sets)
-        handle.attrs["complete"] = True  # last: a file without it was interrupted
+        seal(handle)  # the attributes' digests, then complete=True: a file without it was interrupted
     log.info("wrote activation cache %s (%s prompt sets, %s)", path, len(token_sets), dtype)
     return path
 

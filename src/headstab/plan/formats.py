@@ -1,11 +1,26 @@
 """On-disk format identifiers, importable without numpy or h5py (the Snakefile reads them at parse time).
 
-Bump a version when a file's layout changes: the `cache_activations` rule carries
-CACHE_FORMAT_VERSION as a param, so Snakemake rebuilds caches written by older code, and the
-reader rejects them with the rebuild command.
+Bump a version when a file's layout changes: the rules that write the file carry its version as a
+param (`cache_activations` and `cache_snapshot_activations` CACHE_FORMAT_VERSION, `pair_similarity`
+SIMILARITY_FORMAT_VERSION, `prompt_group_similarity` and its snapshot variant GROUPED_FORMAT_VERSION),
+so Snakemake rebuilds files written by older code, and the readers reject them with the rebuild command.
 """
 
+# Every HDF5 file of the workflow stores a sha256 of each of its attributes in this attribute (JSON),
+# checked on every read (headstab.activations.h5util.attribute_digest_mismatches).
+ATTRS_DIGEST = "attrs_sha256"
+
 CACHE_FORMAT = "headstab-activation-cache"
-# 4: datasets named after their TransformerLens hooks (hook_pattern, hook_z, hook_resid_mid, ...);
-# 3: fletcher32 on every dataset; 2: patterns packed as lower triangles; 1: padded, compressed squares.
-CACHE_FORMAT_VERSION = 4
+# 5: attrs_sha256 over every attribute; 4: datasets named after their TransformerLens hooks (hook_pattern,
+# hook_z, hook_resid_mid, ...); 3: fletcher32 on every dataset; 2: patterns packed as lower triangles;
+# 1: padded, compressed squares.
+CACHE_FORMAT_VERSION = 5
+
+SIMILARITY_FORMAT = "headstab-pair-similarity"
+# 3: attrs_sha256 over every attribute; 2: a fletcher32 checksum on `pair_similarity`.
+SIMILARITY_FORMAT_VERSION = 3
+
+GROUPED_FORMAT = "headstab-prompt-group-similarity"
+# 3: head entropy (`entropy` [seed, layer, head]) and the optional content variant (content_observed,
+# content_null) beside attrs_sha256; 2: attrs_sha256 over every attribute.
+GROUPED_FORMAT_VERSION = 3

@@ -7,6 +7,8 @@ they are exactly the rules whose `resources:` declare `gpu` (workflow/rules/*.sm
 runs a model declares `gpu=MODEL_GPUS` (common.smk) and is added here.
 """
 
+import re
+from dataclasses import dataclass
 from pathlib import PurePath
 
 # The rules that run a model: training, the activation caches, the validation perplexity of every
@@ -60,6 +62,10 @@ class Layout:
         entry = self._tokenizers[name]
         if entry["source"] == "local":
             return str(PurePath(entry["path"]) / "tokenizer_config.json")
+        return self.tokenizer_meta(name)
+
+    def tokenizer_meta(self, name: str) -> str:
+        """The record a fetched or trained tokenizer's rule writes last (name may be the wildcard "{tokenizer}")."""
         return f"{self.results}/tokenizers/{name}/meta.json"
 
     def prompt_check_record(self, tokenizer: str, n_ctx: int | str) -> str:
@@ -74,7 +80,14 @@ class Layout:
         return f"{self.corpus_dir(name)}/text.jsonl"
 
     def corpus_shards(self, name: str) -> list[str]:
-        return [f"{self.corpus_dir(name)}/shard_{i:03d}.npy" for i in range(self._corpora[name]["n_shards"])]
+        return [self.corpus_shard(name, f"{i:03d}") for i in range(self._corpora[name]["n_shards"])]
+
+    def corpus_shard(self, name: str, shard: str) -> str:
+        return f"{self.corpus_dir(name)}/shard_{shard}.npy"
+
+    def shard_record(self, name: str, shard: str) -> str:
+        """What tokenize_shard records beside a shard: its documents, tokens and sha256."""
+        return f"{self.corpus_dir(name)}/shard_{shard}.json"
 
     def corpus_meta(self, name: str) -> str:
         return f"{self.corpus_dir(name)}/meta.json"
@@ -88,11 +101,15 @@ class Layout:
         return f"{self.results}/{arch}/checkpoints/seed{seed}"
 
     def final_weights(self, arch: str, seed: int | str) -> str:
-        return f"{self.checkpoint_dir(arch, seed)}/final.pt"
+        return self.checkpoint_file(arch, seed, "final.pt")
+
+    def checkpoint_file(self, arch: str, seed: int | str, name: str) -> str:
+        """A refit's final.pt, meta.json or train_log.csv."""
+        return f"{self.checkpoint_dir(arch, seed)}/{name}"
 
     def train_outputs(self, arch: str, seeds: list[int]) -> list[str]:
         names = ("final.pt", "train_log.csv", "meta.json")
-        return [f"{self.checkpoint_dir(arch, seed)}/{name}" for seed in seeds for name in names]
+        return [self.checkpoint_file(arch, seed, name) for seed in seeds for name in names]
 
     def cache_path(self, arch: str, seed: int | str) -> str:
         return f"{self.results}/{arch}/caches/seed{seed}.h5"
@@ -139,6 +156,112 @@ class Layout:
     def report_configuration_path(self) -> str:
         return f"{self.results}/summary/configuration.yaml"
 
+    def report_tables_dir(self, arch: str) -> str:
+        """The report's table pages of one architecture, or of compare/ and summary/ for arch "summary"."""
+        return f"{self.results}/{arch}/report_tables"
+
+    def headline_dir(self) -> str:
+        """The headline's pages per statistic (rule headline_summary)."""
+        return f"{self.results}/summary/headline"
+
     def log(self, rule: str, *parts: str) -> str:
         """The log file of one job of `rule`, e.g. log("train", "{arch}", "seed{seed}") -> logs/train/{arch}/seed{seed}.log."""
         return "/".join([self.results, "logs", rule, *parts]) + ".log"
+
+    @staticmethod
+    def parse(path: str | PurePath) -> "ParsedPath | None":
+        """The inverse of every path method: what the file at `path` is (`parse_path`)."""
+        return parse_path(path)
+
+    def benchmark(self, rule: str, *parts: str) -> str:
+        """The `benchmark:` file of one job of `rule` (wall time, memory), laid out as its log."""
+        return "/".join([self.results, "benchmarks", rule, *parts]) + ".tsv"
+
+
+# Every kind of file the workflow writes under results_dir, from its place there (the paths of Layout, most
+# specific first), with the rule that writes it (None: several rules, or Snakemake itself).
+_FILES = (
+    (r"/snapshots/step0/weights/seed[^/]+/(final\.pt|meta\.json)$", "snapshot weights", "init_weights"),
+    (r"/snapshots/step[1-9]\d*/weights/seed[^/]+/(final\.pt|meta\.json)$", "snapshot weights", "snapshot_weights"),
+    (r"/snapshots/step\d+/caches/seed[^/]+\.h5$", "activation cache", "cache_snapshot_activations"),
+    (
+        r"/snapshots/step\d+/similarity/[^/]+\.groups\.h5$",
+        "prompt-group similarity",
+        "snapshot_prompt_group_similarity",
+    ),
+    (r"/checkpoints/seed[^/]+/snapshots/step\d+/(final\.pt|meta\.json)$", "snapshot weights", "train"),
+    (r"/checkpoints/seed[^/]+/state_\d+\.pt(\.sha256)?$", "full-state checkpoint", "train"),
+    (r"/checkpoints/seed[^/]+/(final\.pt|meta\.json|train_log\.csv)$", "checkpoint", "train"),
+    (r"/caches/seed[^/]+\.h5$", "activation cache", "cache_activations"),
+    (r"/similarity/[^/]+\.groups\.h5$", "prompt-group similarity", "prompt_group_similarity"),
+    (r"/similarity/[^/]+\.h5$", "pair similarity", "pair_similarity"),
+    (r"/data/heldout/[^/]+/[^/]+\.npy$", "held-out shard", "heldout_wikitext"),
+    (r"/data/[^/]+/shard_\d+\.(npy|json)$", "token shard", "tokenize_shard"),
+    (r"/data/[^/]+/meta\.json$", "corpus meta", "corpus_meta"),
+    (r"/data/[^/]+/text\.jsonl$", "corpus text", "synthetic_text"),
+    (r"/tokenizers/[^/]+/prompt_check/n_ctx\d+\.json$", "prompt check", "check_prompts"),
+    (r"/tokenizers/[^/]+/[^/]+$", "tokenizer", None),
+    (r"/summary/configuration\.yaml$", "configuration", "report_configuration"),
+    (r"/summary/report_tables(/.+)?$", "report page", "report_summary_tables"),
+    (r"/summary/headline(/.+)?$", "report page", "headline_summary"),
+    (r"/report_tables(/.+)?$", "report page", "report_tables"),
+    (r"/tables/[^/]+\.csv$", "table", None),
+    (r"/figures/[^/]+\.png$", "figure", None),
+    (r"/logs/.+\.log$", "log", None),
+    (r"/benchmarks/.+\.tsv$", "benchmark", None),
+    (r"/[^/]+\.(html|zip)$", "report", None),  # snakemake --report
+)
+
+
+def _file_entry(path: str | PurePath) -> tuple[str, str | None] | None:
+    text = "/" + PurePath(path).as_posix().lstrip("/")
+    return next(((kind, rule) for pattern, kind, rule in _FILES if re.search(pattern, text)), None)
+
+
+@dataclass(frozen=True)
+class ParsedPath:
+    """What `Layout.parse` reads from a path under results_dir. kind: what the file is ("checkpoint",
+    "activation cache", "table", ...); rule: the rule that writes it (None where the path alone does not
+    tell); scope of a table or figure: "arch", "compare" (an Adam/AdamW pair, named by its Adam member) or
+    "summary" ("" for other files), with its architecture; name: the file's name without its suffixes."""
+
+    kind: str
+    rule: str | None
+    scope: str
+    arch: str
+    name: str
+
+
+def parse_path(path: str | PurePath) -> ParsedPath | None:
+    """Layout's inverse: what the workflow file `path` is, from its place under results_dir; None for a file
+    the workflow does not write."""
+    entry = _file_entry(path)
+    if entry is None:
+        return None
+    kind, rule = entry
+    parts = PurePath(path).parts
+    scope, arch = "", ""
+    if kind in ("table", "figure") and len(parts) >= 3:
+        holder = parts[-3]  # the directory holding tables/ or figures/
+        if holder == "summary":
+            scope = "summary"
+        elif len(parts) >= 4 and parts[-4] == "compare":
+            scope, arch = "compare", holder
+        else:
+            scope, arch = "arch", holder
+    return ParsedPath(kind, rule, scope, arch, PurePath(path).name.split(".")[0])
+
+
+def file_kind(path: str | PurePath) -> str | None:
+    """What the workflow file `path` is ("checkpoint", "activation cache", "table", ...; headstab.provenance
+    traces each), from its place under results_dir; None for a file the workflow does not write."""
+    parsed = parse_path(path)
+    return parsed.kind if parsed else None
+
+
+def writer_rule(path: str | PurePath) -> str | None:
+    """The rule that writes `path` (a file under results_dir, laid out as Layout says), or None where the
+    path alone does not tell (tables and figures, a tokenizer's files). A refit's checkpoint files are
+    train's unless the refit was fetched or copied: headstab.refits.models.weights_rule reads its meta.json."""
+    parsed = parse_path(path)
+    return parsed.rule if parsed else None

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from headstab.fileio import save_torch_atomic, sha256_file
+from headstab.plan.layout import writer_rule
 from headstab.plan.spec import ArchitectureSpec, ConfigError
 from headstab.refits.hub_models import load_family_model
 from headstab.refits.weight_processing import process_weights
@@ -42,13 +43,43 @@ class CheckpointError(RuntimeError):
 
 
 def rebuild_command(weights_path: str | Path) -> str:
-    """The shell command that retrains the refit whose weights are `weights_path` (rule train)."""
+    """The shell command that rebuilds the weights `weights_path` (by the rule `weights_rule` names)."""
     quoted = shlex.quote(str(weights_path))
     return f"rm -f {quoted} && snakemake --cores all {quoted}"
 
 
+def weights_rule(weights_path: str | Path) -> str:
+    """The rule that wrote the weights `weights_path`: init_weights or snapshot_weights for a snapshot's,
+    else by its meta.json: fetch_published (a published refit), fetch_family (a hub family's),
+    reuse_paper_refit (a seed grid's copy of a paper refit) or train; without a readable meta.json
+    'train' with the fetching rules named beside it."""
+
+    weights_path = Path(weights_path)
+    rule = writer_rule(weights_path)
+    if rule in ("init_weights", "snapshot_weights"):
+        return rule
+    try:
+        meta = json.loads((weights_path.parent / "meta.json").read_text())
+    except (OSError, ValueError):
+        meta = None
+    if not isinstance(meta, dict):
+        return "train, or fetch_published / fetch_family where the architecture's source is published / hub_family"
+    source = meta.get("source")
+    kind = source.get("kind") if isinstance(source, dict) else None
+    if meta.get("reused_paper_refit"):
+        return "reuse_paper_refit"
+    if kind in ("published", "published_local"):
+        return "fetch_published"
+    if kind == "hub_family" or meta.get("loader") == "transformers":
+        return "fetch_family"
+    return "train"
+
+
 def _rebuild_hint(weights_path: Path) -> str:
-    return f"delete it and rebuild it with `{rebuild_command(weights_path)}` (rule train; add --configfile for a non-default configuration)"
+    return (
+        f"delete it and rebuild it with `{rebuild_command(weights_path)}` (rule {weights_rule(weights_path)}; "
+        "add --configfile for a non-default configuration)"
+    )
 
 
 def recorded_sha256(weights_path: Path) -> str | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from headstab.fileio import read_json, sha256_file, write_json_atomic
-from headstab.provenance import environment_record
+from headstab.provenance.records import environment_record
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
+from headstab.activations.h5util import attribute_digest_mismatches, decode_attr, seal
 from headstab.activations.reader import check_consistent_shapes, is_filter_failure, open_cache
 from headstab.fileio import atomic_path
+from headstab.plan.formats import SIMILARITY_FORMAT, SIMILARITY_FORMAT_VERSION
+from headstab.plan.layout import writer_rule
 
 __all__ = [
     "SIMILARITY_SCOPES",
@@ -206,11 +209,6 @@ def pair_similarity_from_caches(
 
 
 # ---------------------------------------------------------------- pair-similarity files
-SIMILARITY_FORMAT = "headstab-pair-similarity"
-# Version 2 adds a fletcher32 checksum to `pair_similarity`; version 1 files (none) are read alike.
-SIMILARITY_FORMAT_VERSION = 2
-
-
 class SimilarityFileError(ValueError):
     """A pair-similarity file is missing, incomplete, corrupt or not ours; the message names it and the fix."""
 
@@ -220,28 +218,38 @@ class SimilarityChecksumError(SimilarityFileError):
 
 
 def rebuild_hint(path: Path, rule: str = "pair_similarity") -> str:
-    """How to rebuild the result file `path`: remove it and ask for it again, or force `rule`."""
+    """How to rebuild the result file `path`: remove it and ask for it again, or force the rule that writes
+    such a path (headstab.plan.layout.writer_rule; `rule` where the path does not say)."""
     quoted = shlex.quote(str(path))
+    rule = writer_rule(path) or rule
     return f"rebuild it with `rm -f {quoted} && snakemake {quoted}` (or `snakemake {quoted} --forcerun {rule}`)"
 
 
 def finish_result_file(handle, file_format: str, version: int, seeds: Sequence[int], attrs: dict | None) -> None:
     """Label an HDF5 result file being written (h5py handle): its seeds, format and version, the job's attrs
-    (JSON unless a scalar), and last `complete`, which readers require (`open_result_file`)."""
+    (JSON unless a scalar), the digest of every attribute, and last `complete`, which readers require
+    (`open_result_file`)."""
     handle.attrs["seeds"] = np.asarray(seeds, dtype=np.int64)
     handle.attrs["format"] = file_format
     handle.attrs["format_version"] = version
     for key, value in (attrs or {}).items():
         handle.attrs[key] = value if isinstance(value, (int, float, str)) else json.dumps(value, default=str)
-    handle.attrs["complete"] = True
+    seal(handle)
 
 
 def open_result_file(
-    path: Path, file_format: str, required: Sequence[str], what: str, error: type[Exception], rule: str
+    path: Path,
+    file_format: str,
+    version: int,
+    required: Sequence[str],
+    what: str,
+    error: type[Exception],
+    rule: str = "pair_similarity",
 ):
     """An open h5py handle on the result file `path` that `finish_result_file` completed, with the datasets
     `required`; raises `error` naming the file (described as `what`) and the command that rebuilds it
-    with `rule` when it is missing, unreadable, not of `file_format` or incomplete."""
+    with the rule of its path (`rule` where the path does not say) when it is missing, unreadable, not of `file_format` and
+    `version`, incomplete, or an attribute fails its digest."""
     import h5py
 
     if not path.is_file():
@@ -250,12 +258,21 @@ def open_result_file(
         handle = h5py.File(path, "r")
     except OSError as err:
         raise error(f"{what} file {path} is not a readable HDF5 file ({err}); {rebuild_hint(path, rule)}") from err
+    problem = None
     if handle.attrs.get("format") != file_format or any(name not in handle for name in required):
+        problem = f"{path} is not a headstab {what} file"
+    elif (found := decode_attr(handle.attrs.get("format_version"))) != version:
+        problem = f"{what} file {path} has format_version {found!r}; this code reads version {version}"
+    elif not bool(handle.attrs.get("complete", False)):
+        problem = f"{what} file {path} is incomplete (interrupted write)"
+    elif mismatches := attribute_digest_mismatches(handle):
+        problem = (
+            f"{what} file {path}: {', '.join(mismatches)} fails the digest in attribute attrs_sha256 (changed "
+            "after the file was written)"
+        )
+    if problem is not None:
         handle.close()
-        raise error(f"{path} is not a headstab {what} file; {rebuild_hint(path, rule)}")
-    if not bool(handle.attrs.get("complete", False)):
-        handle.close()
-        raise error(f"{what} file {path} is incomplete (interrupted write); {rebuild_hint(path, rule)}")
+        raise error(f"{problem}; {rebuild_hint(path, rule)}")
     return handle
 
 
@@ -287,7 +304,7 @@ def read_pair_similarity(path: str | Path) -> tuple[np.ndarray, list[int]]:
     """Read (S, seeds) from a pair-similarity file, failing with the file's name and the rebuild command."""
     path = Path(path)
     handle = open_result_file(
-        path, SIMILARITY_FORMAT, ["pair_similarity"], "pair-similarity", SimilarityFileError, "pair_similarity"
+        path, SIMILARITY_FORMAT, SIMILARITY_FORMAT_VERSION, ["pair_similarity"], "pair-similarity", SimilarityFileError
     )
     with handle:
         seeds = [int(s) for s in handle.attrs["seeds"]]

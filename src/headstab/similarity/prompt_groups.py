@@ -28,6 +28,7 @@ import numpy as np
 from headstab.activations.packing import n_lower_entries
 from headstab.activations.reader import check_consistent_shapes, is_filter_failure, open_cache
 from headstab.fileio import atomic_path
+from headstab.plan.formats import GROUPED_FORMAT, GROUPED_FORMAT_VERSION
 from headstab.sharpness import content_remainder, packed_row_entropy
 from headstab.similarity.pairs import finish_result_file, normalize_lower_features, open_result_file, rebuild_hint
 
@@ -44,8 +45,6 @@ __all__ = [
     "write_grouped_similarity",
 ]
 
-GROUPED_FORMAT = "headstab-prompt-group-similarity"
-GROUPED_FORMAT_VERSION = 2
 CONTENT = ("content_observed", "content_null")
 
 
@@ -278,15 +277,15 @@ def read_grouped_similarity(path: str | Path) -> GroupedSimilarity:
     path = Path(path)
     names = ("observed", "null", "group_sizes", "partners", "lengths")
     handle = open_result_file(
-        path, GROUPED_FORMAT, names, "prompt-group similarity", GroupedSimilarityError, "prompt_group_similarity"
+        path,
+        GROUPED_FORMAT,
+        GROUPED_FORMAT_VERSION,
+        names,
+        "prompt-group similarity",
+        GroupedSimilarityError,
+        "prompt_group_similarity",
     )
-    with handle:
-        version = int(handle.attrs.get("format_version", 1))
-        if version < GROUPED_FORMAT_VERSION:
-            raise GroupedSimilarityError(
-                f"prompt-group similarity file {path} has format version {version}, older than "
-                f"{GROUPED_FORMAT_VERSION} (no head entropy); {rebuild_hint(path, 'prompt_group_similarity')}"
-            )
+    with handle:  # open_result_file refused any other format version
         try:
             arrays = {name: handle[name][()] for name in (*names, "entropy", *CONTENT) if name in handle}
         except OSError as err:

@@ -10,6 +10,7 @@ trained refits' stability, of the prompt-permutation null and of the same refits
 - null, null_ci_low, null_ci_high: the same statistic under the prompt-permutation null (same-layer);
 - above_null (stability - null) with its interval, and effect_size: mean / s.d. (ddof 1) of the
   paired differences best_match - null_best_match over the pairs (and heads) averaged (Cohen's d_z),
+  NaN where that s.d. is within the rounding of the inputs' dtype (no spread to measure against);
   descriptive only: those pairs and heads are dependent units, so it is no test statistic;
 - init, init_ci_low, init_ci_high: the statistic for the refits' step-0 weights (same-layer);
 - one_to_one_*: the interval, null, above_null and step-0 value of one-to-one stability (same-layer;
@@ -40,6 +41,7 @@ from headstab.statistics.controls import (
     entropy_column,
     gap_control_rows,
 )
+from headstab.statistics.effect_size import effect_size
 from headstab.statistics.hypothesis import gap_replicates
 from headstab.statistics.resampling import commonness_replicates
 
@@ -119,20 +121,12 @@ def _interval(replicates: np.ndarray, confidence: float) -> dict[str, np.ndarray
     return {"ci_low": low, "ci_high": high}
 
 
-def _effect_size(differences: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    """mean / s.d. (ddof 1) over `axes`; NaN where the s.d. is 0 or undefined."""
-    mean = differences.mean(axis=axes)
-    n = np.prod([differences.shape[a] for a in axes])
-    if n < 2:
-        return np.full(mean.shape, np.nan)
-    sd = differences.std(axis=axes, ddof=1)
-    return np.divide(mean, sd, out=np.full(mean.shape, np.nan), where=sd > 0)
-
-
 def _chance_columns(
-    kinds: StabilityReplicates, scope: str, key: str, confidence: float, reduce_pairs
+    kinds: StabilityReplicates, scope: str, key: str, confidence: float, reduce_pairs, eps: float
 ) -> dict[str, np.ndarray]:
-    """null/above_null/effect_size/init columns for statistic `key` ("head" or "layer") of `scope`."""
+    """null/above_null/effect_size/init columns for statistic `key` ("head" or "layer") of `scope`;
+    reduce_pairs(values [seed_a, seed_b, layer, head]) -> the pairs' values on the axes effect_size reduces
+    (None: no effect_size, NaN)."""
     observed = kinds[scope]
     shape = observed[f"{key}_estimate"].shape
     if scope != "same_layer":
@@ -144,7 +138,13 @@ def _chance_columns(
     columns["above_null"] = observed[f"{key}_estimate"] - null[f"{key}_estimate"]
     low, high = percentile_interval(observed[key] - null[key], confidence)
     columns.update(above_null_ci_low=low, above_null_ci_high=high)
-    columns["effect_size"] = reduce_pairs(observed["pair_best"] - null["pair_best"])
+    if reduce_pairs is None:
+        columns["effect_size"] = np.full(shape, np.nan)
+    else:
+        differences = observed["pair_best"] - null["pair_best"]
+        magnitudes = np.maximum(np.abs(observed["pair_best"]), np.abs(null["pair_best"]))
+        pairs, axes = reduce_pairs(differences)
+        columns["effect_size"] = effect_size(pairs, reduce_pairs(magnitudes)[0], axes, eps)
     if "init" in kinds:
         columns["init"] = kinds["init"][f"{key}_estimate"]
         low, high = percentile_interval(kinds["init"][key], confidence)
@@ -165,7 +165,7 @@ def _one_to_one_columns(kinds: StabilityReplicates, scope: str, key: str, confid
     if "one_to_one_init" in kinds:
         sub["init"] = kinds["one_to_one_init"]
     columns = {**_interval(sub["same_layer"][key], confidence)}
-    columns.update(_chance_columns(sub, "same_layer", key, confidence, lambda d: np.nan))
+    columns.update(_chance_columns(sub, "same_layer", key, confidence, None, np.nan))  # no one-to-one effect_size
     return {column: columns[column.removeprefix("one_to_one_")] for column in ONE_TO_ONE}
 
 
@@ -192,19 +192,19 @@ def head_interval_table(
     seeds: Sequence[int],
     promptset: str,
     confidence: float,
+    eps: float,
     entropy: np.ndarray | None = None,
 ) -> pd.DataFrame:
-    """HEAD_INTERVAL_COLUMNS: one row per (scope, anchor_seed, layer, head), as head_stability.csv;
-    entropy [seed, layer, head] of the prompt groups (NaN without)."""
+    """HEAD_INTERVAL_COLUMNS: one row per (scope, anchor_seed, layer, head), as head_stability.csv; eps: the
+    machine epsilon of the similarities' dtype (effect_size); entropy [seed, layer, head] of the prompt groups
+    (NaN without)."""
     frames = []
     for scope in ("same_layer", "cross_layer"):
         estimate = kinds[scope]["head_estimate"]
         anchor, layer, head = np.indices(estimate.shape)
         base = {"anchor_seed": np.asarray(seeds)[anchor], "layer": layer, "head": head}
         columns = _interval(kinds[scope]["head"], confidence)
-        columns.update(
-            _chance_columns(kinds, scope, "head", confidence, lambda d: _effect_size(_off_diagonal_pairs(d), (1,)))
-        )
+        columns.update(_chance_columns(kinds, scope, "head", confidence, lambda d: (_off_diagonal_pairs(d), (1,)), eps))
         columns.update(_one_to_one_columns(kinds, scope, "head", confidence))
         columns["entropy"] = entropy_column(entropy, estimate.shape)
         columns.update(content_columns(kinds, scope, "head", confidence))
@@ -221,6 +221,7 @@ def layer_interval_table(
     seeds: Sequence[int],
     promptset: str,
     confidence: float,
+    eps: float,
     entropy: np.ndarray | None = None,
 ) -> pd.DataFrame:
     """LAYER_INTERVAL_COLUMNS: per (scope, anchor_seed, layer), the anchor's mean over heads, as
@@ -237,9 +238,7 @@ def layer_interval_table(
         base = {"anchor_seed": np.asarray(seeds)[anchor], "layer": layer}
         columns = _interval(per_anchor[scope]["layer"], confidence)
         columns.update(
-            _chance_columns(
-                per_anchor, scope, "layer", confidence, lambda d: _effect_size(_off_diagonal_pairs(d), (1, 3))
-            )
+            _chance_columns(per_anchor, scope, "layer", confidence, lambda d: (_off_diagonal_pairs(d), (1, 3)), eps)
         )
         columns.update(_one_to_one_columns(per_anchor, scope, "layer", confidence))
         columns["entropy"] = entropy_column(entropy, estimate.shape, (2,))
@@ -249,7 +248,7 @@ def layer_interval_table(
 
 
 def pooled_layer_table(
-    kinds: StabilityReplicates, promptset: str, confidence: float, entropy: np.ndarray | None = None
+    kinds: StabilityReplicates, promptset: str, confidence: float, eps: float, entropy: np.ndarray | None = None
 ) -> pd.DataFrame:
     """POOLED_COLUMNS: per (scope, layer), stability averaged over ordered pairs of distinct refits and heads
     (entropy: over refits and heads)."""
@@ -260,11 +259,11 @@ def pooled_layer_table(
         base = {"layer": np.arange(estimate.size), "stability": estimate}
         columns = _interval(kinds[scope]["layer"], confidence)
 
-        def reduce(d: np.ndarray) -> np.ndarray:
+        def reduce(d: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]]:
             pairs = d[~np.eye(n_seeds, dtype=bool)]  # [pair, layer, head]
-            return _effect_size(np.moveaxis(pairs, 1, 0).reshape(pairs.shape[1], -1), (1,))
+            return np.moveaxis(pairs, 1, 0).reshape(pairs.shape[1], -1), (1,)
 
-        columns.update(_chance_columns(kinds, scope, "layer", confidence, reduce))
+        columns.update(_chance_columns(kinds, scope, "layer", confidence, reduce, eps))
         one_to_one = kinds["one_to_one"]["layer_estimate"] if "one_to_one" in kinds else np.nan
         columns["stability_one_to_one"] = np.broadcast_to(
             one_to_one if scope == "same_layer" else np.nan, estimate.shape
@@ -334,10 +333,11 @@ def interval_tables(
         [gap, pd.DataFrame(gap_control_rows(kinds, promptset, confidence, permutations, seed), columns=gap.columns)],
         ignore_index=True,
     )
+    eps = float(np.finfo(np.result_type(grouped.observed, grouped.null)).eps)  # the similarities' stored dtype
     return {
-        "head": head_interval_table(kinds, seeds, promptset, confidence, grouped.entropy),
-        "layer": layer_interval_table(kinds, seeds, promptset, confidence, grouped.entropy),
-        "pooled": pooled_layer_table(kinds, promptset, confidence, grouped.entropy),
+        "head": head_interval_table(kinds, seeds, promptset, confidence, eps, grouped.entropy),
+        "layer": layer_interval_table(kinds, seeds, promptset, confidence, eps, grouped.entropy),
+        "pooled": pooled_layer_table(kinds, promptset, confidence, eps, grouped.entropy),
         "gap": gap,
         "commonness": commonness_interval_table(grouped, resamples, promptset, confidence),
     }

@@ -22,7 +22,7 @@ import torch
 
 from headstab.fileio import atomic_path, sha256_file, write_json_atomic
 from headstab.plan.spec import ArchitectureSpec
-from headstab.provenance import environment_record
+from headstab.provenance.records import environment_record
 from headstab.refits.models import build_model, count_weight_matrix_params, resolve_device, save_weights
 from headstab.training.checkpoint import (
     load_latest_state,

@@ -20,7 +20,7 @@ from typing import Any
 
 from headstab.fileio import atomic_path, sha256_file, write_json_atomic
 from headstab.plan.spec import ArchitectureSpec
-from headstab.provenance import environment_record
+from headstab.provenance.records import environment_record
 from headstab.refits.models import build_model, count_weight_matrix_params, save_weights
 
 __all__ = [
@@ -82,7 +82,6 @@ def missing_snapshots(checkpoint_dir: str | Path, steps: Iterable[int], up_to: i
 def write_init_weights(spec: ArchitectureSpec, seed: int, path: str | Path) -> dict[str, Any]:
     """Refit `seed` of `spec` at step 0: `build_model(spec, seed)` (on the CPU, where it is bit-identical
     to the model training starts from) saved at `path` (a final.pt) with its meta.json; returns the record."""
-
     path = Path(path)
     if path.name != "final.pt":
         raise ValueError(f"snapshot weights must be named final.pt (its meta.json goes beside it); got {path}")

@@ -1,53 +1,21 @@
-"""Provenance records: the environment, and the chain from a checkpoint back to the corpus shards."""
+"""Lineage: the chain from a file of the workflow back to the corpus shards, and --verify catching a flipped bit
+in any file of it."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.provenance_runs import fake_run, flip_middle_byte
 
 from headstab.fileio import read_json, sha256_file, write_json_atomic
-from headstab.provenance import environment_record, format_chain, main, trace
-
-
-def test_environment_record_names_packages_and_code_version():
-    record = environment_record("cpu")
-    assert record["device"] == "cpu"
-    assert {"torch", "transformer-lens", "numpy", "python"} <= set(record["packages"])
-    assert record["git_commit"]
-
-
-def _fake_run(root: Path) -> Path:
-    """A corpus with two shards and one checkpoint that records it, as the workflow writes them."""
-    data = root / "data" / "toy"
-    data.mkdir(parents=True)
-    shards = []
-    for index in range(2):
-        shard = data / f"shard_{index:03d}.npy"
-        np.save(shard, np.arange(10, dtype=np.uint16) + index)
-        shards.append({"file": shard.name, "n_tokens": 10, "sha256": sha256_file(shard)})
-    corpus_meta = data / "meta.json"
-    write_json_atomic(corpus_meta, {"corpus": "toy", "n_tokens": 20, "shards": shards})
-    checkpoint = root / "l2_h4" / "checkpoints" / "seed1"
-    checkpoint.mkdir(parents=True)
-    (checkpoint / "final.pt").write_bytes(b"weights")
-    write_json_atomic(
-        checkpoint / "meta.json",
-        {
-            "architecture": {"name": "l2_h4"},
-            "seed": 1,
-            "final_weights_sha256": sha256_file(checkpoint / "final.pt"),
-            "corpus": {"meta": str(corpus_meta), "meta_sha256": sha256_file(corpus_meta)},
-            "environment": {"git_commit": "abc123", "device": "cpu"},
-        },
-    )
-    return checkpoint / "final.pt"
+from headstab.provenance.__main__ import main
+from headstab.provenance.lineage import format_chain, trace
 
 
 def test_checkpoint_chain_reaches_the_corpus_shards(tmp_path):
-    weights = _fake_run(tmp_path)
+    weights = fake_run(tmp_path)
     chain = trace(weights, verify=True)
     assert chain.kind == "checkpoint" and chain.status == "ok" and chain.details["seed"] == 1
     corpus = chain.inputs[0]
@@ -59,7 +27,7 @@ def test_checkpoint_chain_reaches_the_corpus_shards(tmp_path):
 
 
 def test_a_changed_shard_is_reported_as_a_mismatch(tmp_path, capsys):
-    weights = _fake_run(tmp_path)
+    weights = fake_run(tmp_path)
     np.save(tmp_path / "data/toy/shard_001.npy", np.zeros(10, dtype=np.uint16))
     chain = trace(weights, verify=True)
     assert chain.inputs[0].inputs[1].status == "sha256 mismatch"
@@ -68,37 +36,21 @@ def test_a_changed_shard_is_reported_as_a_mismatch(tmp_path, capsys):
 
 
 def test_without_verify_hashes_are_listed_not_recomputed(tmp_path):
-    weights = _fake_run(tmp_path)
+    weights = fake_run(tmp_path)
     np.save(tmp_path / "data/toy/shard_001.npy", np.zeros(10, dtype=np.uint16))
     assert trace(weights).inputs[0].inputs[1].status == "unverified"
 
 
-def test_cli_json_and_unknown_file(tmp_path, capsys):
-    weights = _fake_run(tmp_path)
-    assert main([str(weights), "--json"]) == 0
-    parsed = json.loads(capsys.readouterr().out)
-    assert parsed["inputs"][0]["kind"] == "corpus meta"
-    assert main([str(tmp_path / "notes.txt")]) == 2
-    assert "don't know how to trace" in capsys.readouterr().err
-
-
 # ---------------------------------------------------------------- --verify catches flipped bits
-def _flip_middle_byte(path: Path, start: int = 0, size: int | None = None) -> None:
-    """Flip one bit of the byte in the middle of path[start:start + size] (default: the whole file)."""
-    size = path.stat().st_size - start if size is None else size
-    data = bytearray(path.read_bytes())
-    data[start + size // 2] ^= 0x01
-    path.write_bytes(bytes(data))
-
-
 @pytest.fixture
 def built_run(tmp_path, tiny_spec):
     """A checkpoint with its meta.json, a cache built from it, a similarity file and a table, laid out as the workflow does."""
     from headstab.activations.writer import CacheOptions, write_activation_cache
     from headstab.refits.models import build_model, save_weights
     from headstab.similarity.pairs import pair_similarity_from_caches, write_pair_similarity
+    from headstab.similarity.prompt_groups import GroupedSimilarity, write_grouped_similarity
 
-    weights = _fake_run(tmp_path)  # corpus, shards and checkpoint meta.json
+    weights = fake_run(tmp_path)  # corpus, shards and checkpoint meta.json
     spec = tiny_spec()
     model = build_model(spec, seed=1)
     save_weights(model, weights)
@@ -127,10 +79,14 @@ def built_run(tmp_path, tiny_spec):
         [1],
         attrs={"architecture": "l2_h4", "promptset": "primary", "inputs": {str(cache): {"seed": 1}}},
     )
+    groups = arch / "similarity" / "primary.groups.h5"
+    observed = np.full((2, 1, 1, spec.n_layers, spec.n_heads, spec.n_heads), 0.5, dtype=np.float32)
+    grouped = GroupedSimilarity(observed, observed / 2, np.array([2, 1]), [1], np.array([2, 0, 1]), np.array([4, 2, 6]))
+    write_grouped_similarity(groups, grouped, attrs={"promptset": "primary", "seed": 1, "caches": [str(cache)]})
     table = arch / "tables" / "head_stability.csv"
     table.parent.mkdir()
     table.write_text("layer,head,stability\n0,0,1.0\n")
-    return {"checkpoint": weights, "cache": cache, "similarity": similarity, "table": table}
+    return {"checkpoint": weights, "cache": cache, "similarity": similarity, "groups": groups, "table": table}
 
 
 def test_verify_passes_a_sound_run(built_run):
@@ -144,7 +100,7 @@ def test_verify_catches_a_flipped_byte_in_a_cache_dataset(built_run, capsys):
     cache = built_run["cache"]
     with h5py.File(cache) as handle:
         info = handle["primary/hook_pattern"].id.get_chunk_info_by_coord((1, 0, 0))
-    _flip_middle_byte(cache, info.byte_offset, info.size - 4)  # inside the data, before the checksum
+    flip_middle_byte(cache, info.byte_offset, info.size - 4)  # inside the data, before the checksum
     assert main([str(cache)]) == 0  # opening reads no pattern data: only --verify reads everything
     capsys.readouterr()
     for path in (cache, built_run["similarity"], built_run["table"]):
@@ -159,14 +115,81 @@ def test_verify_catches_a_flipped_byte_in_a_similarity_file(built_run, capsys):
     similarity = built_run["similarity"]
     with h5py.File(similarity) as handle:
         info = handle["pair_similarity"].id.get_chunk_info_by_coord((0,) * 6)
-    _flip_middle_byte(similarity, info.byte_offset, info.size - 4)
+    flip_middle_byte(similarity, info.byte_offset, info.size - 4)
     assert main([str(built_run["table"]), "--verify"]) == 1
     assert f"pair similarity: {similarity}  [checksum mismatch]" in capsys.readouterr().out
 
 
 def test_verify_catches_a_flipped_bit_in_the_checkpoint_from_every_output_built_on_it(built_run, capsys):
     checkpoint = built_run["checkpoint"]
-    _flip_middle_byte(checkpoint)
+    flip_middle_byte(checkpoint)
     for path in built_run.values():
         assert main([str(path), "--verify"]) == 1, path
         assert f"checkpoint: {checkpoint}  [sha256 mismatch]" in capsys.readouterr().out
+
+
+def test_verify_passes_a_sound_prompt_group_file_and_traces_it_to_its_caches(built_run, capsys):
+    groups = built_run["groups"]
+    assert main([str(groups), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        out.startswith(f"prompt-group similarity: {groups}  (") and f"<- activation cache: {built_run['cache']}" in out
+    )
+
+
+@pytest.mark.parametrize("dataset", ["observed", "null"])
+def test_verify_catches_a_flipped_byte_in_either_half_of_a_prompt_group_file(built_run, capsys, dataset):
+    import h5py
+
+    groups = built_run["groups"]
+    with h5py.File(groups) as handle:
+        info = handle[dataset].id.get_chunk_info_by_coord((1, 0, 0, 0, 0, 0))
+    flip_middle_byte(groups, info.byte_offset, info.size - 4)
+    assert main([str(groups), "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert f"prompt-group similarity: {groups}  [checksum mismatch]" in out
+
+
+@pytest.mark.parametrize("name", ["cache", "similarity", "groups"])
+def test_verify_catches_an_attribute_changed_after_writing(built_run, capsys, name):
+    import h5py
+
+    path = built_run[name]
+    with h5py.File(path, "a") as handle:
+        key, value = ("seed", 3) if "seed" in handle.attrs else ("promptset", "len5")
+        handle.attrs.modify(key, value)
+    assert main([str(path)]) == (1 if name == "cache" else 0)  # the cache reader checks digests when it opens
+    capsys.readouterr()
+    assert main([str(path), "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert f"{path}  [digest mismatch]" in out and "attrs_sha256 differs" in out
+
+
+def test_full_state_checkpoint_shard_and_tokenizer_records_are_verified(tmp_path, capsys):
+    from headstab.training.checkpoint import save_state
+
+    checkpoint = fake_run(tmp_path).parent
+    state = save_state(checkpoint, {"step": 8, "weights": np.arange(4)}, keep=1)
+    data = tmp_path / "data" / "toy"
+    record = data / "shard_000.json"
+    write_json_atomic(record, {"corpus": "toy", "shard_index": 0, "sha256": sha256_file(data / "shard_000.npy")})
+    tokenizer = tmp_path / "tokenizers" / "toy_bpe"
+    tokenizer.mkdir(parents=True)
+    (tokenizer / "tokenizer.json").write_text('{"model": {}}')
+    write_json_atomic(tokenizer / "meta.json", {"tokenizer_json_sha256": sha256_file(tokenizer / "tokenizer.json")})
+    log = tmp_path / "logs" / "train" / "l2_h4" / "seed1.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("rule train started\n")
+    sound = [state, state.with_name(state.name + ".sha256"), record, data / "shard_000.npy", tokenizer / "meta.json"]
+    for path in [*sound, tokenizer / "tokenizer.json", log]:
+        assert main([str(path), "--verify"]) == 0, path
+    assert "log: " in capsys.readouterr().out
+    damaged = {
+        state: "full-state checkpoint",
+        data / "shard_000.npy": "token shard",
+        tokenizer / "tokenizer.json": "tokenizer",
+    }
+    for path, kind in damaged.items():
+        flip_middle_byte(path)
+        assert main([str(path), "--verify"]) == 1, path
+        assert f"{kind}: {path}  [sha256 mismatch]" in capsys.readouterr().out

@@ -1,0 +1,233 @@
+"""Lineage: the chain of files behind a file of the workflow, walked back to the corpus shards, each file
+checked against the record that covers it (records.py); `python -m headstab.provenance` prints it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from headstab.activations.reader import open_cache
+from headstab.plan.layout import file_kind
+from headstab.provenance.records import (
+    ProvenanceNode,
+    check_sha256,
+    read_h5_attrs,
+    read_in_full,
+    read_record,
+)
+from headstab.similarity.pairs import read_pair_similarity
+from headstab.similarity.prompt_groups import read_grouped_similarity
+
+__all__ = ["as_dict", "format_chain", "trace", "walk"]
+
+
+def _corpus_node(meta_path: Path, expected_sha256: str | None, verify: bool) -> ProvenanceNode:
+    node = ProvenanceNode(str(meta_path), "corpus meta", status=check_sha256(meta_path, expected_sha256, verify))
+    if node.status == "missing" or (meta := read_record(meta_path, node, "corpus metadata")) is None:
+        return node
+    node.details |= {key: meta.get(key) for key in ("corpus", "n_tokens", "n_documents", "source") if key in meta}
+    tokenizer = meta.get("tokenizer") or {}
+    if tokenizer:
+        node.details["tokenizer"] = {
+            k: tokenizer.get(k) for k in ("name", "source", "vocab_size", "tokenizer_json_sha256") if k in tokenizer
+        }
+    for shard in meta.get("shards", []):
+        shard_path = meta_path.parent / shard["file"]
+        node.inputs.append(
+            ProvenanceNode(
+                str(shard_path),
+                "token shard",
+                {"n_tokens": shard.get("n_tokens")},
+                status=check_sha256(shard_path, shard.get("sha256"), verify),
+            )
+        )
+    return node
+
+
+def _shard_node(path: Path, verify: bool) -> ProvenanceNode:
+    """A token shard (.npy) checked against its record (.json, written with it)."""
+    shard, record_path = path.with_suffix(".npy"), path.with_suffix(".json")
+    node = ProvenanceNode(str(record_path), "token shard record")
+    if (record := read_record(record_path, node, "shard record")) is not None:
+        node.details = {key: record.get(key) for key in ("corpus", "shard_index", "n_tokens") if key in record}
+        node.inputs.append(
+            ProvenanceNode(str(shard), "token shard", status=check_sha256(shard, record.get("sha256"), verify))
+        )
+    return node
+
+
+def _checkpoint_node(weights: Path, expected_sha256: str | None, verify: bool) -> ProvenanceNode:
+    node = ProvenanceNode(str(weights), "checkpoint", status=check_sha256(weights, expected_sha256, verify))
+    meta_path = weights.parent / "meta.json"
+    if not meta_path.exists():
+        node.details["meta"] = f"{meta_path} missing"
+        return node
+    if (meta := read_record(meta_path, node, "training metadata")) is None:
+        node.path, node.kind = str(meta_path), "checkpoint meta"
+        return node
+    arch = meta.get("architecture", {})
+    node.details = {
+        "architecture": arch.get("name") if isinstance(arch, dict) else arch,
+        "seed": meta.get("seed"),
+        "steps": meta.get("steps", meta.get("step")),
+        "tokens_trained": meta.get("tokens_trained"),
+        "final_loss": meta.get("final_loss"),
+        "git_commit": meta.get("environment", {}).get("git_commit"),
+        "device": meta.get("environment", {}).get("device"),
+        "host": meta.get("environment", {}).get("host"),
+    }
+    if node.status != "missing" and meta.get("final_weights_sha256"):
+        node.status = check_sha256(weights, meta["final_weights_sha256"], verify)
+        node.details["record"] = str(meta_path) if node.status != "ok" else None
+    corpus = meta.get("corpus", {})
+    if corpus.get("meta"):
+        node.inputs.append(_corpus_node(Path(corpus["meta"]), corpus.get("meta_sha256"), verify))
+    return node
+
+
+def _state_node(path: Path, verify: bool) -> ProvenanceNode:
+    """A full-state checkpoint (state_*.pt) checked against its sidecar (state_*.pt.sha256)."""
+    state = path.with_name(path.name.removesuffix(".sha256"))
+    sidecar = state.with_name(state.name + ".sha256")
+    node = ProvenanceNode(str(state), "full-state checkpoint", {"sidecar": str(sidecar)})
+    try:
+        expected = sidecar.read_text().split()[0]
+    except (OSError, IndexError, UnicodeDecodeError) as error:
+        node.status, node.details["error"] = "unreadable", f"sidecar {sidecar}: {error}"
+        return node
+    node.status = check_sha256(state, expected, verify)
+    return node
+
+
+def _tokenizer_node(path: Path, verify: bool) -> ProvenanceNode:
+    """A tokenizer directory the workflow built, its tokenizer.json checked against its meta.json."""
+    directory = path.parent
+    node = ProvenanceNode(str(directory / "meta.json"), "tokenizer")
+    if (meta := read_record(directory / "meta.json", node, "tokenizer metadata")) is not None:
+        node.details = {key: meta.get(key) for key in ("vocab_size", "origin") if key in meta}
+        expected = meta.get("tokenizer_json_sha256")
+        tokenizer_json = directory / "tokenizer.json"
+        node.inputs.append(
+            ProvenanceNode(str(tokenizer_json), "tokenizer", status=check_sha256(tokenizer_json, expected, verify))
+        )
+    return node
+
+
+def _cache_node(path: Path, verify: bool) -> ProvenanceNode:
+    node = ProvenanceNode(str(path), "activation cache")
+    if (attrs := read_h5_attrs(path, node, verify)) is None:
+        return node
+    node.details |= {
+        key: attrs.get(key) for key in ("architecture", "seed", "prompt_sets", "cache_dtype", "patterns_only")
+    }
+    node.details["git_commit"] = (attrs.get("environment") or {}).get("git_commit")
+
+    def read() -> None:
+        with open_cache(path) as cache:
+            if verify:
+                cache.verify()  # reads every dataset in full: every fletcher32 checksum
+
+    read_in_full(node, read)
+    if attrs.get("checkpoint"):
+        node.inputs.append(_checkpoint_node(Path(attrs["checkpoint"]), attrs.get("checkpoint_sha256"), verify))
+    for name, digest in (attrs.get("prompt_file_sha256") or {}).items():
+        node.inputs.append(ProvenanceNode(name, "prompt file", {"sha256": digest}))
+    return node
+
+
+def _result_node(path: Path, verify: bool, expand_all: bool) -> ProvenanceNode:
+    """A pair-similarity or prompt-group similarity file, and the caches it was computed from."""
+    kind = file_kind(path) or "pair similarity"
+    node = ProvenanceNode(str(path), kind)
+    if (attrs := read_h5_attrs(path, node, verify)) is None:
+        return node
+    if verify:  # reads the data in full: its fletcher32 checksums
+        reader = read_grouped_similarity if kind == "prompt-group similarity" else read_pair_similarity
+        read_in_full(node, lambda: reader(path))
+    node.details |= {
+        "architecture": attrs.get("architecture"),
+        "promptset": attrs.get("promptset"),
+        "seeds": [int(s) for s in attrs.get("seeds", [])],
+        "git_commit": (attrs.get("environment") or {}).get("git_commit"),
+    }
+    caches = attrs.get("inputs") or attrs.get("caches") or []
+    for index, cache_path in enumerate(caches):
+        if index == 0 or expand_all:
+            node.inputs.append(_cache_node(Path(cache_path), verify))
+        else:
+            node.inputs.append(ProvenanceNode(cache_path, "activation cache", {"expanded": "no (use --all)"}))
+    return node
+
+
+def _output_node(path: Path, kind: str, verify: bool, expand_all: bool) -> ProvenanceNode:
+    """A table or figure: traced through its architecture's similarity files, the primary one first."""
+    node = ProvenanceNode(str(path), kind, status="ok" if path.exists() else "missing")
+    similarity_dir = path.parent.parent / "similarity"
+    sources = sorted(p for p in similarity_dir.glob("*.h5") if not p.name.endswith(".groups.h5"))
+    primary = similarity_dir / "primary.h5"
+    if primary.exists():
+        sources = [primary] + [p for p in sources if p != primary]
+    for index, source in enumerate(sources):
+        if index == 0 or expand_all:
+            node.inputs.append(_result_node(source, verify, expand_all))
+        else:
+            node.inputs.append(ProvenanceNode(str(source), "pair similarity", {"expanded": "no (use --all)"}))
+    if not sources:
+        node.details["note"] = f"no similarity files under {similarity_dir}"
+    return node
+
+
+def trace(path: str | Path, verify: bool = False, expand_all: bool = False) -> ProvenanceNode:
+    """The chain of files behind a file of the workflow, back to the corpus shards.
+
+    Knows every kind of file the workflow writes under results_dir (headstab.plan.layout.file_kind): checkpoints
+    (final.pt, meta.json, train_log.csv), full-state checkpoints, snapshot weights, activation caches,
+    similarity and prompt-group similarity files, token shards, corpus metas, tokenizers, and tables and
+    figures (traced through their architecture's primary similarity file); files no record covers (logs,
+    benchmarks, report pages, the configuration, the corpus text) are listed as such. verify=True recomputes
+    every recorded sha256, checks every HDF5 file's attribute digests and reads it in full, which checks its
+    fletcher32 checksums (slow for big files); otherwise hashes are only listed.
+    """
+    path = Path(path)
+    kind = file_kind(path)
+    if kind in ("checkpoint", "snapshot weights"):
+        return _checkpoint_node(path.parent / "final.pt", None, verify)
+    if kind in ("pair similarity", "prompt-group similarity"):
+        return _result_node(path, verify, expand_all)
+    if kind in ("table", "figure"):
+        return _output_node(path, kind, verify, expand_all)
+    builders = {"full-state checkpoint": _state_node, "activation cache": _cache_node, "token shard": _shard_node}
+    builders |= {"tokenizer": _tokenizer_node, "corpus meta": lambda path, verify: _corpus_node(path, None, verify)}
+    if kind in builders:
+        return builders[kind](path, verify)
+    if kind is not None:  # written by the workflow, covered by no record: there is nothing to check it against
+        status = "ok" if path.exists() else "missing"
+        return ProvenanceNode(str(path), kind, {"record": "none (nothing to verify)"}, status=status)
+    raise ValueError(
+        f"don't know how to trace {path}: it is not a file the workflow writes under results_dir (a checkpoint, "
+        "cache, similarity file, token shard, corpus meta.json, tokenizer, table, figure, log ...; "
+        "headstab.plan.layout.file_kind)"
+    )
+
+
+def format_chain(node: ProvenanceNode, indent: int = 0) -> str:
+    """The chain as an indented tree, one file a line, details beside it."""
+    details = ", ".join(f"{key}={value}" for key, value in node.details.items() if value is not None)
+    flag = "" if node.status == "ok" else f"  [{node.status}]"
+    line = f"{'  ' * indent}{'<- ' if indent else ''}{node.kind}: {node.path}{flag}" + (
+        f"  ({details})" if details else ""
+    )
+    return "\n".join([line, *(format_chain(child, indent + 1) for child in node.inputs)])
+
+
+def as_dict(node: ProvenanceNode) -> dict[str, Any]:
+    return {**asdict(node), "inputs": [as_dict(child) for child in node.inputs]}
+
+
+def walk(node: ProvenanceNode) -> Iterator[ProvenanceNode]:
+    """The node and every node below it, depth first."""
+    yield node
+    for child in node.inputs:
+        yield from walk(child)

@@ -1,0 +1,58 @@
+"""Layout.parse is the inverse of every path method of Layout: each path it gives parses back to its kind,
+its rule, and (for tables and figures) its scope, architecture and name."""
+
+from __future__ import annotations
+
+import pytest
+
+from headstab.plan.layout import Layout, file_kind, writer_rule
+
+CONFIG = {
+    "results_dir": "res/run",
+    "tokenizers": {"bpe": {"source": "train"}},
+    "corpora": {"synthetic": {"n_shards": 2}},
+}
+
+
+def _cases(layout: Layout):
+    return [
+        (layout.final_weights("l2_h8", 3), ("checkpoint", "train", "", "", "final")),
+        (layout.checkpoint_file("l2_h8", 3, "meta.json"), ("checkpoint", "train", "", "", "meta")),
+        (layout.cache_path("l2_h8", 3), ("activation cache", "cache_activations", "", "", "seed3")),
+        (layout.similarity_path("l2_h8", "primary"), ("pair similarity", "pair_similarity", "", "", "primary")),
+        (
+            layout.grouped_similarity_path("l2_h8", "len5"),
+            ("prompt-group similarity", "prompt_group_similarity", "", "", "len5"),
+        ),
+        (layout.snapshot_weights("l2_h8", 0, 2), ("snapshot weights", "init_weights", "", "", "final")),
+        (layout.snapshot_weights("l2_h8", 40, 2), ("snapshot weights", "snapshot_weights", "", "", "final")),
+        (
+            layout.snapshot_cache_path("l2_h8", 0, 2),
+            ("activation cache", "cache_snapshot_activations", "", "", "seed2"),
+        ),
+        (layout.corpus_shard("synthetic", "001"), ("token shard", "tokenize_shard", "", "", "shard_001")),
+        (layout.corpus_meta("synthetic"), ("corpus meta", "corpus_meta", "", "", "meta")),
+        (layout.synthetic_text("synthetic"), ("corpus text", "synthetic_text", "", "", "text")),
+        (layout.prompt_check_record("bpe", 128), ("prompt check", "check_prompts", "", "", "n_ctx128")),
+        (layout.table_path("l2_h8", "head_stability"), ("table", None, "arch", "l2_h8", "head_stability")),
+        (layout.figure_path("l2_h8", "alignment_map"), ("figure", None, "arch", "l2_h8", "alignment_map")),
+        (layout.compare_table_path("l2_h8", "perplexity"), ("table", None, "compare", "l2_h8", "perplexity")),
+        (layout.summary_table_path("headline"), ("table", None, "summary", "", "headline")),
+        (layout.summary_figure_path("meta_sne"), ("figure", None, "summary", "", "meta_sne")),
+        (layout.report_configuration_path(), ("configuration", "report_configuration", "", "", "configuration")),
+        (layout.log("train", "l2_h8", "seed1"), ("log", None, "", "", "seed1")),
+        (layout.benchmark("train", "l2_h8", "seed1"), ("benchmark", None, "", "", "seed1")),
+    ]
+
+
+@pytest.mark.parametrize("index", range(20))
+def test_every_layout_path_parses_back(index):
+    layout = Layout(CONFIG)
+    path, (kind, rule, scope, arch, name) = _cases(layout)[index]
+    parsed = Layout.parse(path)
+    assert (parsed.kind, parsed.rule, parsed.scope, parsed.arch, parsed.name) == (kind, rule, scope, arch, name)
+    assert file_kind(path) == kind and writer_rule(path) == rule
+
+
+def test_a_file_the_workflow_does_not_write_parses_to_none():
+    assert Layout.parse("res/run/notes.txt") is None and file_kind("res/run/notes.txt") is None

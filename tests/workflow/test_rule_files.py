@@ -1,0 +1,57 @@
+"""The rule files spell each path one way and keep to themselves: every output, log and benchmark path is a
+headstab.plan.layout.Layout call (no f-string of RESULTS, no alias of a Layout method), each log is named
+after the rule that writes it, and no rule file reads a global another rule file defines (what several
+share lives in common.smk, their shared input functions in functions.smk)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RULE_FILES = sorted((REPO / "workflow/rules").glob("*.smk"))
+SHARED = ("common.smk", "functions.smk")
+
+
+def _globals(path: Path) -> set[str]:
+    text = path.read_text()
+    return set(re.findall(r"^([A-Za-z_]\w*)\s*=", text, re.M)) | set(re.findall(r"^def ([A-Za-z_]\w*)", text, re.M))
+
+
+def test_paths_are_layout_calls():
+    literals = [
+        f"{path.name}:{number}: {line.strip()}"
+        for path in RULE_FILES
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r'f"\{RESULTS\}', line)
+    ]
+    assert RULE_FILES and not literals, literals
+    text = (REPO / "workflow/rules/common.smk").read_text()
+    aliases = [m for m in re.findall(r"^(\w+) = LAYOUT\.(\w+)$", text, re.M) if m[1] != "results"]
+    assert not aliases, aliases
+
+
+def test_each_log_and_benchmark_is_named_after_its_rule():
+    wrong = []
+    for path in RULE_FILES:
+        for block in re.split(r"\n(?=rule \w+:|use rule \w+ as \w+ with:)", path.read_text())[1:]:
+            rule = re.match(r"(?:rule|use rule \w+ as) (\w+)", block).group(1)
+            for section in ("log", "benchmark"):
+                entry = re.search(rf"^    {section}:\n\s+(.+)$", block, re.M)
+                if entry and not entry.group(1).startswith(f'LAYOUT.{section}("{rule}"'):
+                    wrong.append(f"{path.name}: rule {rule} {section}: {entry.group(1)}")
+    assert not wrong, wrong
+
+
+def test_no_rule_file_reads_another_rule_files_globals():
+    homes = {}
+    for path in RULE_FILES:
+        for name in _globals(path):
+            homes.setdefault(name, path.name)
+    reads = [
+        f"{path.name} reads {name} of {home}"
+        for path in RULE_FILES
+        for name, home in homes.items()
+        if home not in (path.name, *SHARED) and re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", path.read_text())
+    ]
+    assert not reads, reads
