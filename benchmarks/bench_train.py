@@ -3,9 +3,9 @@
 Same model (the demo's l4_h8 at the same seed), same data (synthetic token windows of seq_len 128
 in a uint16 shard), same batch (8), same optimiser (Adam, lr 1e-3), same number of steps, same
 torch threads and device:
-- ours: `headstab.training.train_refit` as the train rule runs it: model build, full-state
-  checkpoints with sha256 sidecars every `checkpoint_every` steps, train_log.csv every `log_every`
-  steps, final.pt and meta.json at the end;
+- ours: `headstab.training.train_refit` (a train job of one refit, the plain training model): model
+  build, full-state checkpoints with sha256 sidecars every `checkpoint_every` steps, train_log.csv
+  every `log_every` steps, final.pt and meta.json at the end;
 - theirs: `transformer_lens.tools.training.train` (present in transformer-lens 4.3.0) with
   `TrainConfig(save_every=checkpoint_every, print_every=log_every)`, model build included.
 tokens/s = steps x batch x seq_len / wall seconds of the whole call; runs alternate, medians reported.
@@ -71,7 +71,7 @@ def bench_train(
     from transformer_lens.tools.training import TrainConfig, train
 
     from headstab.refits.models import build_model
-    from headstab.training import train_refit
+    from headstab.training import TrainingOptions, train_refit
 
     spec = bench_spec(steps)
     n_windows = steps * spec.batch_size
@@ -86,7 +86,8 @@ def bench_train(
     torch.set_num_threads(threads)
 
     def ours(run: int) -> None:
-        train_refit(spec, seed, [shard], work_dir / f"ours{run}", device=device, threads=threads, progress=False)
+        options = TrainingOptions(device=device, threads=threads, progress=False)
+        train_refit(spec, seed, [shard], work_dir / f"ours{run}", options)
 
     def theirs(run: int) -> None:
         out_dir = work_dir / f"theirs{run}"

@@ -4,6 +4,7 @@
     python benchmarks/run_all.py --quick      # toy sizes, a minute: checks the code paths only
     python benchmarks/run_all.py --demo       # also time the whole `make demo` DAG from scratch
     python benchmarks/run_all.py --device cuda --only train
+    python benchmarks/run_all.py --only train_gpu   # the GPU stage alone (skipped without CUDA)
 
 Ratios are measured side by side in this one run on this machine; absolute times depend on the
 machine and its load (the load average is recorded at start and end). The summary holds the keys
@@ -58,22 +59,61 @@ TARGETS: dict[str, tuple[str, float] | None] = {
     "drop_swap_vs_intact": ("<=", 10.0),
     "drop_swap_flop_ratio": None,
     "drop_swap_vs_flops": ("<=", 1.15),
+    # the training model and loop on the CPU (bench_training_model.py)
+    "stack_vs_k1_max_abs_diff": ("<=", 0.0),
+    "stack_forward_max_abs_diff": ("<=", 1e-5),
+    "plain_vs_bridge_ops_per_step": ("<=", 1.0),
+    "stack_cpu_speedup_k4": None,
+    "train_bf16_loss_delta_sd": ("<=", 1.0),
+    # the GPU stage (bench_train_gpu.py): only where CUDA is present
+    "train_gpu_mfu": None,
+    "train_tf32_speedup": (">=", 1.0),
+    "train_bf16_sdpa_speedup": (">=", 1.0),
+    "train_stack_speedup_k2": (">=", 1.0),
+    "train_stack_speedup_k4": (">=", 1.0),
+    "train_stack_speedup_k8": (">=", 1.0),
+    "train_compile_speedup": (">=", 1.0),
+    "train_compile_seconds": None,
+    "train_gpu_peak_mem_gb": None,
+    "train_gpu_syncs_per_step": ("<=", 0.0),
     "head_types_seconds_per_refit": None,
     "head_types_vs_cache": ("<=", 1.0),
     "job_startup_seconds": None,
 }
-STAGES = ("similarity", "cache", "paper_scale", "bootstrap", "train", "drop_swap", "head_types", "job_startup")
+STAGES = (
+    "similarity",
+    "cache",
+    "paper_scale",
+    "bootstrap",
+    "train",
+    "drop_swap",
+    "head_types",
+    "training_model",
+    "train_gpu",
+    "job_startup",
+)
 
 
 def run_demo(work_dir: Path, cores: str = "all") -> dict[str, Any]:
     """The whole demo DAG from scratch into a temporary results_dir, timed."""
     results_dir = work_dir / "demo_results"
     command = [
-        sys.executable, "-m", "snakemake", "--cores", cores, "--configfile", "config/demo.yaml",
-        "--config", f"results_dir={results_dir}",
-    ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}  # fmt: skip
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--cores",
+        cores,
+        "--configfile",
+        "config/demo.yaml",
+        "--config",
+        f"results_dir={results_dir}",
+    ]
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+    }
     log_path = work_dir / "demo.log"
     start = time.perf_counter()
     with open(log_path, "w") as handle:
@@ -144,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     import bench_paper_scale
     import bench_similarity
     import bench_train
+    import bench_train_gpu
+    import bench_training_model
 
     start = time.perf_counter()
     summary: dict[str, Any] = {key: None for key in TARGETS}
@@ -153,21 +195,34 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if "similarity" in stages:
             log.info("similarity: engine vs plain loop")
-            loop = (bench_similarity.bench_agreement(work_dir, n_refits=3, n_prompts=2, n_pos=8) if args.quick
-                    else bench_similarity.bench_agreement(work_dir))  # fmt: skip
+            loop = (
+                bench_similarity.bench_agreement(work_dir, n_refits=3, n_prompts=2, n_pos=8)
+                if args.quick
+                else bench_similarity.bench_agreement(work_dir)
+            )
             matmul = common.matmul_rate(n=512 if args.quick else 3072)
             log.info("similarity: streamed from HDF5 (float32 GEMM rate %.1f GFLOP/s)", matmul["best_gflops"])
             if args.quick:
-                stream = bench_similarity.bench_streaming(work_dir / "similarity", refit_counts=(2, 3), n_prompts=4,
-                                                          n_pos=12, series_prompts=2, n_distinct=2,
-                                                          matmul=matmul)  # fmt: skip
+                stream = bench_similarity.bench_streaming(
+                    work_dir / "similarity",
+                    refit_counts=(2, 3),
+                    n_prompts=4,
+                    n_pos=12,
+                    series_prompts=2,
+                    n_distinct=2,
+                    matmul=matmul,
+                )
             else:
                 stream = bench_similarity.bench_streaming(work_dir / "similarity", matmul=matmul)
             shutil.rmtree(work_dir / "similarity", ignore_errors=True)
             log.info("similarity: with and without fletcher32 checksums")
-            checksums = (bench_similarity.bench_checksum_overhead(work_dir / "checksums", n_refits=3, n_prompts=4,
-                                                                  n_pos=12, n_distinct=2, repeats=1) if args.quick
-                         else bench_similarity.bench_checksum_overhead(work_dir / "checksums"))  # fmt: skip
+            checksums = (
+                bench_similarity.bench_checksum_overhead(
+                    work_dir / "checksums", n_refits=3, n_prompts=4, n_pos=12, n_distinct=2, repeats=1
+                )
+                if args.quick
+                else bench_similarity.bench_checksum_overhead(work_dir / "checksums")
+            )
             shutil.rmtree(work_dir / "checksums", ignore_errors=True)
             summary["similarity_checksum_overhead"] = checksums["similarity_checksum_overhead"]
             largest = max(int(count) for count in stream["similarity_seconds_by_refits_series"])
@@ -178,18 +233,29 @@ def main(argv: list[str] | None = None) -> int:
             details["similarity"] = {**loop, **stream, **checksums}
         if "cache" in stages:
             log.info("cache: cache_activations vs its bare forward passes")
-            cache = (bench_cache.bench_cache(work_dir, repeats=2, n_prompts=10) if args.quick
-                     else bench_cache.bench_cache(work_dir))  # fmt: skip
+            cache = (
+                bench_cache.bench_cache(work_dir, repeats=2, n_prompts=10)
+                if args.quick
+                else bench_cache.bench_cache(work_dir)
+            )
             log.info("cache: the stage with and without its integrity checks")
-            cache |= (bench_cache.bench_checksum_overhead(work_dir, repeats=1, n_prompts=10) if args.quick
-                      else bench_cache.bench_checksum_overhead(work_dir))  # fmt: skip
+            cache |= (
+                bench_cache.bench_checksum_overhead(work_dir, repeats=1, n_prompts=10)
+                if args.quick
+                else bench_cache.bench_checksum_overhead(work_dir)
+            )
             log.info("cache: one published-size l8_h16 refit with the published config's cache defaults")
             cache |= bench_cache_published.bench_cache_published(
                 work_dir / "published", **({"n_primary": 4, "n_sweep": 2} if args.quick else {})
             )
             shutil.rmtree(work_dir / "published", ignore_errors=True)
-            keys = ("cache_overhead", "cache_max_abs_diff", "cache_checksum_overhead", "cache_published_l8_h16_seconds",
-                    "cache_published_l8_h16_mb")  # fmt: skip
+            keys = (
+                "cache_overhead",
+                "cache_max_abs_diff",
+                "cache_checksum_overhead",
+                "cache_published_l8_h16_seconds",
+                "cache_published_l8_h16_mb",
+            )
             for key in keys:
                 summary[key] = cache[key]
             details["cache"] = cache
@@ -214,10 +280,13 @@ def main(argv: list[str] | None = None) -> int:
             details["bootstrap"] = boot
         if "train" in stages:
             log.info("train: train_refit vs transformer_lens.tools.training.train")
-            train = (bench_train.bench_train(work_dir / "train", repeats=1, steps=8, device=args.device,
-                                             threads=args.train_threads) if args.quick
-                     else bench_train.bench_train(work_dir / "train", device=args.device,
-                                                  threads=args.train_threads))  # fmt: skip
+            train = (
+                bench_train.bench_train(
+                    work_dir / "train", repeats=1, steps=8, device=args.device, threads=args.train_threads
+                )
+                if args.quick
+                else bench_train.bench_train(work_dir / "train", device=args.device, threads=args.train_threads)
+            )
             summary["train_vs_transformer_lens"] = train["train_vs_transformer_lens"]
             details["train"] = train
         if "drop_swap" in stages:
@@ -244,6 +313,34 @@ def main(argv: list[str] | None = None) -> int:
             startup = bench_job_startup.bench_job_startup(n_jobs=3 if args.quick else 8)
             summary["job_startup_seconds"] = startup["job_startup_seconds"]
             details["job_startup"] = startup
+        if "training_model" in stages:
+            log.info("training_model: the plain model against the bridge, stacks against refits trained alone (CPU)")
+            model = bench_training_model.bench_training_model(
+                work_dir / "training_model",
+                threads=args.train_threads,
+                **({"steps": 2, "repeats": 1, "n_layers": 2, "quick": True} if args.quick else {}),
+            )
+            for key in (
+                "stack_vs_k1_max_abs_diff",
+                "stack_forward_max_abs_diff",
+                "plain_vs_bridge_ops_per_step",
+                "stack_cpu_speedup_k4",
+                "train_bf16_loss_delta_sd",
+            ):
+                summary[key] = model[key]
+            details["training_model"] = model
+        if "train_gpu" in stages:
+            import torch
+
+            if torch.cuda.is_available():
+                log.info("train_gpu: the training loop at the paper's shape on %s", torch.cuda.get_device_name())
+                gpu = bench_train_gpu.bench_train_gpu(work_dir / "train_gpu", quick=args.quick)
+                for key in TARGETS:
+                    if key.startswith("train_") and key in gpu:
+                        summary[key] = gpu[key]
+                details["train_gpu"] = gpu
+            else:
+                notes.append("train_gpu: skipped, no CUDA device here (torch.cuda.is_available() is False)")
         if args.demo:
             log.info("demo: the whole `make demo` DAG from scratch")
             demo = run_demo(work_dir)
@@ -263,8 +360,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=2, default=float) + "\n")
     print(format_table(summary))
-    print(f"\nload average {details['load_average_start']} -> {details['load_average_end']}, "
-          f"{details['wall_seconds']:.0f} s; full numbers in {args.out}")  # fmt: skip
+    print(
+        f"\nload average {details['load_average_start']} -> {details['load_average_end']}, "
+        f"{details['wall_seconds']:.0f} s; full numbers in {args.out}"
+    )
     for note in notes:
         print(f"note: {note}")
     return 0

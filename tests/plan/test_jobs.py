@@ -25,6 +25,7 @@ from headstab.plan.jobs import (
     paper_twins,
     prompt_checks,
     tokenizer_training_entry,
+    trained_refits,
     twin_diagonal,
 )
 from headstab.plan.layout import Layout
@@ -228,3 +229,11 @@ def test_a_seed_grid_whose_training_model_data_or_tokenizer_differs_has_no_twin(
     assert paper_twins(specs, ["grid"]) == {"grid": "paper"}
     specs["grid"] = tiny_spec(name="grid", seeds=("1-1", "1-2"), **differs)
     assert paper_twins(specs, ["grid"]) == {}
+
+
+def test_trained_refits_leave_out_only_the_grid_diagonal_its_twin_trains(demo):
+    specs = {arch: architecture_spec(demo, arch) for arch in selected_architectures(demo)}
+    trained = trained_refits(specs, paper_twins(specs, ["l2_h8_grid"]))
+    assert trained["l2_h8"] == [1, 2, 3, 4]
+    assert trained["l2_h8_grid"] == ["1-2", "1-3", "2-1", "2-3", "3-1", "3-2"]  # 1-1, 2-2, 3-3 are l2_h8's 1, 2, 3
+    assert trained_refits(specs, {})["l2_h8_grid"] == list(specs["l2_h8_grid"].seeds)

@@ -30,15 +30,27 @@ def paper():
     return load_config(PAPER)
 
 
-def test_one_epoch_of_c4_at_the_calibrated_rates(paper):
-    corpus = paper["corpora"]["c4_code_2b"]
-    for arch, rate in (("l2_h8", 60_000), ("l4_h16_attn_wd", 43_000), ("l8_h16", 27_000)):
+def test_one_epoch_of_c4_per_refit_at_the_calibrated_rates_of_a_job_of_five(paper):
+    corpus, k = paper["corpora"]["c4_code_2b"], paper["training"]["seeds_per_job"]
+    assert k == 5
+    for arch, rate in (("l2_h8", 178_000), ("l2_h16_attn", 137_000), ("l4_h16_attn_wd", 112_000), ("l8_h16", 83_000)):
         spec = architecture_spec(paper, arch)
         assert train_tokens(spec, corpus) == C4_TOKENS
         assert tokens_per_second(arch, paper["compute"]["train_tokens_per_second"]) == rate
-        assert train_runtime(spec, corpus, paper["compute"]) == math.ceil(1.5 * C4_TOKENS / rate / 60) + 10
-    assert train_runtime(architecture_spec(paper, "l2_h8"), corpus, paper["compute"]) == 718
-    assert train_runtime(architecture_spec(paper, "l8_h16"), corpus, paper["compute"]) == 1582
+        assert train_runtime(spec, corpus, paper["compute"], k) == math.ceil(1.5 * 5 * C4_TOKENS / rate / 60) + 10
+    # 1.5 x 5 x 1,696,872,448 tokens / 178,000 per second = 71,497.4 s = 1,191.6 minutes, + 10
+    assert train_runtime(architecture_spec(paper, "l2_h8"), corpus, paper["compute"], k) == 1202
+    assert train_runtime(architecture_spec(paper, "l8_h16"), corpus, paper["compute"], k) == 2566
+
+
+def test_a_job_of_k_refits_asks_k_times_the_tokens_and_memory(paper, tiny_spec):
+    spec, corpus, compute = architecture_spec(paper, "l4_h8"), paper["corpora"]["c4_code_2b"], paper["compute"]
+    minutes = [train_runtime(spec, corpus, compute, k) - 10 for k in (1, 2, 4)]
+    assert (
+        minutes[1] in (2 * minutes[0] - 1, 2 * minutes[0], 2 * minutes[0] + 1) and abs(minutes[2] - 4 * minutes[0]) <= 3
+    )
+    one, four = train_mem_mb(spec, "auto", 1), train_mem_mb(spec, "auto", 4)
+    assert 4 * (one - 3500) <= four - 3000 <= 4 * (one - 3000)  # the 3 GB base once, rounded up to 500 MB
 
 
 def test_rate_lookup_prefers_the_name_then_the_longest_prefix_then_default():
@@ -63,6 +75,8 @@ def test_training_memory_of_l8_h16_on_a_gpu_is_two_full_states(paper):
     # 3 GB base + 2 copies x (weights + 2 Adam moments) x 4 bytes = 3,000 + 2,004 MB, rounded up to 500
     assert train_mem_mb(spec, device="auto") == 5500
     assert train_mem_mb(spec, device="cpu") > 5500  # plus one step's activations
+    # five refits in one job: 3,000 + 5 x 2,004 = 13,020 MB, rounded up to 13,500
+    assert train_mem_mb(spec, device="auto", seeds_per_job=5) == 13500
 
 
 def test_cache_memory_counts_patterns_of_the_largest_set(tiny_spec):

@@ -1,10 +1,21 @@
 """headstab.plan.seed_design: a grid refit's init seed draws its weights and its data seed orders its windows."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
 
-from headstab.plan.seed_design import SHARED_DATA_SEED, grid_refits, refit_name, refit_seeds, training_seeds
+from headstab.plan.seed_design import (
+    BLOCK_WILDCARD,
+    SHARED_DATA_SEED,
+    block_name,
+    grid_refits,
+    refit_name,
+    refit_seeds,
+    train_blocks,
+    training_seeds,
+)
 from headstab.refits.models import build_model
 from headstab.training.data import window_order
 
@@ -48,3 +59,16 @@ def test_a_shared_data_order_gives_every_refit_the_one_fixed_data_seed():
         training_seeds("1-2", "shared")
     with pytest.raises(ValueError, match="per_seed or shared"):
         training_seeds(3, "shuffled")
+
+
+def test_train_blocks_cut_the_refits_in_order_and_name_each_block_by_its_refits():
+    assert train_blocks([1, 2, 3, 4, 5], 2) == {"seeds1_2": [1, 2], "seeds3_4": [3, 4], "seeds5": [5]}
+    assert train_blocks([1, 2, 3], 1) == {"seeds1": [1], "seeds2": [2], "seeds3": [3]}
+    assert train_blocks([7, 8], 10) == {"seeds7_8": [7, 8]}
+    assert train_blocks(["1-2", "1-3", "2-1"], 2) == {"seeds1-2_1-3": ["1-2", "1-3"], "seeds2-1": ["2-1"]}
+    assert all(
+        re.fullmatch(BLOCK_WILDCARD, name) for name in ("seeds1", "seeds1_2_3", "seeds1-2_10-3", block_name([5]))
+    )
+    assert not any(re.fullmatch(BLOCK_WILDCARD, name) for name in ("seeds", "seeds1_", "seeds1__2", "seed1", "1_2"))
+    with pytest.raises(ValueError, match="seeds_per_job must be at least 1, not 0"):
+        train_blocks([1], 0)

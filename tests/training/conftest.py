@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from headstab.training import TrainingOptions
+from headstab.training.model import StackedTransformer
+
 PERIOD = np.array([5, 17, 3, 29, 11, 2, 23, 8, 14, 30, 1, 19, 26, 7, 12, 21])  # a fixed cycle: learnable
 
 
@@ -55,3 +58,22 @@ def kill_after(step_to_kill: int):
             raise SimulatedKill(step)
 
     return callback
+
+
+def quiet(**options) -> TrainingOptions:
+    """Training options of the tests: no progress bar, the device the CPU (`options` override)."""
+    return TrainingOptions(**{"progress": False, "device": "cpu", **options})
+
+
+def patch_loss(monkeypatch, steps, change):
+    """Make training's loss `change(model, loss)` ([seed] losses of the stack) at the given 1-based steps of the
+    job, the real loss elsewhere."""
+    real_loss = StackedTransformer.loss
+    calls = []
+
+    def patched(model, tokens):
+        calls.append(1)
+        loss = real_loss(model, tokens)
+        return change(model, loss) if len(calls) in steps else loss
+
+    monkeypatch.setattr(StackedTransformer, "loss", patched)

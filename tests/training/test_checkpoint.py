@@ -9,17 +9,17 @@ import pytest
 from headstab.training import checkpoint, train_refit
 from headstab.training.checkpoint import load_latest_state
 
-from .conftest import SimulatedKill, final_state, kill_after, read_log, states_equal
+from .conftest import SimulatedKill, final_state, kill_after, quiet, read_log, states_equal
 
 
 @pytest.mark.parametrize("kill_at", [6, 8])
 def test_killed_run_resumes_to_bit_identical_weights(tiny_spec, cyclic_shards, tmp_path, kill_at):
     spec = tiny_spec(n_tokens=10 * 4 * 16, checkpoint_every=4, log_every=3, optimizer="adamw", weight_decay=0.1)
-    train_refit(spec, 7, cyclic_shards, tmp_path / "whole", progress=False)
+    train_refit(spec, 7, cyclic_shards, tmp_path / "whole", quiet())
     with pytest.raises(SimulatedKill):
-        train_refit(spec, 7, cyclic_shards, tmp_path / "killed", progress=False, on_step_end=kill_after(kill_at))
+        train_refit(spec, 7, cyclic_shards, tmp_path / "killed", quiet(on_step_end=kill_after(kill_at)))
     assert not (tmp_path / "killed" / "final.pt").exists()
-    meta = train_refit(spec, 7, cyclic_shards, tmp_path / "killed", progress=False)
+    meta = train_refit(spec, 7, cyclic_shards, tmp_path / "killed", quiet())
     assert meta["resumed_from"].endswith(f"state_{kill_at // 4 * 4:08d}.pt")
     assert states_equal(final_state(tmp_path / "whole"), final_state(tmp_path / "killed"))
     strip = lambda rows: [{k: r[k] for k in ("step", "tokens", "loss", "lr")} for r in rows]  # noqa: E731
@@ -29,16 +29,16 @@ def test_killed_run_resumes_to_bit_identical_weights(tiny_spec, cyclic_shards, t
 
 def test_corrupt_checkpoint_is_reported_and_skipped(tiny_spec, cyclic_shards, tmp_path, caplog):
     spec = tiny_spec(n_tokens=10 * 4 * 16, checkpoint_every=4)
-    train_refit(spec, 3, cyclic_shards, tmp_path / "whole", progress=False)
+    train_refit(spec, 3, cyclic_shards, tmp_path / "whole", quiet())
     out = tmp_path / "killed"
     with pytest.raises(SimulatedKill):
-        train_refit(spec, 3, cyclic_shards, out, progress=False, on_step_end=kill_after(9))
+        train_refit(spec, 3, cyclic_shards, out, quiet(on_step_end=kill_after(9)))
     newest = out / "state_00000008.pt"
     data = bytearray(newest.read_bytes())
     data[len(data) // 2] ^= 0xFF
     newest.write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING, logger="headstab.training"):
-        meta = train_refit(spec, 3, cyclic_shards, out, progress=False)
+        meta = train_refit(spec, 3, cyclic_shards, out, quiet())
     assert f"checkpoint {newest} fails its sha256 check" in caplog.text
     assert meta["resumed_from"] == str(out / "state_00000004.pt")
     assert states_equal(final_state(tmp_path / "whole"), final_state(out))
@@ -46,32 +46,30 @@ def test_corrupt_checkpoint_is_reported_and_skipped(tiny_spec, cyclic_shards, tm
 
 def test_checkpoint_of_another_configuration_restarts_from_step_0(tiny_spec, cyclic_shards, tmp_path, caplog):
     with pytest.raises(SimulatedKill):
-        train_refit(
-            tiny_spec(n_tokens=640), 1, cyclic_shards, tmp_path / "out", progress=False, on_step_end=kill_after(5)
-        )
+        train_refit(tiny_spec(n_tokens=640), 1, cyclic_shards, tmp_path / "out", quiet(on_step_end=kill_after(5)))
     spec = tiny_spec(n_tokens=640, batch_size=2)
     with caplog.at_level(logging.WARNING, logger="headstab.training"):
-        meta = train_refit(spec, 1, cyclic_shards, tmp_path / "out", progress=False)
+        meta = train_refit(spec, 1, cyclic_shards, tmp_path / "out", quiet())
     assert f"checkpoint {tmp_path / 'out' / 'state_00000004.pt'} cannot be resumed" in caplog.text
     assert "batch_size (checkpoint 4, now 2)" in caplog.text and "restarts from step 0" in caplog.text
     assert meta["resumed_from"] is None and "batch_size (checkpoint 4, now 2)" in meta["restarted_because"]
-    train_refit(spec, 1, cyclic_shards, tmp_path / "fresh", progress=False)
+    train_refit(spec, 1, cyclic_shards, tmp_path / "fresh", quiet())
     assert states_equal(final_state(tmp_path / "fresh"), final_state(tmp_path / "out"))
 
 
 def test_changed_lr_restarts_from_step_0_and_equals_a_fresh_run(tiny_spec, cyclic_shards, tmp_path, caplog):
     """A finished run keeps its newest full state; rerun with another lr, it must not continue from it."""
     out = tmp_path / "out"
-    train_refit(tiny_spec(n_tokens=8 * 64), 1, cyclic_shards, out, progress=False)
+    train_refit(tiny_spec(n_tokens=8 * 64), 1, cyclic_shards, out, quiet())
     assert (out / "state_00000008.pt").is_file()
     new = tiny_spec(n_tokens=8 * 64, lr=3e-3)
     with caplog.at_level(logging.WARNING, logger="headstab.training"):
-        meta = train_refit(new, 1, cyclic_shards, out, progress=False)
+        meta = train_refit(new, 1, cyclic_shards, out, quiet())
     assert f"checkpoint {out / 'state_00000008.pt'} cannot be resumed" in caplog.text
     assert "lr (checkpoint 0.01, now 0.003)" in caplog.text and "resuming with lr" not in caplog.text
     assert meta["resumed_from"] is None and "lr (checkpoint 0.01, now 0.003)" in meta["restarted_because"]
     assert meta["architecture"]["lr"] == 3e-3
-    train_refit(new, 1, cyclic_shards, tmp_path / "fresh", progress=False)
+    train_refit(new, 1, cyclic_shards, tmp_path / "fresh", quiet())
     assert states_equal(final_state(tmp_path / "fresh"), final_state(out))
     strip = lambda rows: [{k: r[k] for k in ("step", "tokens", "loss", "lr")} for r in rows]  # noqa: E731
     assert strip(read_log(out / "train_log.csv")) == strip(read_log(tmp_path / "fresh" / "train_log.csv"))
@@ -79,36 +77,34 @@ def test_changed_lr_restarts_from_step_0_and_equals_a_fresh_run(tiny_spec, cycli
     state, path = load_latest_state(out)
     assert path == out / "state_00000008.pt" and state["identity"]["lr"] == 3e-3
     # A rerun of the same configuration resumes from it and reports no restart.
-    again = train_refit(new, 1, cyclic_shards, out, progress=False)
+    again = train_refit(new, 1, cyclic_shards, out, quiet())
     assert again["resumed_from"] == str(out / "state_00000008.pt") and again["restarted_because"] is None
 
 
 def test_training_code_version_is_part_of_the_identity(tiny_spec, cyclic_shards, tmp_path, monkeypatch, caplog):
-    train_refit(tiny_spec(n_tokens=8 * 64), 1, cyclic_shards, tmp_path, progress=False)
+    train_refit(tiny_spec(n_tokens=8 * 64), 1, cyclic_shards, tmp_path, quiet())
     monkeypatch.setattr(checkpoint, "TRAINING_CODE_VERSION", checkpoint.TRAINING_CODE_VERSION + 1)
     with caplog.at_level(logging.WARNING, logger="headstab.training"):
-        meta = train_refit(tiny_spec(n_tokens=8 * 64), 1, cyclic_shards, tmp_path, progress=False)
+        meta = train_refit(tiny_spec(n_tokens=8 * 64), 1, cyclic_shards, tmp_path, quiet())
     assert meta["resumed_from"] is None and "training_code_version" in meta["restarted_because"]
 
 
 def test_raised_budget_resumes_and_equals_a_straight_run(tiny_spec, cyclic_shards, tmp_path):
     """n_tokens only moves where the run stops: the data order of a longer run extends a shorter one's."""
-    train_refit(tiny_spec(n_tokens=8 * 64), 1, cyclic_shards, tmp_path / "out", progress=False)
-    meta = train_refit(tiny_spec(n_tokens=16 * 64), 1, cyclic_shards, tmp_path / "out", progress=False)
+    train_refit(tiny_spec(n_tokens=8 * 64), 1, cyclic_shards, tmp_path / "out", quiet())
+    meta = train_refit(tiny_spec(n_tokens=16 * 64), 1, cyclic_shards, tmp_path / "out", quiet())
     assert meta["resumed_from"] == str(tmp_path / "out" / "state_00000008.pt") and meta["restarted_because"] is None
-    train_refit(tiny_spec(n_tokens=16 * 64), 1, cyclic_shards, tmp_path / "straight", progress=False)
+    train_refit(tiny_spec(n_tokens=16 * 64), 1, cyclic_shards, tmp_path / "straight", quiet())
     assert states_equal(final_state(tmp_path / "straight"), final_state(tmp_path / "out"))
 
 
 def test_checkpoint_beyond_a_lowered_budget_restarts_from_step_0(tiny_spec, cyclic_shards, tmp_path, caplog):
     with pytest.raises(SimulatedKill):
-        train_refit(
-            tiny_spec(n_tokens=640), 1, cyclic_shards, tmp_path / "out", progress=False, on_step_end=kill_after(9)
-        )
+        train_refit(tiny_spec(n_tokens=640), 1, cyclic_shards, tmp_path / "out", quiet(on_step_end=kill_after(9)))
     with caplog.at_level(logging.WARNING, logger="headstab.training"):
-        meta = train_refit(tiny_spec(n_tokens=6 * 64), 1, cyclic_shards, tmp_path / "out", progress=False)
+        meta = train_refit(tiny_spec(n_tokens=6 * 64), 1, cyclic_shards, tmp_path / "out", quiet())
     assert "state_00000008.pt cannot be resumed (at step 8, beyond the 6 steps now requested)" in caplog.text
     assert meta["resumed_from"] is None and "beyond the 6 steps" in meta["restarted_because"]
     assert not (tmp_path / "out" / "state_00000008.pt").exists()
-    train_refit(tiny_spec(n_tokens=6 * 64), 1, cyclic_shards, tmp_path / "fresh", progress=False)
+    train_refit(tiny_spec(n_tokens=6 * 64), 1, cyclic_shards, tmp_path / "fresh", quiet())
     assert states_equal(final_state(tmp_path / "fresh"), final_state(tmp_path / "out"))

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from headstab.training import TrainingError, train_refit
+from headstab.training import TrainingData, TrainingError, train_refit
 from headstab.training.data import TokenWindows, check_training_vocabulary, training_steps, window_order
 
-from .conftest import write_shards
+from .conftest import quiet, write_shards
 
 
 def test_windows_cut_each_shard_and_drop_short_tails(tmp_path):
@@ -48,7 +48,7 @@ def test_corpus_too_small_names_meta_file_counts_and_keys(tiny_spec, cyclic_shar
     meta.write_text("{}")
     spec = tiny_spec(n_tokens=100_000)
     with pytest.raises(TrainingError) as err:
-        train_refit(spec, 1, cyclic_shards, tmp_path / "out", corpus_meta_path=meta, progress=False)
+        train_refit(spec, 1, TrainingData.of(cyclic_shards, corpus_meta_path=meta), tmp_path / "out", quiet())
     message = str(err.value)
     for needed in (
         str(meta),
@@ -84,17 +84,23 @@ def test_tokenizer_dir_is_checked_before_training(tiny_spec, cyclic_shards, tmp_
     fast = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="w0")), unk_token="w0")
     fast.save_pretrained(tmp_path / "tok")
     with pytest.raises(TrainingError, match=rf"tokenizer {tmp_path / 'tok'} has 40 tokens.*d_vocab 32"):
-        train_refit(tiny_spec(), 1, cyclic_shards, tmp_path / "out", tokenizer_dir=tmp_path / "tok", progress=False)
+        train_refit(
+            tiny_spec(), 1, TrainingData.of(cyclic_shards, tokenizer_dir=tmp_path / "tok"), tmp_path / "out", quiet()
+        )
 
 
 def test_token_ids_beyond_d_vocab_are_refused(tiny_spec, tmp_path):
     shards = write_shards(tmp_path, [np.full(64, 40)])
     with pytest.raises(TrainingError, match=r"holds token id 40, outside d_vocab 32 of architecture 'tiny'"):
-        train_refit(tiny_spec(), 1, shards, tmp_path / "out", progress=False)
+        train_refit(tiny_spec(), 1, shards, tmp_path / "out", quiet())
 
 
 def test_missing_corpus_meta_names_the_rule(tiny_spec, cyclic_shards, tmp_path):
     with pytest.raises(TrainingError, match=r"corpus metadata .*meta\.json does not exist.*rule corpus_meta"):
         train_refit(
-            tiny_spec(), 1, cyclic_shards, tmp_path / "out", corpus_meta_path=tmp_path / "meta.json", progress=False
+            tiny_spec(),
+            1,
+            TrainingData.of(cyclic_shards, corpus_meta_path=tmp_path / "meta.json"),
+            tmp_path / "out",
+            quiet(),
         )

@@ -12,7 +12,8 @@ import torch
 from headstab.plan.config import architecture_spec, load_config
 from headstab.plan.spec import paired_twins
 from headstab.refits.models import build_model
-from headstab.training.loop import setup
+from headstab.training.options import RefitTarget, TrainingData
+from headstab.training.refit import open_corpus, prepare_refit
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,12 +43,16 @@ def test_twins_see_the_same_data_order_for_the_same_seed(tiny_spec, cyclic_shard
     adam = tiny_spec(name="tiny", optimizer="adam", weight_decay=0.0)
     adamw = dataclasses.replace(adam, name="tiny_wd", optimizer="adamw", weight_decay=0.1)
     assert paired_twins(adam, adamw)
-    cpu = torch.device("cpu")
+    data = TrainingData.of(cyclic_shards)
+
+    def prepared(spec, seed, name):
+        corpus = open_corpus(spec, data)
+        return corpus, prepare_refit(spec, corpus, RefitTarget(seed, tmp_path / name), "fp32")
+
     for seed in (1, 2):
-        first = setup(adam, seed, cyclic_shards, tmp_path / f"a{seed}", None, None, cpu)
-        second = setup(adamw, seed, cyclic_shards, tmp_path / f"w{seed}", None, None, cpu)
-        assert first.steps == second.steps and np.array_equal(first.order, second.order)
-    assert not np.array_equal(first.order, setup(adam, 1, cyclic_shards, tmp_path / "x", None, None, cpu).order)
+        (corpus_a, first), (corpus_w, second) = prepared(adam, seed, f"a{seed}"), prepared(adamw, seed, f"w{seed}")
+        assert corpus_a.steps == corpus_w.steps and np.array_equal(first.order, second.order)
+    assert not np.array_equal(first.order, prepared(adam, 1, "x")[1].order)
 
 
 def test_twins_that_differ_in_init_or_data_are_not_paired(tiny_spec):

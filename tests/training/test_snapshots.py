@@ -12,7 +12,7 @@ from headstab.refits.models import build_model, load_verified_state_dict
 from headstab.training import TrainingError, loop, train_refit
 from headstab.training.snapshots import SnapshotError, publish_snapshot, staged_snapshot_dir, write_init_weights
 
-from .conftest import SimulatedKill, final_state, kill_after, states_equal
+from .conftest import SimulatedKill, final_state, kill_after, quiet, states_equal
 
 
 def _weights(path) -> dict[str, torch.Tensor]:
@@ -29,16 +29,16 @@ def test_init_weights_are_bit_identical_to_the_model_training_starts_from(
     assert again["final_weights_sha256"] == meta["final_weights_sha256"]  # bit-identical bytes
 
     started_from = {}
-    real_build = loop.build_model
+    real_assemble = loop.assemble
 
-    def recording_build(*args, **kwargs):
-        model = real_build(*args, **kwargs)
-        started_from.update({k: v.detach().clone() for k, v in model.state_dict().items()})
-        return model
+    def recording_assemble(*args, **kwargs):
+        model, optimizer = real_assemble(*args, **kwargs)
+        started_from.update(model.seed_state_dict(0))
+        return model, optimizer
 
-    monkeypatch.setattr(loop, "build_model", recording_build)
+    monkeypatch.setattr(loop, "assemble", recording_assemble)
     with pytest.raises(SimulatedKill):  # stop after the first step: only the starting point matters
-        train_refit(spec, 3, cyclic_shards, tmp_path / "train", progress=False, on_step_end=kill_after(1))
+        train_refit(spec, 3, cyclic_shards, tmp_path / "train", quiet(on_step_end=kill_after(1)))
     assert states_equal(_weights(tmp_path / "init/final.pt"), started_from)
     other_seed = {k: v for k, v in build_model(spec, 4).state_dict().items()}
     assert not torch.equal(other_seed["embed.weight"], started_from["embed.weight"])
@@ -46,7 +46,7 @@ def test_init_weights_are_bit_identical_to_the_model_training_starts_from(
 
 def test_training_keeps_the_weights_of_each_snapshot_step(tiny_spec, cyclic_shards, tmp_path):
     spec = tiny_spec(n_tokens=4 * 4 * 16, snapshot_steps=(0, 1, 3, 4), checkpoint_every=2)  # 4 steps
-    train_refit(spec, 1, cyclic_shards, tmp_path / "snap", progress=False)
+    train_refit(spec, 1, cyclic_shards, tmp_path / "snap", quiet())
     staged = sorted(p.name for p in (tmp_path / "snap/snapshots").iterdir())
     assert staged == ["step1", "step3", "step4"]  # step 0 is rule init_weights's
     last = _weights(staged_snapshot_dir(tmp_path / "snap", 4) / "final.pt")
@@ -56,7 +56,7 @@ def test_training_keeps_the_weights_of_each_snapshot_step(tiny_spec, cyclic_shar
 
     # The snapshot of step 3 is the final weights of a 3-step run of the same refit.
     short = tiny_spec(n_tokens=3 * 4 * 16)
-    train_refit(short, 1, cyclic_shards, tmp_path / "short", progress=False)
+    train_refit(short, 1, cyclic_shards, tmp_path / "short", quiet())
     assert states_equal(
         _weights(staged_snapshot_dir(tmp_path / "snap", 3) / "final.pt"), final_state(tmp_path / "short")
     )
@@ -69,10 +69,10 @@ def test_training_keeps_the_weights_of_each_snapshot_step(tiny_spec, cyclic_shar
 
 def test_a_resumed_run_keeps_its_snapshots_and_ends_as_an_uninterrupted_one(tiny_spec, cyclic_shards, tmp_path):
     spec = tiny_spec(n_tokens=6 * 4 * 16, snapshot_steps=(1, 5), checkpoint_every=2)
-    train_refit(spec, 1, cyclic_shards, tmp_path / "whole", progress=False)
+    train_refit(spec, 1, cyclic_shards, tmp_path / "whole", quiet())
     with pytest.raises(SimulatedKill):
-        train_refit(spec, 1, cyclic_shards, tmp_path / "killed", progress=False, on_step_end=kill_after(3))
-    meta = train_refit(spec, 1, cyclic_shards, tmp_path / "killed", progress=False)
+        train_refit(spec, 1, cyclic_shards, tmp_path / "killed", quiet(on_step_end=kill_after(3)))
+    meta = train_refit(spec, 1, cyclic_shards, tmp_path / "killed", quiet())
     assert meta["resumed_from"].endswith("state_00000002.pt")
     assert states_equal(final_state(tmp_path / "killed"), final_state(tmp_path / "whole"))
     for step in (1, 5):
@@ -84,9 +84,9 @@ def test_a_resumed_run_keeps_its_snapshots_and_ends_as_an_uninterrupted_one(tiny
 
 def test_snapshot_steps_added_after_training_restart_the_refit_from_step_0(tiny_spec, cyclic_shards, tmp_path):
     plain = tiny_spec(n_tokens=4 * 4 * 16, checkpoint_every=2)
-    train_refit(plain, 1, cyclic_shards, tmp_path, progress=False)  # keeps its full state of step 4
+    train_refit(plain, 1, cyclic_shards, tmp_path, quiet())  # keeps its full state of step 4
     meta = train_refit(tiny_spec(n_tokens=4 * 4 * 16, checkpoint_every=2, snapshot_steps=(2,)), 1, cyclic_shards,
-                       tmp_path, progress=False)  # fmt: skip
+                       tmp_path, quiet())  # fmt: skip
     assert meta["resumed_from"] is None and "did not keep the snapshots of steps [2]" in meta["restarted_because"]
     assert (staged_snapshot_dir(tmp_path, 2) / "final.pt").is_file()
 
@@ -101,4 +101,4 @@ def test_snapshot_steps_leave_the_job_spec_of_other_architectures_unchanged(tiny
 def test_a_snapshot_step_beyond_the_run_fails_before_training(tiny_spec, cyclic_shards, tmp_path):
     spec = tiny_spec(n_tokens=4 * 4 * 16, snapshot_steps=(9,))
     with pytest.raises(TrainingError, match=r"snapshot step 9 is beyond its 4 training steps.*tiny.snapshot_steps"):
-        train_refit(spec, 1, cyclic_shards, tmp_path, progress=False)
+        train_refit(spec, 1, cyclic_shards, tmp_path, quiet())

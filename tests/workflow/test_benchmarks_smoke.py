@@ -338,3 +338,26 @@ def test_induction_head_stability_is_one_for_identical_refits_and_its_null_is_lo
     for row in rows:
         np.testing.assert_allclose(row["stability"], 1.0, atol=reduction_atol(np.float32, n_entries))
         assert row["null"] < 1.0 - reduction_atol(np.float32, n_entries)  # other prompts' patterns differ
+
+
+def test_the_loops_stack_equals_refits_trained_alone_and_the_forward_the_bridges(tmp_path):
+    bench = pytest.importorskip("bench_training_model")
+    toy = {"batch_size": 2, "seq_len": 16}
+    assert bench.bench_stack_equivalence(tmp_path / "stack", steps=3, **toy)["stack_vs_k1_max_abs_diff"] == 0.0
+    forward = bench.bench_forward_vs_bridge(**toy)
+    atol = reduction_atol(np.float32, 2_000, forward["stack_forward_max_abs_logit"])  # ~the path of a logit
+    assert 0 <= forward["stack_forward_max_abs_diff"] <= atol
+    loss = bench.bench_bf16_loss(tmp_path / "bf16", steps=2, **toy)
+    assert set(loss["train_bf16_final_losses"]) == {"fp32", "bf16"} and loss["train_bf16_loss_delta_sd"] >= 0
+
+
+def test_the_gpu_stage_runs_its_variants_on_toy_shapes(tmp_path):
+    """On a machine without CUDA --quick runs every variant but the compiled one on the CPU."""
+    bench = pytest.importorskip("bench_train_gpu")
+    result = bench.bench_train_gpu(tmp_path, quick=True, device="cpu")
+    variants = result["details"]["variants"]
+    assert not [name for name, entry in variants.items() if "error" in entry], variants
+    assert result["train_stack_speedup_k2"] > 0 and result["train_bf16_sdpa_speedup"] > 0
+    spec = bench.paper_spec("l8_h8")
+    # 6 x (8 layers x 3,145,728 + 512 x 48,262) + 12 x 8 x 1,024 x 512
+    assert bench.flops_per_token(spec) == 6 * (25_165_824 + 24_710_144) + 12 * 8 * 1024 * 512

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -85,10 +86,23 @@ def planned_rules(dry_run_output: str) -> set[str]:
 
 
 # ---------------------------------------------------------------- per-architecture targets
+@pytest.fixture(scope="module")
+def fresh_plan(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Path, subprocess.CompletedProcess]]:
+    """(results, `snakemake <target> -n` into that empty results directory), planned once per target and module."""
+    plans: dict[str, tuple[Path, subprocess.CompletedProcess]] = {}
+
+    def plan(target: str) -> tuple[Path, subprocess.CompletedProcess]:
+        if target not in plans:
+            results = tmp_path_factory.mktemp("plan") / "results"
+            plans[target] = (results, snakemake(results, target, "-n"))
+        return plans[target]
+
+    return plan
+
+
 @pytest.mark.parametrize("target", [f"arch_{RERUN}", f"analyses_{RERUN}"])
-def test_architecture_targets_plan_only_their_architecture(target: str, tmp_path: Path) -> None:
-    results = tmp_path / "results"
-    result = snakemake(results, target, "-n")
+def test_architecture_targets_plan_only_their_architecture(target: str, fresh_plan) -> None:
+    results, result = fresh_plan(target)
     assert result.returncode == 0, result.stderr[-3000:]
     outputs = planned_outputs(result.stdout)
     mine = [p for p in outputs if p.startswith(f"{results}/{RERUN}/")]
@@ -100,11 +114,10 @@ def test_architecture_targets_plan_only_their_architecture(target: str, tmp_path
         assert any(f"/{RERUN}/{kind}/" in p for p in mine), f"{target} builds no {kind}"
 
 
-def test_analysis_root_rules_are_the_rules_that_start_an_architectures_analyses(tmp_path: Path) -> None:
+def test_analysis_root_rules_are_the_rules_that_start_an_architectures_analyses(fresh_plan) -> None:
     """headstab.plan.layout.ANALYSIS_ROOT_RULES are exactly the rules of analyses_<arch> whose jobs read nothing
     but weights, caches and shared data: forcing them reruns every analysis of the architecture."""
-    results = tmp_path / "results"
-    result = snakemake(results, f"analyses_{RERUN}", "-n")
+    results, result = fresh_plan(f"analyses_{RERUN}")
     assert result.returncode == 0, result.stderr[-3000:]
     upstream = tuple(f"{results}/{RERUN}/{kind}/" for kind in ("checkpoints", "caches")) + (
         f"{results}/data/",
@@ -407,22 +420,34 @@ def test_provenance_verify_fails_a_damaged_file_of_every_kind_naming_it(tiny_run
 
 
 def test_corrupted_checkpoint_is_reported_and_not_used(tiny_run: Path, tmp_path: Path) -> None:
+    """docs/operations.md: retraining one refit of a block is `snakemake <its final.pt> --forcerun train`; its newest
+    full state fails its sha256, so it trains from step 0, and its block's other refit is only exported again."""
     import torch
 
     results = copy_run(tiny_run, tmp_path)
     checkpoint = results / OTHER / "checkpoints/seed1"
     original = torch.load(checkpoint / "final.pt", weights_only=True)
-    state = sorted(checkpoint.glob("state_*.pt"))[-1]  # the newest full state: what a rerun would resume from
+    state = sorted((checkpoint / "training").glob("state_*.pt"))[-1]  # the newest full state: what a rerun resumes
     _flip_byte(state, state.stat().st_size // 2)
-    (checkpoint / "final.pt").unlink()
 
-    result = snakemake(results, str(checkpoint / "final.pt"), "--cores", "1")
+    result = snakemake(results, str(checkpoint / "final.pt"), "--forcerun", "train", "--cores", "1")
     assert result.returncode == 0, _failure(result, results)
-    log = (results / f"logs/train/{OTHER}/seed1.log").read_text()
+    log = (results / f"logs/train/{OTHER}/seeds1_2.log").read_text()
     assert f"checkpoint {state} fails its sha256 check" in log
-    assert "resuming" not in log  # it trained from scratch ...
+    assert f"resuming {OTHER} seed 1" not in log and f"resuming {OTHER} seed 2" in log  # refit 1 trained from scratch
     retrained = torch.load(checkpoint / "final.pt", weights_only=True)
     assert all(torch.equal(original[key], retrained[key]) for key in original)  # ... to the same weights (CPU)
+
+
+def test_a_deleted_final_pt_is_published_again_without_training(tiny_run: Path, tmp_path: Path) -> None:
+    results = copy_run(tiny_run, tmp_path)
+    weights = results / OTHER / "checkpoints/seed2/final.pt"
+    original = weights.read_bytes()
+    weights.unlink()
+    result = snakemake(results, str(weights), "--cores", "1")
+    assert result.returncode == 0, _failure(result, results)
+    assert planned_rules(result.stdout + result.stderr) == {"publish_refit"}, result.stdout[-3000:]
+    assert weights.read_bytes() == original
 
 
 def test_interrupted_cache_write_gives_the_rebuild_command_then_rebuilds_the_same_cache(
@@ -555,7 +580,8 @@ def paper_plan_on_slurm() -> str:
 def test_slurm_plan_of_the_paper_asks_a_gpu_for_every_gpu_rule_and_none_for_cpu_rules(paper_plan_on_slurm: str) -> None:
     jobs = _job_blocks(paper_plan_on_slurm)
     counts = {rule: sum(1 for r, _, _ in jobs if r == rule) for rule in {r for r, _, _ in jobs}}
-    assert counts["train"] == 1210 and counts["train_seed_grid"] == 20  # the grid's 5 diagonal refits are l2_h8's
+    # blocks of training.seeds_per_job = 5 refits; the grid's 5 diagonal refits are l2_h8's
+    assert counts["train"] == 24 * 10 + 2 and counts["train_seed_grid"] == 4 and counts["publish_refit"] == 1230
     assert counts["cache_activations"] == 1210 + 25
     for rule, resources, wildcards in jobs:
         if rule in GPU_RULES:
@@ -574,14 +600,16 @@ def test_slurm_plan_derives_train_runtime_and_memory_from_the_architecture(paper
     }
     tokens = config["corpora"]["c4_code_2b"]["expected_tokens"]  # one epoch of the whole corpus (n_tokens null)
     assert tokens == 1_657_102 * 1_024
-    for arch, layers in (("l2_h8", "l2"), ("l4_h8", "l4"), ("l8_h8", "l8")):
-        rate = compute["train_tokens_per_second"][layers]  # prefix entries of the throughput table
-        assert int(train[arch]["runtime"]) == math.ceil(compute["runtime_margin"] * tokens / rate / 60) + 10, arch
+    k = config["training"]["seeds_per_job"]  # refits per job: k times one refit's tokens
+    for arch, entry in (("l2_h16", "l2"), ("l4_h8_attn", "l4_h8"), ("l8_h16", "l8")):
+        rate = compute["train_tokens_per_second"][entry]  # prefix entries of the throughput table
+        expected = math.ceil(compute["runtime_margin"] * k * tokens / rate / 60) + 10
+        assert int(train[arch]["runtime"]) == expected, arch
     assert [int(train[arch]["runtime"]) for arch in ("l2_h8", "l4_h8", "l8_h8", "gpt2")] == [
-        718,
-        997,
-        1582,
-        9010,
+        1202,
+        1463,
+        1974,
+        20844,
     ]  # docs/operations.md
     assert (
         int(train["l2_h8"]["runtime"])

@@ -28,17 +28,17 @@ def _dry_run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     )
 
 
-def test_full_paper_plans_1210_train_jobs():
-    result = _dry_run("--configfile", "config/config.yaml")
-    assert result.returncode == 0, result.stderr[-3000:]
-    counts = job_counts(result.stdout + result.stderr)
-    assert counts.get("train") == 24 * 50 + 2 * 5, counts
-
-
-def test_default_config_is_the_full_paper():
+def test_default_config_is_the_full_paper_and_plans_1210_refits_in_train_jobs_of_5():
+    """Without --configfile the Snakefile reads config/config.yaml: one plan of the paper checks both
+    (a --configfile on the command line is the path of every other plan in these tests)."""
+    assert 'configfile: "config/config.yaml"' in (REPO / "Snakefile").read_text()
     result = _dry_run()
     assert result.returncode == 0, result.stderr[-3000:]
-    assert job_counts(result.stdout + result.stderr).get("train") == 1210
+    counts = job_counts(result.stdout + result.stderr)
+    # 24 architectures x 50 seeds in blocks of 5, gpt2 and gpt2_wd's 5 seeds in one; the seed grid's 20 refits
+    # beyond its diagonal (l2_h8's) in 4 blocks.
+    assert counts.get("train") == 24 * 10 + 2 and counts.get("train_seed_grid") == 4, counts
+    assert counts.get("publish_refit") == 24 * 50 + 2 * 5 + 20 and counts.get("reuse_paper_refit") == 5, counts
 
 
 def test_one_architecture_with_a_seed_override(tmp_path):
@@ -48,7 +48,8 @@ def test_one_architecture_with_a_seed_override(tmp_path):
     path.write_text(yaml.safe_dump(config))
     result = _dry_run("--configfile", str(path))
     assert result.returncode == 0, result.stderr[-3000:]
-    assert job_counts(result.stdout + result.stderr).get("train") == 3
+    counts = job_counts(result.stdout + result.stderr)
+    assert counts.get("train") == 1 and counts.get("publish_refit") == 3, counts  # one block of the 3 seeds
 
 
 def _failing_run(tmp_path: Path, mutate) -> str:
@@ -187,7 +188,9 @@ def test_the_readmes_run_selection_command_plans_2_architectures_x_3_seeds():
     result = _plan(*shlex.split(documented.group(1)))
     assert result.returncode == 0, result.stderr[-3000:]
     trained = sorted(wildcards for rule, wildcards, _ in _jobs(result.stdout) if rule == "train")
-    assert trained == sorted(f"arch={arch}, seed={seed}" for arch in ("l4_h8", "l4_h8_wd") for seed in (1, 2, 3))
+    assert trained == [f"arch={arch}, block=seeds1_2_3" for arch in ("l4_h8", "l4_h8_wd")]
+    published = sorted(wildcards for rule, wildcards, _ in _jobs(result.stdout) if rule == "publish_refit")
+    assert published == sorted(f"arch={arch}, seed={seed}" for arch in ("l4_h8", "l4_h8_wd") for seed in (1, 2, 3))
 
 
 def test_a_results_dir_that_climbs_out_of_the_working_directory_fails_at_parse_time():
@@ -212,7 +215,8 @@ def test_results_dir_below_a_file_fails_at_parse_time_naming_key_path_and_file()
 
 
 def test_train_runtime_is_planned_from_the_config_alone(tmp_path):
-    """One epoch of C4's expected_tokens at the l2 throughput; a corpus meta.json in results_dir is not read."""
+    """One epoch of C4's expected_tokens per refit, a job's seeds_per_job refits at l2_h8's throughput; a corpus
+    meta.json in results_dir is not read."""
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     results = tmp_path / "results"
     (results / "data/c4_code_2b").mkdir(parents=True)
@@ -226,9 +230,8 @@ def test_train_runtime_is_planned_from_the_config_alone(tmp_path):
     }
     compute = config["compute"]
     tokens = config["corpora"]["c4_code_2b"]["expected_tokens"]
-    assert runtimes == {
-        str(math.ceil(compute["runtime_margin"] * tokens / compute["train_tokens_per_second"]["l2"] / 60) + 10)
-    }
+    k, rate = config["training"]["seeds_per_job"], compute["train_tokens_per_second"]["l2_h8"]
+    assert runtimes == {str(math.ceil(compute["runtime_margin"] * k * tokens / rate / 60) + 10)}
 
 
 def test_network_inputs_plans_exactly_the_jobs_that_download():
@@ -290,7 +293,7 @@ def test_a_second_worktree_plans_in_its_own_directory(tmp_path):
     try:
         result = _dry_run(cwd=worktree)
         assert result.returncode == 0, result.stderr[-3000:]
-        assert job_counts(result.stdout + result.stderr).get("train") == 1210
+        assert job_counts(result.stdout + result.stderr).get("publish_refit") == 1210 + 20
         assert (worktree / ".snakemake").is_dir()
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, capture_output=True)

@@ -103,8 +103,10 @@ def test_demo_plans_one_job_per_section_rule_and_architecture_and_one_comparison
             "layer_robustness_summary",
         )
     ] == [1] * 6
-    # the 3 x 3 seed grid of l2_h8: its diagonal copied from l2_h8, six refits trained, one decomposition
-    assert counts.get("reuse_paper_refit") == 3 and counts.get("train_seed_grid") == 6
+    # the 3 x 3 seed grid of l2_h8: its diagonal copied from l2_h8, six refits trained in blocks of
+    # training.seeds_per_job = 4 (two train jobs), one decomposition
+    assert counts.get("reuse_paper_refit") == 3 and counts.get("train_seed_grid") == 2
+    assert counts.get("publish_refit") == 32 + 6
     assert counts.get("seed_grid") == 1
     # the demo's held-out text is its synthetic_heldout corpus, not wikitext
     assert "heldout_wikitext" not in counts

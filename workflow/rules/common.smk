@@ -20,7 +20,7 @@ from headstab.plan.formats import CACHE_FORMAT_VERSION, GROUPED_FORMAT_VERSION, 
 from headstab.plan.layout import ANALYSIS_ROOT_RULES, Layout
 from headstab.prompts.loading import load_prompt_sets
 from headstab.sections import architecture_facts, architecture_summary
-from headstab.plan.seed_design import SEED_WILDCARD, refit_seeds
+from headstab.plan.seed_design import BLOCK_WILDCARD, SEED_WILDCARD, refit_seeds, train_blocks
 from headstab.plan.sources import checkpoint_sources
 from headstab.plan.yaml_files import bounded_repr
 
@@ -64,6 +64,7 @@ SPECS = {arch: architecture_spec(config, arch) for arch in SELECTED_ARCHITECTURE
 # What the analyses build each refit's model from: its spec with the activation of analysis.act_fn, if set.
 ANALYSIS_SPECS = {arch: jobs.analysis_spec(spec, config["analysis"]["act_fn"]) for arch, spec in SPECS.items()}
 COMPUTE = config["compute"]
+TRAINING = config["training"]
 STATISTICS = config["statistics"]
 # In the params of the rules whose numbers this library code computes: editing it reruns them.
 STATISTICS_CODE = jobs.library_digest("statistics", "stability.py", "matching.py")
@@ -73,6 +74,18 @@ ARCHITECTURE_FACTS = {arch: architecture_facts(SPECS[arch]) for arch in ARCHITEC
 RUN_SUMMARY = f"{len(ARCHITECTURES)} architectures ({', '.join(ARCHITECTURES)}), results_dir {RESULTS}"
 
 SEEDS = {arch: list(spec.seeds) for arch, spec in SPECS.items()}
+# The refits each train job trains together (training.seeds_per_job of them): {arch: {block: refits}}, for the
+# architectures trained here; a seed grid's refits that its twin paper architecture trains are copied instead.
+PAPER_TWINS = jobs.paper_twins(SPECS, SEED_GRID_ARCHITECTURES)
+TRAIN_BLOCKS = {
+    arch: train_blocks(refits, TRAINING["seeds_per_job"])
+    for arch, refits in jobs.trained_refits(SPECS, PAPER_TWINS).items()
+    if SOURCES[arch].trained
+}
+REFIT_BLOCK = {
+    arch: {str(refit): block for block, refits in blocks.items() for refit in refits}
+    for arch, blocks in TRAIN_BLOCKS.items()
+}
 ANCHOR_SEEDS = {arch: seeds[0] for arch, seeds in SEEDS.items()}  # the paper's single-anchor view: the first seed
 # Per architecture: what its rules look up with by_arch("<key>").
 ARCH = {
@@ -107,8 +120,11 @@ ARCH = {
             # exists when snakemake plans (Snakemake reruns every consumer of a record made anew).
             "prompt_check": ancient(LAYOUT.prompt_check_record(spec.tokenizer, spec.n_ctx)),
         },
-        "train_runtime": resources.train_runtime(spec, config["corpora"][spec.corpus], COMPUTE),
-        "train_mem_mb": resources.train_mem_mb(spec, COMPUTE["device"]),
+        "train_blocks": TRAIN_BLOCKS.get(arch, {}),
+        "train_runtime": resources.train_runtime(
+            spec, config["corpora"][spec.corpus], COMPUTE, TRAINING["seeds_per_job"]
+        ),
+        "train_mem_mb": resources.train_mem_mb(spec, COMPUTE["device"], TRAINING["seeds_per_job"]),
         "cache_mem_mb": resources.cache_mem_mb(
             spec, config["cache"]["batch_size"], 1 + len(jobs.extra_resid_hooks(config)), LARGEST_PROMPT_SET
         ),
@@ -153,10 +169,6 @@ TOKENIZER_JOBS = {
 
 TRAINED_ARCHITECTURES = [arch for arch in ARCHITECTURES if SOURCES[arch].trained]
 
-# A grid whose settings equal a selected paper architecture's (jobs.paper_twins) reuses that one's refit s as
-# its s-s: same init seed, data seed and settings, so the same bits; only the off-diagonal refits train.
-PAPER_TWINS = jobs.paper_twins(SPECS, SEED_GRID_ARCHITECTURES)
-
 # The model of each architecture without the keys that only shape training (snapshot steps, data order):
 # changing them retrains (train's spec holds them), but leaves the step-0 weights and every snapshot's cache
 # params as they were. A snapshot's cache runs the model as the final caches do (analysis.act_fn).
@@ -192,6 +204,7 @@ by_arch = partial(jobs.WildcardLookup, ARCH, "arch")
 wildcard_constraints:
     arch=jobs.names_regex(config["architectures"]),
     seed=SEED_WILDCARD,  # a seed, or a seed grid's {init}-{data} (headstab.plan.seed_design)
+    block=BLOCK_WILDCARD,  # the refits one train job trains, e.g. seeds1_2_3_4
     corpus=jobs.names_regex(config["corpora"]),
     tokenizer=jobs.names_regex(config["tokenizers"]),
     shard=r"\d{3}",

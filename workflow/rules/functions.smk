@@ -1,5 +1,6 @@
 # Input and params functions of the jobs that need more than {arch} (those use by_arch, common.smk): a seed's
-# fetched model, a step's caches, a seed grid's reused paper refit. Kept apart from every rule file (snakemake --lint).
+# fetched model, a step's caches, a seed grid's reused paper refit, a train job's refits and a refit's train job.
+# Kept apart from every rule file (snakemake --lint).
 
 from headstab.plan.sources import published_inputs
 
@@ -37,3 +38,31 @@ def paper_refit(name):
 def paper_twin(wildcards):
     """The paper architecture whose refit s the grid reuses as s-s (seed_grid.smk: PAPER_TWINS)."""
     return PAPER_TWINS[wildcards.arch]
+
+
+def block_refits(wildcards):
+    """The refits train job {block} of {arch} trains, as the spec lists them (7, or "1-2" in a seed grid)."""
+    return TRAIN_BLOCKS[wildcards.arch][wildcards.block]
+
+
+def block_training_dirs(wildcards):
+    """Where train job {block} of {arch} trains each of its refits (Layout.training_dir)."""
+    return [LAYOUT.training_dir(wildcards.arch, refit) for refit in block_refits(wildcards)]
+
+
+def refit_training_dir(wildcards):
+    return LAYOUT.training_dir(wildcards.arch, wildcards.seed)
+
+
+def refit_train_record(wildcards):
+    """The record of the train job whose block holds refit {seed} of {arch}; none for a seed grid's refit that
+    rule reuse_paper_refit copies (that rule wins: ruleorder in seed_grid.smk)."""
+    block = REFIT_BLOCK[wildcards.arch].get(wildcards.seed)
+    if block is None:
+        if wildcards.arch in PAPER_TWINS:
+            return []
+        raise ValueError(
+            f"refit {wildcards.seed} of {wildcards.arch} is not among its seeds {SEEDS[wildcards.arch]}; add it "
+            f"to architectures.{wildcards.arch}.seeds (or run.seeds) to train it"
+        )
+    return LAYOUT.train_block_record(wildcards.arch, block)

@@ -1,7 +1,8 @@
 # Beyond the paper (docs/beyond_the_paper.md): initialisation seed vs data-order seed. An architecture with
 # `seed_grid: {init_seeds, data_seeds}` has one refit per pair, {RESULTS}/{arch}/checkpoints/seed{init}-{data}/,
-# trained (train_seed_grid: rule train, init seed for the weights, data seed for the window order) and cached
-# (rule cache_activations) like any refit; no paper section runs on it (common.smk: ARCHITECTURES).
+# trained (train_seed_grid: rule train, blocks of training.seeds_per_job refits, init seed for the weights, data
+# seed for the window order; publish_refit) and cached (rule cache_activations) like any refit; no paper section
+# runs on it (common.smk: ARCHITECTURES).
 #
 #   seed_grid  {RESULTS}/{arch}/tables/seed_grid_pairs.csv, seed_grid.csv, figures/seed_grid.png
 #
@@ -21,12 +22,14 @@ use rule train as train_seed_grid with:
         arch=jobs.names_regex(SEED_GRID_ARCHITECTURES),
 
 
+# A grid whose settings equal a selected paper architecture's (PAPER_TWINS, common.smk) reuses that one's refit s
+# as its s-s: same init seed, data seed and settings, so the same bits; only the off-diagonal refits train.
 TWIN_DIAGONAL = jobs.twin_diagonal(SPECS, PAPER_TWINS)
 
 add_outputs(seed_grid=[path for arch in SEED_GRID_ARCHITECTURES for path in SEED_GRID_TARGETS[arch]])
 
 
-ruleorder: reuse_paper_refit > train_seed_grid
+ruleorder: reuse_paper_refit > publish_refit
 
 
 rule reuse_paper_refit:

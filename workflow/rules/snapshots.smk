@@ -2,9 +2,9 @@
 # baseline (statistics.init_baseline) and the stability along training (snapshot_steps; docs/operations.md).
 #
 #   init_weights                {RESULTS}/{arch}/snapshots/step0/weights/seed{seed}/final.pt, meta.json
-#                               (build_model(spec, seed): the model train starts from; no training)
+#                               (the weights train starts from, rebuilt from the seed; no training)
 #   snapshot_weights            {RESULTS}/{arch}/snapshots/step{step}/weights/seed{seed}/final.pt, meta.json
-#                               (step > 0: the weights train kept at that step, in its checkpoint directory)
+#                               (step > 0: the weights train kept at that step, in the refit's training/)
 #   cache_snapshot_activations  {RESULTS}/{arch}/snapshots/step{step}/caches/seed{seed}.h5 (hook_pattern only)
 #
 # Library: headstab.training.snapshots, headstab.training (snapshot_steps), headstab.activations.writer (patterns_only).
@@ -17,7 +17,7 @@ by_snapshot_cache_spec = partial(jobs.WildcardLookup, SNAPSHOT_CACHE_SPECS, "arc
 
 
 rule init_weights:
-    """Refit {seed} of {arch} at step 0, rebuilt from the seed exactly as train_refit starts (no training).
+    """Refit {seed} of {arch} at step 0, rebuilt from the seed exactly as training starts (no training).
     Waits, like train, for the check that every prompt set fits n_ctx."""
     input:
         prompt_check=by_arch("train_inputs", "prompt_check"),
@@ -40,7 +40,7 @@ rule init_weights:
 
 rule snapshot_weights:
     """The weights refit {seed} of {arch} had after training step {step}: kept by train (snapshot_steps) in
-    its checkpoint directory, published here with their meta.json (a hard link where possible)."""
+    the refit's training/, published here with their meta.json (a hard link where possible)."""
     input:
         weights=LAYOUT.final_weights("{arch}", "{seed}"),
     output:
@@ -57,6 +57,8 @@ rule snapshot_weights:
     resources:
         mem_mb=500,
         runtime=10,
+    params:
+        training=refit_training_dir,
     script:
         "../scripts/snapshot_weights.py"
 

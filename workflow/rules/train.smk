@@ -1,15 +1,20 @@
-# Training stage (paper §3.1, Listings 1-7): one job per (architecture, seed).
+# Training stage (paper §3.1, Listings 1-7): one job per block of training.seeds_per_job refits of an architecture.
 #
 #   check_prompts -> {RESULTS}/tokenizers/{tokenizer}/prompt_check/n_ctx{n_ctx}.json (before any training)
-#   train         -> {RESULTS}/{arch}/checkpoints/seed{seed}/final.pt, train_log.csv, meta.json
+#   train         -> {RESULTS}/{arch}/checkpoints/blocks/{block}.json, the record of one block (e.g. seeds1_2_3_4),
+#                    after training each refit of it in {RESULTS}/{arch}/checkpoints/seed{seed}/training/
+#   publish_refit -> {RESULTS}/{arch}/checkpoints/seed{seed}/final.pt, train_log.csv, meta.json (hard links)
 #
-# The same directory holds full-state checkpoints state_{step:08d}.pt (+ .sha256) every
-# `checkpoint_every` steps. They are not declared outputs: a rerun of a killed or requeued job
-# resumes from the newest one written under the same configuration, and ends bit-identical to an
-# uninterrupted run (CPU); one written under another configuration is deleted and training restarts.
-# Library: src/headstab/training/ (loop, checkpoint, data), src/headstab/refits/models.py.
+# A train job stacks its refits on a seed axis (headstab.training.model) and trains each as it would alone:
+# own init, data order, optimiser state, full states, snapshots, outputs and divergence stop. training/ also
+# holds the full-state checkpoints state_{step:08d}.pt (+ .sha256) every `checkpoint_every` steps and at the
+# last one: a rerun of a killed or requeued job resumes each refit from its newest one written under the same
+# configuration (a refit already at its last step is only exported again), ending bit-identical to an
+# uninterrupted run (CPU); one written under another configuration is deleted and that refit restarts.
+# Library: src/headstab/training/ (loop, stack, refit, checkpoint, data, model).
 
-# Params and resources: ARCH in common.smk (headstab.plan.jobs.job_spec, headstab.plan.resources).
+# Params and resources: ARCH in common.smk (headstab.plan.jobs.job_spec, headstab.plan.resources); the refits of
+# each block: TRAIN_BLOCKS (common.smk).
 
 PROMPT_CHECKS = jobs.prompt_checks(SPECS)
 
@@ -44,19 +49,18 @@ rule check_prompts:
 
 
 rule train:
-    """Train one refit of one architecture (paper §3.1, Listings 1-7): seeded init, seeded data order,
-    constant-lr Adam/AdamW, one epoch or n_tokens; resumes from its newest full-state checkpoint.
-    Starts only after check_prompts passed for its tokenizer and n_ctx."""
+    """Train one block of refits of one architecture together (paper §3.1, Listings 1-7; training.seeds_per_job
+    per block): seeded init, seeded data order, constant-lr Adam/AdamW, one epoch or n_tokens, each refit in its
+    checkpoint directory's training/; resumes each from its newest full-state checkpoint. Starts only after
+    check_prompts passed for its tokenizer and n_ctx."""
     input:
         unpack(by_arch("train_inputs")),
     output:
-        weights=LAYOUT.final_weights("{arch}", "{seed}"),
-        train_log=LAYOUT.checkpoint_file("{arch}", "{seed}", "train_log.csv"),
-        meta=LAYOUT.checkpoint_file("{arch}", "{seed}", "meta.json"),
+        record=LAYOUT.train_block_record("{arch}", "{block}"),
     log:
-        LAYOUT.log("train", "{arch}", "seed{seed}"),
+        LAYOUT.log("train", "{arch}", "{block}"),
     benchmark:
-        LAYOUT.benchmark("train", "{arch}", "seed{seed}")
+        LAYOUT.benchmark("train", "{arch}", "{block}")
     wildcard_constraints:
         arch=jobs.names_regex(TRAINED_ARCHITECTURES),  # published refits: rule fetch_published (published.smk)
     conda:
@@ -68,7 +72,36 @@ rule train:
         mem_mb=by_arch("train_mem_mb"),
     params:
         spec=by_arch("job_spec"),
+        # What changes the weights; training.attention, compile and seeds_per_job do not (read from the config).
+        precision=TRAINING["precision"],
+        refits=block_refits,
+        training_dirs=block_training_dirs,
         tokenizer_dir=by_arch("tokenizer_dir"),
         device=COMPUTE["device"],
     script:
         "../scripts/train.py"
+
+
+rule publish_refit:
+    """Refit {seed} of {arch} where every analysis reads it: the final.pt, train_log.csv and meta.json its block's
+    train job wrote in training/, hard-linked (copied where the file system refuses). Seconds of work: local."""
+    input:
+        record=refit_train_record,
+    output:
+        weights=LAYOUT.final_weights("{arch}", "{seed}"),
+        train_log=LAYOUT.checkpoint_file("{arch}", "{seed}", "train_log.csv"),
+        meta=LAYOUT.checkpoint_file("{arch}", "{seed}", "meta.json"),
+    log:
+        LAYOUT.log("publish_refit", "{arch}", "seed{seed}"),
+    wildcard_constraints:
+        arch=jobs.names_regex(TRAINED_ARCHITECTURES + SEED_GRID_ARCHITECTURES),
+    localrule: True
+    threads: 1
+    resources:
+        mem_mb=500,
+        runtime=5,
+    params:
+        training=refit_training_dir,
+    shell:
+        "for name in final.pt train_log.csv meta.json; do ln -f {params.training}/$name $(dirname {output.weights})/$name "
+        "|| cp {params.training}/$name $(dirname {output.weights})/$name; done 2> {log}"

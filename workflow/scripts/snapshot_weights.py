@@ -1,14 +1,12 @@
 """Rule snapshot_weights: the weights train kept at step {step} -> snapshots/step{step}/weights/seed{seed}/final.pt, meta.json."""
 
-from pathlib import Path
-
 from headstab.joblog import run_job
 from headstab.training.snapshots import publish_snapshot
 
 
 def main():
-    arch, seed, step = snakemake.wildcards.arch, int(snakemake.wildcards.seed), int(snakemake.wildcards.step)
-    publish_snapshot(Path(snakemake.input.weights).parent, step, snakemake.output.weights, arch, seed)
+    arch, seed, step = snakemake.wildcards.arch, snakemake.wildcards.seed, int(snakemake.wildcards.step)
+    publish_snapshot(snakemake.params.training, step, snakemake.output.weights, arch, seed, snakemake.input.weights)
 
 
 run_job(

@@ -116,6 +116,17 @@ def twin_diagonal(specs: Mapping[str, ArchitectureSpec], twins: Mapping[str, str
     return sorted(names)
 
 
+def trained_refits(specs: Mapping[str, ArchitectureSpec], twins: Mapping[str, str]) -> dict[str, list[int | str]]:
+    """{architecture: the refits its train jobs train}: every refit, but a seed grid's s-s that its twin paper
+    architecture trains (rule reuse_paper_refit copies them; `twins` is paper_twins')."""
+    trained = {}
+    for arch, spec in specs.items():
+        twin = twins.get(arch)
+        copied = {refit for refit in twin_diagonal(specs, {arch: twin})} if twin else set()
+        trained[arch] = [refit for refit in spec.seeds if str(refit) not in copied]
+    return trained
+
+
 def corpus_source_inputs(config: Mapping[str, Any], layout: Layout, name: str) -> list[str]:
     """The files a corpus's documents come from: its synthetic text, its local path, or none (hub)."""
     entry = config["corpora"][name]

@@ -107,6 +107,15 @@ class Layout:
         """A refit's final.pt, meta.json or train_log.csv."""
         return f"{self.checkpoint_dir(arch, seed)}/{name}"
 
+    def training_dir(self, arch: str, seed: int | str) -> str:
+        """Where a train job trains the refit: its full states, snapshots and outputs, which rule publish_refit then
+        links to final_weights' directory (a train job of k refits declares one record, not k refits' files)."""
+        return f"{self.checkpoint_dir(arch, seed)}/training"
+
+    def train_block_record(self, arch: str, block: str) -> str:
+        """Written by the train job of one block of refits once every one of them is trained."""
+        return f"{self.results}/{arch}/checkpoints/blocks/{block}.json"
+
     def train_outputs(self, arch: str, seeds: list[int]) -> list[str]:
         names = ("final.pt", "train_log.csv", "meta.json")
         return [self.checkpoint_file(arch, seed, name) for seed in seeds for name in names]

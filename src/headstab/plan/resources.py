@@ -42,31 +42,35 @@ def train_tokens(spec: ArchitectureSpec, corpus: Mapping[str, Any]) -> int:
 
 
 def tokens_per_second(arch: str, rates: Mapping[str, float]) -> float:
-    """Calibrated throughput (compute.train_tokens_per_second): the architecture's own entry, else the
-    longest key that is a `_`-separated prefix of its name (`l4` serves l4_h8, l4_h16_attn_wd, ...),
-    else `default`."""
+    """Calibrated throughput of one train job, all its refits together (compute.train_tokens_per_second): the
+    architecture's own entry, else the longest key that is a `_`-separated prefix of its name (`l4` serves
+    l4_h8, l4_h16_attn_wd, ...), else `default`."""
     if arch in rates:
         return rates[arch]
     prefixes = [key for key in rates if arch.startswith(f"{key}_")]
     return rates[max(prefixes, key=len)] if prefixes else rates["default"]
 
 
-def train_runtime(spec: ArchitectureSpec, corpus: Mapping[str, Any], compute: Mapping[str, Any]) -> int:
-    """Minutes: tokens / calibrated throughput x compute.runtime_margin, plus 10 for start-up."""
+def train_runtime(
+    spec: ArchitectureSpec, corpus: Mapping[str, Any], compute: Mapping[str, Any], seeds_per_job: int = 1
+) -> int:
+    """Minutes of one train job of `seeds_per_job` refits: their tokens / the job's calibrated throughput x
+    compute.runtime_margin, plus 10 for start-up. A last block with fewer refits asks the same: its steps take
+    no longer than a full block's."""
     rate = tokens_per_second(spec.name, compute["train_tokens_per_second"])
-    return math.ceil(compute["runtime_margin"] * train_tokens(spec, corpus) / rate / 60) + 10
+    return math.ceil(compute["runtime_margin"] * seeds_per_job * train_tokens(spec, corpus) / rate / 60) + 10
 
 
-def train_mem_mb(spec: ArchitectureSpec, device: str) -> int:
-    """Two copies of the full state (weights and Adam moments, while a checkpoint is written) and, when
-    training on the CPU, the activations of one step."""
+def train_mem_mb(spec: ArchitectureSpec, device: str, seeds_per_job: int = 1) -> int:
+    """Per refit of the job: two copies of its full state (weights and Adam moments: the model's and the copy
+    a checkpoint writes) and, when training on the CPU, the activations of one step."""
     n_params = spec.n_params + 2 * spec.d_vocab * spec.d_model + spec.n_ctx * spec.d_model
     state_bytes = 2 * 3 * 4 * n_params
     activation_bytes = 0
     if device == "cpu":
         per_layer = 12 * spec.d_model + 2 * spec.d_mlp + 3 * spec.n_heads * spec.seq_len
         activation_bytes = 4 * spec.tokens_per_step * (spec.n_layers * per_layer + 3 * spec.d_vocab)
-    return _round_up_mb(BASE_MB + (state_bytes + activation_bytes) / 1e6)
+    return _round_up_mb(BASE_MB + seeds_per_job * (state_bytes + activation_bytes) / 1e6)
 
 
 def cache_mem_mb(spec: ArchitectureSpec, batch_size: int, n_resid_hooks: int, largest_prompt_set: int) -> int:

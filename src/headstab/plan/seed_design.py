@@ -17,13 +17,16 @@ import re
 from collections.abc import Iterable
 
 __all__ = [
+    "BLOCK_WILDCARD",
     "DATA_ORDERS",
     "GRID_REFIT",
     "SEED_WILDCARD",
     "SHARED_DATA_SEED",
+    "block_name",
     "grid_refits",
-    "refit_seeds",
     "refit_name",
+    "refit_seeds",
+    "train_blocks",
     "training_seeds",
 ]
 
@@ -33,6 +36,8 @@ DATA_ORDERS = ("per_seed", "shared")
 SHARED_DATA_SEED = 0
 # The {seed} wildcard: a paper refit's seed, or a grid refit's init-data pair.
 SEED_WILDCARD = r"\d+(-\d+)?"
+# The {block} wildcard of a train job: the refits it trains together, e.g. seeds1_2_3_4 or seeds1-2_1-3.
+BLOCK_WILDCARD = rf"seeds{SEED_WILDCARD}(_{SEED_WILDCARD})*"
 
 
 def grid_refits(init_seeds: Iterable[int], data_seeds: Iterable[int]) -> tuple[str, ...]:
@@ -69,3 +74,19 @@ def training_seeds(name: int | str, data_order: str) -> tuple[int, int]:
     if GRID_REFIT.match(str(name)):
         raise ValueError(f"refit {name!r} of a seed grid names its own data seed; data_order shared does not apply")
     return init_seed, SHARED_DATA_SEED
+
+
+def block_name(refits: Iterable[int | str]) -> str:
+    """The name of a train job's block of refits: (1, 2, 3) -> 'seeds1_2_3'; ('1-2', '1-3') -> 'seeds1-2_1-3'."""
+    return "seeds" + "_".join(str(refit) for refit in refits)
+
+
+def train_blocks(refits: Iterable[int | str], seeds_per_job: int) -> dict[str, list[int | str]]:
+    """{block name: its refits}: `refits` in order, `seeds_per_job` at a time (the last block may be smaller).
+
+    A block is an execution grouping only: a refit's weights do not depend on the block it trains in."""
+    if seeds_per_job < 1:
+        raise ValueError(f"seeds_per_job must be at least 1, not {seeds_per_job}")
+    refits = list(refits)
+    chunks = [refits[start : start + seeds_per_job] for start in range(0, len(refits), seeds_per_job)]
+    return {block_name(chunk): chunk for chunk in chunks}

@@ -1,17 +1,17 @@
 """Full-state checkpoints: save, verify, prune, and decide whether one continues this refit.
 
-`state_{step:08d}.pt` holds model, optimiser, RNG, step, data position and log rows; its `.sha256`
-sidecar is written after it, so a state without one is an interrupted write and is skipped.
+`state_{step:08d}.pt` holds one refit's weights (TransformerBridge names), its Adam moments (the training
+model's parameter names, one refit's slice), step, data position and log rows; its `.sha256` sidecar is
+written after it, so a state without one is an interrupted write and is skipped. A state is one refit's,
+whichever refits it was trained beside: stacks of refits are formed anew on every resume.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from headstab.fileio import save_torch_atomic, sha256_file, write_text_atomic
@@ -20,16 +20,33 @@ from headstab.plan.spec import ArchitectureSpec
 log = logging.getLogger("headstab.training")  # the package's one logger name, as docs/operations.md quotes it
 
 # Bump whenever the loop's numerics change (loss, optimiser step, data order, init): older full states then restart.
-TRAINING_CODE_VERSION = 1
+# 2: the plain training model (headstab.training.model) instead of the TransformerBridge.
+TRAINING_CODE_VERSION = 2
 # Spec fields that determine the weights at a given step; a full state written under other values is not resumed.
 # The lr is constant (no schedule) and Adam's betas/eps are torch's defaults, so lr alone sets each step's update.
 # n_tokens, epochs, divergence_factor and the logging/checkpoint cadence only change where the run stops or
 # what it writes (window_order of a longer run extends a shorter one's).
 TRAJECTORY_FIELDS = (
-    "n_layers", "n_heads", "d_model", "d_head", "d_mlp", "n_ctx", "d_vocab", "act_fn",
-    "normalization_type", "positional_embedding_type", "init_mode", "attn_only",
-    "tokenizer", "corpus", "optimizer", "lr", "weight_decay", "batch_size", "seq_len",
-)  # fmt: skip
+    "n_layers",
+    "n_heads",
+    "d_model",
+    "d_head",
+    "d_mlp",
+    "n_ctx",
+    "d_vocab",
+    "act_fn",
+    "normalization_type",
+    "positional_embedding_type",
+    "init_mode",
+    "attn_only",
+    "tokenizer",
+    "corpus",
+    "optimizer",
+    "lr",
+    "weight_decay",
+    "batch_size",
+    "seq_len",
+)
 
 
 def state_path(out_dir: Path, step: int) -> Path:
@@ -38,42 +55,6 @@ def state_path(out_dir: Path, step: int) -> Path:
 
 def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
-
-
-def rng_state() -> dict[str, Any]:
-    # Plain tensors, strings and numbers only, so torch.load(weights_only=True) reads it back.
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    version, py_state, py_gauss = random.getstate()
-    return {
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "numpy": {
-            "kind": kind,
-            "keys": torch.from_numpy(keys.astype(np.int64)),
-            "pos": pos,
-            "has_gauss": has_gauss,
-            "gauss": gauss,
-        },
-        "python": {"version": version, "state": list(py_state), "gauss": py_gauss},
-    }
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    np_state = state["numpy"]
-    np.random.set_state(
-        (
-            np_state["kind"],
-            np_state["keys"].numpy().astype(np.uint32),
-            np_state["pos"],
-            np_state["has_gauss"],
-            np_state["gauss"],
-        )
-    )
-    py = state["python"]
-    random.setstate((py["version"], tuple(py["state"]), py["gauss"]))
 
 
 def save_state(out_dir: Path, state: dict[str, Any], keep: int) -> Path:
@@ -116,18 +97,35 @@ def load_latest_state(out_dir: Path) -> tuple[dict[str, Any] | None, Path | None
     return None, None
 
 
-def resume_identity(spec: ArchitectureSpec, seed: int, corpus_sha256: str | None) -> dict[str, Any]:
-    """Everything that determines a refit's weights at a given step; a full state resumes only if it matches."""
-    return {**{k: getattr(spec, k) for k in TRAJECTORY_FIELDS}, "seed": seed, "corpus_meta_sha256": corpus_sha256,
-            "training_code_version": TRAINING_CODE_VERSION}  # fmt: skip
+def resume_identity(
+    spec: ArchitectureSpec, seed: int, data_seed: int, corpus_sha256: str | None, precision: str
+) -> dict[str, Any]:
+    """Everything that determines a refit's weights at a given step; a full state resumes only if it matches.
+
+    seed: the init seed; data_seed: the window order's (recorded only when it differs, as a paper refit's is
+    its seed). precision: training.precision (bf16 rounds every matmul's inputs).
+    """
+    identity = {key: getattr(spec, key) for key in TRAJECTORY_FIELDS}
+    identity |= {
+        "seed": seed,
+        "corpus_meta_sha256": corpus_sha256,
+        "training_code_version": TRAINING_CODE_VERSION,
+        "precision": precision,
+    }
+    if data_seed != seed:
+        identity["data_seed"] = data_seed
+    return identity
 
 
 def why_not_resumable(state: dict[str, Any], identity: dict[str, Any], steps: int) -> str | None:
     """None when `state` continues this refit, else why not, e.g.
     'written with another configuration: lr (checkpoint 0.01, now 0.003)'."""
     saved = state["identity"]
-    differing = [f"{k} (checkpoint {saved.get(k)!r}, now {identity.get(k)!r})"
-                 for k in {**identity, **saved} if saved.get(k) != identity.get(k)]  # fmt: skip
+    differing = [
+        f"{k} (checkpoint {saved.get(k)!r}, now {identity.get(k)!r})"
+        for k in {**identity, **saved}
+        if saved.get(k) != identity.get(k)
+    ]
     if differing:
         return f"written with another configuration: {', '.join(differing)}"
     if state["step"] > steps:

@@ -33,8 +33,12 @@ from headstab.training.initial_weights import INIT_MODES, NORMS_WITH_BIAS, NORMS
 
 EPS = 1e-5  # TransformerBridgeConfig's eps, of every norm
 ROTARY_BASE = 10000.0  # TransformerBridgeConfig's rotary_base; rotary_dim is d_head
-ACTIVATIONS = {"gelu": F.gelu, "gelu_new": functools.partial(F.gelu, approximate="tanh"), "relu": F.relu,
-               "silu": F.silu}  # fmt: skip
+ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_new": functools.partial(F.gelu, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+}
 NORMALIZATIONS = ("LN", "LNPre", "RMS", "RMSPre")
 POSITIONAL_EMBEDDINGS = ("standard", "rotary")
 PRECISIONS = ("fp32", "tf32", "bf16")
@@ -43,8 +47,12 @@ ATTENTION_KERNELS = ("materialised", "sdpa")
 
 def check_trainable(spec: ArchitectureSpec) -> None:
     """Raise ConfigError naming the key and value of any option of `spec` this model does not implement."""
-    options = {"act_fn": tuple(ACTIVATIONS), "normalization_type": NORMALIZATIONS,
-               "positional_embedding_type": POSITIONAL_EMBEDDINGS, "init_mode": INIT_MODES}  # fmt: skip
+    options = {
+        "act_fn": tuple(ACTIVATIONS),
+        "normalization_type": NORMALIZATIONS,
+        "positional_embedding_type": POSITIONAL_EMBEDDINGS,
+        "init_mode": INIT_MODES,
+    }
     for key, allowed in options.items():
         value = getattr(spec, key)
         if value not in allowed:
@@ -53,8 +61,10 @@ def check_trainable(spec: ArchitectureSpec) -> None:
                 f"(headstab.training.model); use one of {', '.join(allowed)}"
             )
     if spec.positional_embedding_type == "rotary" and spec.d_head % 2:
-        raise ConfigError(f"config key 'architectures.{spec.name}.d_head': rotary embeddings rotate pairs of "
-                          f"dimensions, so d_head must be even, not {spec.d_head}")  # fmt: skip
+        raise ConfigError(
+            f"config key 'architectures.{spec.name}.d_head': rotary embeddings rotate pairs of "
+            f"dimensions, so d_head must be even, not {spec.d_head}"
+        )
 
 
 class Norm(nn.Module):
@@ -124,8 +134,9 @@ class Attention(nn.Module):
         if kernel == "sdpa":
             z = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
-            scores = torch.baddbmm(causal_mask, q.flatten(0, 1), k.flatten(0, 1).transpose(1, 2),
-                                   alpha=self.d_head**-0.5)  # fmt: skip
+            scores = torch.baddbmm(
+                causal_mask, q.flatten(0, 1), k.flatten(0, 1).transpose(1, 2), alpha=self.d_head**-0.5
+            )
             z = torch.bmm(scores.softmax(dim=-1), v.flatten(0, 1)).view(n_seeds * batch, self.n_heads, pos, -1)
         z = z.transpose(1, 2).reshape(n_seeds, rows, -1)  # [seed, batch * pos, head * d_head]
         return torch.baddbmm(self.b_O[:, None], z, self.W_O)
@@ -194,8 +205,9 @@ class StackedTransformer(nn.Module):
         self.register_buffer("causal_mask", mask, persistent=False)
 
     @classmethod
-    def from_seeds(cls, spec: ArchitectureSpec, seeds: Sequence[int], device: str | torch.device = "cpu",
-                   **switches: str) -> StackedTransformer:  # fmt: skip
+    def from_seeds(
+        cls, spec: ArchitectureSpec, seeds: Sequence[int], device: str | torch.device = "cpu", **switches: str
+    ) -> StackedTransformer:
         """A stack of len(seeds) refits at step 0, refit i bit-identical to `build_model(spec, seeds[i])`."""
         model = cls(spec, len(seeds), **switches)
         for i, seed in enumerate(seeds):
@@ -227,6 +239,10 @@ class StackedTransformer(nn.Module):
         # Positions, then batch: one sum over both would be split across threads when k = 1 (a single output).
         return -predicted.sum(dim=-1).sum(dim=-1) / predicted[0].numel()
 
+    def matmul_precision(self) -> contextlib.AbstractContextManager[None]:
+        """The precision's float32 matmul setting for code that calls this model compiled (see `_matmul_precision`)."""
+        return self._matmul_precision()
+
     def backward(self, loss: torch.Tensor) -> None:
         """Gradients of every seed's own loss (`loss` [seed]), with the precision's matmuls."""
         with self._matmul_precision():
@@ -234,7 +250,14 @@ class StackedTransformer(nn.Module):
 
     @contextlib.contextmanager
     def _matmul_precision(self) -> Iterator[None]:
-        """TF32 float32 matmuls for precision tf32, full float32 otherwise; the previous setting is restored."""
+        """TF32 float32 matmuls for precision tf32, full float32 otherwise; the previous setting is restored.
+
+        Inside a torch.compile'd call it does nothing (the setting is global state the compiler cannot trace):
+        the caller runs the compiled call inside `matmul_precision()`.
+        """
+        if torch.compiler.is_compiling():
+            yield
+            return
         before = torch.get_float32_matmul_precision()
         torch.set_float32_matmul_precision("high" if self.precision == "tf32" else "highest")
         try:
@@ -251,8 +274,13 @@ class StackedTransformer(nn.Module):
             views["pos_embed.weight"] = self.W_pos
 
         def norm(prefix: str, module: Norm) -> None:
-            views.update({f"{prefix}.{name}": t for name, t in (("weight", module.weight), ("bias", module.bias))
-                          if t is not None})  # fmt: skip
+            views.update(
+                {
+                    f"{prefix}.{name}": t
+                    for name, t in (("weight", module.weight), ("bias", module.bias))
+                    if t is not None
+                }
+            )
 
         for layer, block in enumerate(self.blocks):
             prefix, attn = f"blocks.{layer}", block.attn
@@ -275,8 +303,10 @@ class StackedTransformer(nn.Module):
 
     def seed_state_dict(self, i: int) -> dict[str, torch.Tensor]:
         """Refit i's weights as a TransformerBridge state dict (bridge names and shapes, no seed axis), copied."""
-        return {name: t[i].detach().clone(memory_format=torch.contiguous_format)
-                for name, t in self.bridge_tensors().items()}  # fmt: skip
+        return {
+            name: t[i].detach().clone(memory_format=torch.contiguous_format)
+            for name, t in self.bridge_tensors().items()
+        }
 
     def load_seed_state_dict(self, i: int, state: Mapping[str, torch.Tensor]) -> None:
         """Overwrite refit i's weights with `state`, a TransformerBridge state dict of this architecture."""

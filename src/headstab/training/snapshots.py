@@ -1,9 +1,10 @@
 """Snapshots: a refit's weights at a training step, for the stability-along-training analysis.
 
-Step 0 is the initialisation, rebuilt from the seed (`build_model(spec, seed)`, exactly what
-`headstab.training.train_refit` starts from); rule `init_weights` writes it without training. A step
-> 0 is kept by `train_refit` while it trains, in `{checkpoint dir}/snapshots/step{step}/` (not a
-declared output, like the full-state checkpoints), and rule `snapshot_weights` publishes it at
+Step 0 is the initialisation, rebuilt from the seed (`initial_state_dict(spec, seed)`, exactly what
+`headstab.training.train_refits` starts from, and bit-identical to `build_model(spec, seed)`); rule
+`init_weights` writes it without training. A step > 0 is kept by `train_refits` while it trains, in
+`{training dir}/snapshots/step{step}/` (not a declared output, like the full-state checkpoints), and rule
+`snapshot_weights` publishes it at
 `Layout.snapshot_weights(arch, step, seed)`. Every snapshot is a `final.pt` with a `meta.json` beside
 it recording `final_weights_sha256`, so `headstab.refits.models.load_verified_state_dict` checks it.
 """
@@ -14,14 +15,15 @@ import json
 import os
 import shlex
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from headstab.fileio import atomic_path, sha256_file, write_json_atomic
+from headstab.fileio import atomic_path, save_torch_atomic, sha256_file, write_json_atomic
 from headstab.plan.spec import ArchitectureSpec
 from headstab.provenance.records import environment_record
-from headstab.refits.models import build_model, count_weight_matrix_params, save_weights
+from headstab.refits.models import WEIGHT_MATRIX_KEY
+from headstab.training.initial_weights import initial_state_dict
 
 __all__ = [
     "SnapshotError",
@@ -45,16 +47,15 @@ def trained_snapshot_steps(spec: ArchitectureSpec) -> tuple[int, ...]:
 
 
 def staged_snapshot_dir(checkpoint_dir: str | Path, step: int) -> Path:
-    """Where train_refit keeps the weights of step `step`: beside its full-state checkpoints."""
+    """Where training keeps the weights of step `step`: beside its full-state checkpoints."""
     return Path(checkpoint_dir) / "snapshots" / f"step{step}"
 
 
-def save_snapshot(model: Any, directory: str | Path, meta: dict[str, Any]) -> dict[str, Any]:
-    """Write `model`'s state dict to `directory`/final.pt, then meta.json (`meta` plus the weights'
-    sha256), the record that says the weights are complete; returns the record."""
-
+def save_snapshot(weights: Mapping[str, Any], directory: str | Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """Write `weights` (a TransformerBridge state dict, on the CPU) to `directory`/final.pt, then meta.json
+    (`meta` plus the weights' sha256), the record that says the weights are complete; returns the record."""
     directory = Path(directory)
-    save_weights(model, directory / "final.pt")
+    save_torch_atomic(dict(weights), directory / "final.pt")
     record = {**meta, "final_weights_sha256": sha256_file(directory / "final.pt")}
     write_json_atomic(directory / "meta.json", record)
     return record
@@ -80,26 +81,33 @@ def missing_snapshots(checkpoint_dir: str | Path, steps: Iterable[int], up_to: i
 
 
 def write_init_weights(spec: ArchitectureSpec, seed: int, path: str | Path) -> dict[str, Any]:
-    """Refit `seed` of `spec` at step 0: `build_model(spec, seed)` (on the CPU, where it is bit-identical
-    to the model training starts from) saved at `path` (a final.pt) with its meta.json; returns the record."""
+    """Refit `seed` of `spec` at step 0, the weights training starts from (bit-identical to `build_model(spec,
+    seed)`, tested), saved at `path` (a final.pt) with its meta.json; returns the record."""
     path = Path(path)
     if path.name != "final.pt":
         raise ValueError(f"snapshot weights must be named final.pt (its meta.json goes beside it); got {path}")
-    model = build_model(spec, seed)
+    weights = initial_state_dict(spec, seed)
     meta = {
         "source": "initialisation",
         "architecture": spec.to_dict(),
         "seed": int(seed),
         "step": 0,
         "tokens_trained": 0,
-        "weight_matrix_params": count_weight_matrix_params(model),
-        "built_with": "headstab.refits.models.build_model(spec, seed): the model train_refit starts from",
+        "weight_matrix_params": sum(t.numel() for name, t in weights.items() if WEIGHT_MATRIX_KEY.match(name)),
+        "built_with": "headstab.training.initial_weights.initial_state_dict(spec, seed): what training starts from",
         "environment": environment_record("cpu"),
     }
-    return save_snapshot(model, path.parent, meta)
+    return save_snapshot(weights, path.parent, meta)
 
 
-def publish_snapshot(checkpoint_dir: str | Path, step: int, path: str | Path, arch: str, seed: int) -> dict[str, Any]:
+def publish_snapshot(
+    checkpoint_dir: str | Path,
+    step: int,
+    path: str | Path,
+    arch: str,
+    seed: int | str,
+    refit_weights: str | Path | None = None,
+) -> dict[str, Any]:
     """Copy the snapshot train kept at `step` to `path` (a final.pt; a hard link where the file system
     allows) and its meta.json beside it, after checking the sha256; returns the meta record.
 
@@ -108,7 +116,7 @@ def publish_snapshot(checkpoint_dir: str | Path, step: int, path: str | Path, ar
     """
     staged = staged_snapshot_dir(checkpoint_dir, step)
     if not verified_snapshot(staged):
-        final = shlex.quote(str(Path(checkpoint_dir) / "final.pt"))
+        final = shlex.quote(str(refit_weights or Path(checkpoint_dir) / "final.pt"))
         raise SnapshotError(
             f"{arch} seed {seed}: no verified snapshot of step {step} in {staged} (train did not keep it: the refit "
             f"was trained before step {step} was in architectures.{arch}.snapshot_steps, or the file is damaged); "
