@@ -1,9 +1,7 @@
-"""headstab.sections.optimizers: §4.5 activation norms, validation perplexity and Table B.7."""
+"""headstab.sections.optimizers: §4.5 activation norms, validation perplexity and the perplexity comparison (§B.7 figures)."""
 
 import logging
 import math
-import sys
-import types
 
 import numpy as np
 import pandas as pd
@@ -12,6 +10,7 @@ import scipy.stats
 import torch
 from helpers.tolerances import reduction_atol, reduction_rtol
 
+from headstab.sections import optimizers
 from headstab.sections.optimizers import (
     ACTIVATION_NORM_COLUMNS,
     PERPLEXITY_COLUMNS,
@@ -121,10 +120,7 @@ def test_activation_norm_table_reads_each_refits_weights_and_cache_in_seed_order
             hook_z=rng.normal(size=(2, 2, 4, 2, 8)).astype(np.float32),
             resid={"hook_resid_mid": rng.normal(size=(2, 2, 4, 16)).astype(np.float32)},
         )
-    reader = types.ModuleType("headstab.activations.reader")
-    reader.open_cache = lambda path: caches[str(path)]
-    monkeypatch.setitem(sys.modules, "headstab.activations", types.ModuleType("headstab.activations"))
-    monkeypatch.setitem(sys.modules, "headstab.activations.reader", reader)
+    monkeypatch.setattr(optimizers, "open_cache", lambda path: caches[str(path)])  # the section's own name
     refits = {seed: (tmp_path / f"seed{seed}.pt", tmp_path / f"seed{seed}.h5") for seed in (2, 1)}
     table = activation_norm_table(spec, refits, "primary", ())
     assert list(table.columns) == ACTIVATION_NORM_COLUMNS and table.index.tolist() == list(range(8))

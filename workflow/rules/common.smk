@@ -154,19 +154,7 @@ PAIR_CONFIGURATIONS = {
 HELDOUT_CORPUS = config["analysis"]["heldout_corpus"]
 HELDOUT_LABEL = HELDOUT_CORPUS or f"{jobs.HELDOUT_HUB['config_name']} {jobs.HELDOUT_HUB['split']}"
 
-# Per tokenizer: what its jobs look up (data.smk; train and heldout_wikitext wait for the tokenizer).
-TOKENIZER_JOBS = {
-    name: {
-        "dir": LAYOUT.tokenizer_dir(name),
-        "target": LAYOUT.tokenizer_target(name),
-        "training_inputs": (
-            jobs.corpus_source_inputs(config, LAYOUT, entry["corpus"]) if entry["source"] == "train" else []
-        ),
-        "training_corpus": (jobs.tokenizer_training_entry(config, LAYOUT, name) if entry["source"] == "train" else {}),
-    }
-    for name, entry in config["tokenizers"].items()
-}
-
+TOKENIZER_JOBS = jobs.tokenizer_jobs(config, LAYOUT)  # what each tokenizer's jobs look up
 TRAINED_ARCHITECTURES = [arch for arch in ARCHITECTURES if SOURCES[arch].trained]
 
 # The model of each architecture without the keys that only shape training (snapshot steps, data order):
@@ -179,21 +167,12 @@ MODEL_SPECS = {
 }
 by_model_spec = partial(jobs.WildcardLookup, MODEL_SPECS, "arch")
 
-# Every output, registered by the rule file that makes it (add_outputs): targets.smk and report.smk read them
+# Every output, registered by the rule file that makes it (add_outputs, functions.smk): targets.smk and report.smk read them
 # here, so no rule file reads another's globals.
 UPSTREAM_OUTPUTS = {arch: [] for arch in ARCHITECTURES}  # weights, which an analysis rerun never rebuilds
 ARCHITECTURE_OUTPUTS = {arch: [] for arch in ARCHITECTURES}  # each section's outputs of one architecture
 SHARED_OUTPUTS = []  # compare/ and summary/: across architectures
 SEED_GRID_OUTPUTS = []  # the seed grids' own architectures
-
-
-def add_outputs(per_architecture=None, shared=(), upstream=None, seed_grid=()):
-    """Register a rule file's outputs: per_architecture and upstream {arch: [path]}, shared and seed_grid [path]."""
-    for registry, outputs in ((ARCHITECTURE_OUTPUTS, per_architecture), (UPSTREAM_OUTPUTS, upstream)):
-        for arch, paths in (outputs or {}).items():
-            registry[arch].extend(paths)
-    SHARED_OUTPUTS.extend(shared)
-    SEED_GRID_OUTPUTS.extend(seed_grid)
 
 
 MODEL_GPUS = resources.model_gpus(COMPUTE["device"])

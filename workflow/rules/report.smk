@@ -117,9 +117,9 @@ HEADLINE_TARGETS = (
 )
 REPORT_TARGETS += HEADLINE_TARGETS
 # Architectures trained here: their step-0 refits say which head types training put there.
-TRAINED_IN_ARCHITECTURES = [arch for arch in ARCHITECTURES if HEAD_TYPE_STEP0[arch]]
+TRAINED_IN_ARCHITECTURES = TRAINED_ARCHITECTURES  # their step-0 refits calibrate the head types
 TRAINED_IN_TARGETS = (
-    [LAYOUT.summary_table_path("trained_in_types"), f"{RESULTS}/summary/trained_in_types.html"]
+    [LAYOUT.summary_table_path("trained_in_types"), LAYOUT.summary_page("trained_in_types")]
     if TRAINED_IN_ARCHITECTURES
     else []
 )
@@ -139,7 +139,7 @@ rule trained_in_types:
     output:
         table=LAYOUT.summary_table_path("trained_in_types"),
         page=report(
-            f"{RESULTS}/summary/trained_in_types.html",
+            LAYOUT.summary_page("trained_in_types"),
             caption="../report/trained_in_types.rst",
             category=SUMMARY_CATEGORY,
             subcategory="Head types that training put there",
@@ -155,7 +155,7 @@ rule trained_in_types:
     params:
         architectures=TRAINED_IN_ARCHITECTURES,
         training={arch: training_label(SPECS[arch]) for arch in TRAINED_IN_ARCHITECTURES},
-        min_share=HEAD_TYPE_OPTIONS["trained_in_share"],
+        min_share=config["head_types"]["trained_in_share"],
         statistics=STATISTICS,
     script:
         "../scripts/trained_in_types.py"

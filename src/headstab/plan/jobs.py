@@ -151,6 +151,21 @@ def tokenizer_training_entry(config: Mapping[str, Any], layout: Layout, name: st
     return {key: value for key, value in corpus.items() if key not in ("n_tokens", "n_shards", "tokenizer")}
 
 
+def tokenizer_jobs(config: Mapping[str, Any], layout: Layout) -> dict[str, dict[str, Any]]:
+    """{tokenizer: what its jobs look up}: its directory and ready target, and for a trained tokenizer the
+    corpus inputs and entry it trains on (data.smk; train and heldout_wikitext wait for the tokenizer)."""
+    jobs = {}
+    for name, entry in config["tokenizers"].items():
+        trained = entry["source"] == "train"
+        jobs[name] = {
+            "dir": layout.tokenizer_dir(name),
+            "target": layout.tokenizer_target(name),
+            "training_inputs": corpus_source_inputs(config, layout, entry["corpus"]) if trained else [],
+            "training_corpus": tokenizer_training_entry(config, layout, name) if trained else {},
+        }
+    return jobs
+
+
 def prompt_checks(specs: Mapping[str, ArchitectureSpec]) -> dict[str, dict[str, list[str]]]:
     """{tokenizer: {n_ctx: architectures}}: one check_prompts job per tokenizer and context length."""
     checks: dict[str, dict[str, list[str]]] = {}

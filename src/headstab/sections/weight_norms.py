@@ -14,6 +14,9 @@ per-anchor sums of squares (`norm_ss`, `stability_ss`). Table B.5 used the whole
 Sharper heads have lower cosine whatever they compute (docs/statistics.md), so each correlation comes
 with its partial correlation given entropy: over layers given the layer's mean head entropy, and per
 layer over heads (every anchor's, each with its own W_Q norm) given each head's entropy.
+
+`load_trained_model` (torch) is imported inside `trained_state`: the correlation and summary jobs import
+this module without loading a model, and importing torch is seconds of a job's start.
 """
 
 from __future__ import annotations
