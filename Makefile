@@ -1,5 +1,5 @@
 # headstab: the two commands of the README, and the benchmarks.
-#   make demo   offline toy-scale reproduction (config/demo.yaml), ~15 min on 2 cores
+#   make demo   offline toy-scale reproduction (config/demo.yaml) on 2 cores
 #   make test   style checks (make lint), unit + integration tests (and the real-Slurm test when Slurm is installed)
 #   make bench  side-by-side benchmarks -> results/bench/summary.json
 #   make mutation  mutation testing of the scientific modules -> results/mutation/summary.json (not part of make test)

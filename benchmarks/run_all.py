@@ -78,6 +78,7 @@ TARGETS: dict[str, tuple[str, float] | None] = {
     "train_gpu_syncs_per_step": ("<=", 0.0),
     "head_types_seconds_per_refit": None,
     "head_types_vs_cache": ("<=", 1.0),
+    "job_startup_seconds": None,
 }
 STAGES = (
     "similarity",
@@ -89,6 +90,7 @@ STAGES = (
     "head_types",
     "training_model",
     "train_gpu",
+    "job_startup",
 )
 
 
@@ -178,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     import bench_cache_published
     import bench_drop_swap
     import bench_head_types
+    import bench_job_startup
     import bench_paper_scale
     import bench_similarity
     import bench_train
@@ -305,6 +308,11 @@ def main(argv: list[str] | None = None) -> int:
             summary["head_types_seconds_per_refit"] = head_types["head_types_seconds_per_refit"]
             summary["head_types_vs_cache"] = head_types["head_types_vs_cache"]
             details["head_types"] = head_types
+        if "job_startup" in stages:
+            log.info("job_startup: do-nothing Snakemake script jobs")
+            startup = bench_job_startup.bench_job_startup(n_jobs=3 if args.quick else 8)
+            summary["job_startup_seconds"] = startup["job_startup_seconds"]
+            details["job_startup"] = startup
         if "training_model" in stages:
             log.info("training_model: the plain model against the bridge, stacks against refits trained alone (CPU)")
             model = bench_training_model.bench_training_model(

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import random
 import re
 
-from headstab.data.synthetic import generate_synthetic_documents, write_jsonl
+import pytest
+
+from headstab.data.synthetic import (
+    REPEATED_SPAN_WORDS,
+    generate_synthetic_documents,
+    insert_repeated_spans,
+    write_jsonl,
+)
 from headstab.fileio import sha256_file
 
 from .conftest import DOCS
@@ -75,3 +84,57 @@ def test_lists_dialogue_and_code_are_present_and_well_formed():
     for block in re.findall(r"^def \w+\(\w+, \w+\):\n(?:    .*\n)+", text, re.M):
         indents = [len(line) - len(line.lstrip(" ")) for line in block.splitlines()[1:]]
         assert all(indent in (4, 8) for indent in indents)
+
+
+def test_default_corpus_is_the_same_text_as_before_repeated_spans_existed():
+    # sha256 of the first 100 documents of seeds 0 and 1 written by the generator before it had repeated_spans.
+    expected = {
+        0: "25c486e7a2fae7f375e2882ebe43f782408721641c617da50ab7f06bc6e25307",
+        1: "39c05d29323de4b50d80fc1c55f277a66f0822701ebf4e3ae9bd404c10981d1c",
+    }
+    for seed, digest in expected.items():
+        text = "\x00".join(generate_synthetic_documents(seed, 100))
+        assert hashlib.sha256(text.encode()).hexdigest() == digest
+        assert list(generate_synthetic_documents(seed, 100, repeated_spans=0)) == text.split("\x00")
+
+
+def _inserted_copy(original: list[str], result: list[str]) -> tuple[int, int, int]:
+    """(source start, copy start, length) of the one run of words inserted into `original` (distinct words)."""
+    length = len(result) - len(original)
+    at = next((i for i, (a, b) in enumerate(zip(original, result)) if a != b), len(original))  # appended: at the end
+    assert result[:at] == original[:at] and result[at + length :] == original[at:]
+    source = original.index(result[at])
+    assert result[at : at + length] == original[source : source + length]
+    return source, at, length
+
+
+def test_one_repeated_span_is_a_verbatim_copy_of_earlier_words_at_a_random_distance():
+    original = [f"w{i}" for i in range(60)]
+    distances = set()
+    for seed in range(40):
+        result = insert_repeated_spans(" ".join(original), random.Random(seed), 1, span_words=(3, 7)).split(" ")
+        source, at, length = _inserted_copy(original, result)
+        assert 3 <= length <= 7
+        assert source + length <= at  # the copy comes after the whole span it repeats
+        distances.add(at - source)
+    assert len(distances) > 10  # never a fixed offset
+
+
+def test_documents_with_repeated_spans_keep_their_words_and_grow_by_the_copies():
+    n_spans, (low, high) = 3, REPEATED_SPAN_WORDS
+    plain = list(generate_synthetic_documents(seed=4, n_documents=30))
+    repeated = list(generate_synthetic_documents(seed=4, n_documents=30, repeated_spans=n_spans))
+    assert repeated == list(generate_synthetic_documents(seed=4, n_documents=30, repeated_spans=n_spans))
+    for base, doc in zip(plain, repeated):
+        base_words, words = base.split(" "), doc.split(" ")
+        assert n_spans * low <= len(words) - len(base_words) <= n_spans * high
+        remaining = iter(words)
+        assert all(word in remaining for word in base_words)  # the document's own words, in order, are all still there
+
+
+def test_repeated_span_arguments_are_checked():
+    with pytest.raises(ValueError, match="repeated_spans must be >= 0, got -1"):
+        list(generate_synthetic_documents(0, 1, repeated_spans=-1))
+    with pytest.raises(ValueError, match=r"span_words must be 1 <= low <= high, got \(5, 2\)"):
+        insert_repeated_spans("a b c", random.Random(0), 1, span_words=(5, 2))
+    assert insert_repeated_spans("a b", random.Random(0), 2, span_words=(3, 4)) == "a b"  # shorter than a span

@@ -437,3 +437,23 @@ def test_a_ulp_twin_outside_the_grid_is_refused_naming_the_key(demo):
     demo["architectures"]["l2_h8_grid"]["seed_grid"]["ulp_twins"] = ["1-1", "9-9"]
     with pytest.raises(ConfigError, match=r"architectures.l2_h8_grid.seed_grid.ulp_twins': ulp_twins \['9-9'\]"):
         architecture_spec(validate_config(demo), "l2_h8_grid")
+
+
+def test_synthetic_corpus_repeated_spans_defaults_to_0_and_is_checked(demo):
+    config = validate_config(demo)
+    assert config["corpora"]["synthetic"]["repeated_spans"] == 3
+    del demo["corpora"]["synthetic"]["repeated_spans"]
+    assert validate_config(demo)["corpora"]["synthetic"]["repeated_spans"] == 0
+    demo["corpora"]["synthetic"]["repeated_spans"] = -1
+    with pytest.raises(ConfigError, match="repeated_spans"):
+        validate_config(demo)
+
+
+def test_demo_decayed_twins_decay_their_weights(demo):
+    """lr x weight_decay x steps >= 1 for every AdamW architecture of the demo (AdamW's decay would be negligible)."""
+    config = validate_config(demo)
+    for name in config["architectures"]:
+        spec = architecture_spec(config, name)
+        if spec.optimizer == "adamw":
+            steps = spec.n_tokens // spec.tokens_per_step
+            assert spec.lr * spec.weight_decay * steps >= 1, name

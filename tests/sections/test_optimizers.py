@@ -1,4 +1,4 @@
-"""headstab.sections.optimizers: §4.5 activation norms, validation perplexity and Table B.7."""
+"""headstab.sections.optimizers: §4.5 activation norms, validation perplexity and the perplexity comparison (§B.7 figures)."""
 
 import logging
 import math
@@ -10,7 +10,7 @@ import scipy.stats
 import torch
 from helpers.tolerances import reduction_atol, reduction_rtol
 
-import headstab.sections.optimizers as optimizers
+from headstab.sections import optimizers
 from headstab.sections.optimizers import (
     ACTIVATION_NORM_COLUMNS,
     PERPLEXITY_COLUMNS,
@@ -120,8 +120,7 @@ def test_activation_norm_table_reads_each_refits_weights_and_cache_in_seed_order
             hook_z=rng.normal(size=(2, 2, 4, 2, 8)).astype(np.float32),
             resid={"hook_resid_mid": rng.normal(size=(2, 2, 4, 16)).astype(np.float32)},
         )
-    # the section imports open_cache at its top: its own name is the one to serve the fake caches through
-    monkeypatch.setattr(optimizers, "open_cache", lambda path: caches[str(path)])
+    monkeypatch.setattr(optimizers, "open_cache", lambda path: caches[str(path)])  # the section's own name
     refits = {seed: (tmp_path / f"seed{seed}.pt", tmp_path / f"seed{seed}.h5") for seed in (2, 1)}
     table = activation_norm_table(spec, refits, "primary", ())
     assert list(table.columns) == ACTIVATION_NORM_COLUMNS and table.index.tolist() == list(range(8))
@@ -307,9 +306,12 @@ def test_refit_rows_are_perplexities():
 
 
 def test_validation_perplexity_passes_device_batch_size_and_processing_and_logs(monkeypatch, caplog):
+    import headstab.refits.models
+    import headstab.sections.optimizers as optimizers
+
     calls = []
     monkeypatch.setattr(
-        optimizers, "load_trained_model", lambda *args, **kwargs: calls.append((args, kwargs)) or "model"
+        headstab.refits.models, "load_trained_model", lambda *args, **kwargs: calls.append((args, kwargs)) or "model"
     )
 
     def summed(model, windows, lengths, batch_size=16):

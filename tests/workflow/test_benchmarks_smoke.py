@@ -136,6 +136,34 @@ def test_drop_swap_flop_ratio_counts_the_intact_pass_the_block_passes_and_one_un
     assert bench_drop_swap.flop_ratio(spec, seq_len=5) == 3.0
 
 
+def test_job_startup_benchmark_times_every_do_nothing_job():
+    import bench_job_startup
+
+    result = bench_job_startup.bench_job_startup(n_jobs=3)
+    assert len(result["job_startup_all_seconds"]) == 3
+    assert result["job_startup_seconds"] == sorted(result["job_startup_all_seconds"])[1] > 0
+    assert "job_startup_seconds" in run_all.TARGETS and "job_startup" in run_all.STAGES
+
+
+def test_snakemake_log_timing_pairs_each_finish_with_its_start():
+    import snakemake_log_timing
+
+    log = """[Thu Nov 26 04:41:06 2026]
+localrule train:
+    output: a
+    jobid: 7
+[Thu Nov 26 04:41:08 2026]
+rule cache:
+    jobid: 9
+[Thu Nov 26 04:41:16 2026]
+Finished jobid: 9 (Rule: cache)
+[Thu Nov 26 04:41:36 2026]
+Finished jobid: 7 (Rule: train)
+"""
+    seconds, wall = snakemake_log_timing.rule_timing(log.splitlines())
+    assert seconds == {"cache": [8.0], "train": [30.0]} and wall == 30.0
+
+
 def test_targets_are_checked_by_direction():
     summary = {key: None for key in run_all.TARGETS}
     summary |= {"cache_overhead": 1.2, "similarity_max_abs_diff": 2e-5, "similarity_gemm_fraction": float("nan")}
@@ -176,6 +204,140 @@ def test_training_model_benchmark_counts_ops_and_times_every_variant():
     variants = {"bridge", "plain", "plain_sdpa", "plain_k4_per_seed", "plain_k4_sdpa_per_seed"}
     assert set(times["seconds_per_step"]) == variants
     assert all(seconds > 0 for seconds in times["seconds_per_step"].values())
+
+
+def test_induction_benchmark_patterns_are_the_bridges_hook_pattern():
+    import induction_phase_change as ipc
+    import torch
+
+    from headstab.refits.models import build_model
+    from headstab.training.model import StackedTransformer
+
+    spec = ipc.demo_spec(vocab=300, seq_len=128)
+    stack = StackedTransformer.from_seeds(spec, [3, 5], attention="sdpa")
+    with torch.no_grad():  # biases and LayerNorms away from their init, so every term of the pattern counts
+        for name, tensor in stack.named_parameters():
+            if "b_" in name or "ln" in name:
+                tensor.add_(0.3 * torch.randn(tensor.shape, generator=torch.Generator().manual_seed(len(name))))
+    tokens = torch.randint(0, 300, (3, 40), generator=torch.Generator().manual_seed(0))
+    logits, patterns = ipc.stack_patterns(stack, tokens)
+    assert patterns.shape == (2, 2, 3, 8, 40, 40)  # [layer, seed, prompt, head, query_pos, key_pos]
+    for i, seed in enumerate([3, 5]):
+        bridge = build_model(spec, seed)
+        bridge.load_state_dict(stack.seed_state_dict(i))
+        with torch.no_grad():
+            expected, cache = bridge.run_with_cache(tokens)
+        # logits sum d_model products of O(1) terms after LayerNorm; each pattern row sums at most 40 keys
+        atol = reduction_atol(np.float32, spec.d_model, magnitude=float(expected.abs().max()))
+        np.testing.assert_allclose(logits[i].numpy(), expected.numpy(), atol=atol, rtol=0)
+        for layer in range(2):
+            bridge_pattern = cache[f"blocks.{layer}.attn.hook_pattern"].numpy()
+            np.testing.assert_allclose(
+                patterns[layer, i].numpy(), bridge_pattern, atol=reduction_atol(np.float32, 40), rtol=0
+            )
+
+
+def test_induction_detectors_score_planted_heads_one_and_uniform_heads_their_chance():
+    import induction_phase_change as ipc
+    import torch
+
+    half, n = 5, 10
+    induction, prev_token, uniform = (torch.zeros(1, 1, n, n) for _ in range(3))
+    for i in range(half, n):
+        induction[0, 0, i, i - half + 1] = 1.0  # the token after the earlier copy of token i
+    for i in range(n):
+        prev_token[0, 0, i, max(i - 1, 0)] = 1.0
+        uniform[0, 0, i, : i + 1] = 1.0 / (i + 1)
+    probe = ipc.repeated_probe(np.arange(1, half + 1)[None])
+    scores = ipc.head_scores(torch.cat([induction, prev_token, uniform], dim=1)[None], probe)
+    chance_second = np.mean([1 / (i + 1) for i in range(half, n)])
+    np.testing.assert_allclose(scores["induction"][0], [1.0, 0.0, chance_second])
+    np.testing.assert_allclose(scores["prev_token"][0], [0.0, 1.0, np.mean([1 / (i + 1) for i in range(1, n)])])
+    np.testing.assert_allclose(scores["duplicate"][0], [0.0, 0.0, chance_second])
+
+
+def test_span_prompts_repeat_a_span_verbatim_at_varying_offsets_and_mark_its_induction_keys():
+    import induction_phase_change as ipc
+
+    documents = [np.arange(1000 * d, 1000 * d + 120) for d in range(1, 6)]  # distinct tokens: copies are findable
+    probe = ipc.span_prompts(documents, 40, seed=1, length=(40, 80), span=(6, 16), gap=(0, 24))
+    assert ((probe.lengths >= 40) & (probe.lengths <= 80)).all() and probe.tokens.shape[1] == probe.lengths.max()
+    distances, starts = set(), set()
+    for row, length in zip(probe.tokens, probe.lengths):
+        assert (row[length:] == 0).all()
+    for p, q in zip(*np.nonzero(probe.induction_key >= 0)):
+        key = probe.induction_key[p, q]
+        # the key is the token after the earlier occurrence of the query's token
+        assert probe.tokens[p, key - 1] == probe.tokens[p, q] and key - 1 < q
+        assert probe.duplicate_key[p, q] == key - 1 and probe.copy_mask[p, q + 1]
+        assert probe.tokens[p, q + 1] == probe.tokens[p, key]  # induction predicts the copy's next token
+        distances.add(q - key + 1)
+        starts.add(key - 1)
+    assert len(distances) > 10 and len(starts) > 10  # never a fixed offset or place
+    assert probe.copy_mask.sum() == probe.source_mask.sum()
+
+
+def test_repeated_span_windows_copy_spans_at_varying_distances():
+    import induction_phase_change as ipc
+
+    rng = np.random.default_rng(0)
+    probs = ipc.zipf_probs(500, 1.0)
+    assert probs[0] == 0 and np.isclose(probs.sum(), 1) and probs[1] == probs.max()
+    copied, distances = 0, set()
+    for _ in range(50):
+        tokens, mask = ipc.repeated_span_window(rng, 128, probs, 0.4, span=(8, 16), gap=(0, 20))
+        for i in np.flatnonzero(mask):
+            # a copied token and its predecessor both occur earlier at the same distance
+            d = next(d for d in range(2, i + 1) if tokens[i - d] == tokens[i] and tokens[i - 1 - d] == tokens[i - 1])
+            distances.add(d)
+        copied += mask.sum()
+    assert 0.25 < copied / (50 * 128) < 0.4  # the copies minus their first tokens: under repeat_fraction 0.4
+    assert len(distances) > 10  # never a fixed offset
+
+
+def test_induction_benchmark_quick_mode_runs_every_data_kind_as_a_stack(tmp_path):
+    import induction_phase_change as ipc
+
+    results = ipc.main(["--quick", "--out", str(tmp_path)])
+    assert [r["row"]["data"] for r in results] == ["tokens"] * 2 + ["halves"] * 2 + ["markov"] * 2 + ["text"] * 2
+    assert [r["row"]["seed"] for r in results] == [1, 2] * 4
+    for result in results:
+        assert [row["step"] for row in result["curve"]] == [0, 2, 4]
+        assert np.isfinite(result["row"]["final_train_loss"])
+    text = results[-1]["curve"][-1]
+    assert set(k for k in text if isinstance(text[k], dict)) == {"spans", "random", "text"}
+    assert len(ipc.read_rows(tmp_path / "runs.csv")) == 8
+    table = ipc.report(tmp_path)
+    assert "| quick_tokens | tokens zipf 0.0, repeat 0.5, span 8-32, gap 0-32 | 300 | 32 | 2 |" in table
+    assert "| quick_text | text, 2 repeated spans/doc | 300 | 32 | 2 |" in table
+
+
+def test_induction_sweep_settings_are_run_configs():
+    import induction_phase_change as ipc
+
+    for settings in (s for sweep in ipc.SWEEPS.values() for s in sweep.values()):
+        args = ipc.parse_args(["run", *ipc.run_flags(settings)])
+        for name, value in settings.items():
+            assert getattr(args, name) == (list(value) if isinstance(value, tuple) else value)
+
+
+def test_induction_head_stability_is_one_for_identical_refits_and_its_null_is_lower():
+    import induction_phase_change as ipc
+
+    from headstab.activations.packing import lower_triangle_offsets
+    from headstab.training.initial_weights import initial_state_dict
+
+    spec = ipc.demo_spec(vocab=64, seq_len=128)
+    documents = ipc.SyntheticStream("tokens", 64, 128).heldout_documents(n_documents=20)
+    probe = ipc.span_prompts(documents, 12, seed=2)
+    same = initial_state_dict(spec, 3)
+    rows = ipc.induction_head_stability([same, same], spec, probe)
+    assert [(r["refit"], r["layer"]) for r in rows] == [(0, 1), (1, 1)] and rows[0]["head"] == rows[1]["head"]
+    # every head's best match in an identical twin is itself: a cosine of 1, up to the float32 sums over all entries
+    n_entries = int(lower_triangle_offsets(probe.lengths)[-1])
+    for row in rows:
+        np.testing.assert_allclose(row["stability"], 1.0, atol=reduction_atol(np.float32, n_entries))
+        assert row["null"] < 1.0 - reduction_atol(np.float32, n_entries)  # other prompts' patterns differ
 
 
 def test_the_loops_stack_equals_refits_trained_alone_and_the_forward_the_bridges(tmp_path):

@@ -136,3 +136,37 @@ def test_every_hugging_face_loader_refuses_a_models_own_code():
             if not (isinstance(flag, ast.Constant) and flag.value is False):
                 unsafe.append(f"{path.relative_to(REPO)}:{node.lineno} {node.func.attr}")
     assert calls >= 6 and not unsafe, unsafe
+
+
+# Scripts of jobs that load or run a model: torch at start-up is their work, not overhead.
+MODEL_SCRIPTS = {
+    "ablation_perplexity", "activation_norms", "cache_activations", "fetch_family", "fetch_published",
+    "head_type_scores", "init_weights", "layer_drop_swap", "snapshot_weights", "train", "validation_perplexity",
+    "weight_norms",
+}  # fmt: skip
+
+
+def _imports_of(scripts: list[Path]) -> str:
+    lines = []
+    for script in scripts:
+        tree = ast.parse(script.read_text())
+        lines += [ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    return "\n".join(dict.fromkeys(lines))
+
+
+def test_job_start_up_imports_no_transformer_lens_and_analysis_jobs_no_torch():
+    """Every workflow script's module-level imports, in one interpreter: transformer_lens (seconds to import) is
+    imported inside the functions that build a model, and the analysis scripts do not import torch at all."""
+    import subprocess
+    import sys
+
+    scripts = sorted((REPO / "workflow/scripts").glob("*.py"))
+    analysis = [script for script in scripts if script.stem not in MODEL_SCRIPTS]
+    check = "\nimport sys\nprint(' '.join(name for name in ('torch', 'transformer_lens') if name in sys.modules))"
+    loaded = {}
+    for name, chosen in (("every script", scripts), ("the analysis scripts", analysis)):
+        result = subprocess.run([sys.executable, "-c", _imports_of(chosen) + check], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr[-2000:]
+        loaded[name] = result.stdout.split()
+    assert "transformer_lens" not in loaded["every script"], "a script imports transformer_lens at module level"
+    assert loaded["the analysis scripts"] == [], f"an analysis script imports {loaded['the analysis scripts']}"

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -85,10 +86,23 @@ def planned_rules(dry_run_output: str) -> set[str]:
 
 
 # ---------------------------------------------------------------- per-architecture targets
+@pytest.fixture(scope="module")
+def fresh_plan(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Path, subprocess.CompletedProcess]]:
+    """(results, `snakemake <target> -n` into that empty results directory), planned once per target and module."""
+    plans: dict[str, tuple[Path, subprocess.CompletedProcess]] = {}
+
+    def plan(target: str) -> tuple[Path, subprocess.CompletedProcess]:
+        if target not in plans:
+            results = tmp_path_factory.mktemp("plan") / "results"
+            plans[target] = (results, snakemake(results, target, "-n"))
+        return plans[target]
+
+    return plan
+
+
 @pytest.mark.parametrize("target", [f"arch_{RERUN}", f"analyses_{RERUN}"])
-def test_architecture_targets_plan_only_their_architecture(target: str, tmp_path: Path) -> None:
-    results = tmp_path / "results"
-    result = snakemake(results, target, "-n")
+def test_architecture_targets_plan_only_their_architecture(target: str, fresh_plan) -> None:
+    results, result = fresh_plan(target)
     assert result.returncode == 0, result.stderr[-3000:]
     outputs = planned_outputs(result.stdout)
     mine = [p for p in outputs if p.startswith(f"{results}/{RERUN}/")]
@@ -100,11 +114,10 @@ def test_architecture_targets_plan_only_their_architecture(target: str, tmp_path
         assert any(f"/{RERUN}/{kind}/" in p for p in mine), f"{target} builds no {kind}"
 
 
-def test_analysis_root_rules_are_the_rules_that_start_an_architectures_analyses(tmp_path: Path) -> None:
+def test_analysis_root_rules_are_the_rules_that_start_an_architectures_analyses(fresh_plan) -> None:
     """headstab.plan.layout.ANALYSIS_ROOT_RULES are exactly the rules of analyses_<arch> whose jobs read nothing
     but weights, caches and shared data: forcing them reruns every analysis of the architecture."""
-    results = tmp_path / "results"
-    result = snakemake(results, f"analyses_{RERUN}", "-n")
+    results, result = fresh_plan(f"analyses_{RERUN}")
     assert result.returncode == 0, result.stderr[-3000:]
     upstream = tuple(f"{results}/{RERUN}/{kind}/" for kind in ("checkpoints", "caches")) + (
         f"{results}/data/",

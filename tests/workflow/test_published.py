@@ -15,7 +15,8 @@ from helpers.workflow_runs import REPO, job_counts, run_snakemake
 
 from headstab.plan.config import architecture_spec, load_yaml
 
-SEEDS = (1, 2, 3)
+# Two refits give every pair-wise analysis; seed 3 lies outside the tiny default (1-2), so run.seeds must select it.
+SEEDS = (2, 3)
 
 
 def test_published_config_plans_the_paper_with_1210_fetch_jobs_and_no_training():
@@ -37,7 +38,7 @@ def test_network_inputs_of_the_published_config_are_the_downloads():
 
 
 def mirror_config(tmp_path: Path, mirror: Path) -> Path:
-    """tests/config/tiny.yaml with one architecture, l2_h4, from the mirror (3 seeds)."""
+    """tests/config/tiny.yaml with one architecture, l2_h4, from the mirror (seeds SEEDS)."""
     config = load_yaml(REPO / "tests/config/tiny.yaml")
     config["results_dir"] = str(tmp_path / "results")
     config["run"] = {"architectures": ["l2_h4"], "seeds": list(SEEDS)}
@@ -59,7 +60,7 @@ def test_the_architecture_dag_runs_from_a_local_mirror_of_published_refits(tmp_p
     result = run_snakemake("arch_l2_h4", "--cores", "2", "--configfile", str(config_path), timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     counts = job_counts(result.stdout + result.stderr)
-    assert counts.get("fetch_published") == 3 and "train" not in counts, counts
+    assert counts.get("fetch_published") == len(SEEDS) and "train" not in counts, counts
     results = tmp_path / "results/l2_h4"
     meta = json.loads((results / "checkpoints/seed2/meta.json").read_text())
     original = tmp_path / "chkpts/l2_h4/causal_attn_l2_h4_seed2_epoch1_c4_gelu/final.pt"

@@ -145,6 +145,7 @@ ARCH = {
 # analysis.optimizer_pairs names other twins (e.g. two hub families), the first member in the Adam role.
 TWINS = {arch: config["analysis"]["optimizer_pairs"].get(arch, f"{arch}_wd") for arch in ARCHITECTURES}
 OPTIMIZER_PAIRS = {arch: twin for arch, twin in TWINS.items() if twin in ARCHITECTURES}
+
 PAIR_CONFIGURATIONS = {
     arch: " | ".join(architecture_summary(SPECS[member], RESULTS) for member in (arch, twin))
     for arch, twin in OPTIMIZER_PAIRS.items()
@@ -154,8 +155,7 @@ PAIR_CONFIGURATIONS = {
 HELDOUT_CORPUS = config["analysis"]["heldout_corpus"]
 HELDOUT_LABEL = HELDOUT_CORPUS or f"{jobs.HELDOUT_HUB['config_name']} {jobs.HELDOUT_HUB['split']}"
 
-# Per tokenizer: what its jobs look up (data.smk; train and heldout_wikitext wait for the tokenizer).
-TOKENIZER_JOBS = jobs.tokenizer_jobs(config, LAYOUT)
+TOKENIZER_JOBS = jobs.tokenizer_jobs(config, LAYOUT)  # what each tokenizer's jobs look up
 TRAINED_ARCHITECTURES = [arch for arch in ARCHITECTURES if SOURCES[arch].trained]
 
 # The model of each architecture without the keys that only shape training (snapshot steps, data order):
@@ -168,21 +168,12 @@ MODEL_SPECS = {
 }
 by_model_spec = partial(jobs.WildcardLookup, MODEL_SPECS, "arch")
 
-# Every output, registered by the rule file that makes it (add_outputs): targets.smk and report.smk read them
+# Every output, registered by the rule file that makes it (add_outputs, functions.smk): targets.smk and report.smk read them
 # here, so no rule file reads another's globals.
 UPSTREAM_OUTPUTS = {arch: [] for arch in ARCHITECTURES}  # weights, which an analysis rerun never rebuilds
 ARCHITECTURE_OUTPUTS = {arch: [] for arch in ARCHITECTURES}  # each section's outputs of one architecture
 SHARED_OUTPUTS = []  # compare/ and summary/: across architectures
 SEED_GRID_OUTPUTS = []  # the seed grids' own architectures
-
-
-def add_outputs(per_architecture=None, shared=(), upstream=None, seed_grid=()):
-    """Register a rule file's outputs: per_architecture and upstream {arch: [path]}, shared and seed_grid [path]."""
-    for registry, outputs in ((ARCHITECTURE_OUTPUTS, per_architecture), (UPSTREAM_OUTPUTS, upstream)):
-        for arch, paths in (outputs or {}).items():
-            registry[arch].extend(paths)
-    SHARED_OUTPUTS.extend(shared)
-    SEED_GRID_OUTPUTS.extend(seed_grid)
 
 
 MODEL_GPUS = resources.model_gpus(COMPUTE["device"])

@@ -43,6 +43,7 @@ rule synthetic_text:
     params:
         seed=lookup(dpath="{corpus}/seed", within=CORPORA),
         n_documents=lookup(dpath="{corpus}/n_documents", within=CORPORA),
+        repeated_spans=lookup(dpath="{corpus}/repeated_spans", within=CORPORA),
     script:
         "../scripts/synthetic_text.py"
 

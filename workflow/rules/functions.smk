@@ -74,3 +74,12 @@ def refit_train_record(wildcards):
             f"to architectures.{wildcards.arch}.seeds (or run.seeds) to train it"
         )
     return LAYOUT.train_block_record(wildcards.arch, block)
+
+
+def add_outputs(per_architecture=None, shared=(), upstream=None, seed_grid=()):
+    """Register a rule file's outputs: per_architecture and upstream {arch: [path]}, shared and seed_grid [path]."""
+    for registry, outputs in ((ARCHITECTURE_OUTPUTS, per_architecture), (UPSTREAM_OUTPUTS, upstream)):
+        for arch, paths in (outputs or {}).items():
+            registry[arch].extend(paths)
+    SHARED_OUTPUTS.extend(shared)
+    SEED_GRID_OUTPUTS.extend(seed_grid)

@@ -5,6 +5,7 @@
 # tables behind the figures as pages. Included after targets.smk, whose table lists it renders.
 
 from headstab import report_pages
+from headstab.sections.trained_in import training_label
 
 
 rule report_configuration:
@@ -115,6 +116,49 @@ HEADLINE_TARGETS = (
     else []
 )
 REPORT_TARGETS += HEADLINE_TARGETS
+# Architectures trained here: their step-0 refits say which head types training put there.
+TRAINED_IN_ARCHITECTURES = TRAINED_ARCHITECTURES  # their step-0 refits calibrate the head types
+TRAINED_IN_TARGETS = (
+    [LAYOUT.summary_table_path("trained_in_types"), LAYOUT.summary_page("trained_in_types")]
+    if TRAINED_IN_ARCHITECTURES
+    else []
+)
+REPORT_TARGETS += TRAINED_IN_TARGETS
+
+
+rule trained_in_types:
+    """Per architecture trained here, layer and head type: the share of trained refits with a head of the type
+    against the share of its step-0 refits, with intervals, and the type's stability above the null; the
+    report's summary sentence per architecture names the types training put there, or says its heads are
+    positional."""
+    input:
+        trained=[LAYOUT.table_path(arch, "head_types") for arch in TRAINED_IN_ARCHITECTURES],
+        thresholds=[LAYOUT.table_path(arch, "head_type_thresholds") for arch in TRAINED_IN_ARCHITECTURES],
+        step0=[LAYOUT.table_path(arch, "head_type_scores_step0") for arch in TRAINED_IN_ARCHITECTURES],
+        universality=[LAYOUT.table_path(arch, "head_type_universality") for arch in TRAINED_IN_ARCHITECTURES],
+    output:
+        table=LAYOUT.summary_table_path("trained_in_types"),
+        page=report(
+            LAYOUT.summary_page("trained_in_types"),
+            caption="../report/trained_in_types.rst",
+            category=SUMMARY_CATEGORY,
+            subcategory="Head types that training put there",
+        ),
+    log:
+        LAYOUT.log("trained_in_types", "summary"),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    params:
+        architectures=TRAINED_IN_ARCHITECTURES,
+        training={arch: training_label(SPECS[arch]) for arch in TRAINED_IN_ARCHITECTURES},
+        min_share=config["head_types"]["trained_in_share"],
+        statistics=STATISTICS,
+    script:
+        "../scripts/trained_in_types.py"
 
 
 rule headline_summary:

@@ -10,10 +10,14 @@ from headstab.joblog import run_job
 
 
 def main():
-    seed, n_documents = snakemake.params.seed, snakemake.params.n_documents
-    logging.info("corpus %s: generating %d documents with seed %d", snakemake.wildcards.corpus, n_documents, seed)
+    seed, n_documents, repeats = snakemake.params.seed, snakemake.params.n_documents, snakemake.params.repeated_spans
+    logging.info(
+        "corpus %s: generating %d documents with seed %d, %d repeated spans each",
+        snakemake.wildcards.corpus, n_documents, seed, repeats,
+    )  # fmt: skip
     start = time.perf_counter()
-    documents = tqdm(generate_synthetic_documents(seed, n_documents), total=n_documents, unit="doc", mininterval=5)
+    documents = generate_synthetic_documents(seed, n_documents, repeated_spans=repeats)
+    documents = tqdm(documents, total=n_documents, unit="doc", mininterval=5)
     count = write_jsonl(documents, snakemake.output.text)
     logging.info("wrote %d documents to %s in %.1f s", count, snakemake.output.text, time.perf_counter() - start)
 

@@ -39,6 +39,7 @@ def describe_source(corpus: dict[str, Any]) -> dict[str, Any]:
         "streaming",
         "seed",
         "n_documents",
+        "repeated_spans",
         "n_tokens",
         "n_shards",
     )

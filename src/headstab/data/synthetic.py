@@ -45,6 +45,7 @@ _SYLLABLES = (
 ).split()
 _CODE_NAMES = "x y n total count value item result left right index size acc step".split()
 _FUNCTION_VERBS = "compute merge scale count check update build find apply parse".split()
+REPEATED_SPAN_WORDS = (6, 24)  # words in one inserted copy (insert_repeated_spans): 8-40 BPE tokens
 
 
 def _word(rng: random.Random, low: int = 2, high: int = 3) -> str:
@@ -171,17 +172,50 @@ def synthetic_document(rng: random.Random) -> str:
     return "\n\n".join(sections)
 
 
-def generate_synthetic_documents(seed: int, n_documents: int) -> Iterator[str]:
+def insert_repeated_spans(
+    text: str, rng: random.Random, n_spans: int, span_words: tuple[int, int] = REPEATED_SPAN_WORDS
+) -> str:
+    """`text` with `n_spans` verbatim copies of its own word spans inserted later in it.
+
+    Each copy repeats U[span_words] consecutive words from a random place and is inserted, with a space
+    before it, after a random later word (so the copy's distance from its source varies). Removing
+    the inserted copies gives `text` back; a text with fewer words than a span is returned unchanged.
+    """
+    low, high = span_words
+    if not 1 <= low <= high:
+        raise ValueError(f"span_words must be 1 <= low <= high, got {span_words}")
+    words = text.split(" ")  # split on single spaces: newlines stay inside words, so joining restores them
+    for _ in range(n_spans):
+        length = rng.randint(low, high)
+        if len(words) <= length:
+            break
+        start = rng.randrange(len(words) - length)
+        after = rng.randrange(start + length - 1, len(words))  # the copy follows word `after`
+        words[after + 1 : after + 1] = words[start : start + length]
+    return " ".join(words)
+
+
+def generate_synthetic_documents(seed: int, n_documents: int, repeated_spans: int = 0) -> Iterator[str]:
     """`n_documents` English-like documents with structure for attention to learn.
 
     Deterministic: document k depends only on (seed, k), through its own `random.Random`, never
     global state; so the same seed gives identical text and a longer corpus extends a shorter one.
+    `repeated_spans` > 0 inserts that many verbatim copies of earlier word spans into each document
+    (insert_repeated_spans, drawn from a second generator: the words around them are those of
+    `repeated_spans` 0).
     """
     if n_documents < 0:
         raise ValueError(f"n_documents must be >= 0, got {n_documents}")
+    if repeated_spans < 0:
+        raise ValueError(f"repeated_spans must be >= 0, got {repeated_spans}")
     for index in range(n_documents):
         # String seeds hash with sha512 in `random`: stable across Python runs and processes.
-        yield synthetic_document(random.Random(f"headstab-synthetic:{seed}:{index}"))
+        document = synthetic_document(random.Random(f"headstab-synthetic:{seed}:{index}"))
+        if repeated_spans:
+            document = insert_repeated_spans(
+                document, random.Random(f"headstab-synthetic-repeats:{seed}:{index}"), repeated_spans
+            )
+        yield document
 
 
 def write_jsonl(texts: Iterable[str], path: str | Path) -> int:

@@ -155,18 +155,18 @@ def tokenizer_training_entry(config: Mapping[str, Any], layout: Layout, name: st
 
 
 def tokenizer_jobs(config: Mapping[str, Any], layout: Layout) -> dict[str, dict[str, Any]]:
-    """Per tokenizer, what its jobs look up: its directory and target, and for a trained one the files and the
-    corpus entry it trains on (empty for a fetched one)."""
-    table = {}
+    """{tokenizer: what its jobs look up}: its directory and ready target, and for a trained tokenizer the
+    corpus inputs and entry it trains on (data.smk; train and heldout_wikitext wait for the tokenizer)."""
+    jobs = {}
     for name, entry in config["tokenizers"].items():
         trained = entry["source"] == "train"
-        table[name] = {
+        jobs[name] = {
             "dir": layout.tokenizer_dir(name),
             "target": layout.tokenizer_target(name),
             "training_inputs": corpus_source_inputs(config, layout, entry["corpus"]) if trained else [],
             "training_corpus": tokenizer_training_entry(config, layout, name) if trained else {},
         }
-    return table
+    return jobs
 
 
 def prompt_checks(specs: Mapping[str, ArchitectureSpec]) -> dict[str, dict[str, list[str]]]:

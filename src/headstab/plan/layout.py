@@ -169,6 +169,10 @@ class Layout:
         """The report's table pages of one architecture, or of compare/ and summary/ for arch "summary"."""
         return f"{self.results}/{arch}/report_tables"
 
+    def summary_page(self, name: str) -> str:
+        """A page of the report's summary written as HTML by its rule (e.g. trained_in_types)."""
+        return f"{self.results}/summary/{name}.html"
+
     def headline_dir(self) -> str:
         """The headline's pages per statistic (rule headline_summary)."""
         return f"{self.results}/summary/headline"

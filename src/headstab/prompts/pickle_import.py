@@ -164,7 +164,7 @@ def _describe(sets: Mapping[str, list[str]], out: Path) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m headstab.prompts import-pickle PICKLE... --out FILE.json [--force]`."""
+    """`python -m headstab.prompts import-pickle PICKLE... --out FILE.json [--force]` or `... synthetic --config C --out F`."""
     parser = argparse.ArgumentParser(
         prog="python -m headstab.prompts",
         description="Prompt-file tools. import-pickle converts the authors' published prompt pickles to JSON.",
@@ -182,7 +182,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     importer.add_argument("pickles", nargs="+", metavar="PICKLE", help="the authors' *_prompts.pkl file(s)")
     importer.add_argument("--out", required=True, metavar="FILE.json", help="JSON prompt file to write")
     importer.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    synthetic = commands.add_parser(
+        "synthetic",
+        help="demo prompts from held-out synthetic documents (headstab.prompts.synthetic)",
+        description="Trains the config's tokenizer on its synthetic corpus and writes prompts of 40-80 of its tokens.",
+    )
+    synthetic.add_argument(
+        "--config", required=True, metavar="CONFIG.yaml", help="config whose tokenizer counts tokens"
+    )
+    synthetic.add_argument("--tokenizer", default="demo_bpe", help="a `source: train` tokenizer of the config")
+    synthetic.add_argument("--seed", type=int, default=2, help="held-out generator seed (not a corpus seed)")
+    synthetic.add_argument("--n-prompts", type=int, default=100)
+    synthetic.add_argument("--out", required=True, metavar="FILE.json", help="JSON prompt file to write")
     args = parser.parse_args(argv)
+    if args.command == "synthetic":
+        from headstab.prompts.synthetic import write_demo_prompts
+
+        try:
+            prompts = write_demo_prompts(args.config, args.out, args.tokenizer, args.seed, args.n_prompts)
+        except (ValueError, OSError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        lengths = [p.n_tokens for p in prompts]
+        repeats = sum(p.span > 0 for p in prompts)
+        print(
+            f"wrote {len(prompts)} prompts ({min(lengths)}-{max(lengths)} tokens, {repeats} with a repeated span) to {args.out}"
+        )
+        return 0
     out = Path(args.out)
     try:
         sets = write_prompt_json(import_prompt_pickles(args.pickles), out, force=args.force)

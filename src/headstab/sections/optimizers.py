@@ -1,4 +1,4 @@
-"""Adam vs AdamW (paper §4.5): activation norms (Fig. 35), performance parity (Table B.7), and both as tests.
+"""Adam vs AdamW (paper §4.5): activation norms (Fig. 35), performance parity (§B.7 figures), and both as tests.
 
 An architecture and its `_wd` twin differ only in the optimizer (AdamW, weight decay 0.1). Their
 layer stability is compared in the figures (`headstab.plots.optimizers`); here are the two checks
@@ -6,6 +6,9 @@ behind the paper's explanation: the mean per-token norms of the attention output
 cached `hook_z` and W_O) and of resid_mid, and the validation perplexity of every refit on held-out
 text with Welch's test of the difference. The tests of both claims, paired by seed, are in
 `headstab.sections.optimizer_tests`.
+
+`load_trained_model` (torch) is imported inside the functions that load a model: the comparison job
+imports this module without running one, and importing torch is seconds of a job's start.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from scipy import stats
 from headstab.activations.reader import open_cache
 from headstab.evaluation import perplexity_from_loss, summed_token_loss
 from headstab.plan.spec import ArchitectureSpec
-from headstab.refits.models import load_trained_model
 from headstab.sections.weight_norms import bridge_state, to_numpy, trained_state
 
 log = logging.getLogger(__name__)
@@ -158,6 +160,9 @@ def validation_perplexity_table(
     """VALIDATION_COLUMNS: every refit's perplexity over the held-out windows ([window, seq_len], from
     `headstab.evaluation.heldout_windows`); n_tokens counts the predicted tokens."""
 
+    # torch loads here, not at import: the comparison jobs that import this module load no model
+    from headstab.refits.models import load_trained_model
+
     lengths = np.full(len(windows), windows.shape[1])
     rows = []
     for seed, path in weights.items():
@@ -202,7 +207,7 @@ def pair_frame(adam: pd.DataFrame, adamw: pd.DataFrame) -> pd.DataFrame:
 
 
 def perplexity_table(ppl: pd.DataFrame, comparison: Mapping[str, float], arch_of: Mapping[str, str]) -> pd.DataFrame:
-    """Table B.7 long and tidy: one value per row, PERPLEXITY_COLUMNS.
+    """The perplexity comparison (§B.7 figures) long and tidy: one value per row, PERPLEXITY_COLUMNS.
 
     ppl: optimizer, seed, perplexity of every refit (`pair_frame` of the validation perplexities);
     comparison: `perplexity_comparison`; arch_of: 'Adam' | 'AdamW' -> architecture. scope is

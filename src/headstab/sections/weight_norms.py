@@ -14,6 +14,9 @@ per-anchor sums of squares (`norm_ss`, `stability_ss`). Table B.5 used the whole
 Sharper heads have lower cosine whatever they compute (docs/statistics.md), so each correlation comes
 with its partial correlation given entropy: over layers given the layer's mean head entropy, and per
 layer over heads (every anchor's, each with its own W_Q norm) given each head's entropy.
+
+`load_trained_model` (torch) is imported inside `trained_state`: the correlation and summary jobs import
+this module without loading a model, and importing torch is seconds of a job's start.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ import pandas as pd
 from scipy import stats
 
 from headstab.plan.spec import ArchitectureSpec
-from headstab.refits.models import load_trained_model
 from headstab.statistics.bootstrap import percentile_interval
 from headstab.statistics.resampling import mean_interval, partial_correlation
 from headstab.table_rows import pearson_or_nan, select_rows
@@ -91,6 +93,8 @@ def to_numpy(value: Any) -> np.ndarray:
 def trained_state(spec: ArchitectureSpec, weights_path: str | Path, weight_processing: Sequence[str]) -> dict[str, Any]:
     """A refit's weights as every analysis sees them: `final.pt` checked and processed as the caches
     were (`headstab.refits.models.load_trained_model`), as CPU tensors."""
+    # torch loads here, not at import: the summary jobs that import this module load no model
+    from headstab.refits.models import load_trained_model
 
     model = load_trained_model(spec, weights_path, "cpu", weight_processing=weight_processing)
     return {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
