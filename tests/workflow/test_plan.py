@@ -10,7 +10,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -57,11 +56,10 @@ def _failing_run(tmp_path: Path, mutate) -> str:
     mutate(config)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config))
-    started = time.monotonic()
     result = _dry_run("--configfile", str(path))
-    elapsed = time.monotonic() - started
     assert result.returncode != 0
-    assert elapsed < 60, "a bad config must fail within seconds, before any job"
+    # a bad config fails while the rule files are read, before Snakemake plans a job
+    assert "Building DAG of jobs" not in result.stdout + result.stderr
     return result.stdout + result.stderr
 
 
