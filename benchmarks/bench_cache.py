@@ -55,10 +55,12 @@ def demo_tokenizer(work_dir: Path) -> tuple[Any, str]:
         except Exception as err:  # a half-built demo directory: fall back to training one
             log.warning("could not load %s (%s); training a tokenizer instead", DEMO_TOKENIZER, err)
     from headstab.data.synthetic import generate_synthetic_documents
+    from headstab.plan.config import load_config
 
+    vocab_size = load_config(common.REPO / "config" / "demo.yaml")["tokenizers"]["demo_bpe"]["vocab_size"]
     directory = work_dir / "demo_bpe"
-    tokenizer = train_bpe_tokenizer(generate_synthetic_documents(seed=0, n_documents=500), 1024, directory)
-    return tokenizer, "trained in a temporary directory (synthetic corpus, 500 documents, vocab 1024)"
+    tokenizer = train_bpe_tokenizer(generate_synthetic_documents(seed=0, n_documents=500), vocab_size, directory)
+    return tokenizer, f"trained in a temporary directory (synthetic corpus, 500 documents, vocab {vocab_size})"
 
 
 def demo_model(tokenizer: Any, architecture: str = "l4_h8", seed: int = 1) -> Any:

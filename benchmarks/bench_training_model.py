@@ -53,7 +53,8 @@ def demo_spec(architecture: str, **overrides: Any) -> Any:
     from headstab.plan.config import architecture_spec, load_config
 
     spec = architecture_spec(load_config(common.REPO / "config" / "demo.yaml"), architecture)
-    return dataclasses.replace(spec, **overrides)
+    # the benchmarks train a few steps: the demo's snapshot steps lie beyond them
+    return dataclasses.replace(spec, **{"snapshot_steps": (), **overrides})
 
 
 def demo_tokens(spec: Any, n_seeds: int, seed: int = 0) -> Any:
