@@ -16,8 +16,10 @@ CONFIG = {
 
 def _cases(layout: Layout):
     return [
-        (layout.final_weights("l2_h8", 3), ("checkpoint", "train", "", "", "final")),
-        (layout.checkpoint_file("l2_h8", 3, "meta.json"), ("checkpoint", "train", "", "", "meta")),
+        (layout.final_weights("l2_h8", 3), ("checkpoint", "publish_refit", "", "", "final")),
+        (layout.checkpoint_file("l2_h8", 3, "meta.json"), ("checkpoint", "publish_refit", "", "", "meta")),
+        (layout.training_dir("l2_h8", 3) + "/final.pt", ("checkpoint", "train", "", "", "final")),
+        (layout.train_block_record("l2_h8", "seeds1_2"), ("train block record", "train", "", "", "seeds1_2")),
         (layout.cache_path("l2_h8", 3), ("activation cache", "cache_activations", "", "", "seed3")),
         (layout.similarity_path("l2_h8", "primary"), ("pair similarity", "pair_similarity", "", "", "primary")),
         (
@@ -45,7 +47,7 @@ def _cases(layout: Layout):
     ]
 
 
-@pytest.mark.parametrize("index", range(20))
+@pytest.mark.parametrize("index", range(22))
 def test_every_layout_path_parses_back(index):
     layout = Layout(CONFIG)
     path, (kind, rule, scope, arch, name) = _cases(layout)[index]
