@@ -107,8 +107,9 @@ def test_section_outputs(tiny_run):
         for name in ("weight_norm_correlation", "prompt_length", "residual_stream", "ablation_correlation"):
             assert (tiny_run / arch / "figures" / f"{name}.png").stat().st_size > 0
         cka = pd.read_csv(tiny_run / arch / "tables/residual_cka.csv")
-        assert list(cka.columns) == ["promptset", "seed_a", "seed_b", "layer", "cka"]
-        assert cka["cka"].between(0, 1 + 1e-6).all() and len(cka) == 2  # 1 pair x 2 layers
+        assert list(cka.columns) == ["promptset", "positions", "seed_a", "seed_b", "layer", "cka", "init_cka"]
+        assert cka[["cka", "init_cka"]].stack().between(0, 1 + 1e-6).all()
+        assert len(cka) == 2 * 2 and set(cka["positions"]) == {"all", "no_bos"}  # 1 pair x 2 layers x positions
         ablation = pd.read_csv(tiny_run / arch / "tables/ablation.csv")
         assert list(ablation.columns[:6]) == ["seed", "layer", "head", "ppl_ablated", "delta_ppl", "stability"]
         assert len(ablation) == 2 * 4
