@@ -378,7 +378,7 @@ def test_provenance_verify_fails_a_damaged_file_of_every_kind_naming_it(tiny_run
     """A flipped byte or attribute in a copy of each kind of file a record covers: exit 1, the file named."""
     results = copy_run(tiny_run, tmp_path)
     checkpoint = results / OTHER / "checkpoints/seed1"
-    state = sorted(checkpoint.glob("state_*.pt"))[-1]
+    state = sorted((checkpoint / "training").glob("state_*.pt"))[-1]  # where the train job keeps its states
     sidecar = state.with_name(state.name + ".sha256")
     data = results / "data/tiny_text"
     shard_record = json.loads((data / "shard_001.json").read_text())["sha256"]
