@@ -27,6 +27,16 @@ def test_modules_and_functions_stay_short():
     assert MODULES and not too_long, too_long
 
 
+def test_the_formatter_decides_every_layout():
+    skipped = [
+        f"{path.relative_to(LIBRARY)}:{number}"
+        for path in MODULES
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"#\s*fmt:\s*(skip|off)", line)
+    ]
+    assert not skipped, skipped
+
+
 def test_comments_hold_no_issue_numbers_or_timings():
     pattern = re.compile(r"#.*(\bissue \d+|\b\d+(\.\d+)? ?(ms|s|GB|MB|GiB) (on|per) \d+ cores?)", re.I)
     found = [

@@ -22,12 +22,9 @@ from headstab.statistics.bootstrap import draw_resamples, percentile_interval
 
 __all__ = ["TRAINED_IN_COLUMNS", "trained_in_sentences", "trained_in_table", "training_label", "weak_universality"]
 
-TRAINED_IN_COLUMNS = [
-    "architecture", "layer", "type",
-    "trained", "trained_ci_low", "trained_ci_high", "n_trained",
-    "step0", "step0_ci_low", "step0_ci_high", "n_step0",
-    "above_null", "above_null_ci_low", "above_null_ci_high", "trained_in",
-]  # fmt: skip
+TRAINED_IN_COLUMNS = ["architecture", "layer", "type", "trained", "trained_ci_low", "trained_ci_high", "n_trained"]
+TRAINED_IN_COLUMNS += ["step0", "step0_ci_low", "step0_ci_high", "n_step0"]
+TRAINED_IN_COLUMNS += ["above_null", "above_null_ci_low", "above_null_ci_high", "trained_in"]
 
 
 def training_label(spec: ArchitectureSpec) -> str:
