@@ -26,11 +26,11 @@ def test_the_demo_plans_step_0_for_every_refit_and_three_steps_for_l4_h8():
 
 def test_snapshot_steps_change_the_train_params_of_their_architecture_only():
     config = load_config(REPO / "config/demo.yaml")
-    with_steps, without = architecture_spec(config, "l4_h8"), architecture_spec(config, "l2_h8")
-    assert with_steps.snapshot_steps == (0, 36, 72) and job_spec(with_steps)["snapshot_steps"] == [0, 36, 72]
+    with_steps, without = architecture_spec(config, "l2_h8_attn"), architecture_spec(config, "l2_h8")
+    assert with_steps.snapshot_steps == (0, 80, 320) and job_spec(with_steps)["snapshot_steps"] == [0, 80, 320]
     plain = yaml.safe_load((REPO / "config/demo.yaml").read_text())
-    plain["architectures"]["l4_h8"].pop("snapshot_steps")
-    unchanged = architecture_spec(validate_config(plain), "l4_h8")
+    plain["architectures"]["l2_h8_attn"].pop("snapshot_steps")
+    unchanged = architecture_spec(validate_config(plain), "l2_h8_attn")
     assert "snapshot_steps" not in job_spec(unchanged) and job_spec(without).keys() == job_spec(unchanged).keys()
     assert {k: v for k, v in job_spec(with_steps).items() if k != "snapshot_steps"} == job_spec(unchanged)
 
