@@ -119,9 +119,9 @@ BUILT_IN_ARCHITECTURE_DEFAULTS: dict[str, Any] = {
 }
 
 
-# What fixes refit s's start and data: build_model(spec, s) reads the model fields and the seed, and
-# window_order(seed) runs over the corpus cut into seq_len windows for the step budget.
-PAIRING_FIELDS = (
+# The model build_model(spec, s) builds and the token stream its data comes from: shared by what fixes a
+# refit's start and data (PAIRING_FIELDS) and what fixes its training trajectory (training.checkpoint).
+MODEL_AND_DATA_FIELDS = (
     "n_layers",
     "n_heads",
     "d_model",
@@ -136,6 +136,11 @@ PAIRING_FIELDS = (
     "attn_only",
     "tokenizer",
     "corpus",
+)
+# What fixes refit s's start and data: build_model(spec, s) reads the model fields and the seed, and
+# window_order(seed) runs over the corpus cut into seq_len windows for the step budget.
+PAIRING_FIELDS = (
+    *MODEL_AND_DATA_FIELDS,
     "batch_size",
     "seq_len",
     "epochs",

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from headstab.fileio import save_torch_atomic, sha256_file, write_text_atomic
-from headstab.plan.spec import ArchitectureSpec
+from headstab.plan.spec import MODEL_AND_DATA_FIELDS, ArchitectureSpec
 
 log = logging.getLogger("headstab.training")  # the package's one logger name, as docs/operations.md quotes it
 
@@ -27,20 +27,7 @@ TRAINING_CODE_VERSION = 2
 # n_tokens, epochs, divergence_factor and the logging/checkpoint cadence only change where the run stops or
 # what it writes (window_order of a longer run extends a shorter one's).
 TRAJECTORY_FIELDS = (
-    "n_layers",
-    "n_heads",
-    "d_model",
-    "d_head",
-    "d_mlp",
-    "n_ctx",
-    "d_vocab",
-    "act_fn",
-    "normalization_type",
-    "positional_embedding_type",
-    "init_mode",
-    "attn_only",
-    "tokenizer",
-    "corpus",
+    *MODEL_AND_DATA_FIELDS,
     "optimizer",
     "lr",
     "weight_decay",
