@@ -59,24 +59,7 @@ def tost(x: np.ndarray, y: np.ndarray, margin: float, alpha: float = 0.05) -> di
     se = np.sqrt(var_x + var_y)
     difference = y.mean() - x.mean()
     dof = (var_x + var_y) ** 2 / (var_x**2 / (len(x) - 1) + var_y**2 / (len(y) - 1)) if se > 0 else np.inf
-    if se == 0:
-        p_lower = p_upper = 0.0 if abs(difference) < margin else 1.0
-    else:
-        p_lower = float(stats.t.sf((difference + margin) / se, dof))  # H0: difference <= -margin
-        p_upper = float(stats.t.cdf((difference - margin) / se, dof))  # H0: difference >= +margin
-    half = float(stats.t.ppf(1 - alpha, dof) * se) if se > 0 else 0.0
-    p_value = max(p_lower, p_upper)
-    return {
-        "difference": float(difference),
-        "ci_low": float(difference - half),
-        "ci_high": float(difference + half),
-        "p_lower": p_lower,
-        "p_upper": p_upper,
-        "p_value": p_value,
-        "equivalent": bool(p_value < alpha),
-        "margin": float(margin),
-        "alpha": float(alpha),
-    }
+    return _tost_result(difference, se, dof, margin, alpha)
 
 
 def gap_replicates(layer: np.ndarray) -> dict[str, np.ndarray]:
@@ -131,24 +114,7 @@ def paired_tost(x: np.ndarray, y: np.ndarray, margin: float, alpha: float = 0.05
         raise ValueError(f"paired TOST needs two equal-length series of at least two values; got {x.shape}, {y.shape}")
     d = y - x
     difference, se, dof = d.mean(), d.std(ddof=1) / np.sqrt(len(d)), len(d) - 1
-    if se == 0:
-        p_lower = p_upper = 0.0 if abs(difference) < margin else 1.0
-    else:
-        p_lower = float(stats.t.sf((difference + margin) / se, dof))  # H0: difference <= -margin
-        p_upper = float(stats.t.cdf((difference - margin) / se, dof))  # H0: difference >= +margin
-    half = float(stats.t.ppf(1 - alpha, dof) * se)
-    p_value = max(p_lower, p_upper)
-    return {
-        "difference": float(difference),
-        "ci_low": float(difference - half),
-        "ci_high": float(difference + half),
-        "p_lower": p_lower,
-        "p_upper": p_upper,
-        "p_value": p_value,
-        "equivalent": bool(p_value < alpha),
-        "margin": float(margin),
-        "alpha": float(alpha),
-    }
+    return _tost_result(difference, se, dof, margin, alpha)
 
 
 def pair_pseudo_values(values: np.ndarray) -> np.ndarray:
@@ -168,3 +134,26 @@ def pair_pseudo_values(values: np.ndarray) -> np.ndarray:
     total = off.sum(axis=(0, 1))
     involving = off.sum(axis=1) + off.sum(axis=0)  # [refit, ...]: pairs with s as anchor or partner
     return total / (n - 1) - (total - involving) / (n - 2)
+
+
+def _tost_result(difference: float, se: float, dof: float, margin: float, alpha: float) -> dict[str, float]:
+    """The two one-sided t tests of |difference| < margin and the (1 - 2 alpha) interval, from the difference,
+    its standard error and degrees of freedom (Welch's or the paired test's)."""
+    if se == 0:
+        p_lower = p_upper = 0.0 if abs(difference) < margin else 1.0
+    else:
+        p_lower = float(stats.t.sf((difference + margin) / se, dof))  # H0: difference <= -margin
+        p_upper = float(stats.t.cdf((difference - margin) / se, dof))  # H0: difference >= +margin
+    half = float(stats.t.ppf(1 - alpha, dof) * se) if se > 0 else 0.0
+    p_value = max(p_lower, p_upper)
+    return {
+        "difference": float(difference),
+        "ci_low": float(difference - half),
+        "ci_high": float(difference + half),
+        "p_lower": p_lower,
+        "p_upper": p_upper,
+        "p_value": p_value,
+        "equivalent": bool(p_value < alpha),
+        "margin": float(margin),
+        "alpha": float(alpha),
+    }
