@@ -9,6 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.headstab-installed
 CORES ?= all
+TEST_WORKERS ?= 2
 
 .PHONY: demo test lint bench mutation venv clean-demo
 
@@ -40,7 +41,7 @@ lint: $(STAMP)
 	$(BIN)/snakefmt --check .
 
 test: $(STAMP) lint
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 bench: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/run_all.py

@@ -5,6 +5,7 @@ package it would shadow the standard library's `statistics`, which seaborn impor
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,6 +16,12 @@ import pytest
 from helpers.workflow_runs import snakemake_env
 
 from headstab.plan.spec import ArchitectureSpec
+
+if "PYTEST_XDIST_WORKER" in os.environ:
+    # Two workers on two cores: one OpenMP/BLAS thread each (set before torch loads), since a second,
+    # spinning thread per worker makes small torch steps many times slower. Snakemake runs inherit it.
+    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(variable, "1")
 
 TINY_ARCHITECTURE: dict[str, Any] = {
     "name": "tiny",
@@ -44,6 +51,35 @@ TINY_ARCHITECTURE: dict[str, Any] = {
     "divergence_factor": 3.0,
     "seeds": (1, 2),
 }
+
+
+# ---------------------------------------------------------------- the suite on several workers
+# `make test` runs pytest-xdist with --dist loadgroup. Each test module is one unit of work (its module
+# fixtures are built once), except that every test reading the session's `tiny_run` joins one unit, so
+# the tiny DAG runs once. The units that run Snakemake end to end go first, so that the two longest
+# start at once on different workers and the short modules fill in around them.
+LONG_UNITS = (
+    "tiny_run",
+    "tests/workflow/test_slurm.py",
+    "tests/workflow/test_hub_families.py",
+    "tests/workflow/test_published.py",
+    "tests/workflow/test_plan.py",
+    "tests/workflow/test_operations.py",
+    "tests/workflow/test_planted_heads.py",
+)
+
+
+def work_unit(item: pytest.Item) -> str:
+    """The xdist group of a test: `tiny_run` for the tests that read it, else its module's path."""
+    return "tiny_run" if "tiny_run" in getattr(item, "fixturenames", ()) else item.nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {unit: position for position, unit in enumerate(LONG_UNITS)}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(work_unit(item)))
+    # A stable sort: the long units first, in LONG_UNITS' order; within a unit, the collection's order.
+    items.sort(key=lambda item: rank.get(work_unit(item), len(LONG_UNITS)))
 
 
 @pytest.fixture

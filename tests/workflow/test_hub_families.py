@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from helpers.hub_family_models import N_CTX, SEEDS, hf_layer0_patterns, write_family
+from helpers.hub_family_models import N_CTX, hf_layer0_patterns, write_family
 from helpers.workflow_runs import REPO, job_counts, run_snakemake
 
 from headstab.plan.config import load_yaml, validate_config
 
 FAMILIES = {"gpt2_fam": "gpt2", "neox_fam": "neox"}
+SEEDS = (1, 2)  # two refits per family give every pair-wise analysis of the DAG
 
 
 def test_hub_families_config_validates_and_plans_fetches_without_training():
@@ -40,7 +41,7 @@ def test_network_inputs_of_the_hub_families_are_the_model_downloads():
 def family_config(tmp_path: Path) -> Path:
     """tests/config/tiny.yaml with two families, GPT-2 and GPT-NeoX, from local save_pretrained directories."""
     for kind in FAMILIES.values():
-        write_family(tmp_path / "models", kind)
+        write_family(tmp_path / "models", kind, SEEDS)
     config = load_yaml(REPO / "tests/config/tiny.yaml")
     config["results_dir"] = str(tmp_path / "results")
     config["run"] = {"architectures": list(FAMILIES), "seeds": None}
@@ -77,7 +78,11 @@ def test_the_architecture_dag_runs_on_tiny_gpt2_and_gpt_neox_families(tmp_path):
     result = run_snakemake(*targets, "--cores", "2", "--configfile", str(config_path), timeout=1500)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     counts = job_counts(result.stdout + result.stderr)
-    assert counts.get("fetch_family") == 6 and "train" not in counts and "init_weights" not in counts, counts
+    assert (
+        counts.get("fetch_family") == len(FAMILIES) * len(SEEDS)
+        and "train" not in counts
+        and "init_weights" not in counts
+    ), counts
     for name, kind in FAMILIES.items():
         results = tmp_path / "results" / name
         meta = json.loads((results / "checkpoints/seed2/meta.json").read_text())
