@@ -41,7 +41,7 @@ lint: $(STAMP)
 	$(BIN)/snakefmt --check .
 
 test: $(STAMP) lint
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 bench: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/run_all.py

@@ -54,32 +54,55 @@ TINY_ARCHITECTURE: dict[str, Any] = {
 
 
 # ---------------------------------------------------------------- the suite on several workers
-# `make test` runs pytest-xdist with --dist loadgroup. Each test module is one unit of work (its module
-# fixtures are built once), except that every test reading the session's `tiny_run` joins one unit, so
-# the tiny DAG runs once. The units that run Snakemake end to end go first, so that the two longest
-# start at once on different workers and the short modules fill in around them.
+# `make test` runs pytest-xdist on two workers with the scheduler below: each test module is one unit of
+# work (its module fixtures are built once), and the modules that read the session's `tiny_run` are one
+# unit between them, so the tiny DAG runs once. The units that run Snakemake end to end go first, so the
+# two longest start at once on different workers and the short modules fill in around them.
+TINY_RUN_MODULES = ("tests/test_status.py", "tests/workflow/test_integration.py", "tests/workflow/test_operations.py")
 LONG_UNITS = (
     "tiny_run",
     "tests/workflow/test_slurm.py",
     "tests/workflow/test_hub_families.py",
     "tests/workflow/test_published.py",
     "tests/workflow/test_plan.py",
-    "tests/workflow/test_operations.py",
     "tests/workflow/test_planted_heads.py",
 )
 
 
-def work_unit(item: pytest.Item) -> str:
-    """The xdist group of a test: `tiny_run` for the tests that read it, else its module's path."""
-    return "tiny_run" if "tiny_run" in getattr(item, "fixturenames", ()) else item.nodeid.split("::", 1)[0]
+def work_unit(nodeid: str) -> str:
+    """The unit of work of a test: `tiny_run` for the modules that read it, else its module's path."""
+    module = nodeid.split("::", 1)[0]
+    return "tiny_run" if module in TINY_RUN_MODULES else module
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    strays = sorted(
+        {item.nodeid.split("::", 1)[0] for item in items if "tiny_run" in getattr(item, "fixturenames", ())}
+        - set(TINY_RUN_MODULES)
+    )
+    if strays:
+        raise pytest.UsageError(
+            f"{', '.join(strays)} read the session's tiny_run: add them to TINY_RUN_MODULES in tests/conftest.py, "
+            "or the tiny DAG runs once more on another worker"
+        )
     rank = {unit: position for position, unit in enumerate(LONG_UNITS)}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(work_unit(item)))
     # A stable sort: the long units first, in LONG_UNITS' order; within a unit, the collection's order.
-    items.sort(key=lambda item: rank.get(work_unit(item), len(LONG_UNITS)))
+    items.sort(key=lambda item: rank.get(work_unit(item.nodeid), len(LONG_UNITS)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        """xdist's scope scheduling with work_unit as the scope (its --dist loadgroup marks no longer
+        reach the node ids under pytest 9)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False  # keep the collection's order, long units first
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture
