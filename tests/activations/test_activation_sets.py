@@ -71,7 +71,9 @@ def test_a_set_marked_full_without_its_activations_or_a_bad_marker_is_refused(pr
     def bad(handle):
         handle["len5"].attrs["activations"] = "some"
 
-    with pytest.raises(CacheError, match=r"/len5 with an invalid activations attribute 'some'.*rm -f"):
+    with pytest.raises(
+        CacheError, match=r"/len5 with an invalid activations attribute 'some'.*--forcerun cache_activations"
+    ):
         open_cache(edited_copy(primary_only_path, tmp_path / "bad.h5", bad))
 
 

@@ -99,6 +99,6 @@ def test_a_damaged_snapshot_cache_names_the_rule_that_writes_it(patterns_path, t
         with pytest.raises(CacheError) as error:
             open_cache(truncated)
         assert str(error.value).endswith(
-            f"rebuild it with `rm -f {truncated} && snakemake {truncated}` (rule {rule}; with the --configfile/--profile "
+            f"rebuild it with `snakemake {truncated} --forcerun {rule}` (rule {rule}; with the --configfile/--profile "
             "of the run that made it)"
         )

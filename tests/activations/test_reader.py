@@ -110,7 +110,10 @@ def test_promised_or_misshapen_resid_pre_is_rejected(tmp_path, resid_pre_cache_p
         handle["len5"].create_dataset("hook_resid_pre", data=np.zeros((N_LAYERS, 3, 4, D_MODEL), dtype=np.float32))
 
     gutted = edited_copy(resid_pre_cache_path, tmp_path / "gutted.h5", drop)
-    with pytest.raises(CacheError, match=rf"{gutted} lacks the datasets /len5/hook_resid_pre.*rm -f {gutted}"):
+    with pytest.raises(
+        CacheError,
+        match=rf"{gutted} lacks the datasets /len5/hook_resid_pre.*snakemake {gutted} --forcerun cache_activations",
+    ):
         open_cache(gutted)
     misshapen = edited_copy(resid_pre_cache_path, tmp_path / "misshapen.h5", misshape)
     with pytest.raises(CacheError, match=r"/len5/hook_resid_pre of shape \(2, 3, 4, 32\), expected \(2, 3, 5, 32\)"):
@@ -128,7 +131,8 @@ def test_truncated_file_names_file_and_rebuild_command(tmp_path, cache_path):
     data = cache_path.read_bytes()
     truncated.write_bytes(data[: len(data) // 2])
     with pytest.raises(
-        CacheError, match=rf"{truncated} is not a readable HDF5 file.*rm -f {truncated} && snakemake {truncated}"
+        CacheError,
+        match=rf"{truncated} is not a readable HDF5 file.*snakemake {truncated} --forcerun cache_activations",
     ):
         open_cache(truncated)
 
@@ -145,7 +149,7 @@ def test_incomplete_or_gutted_cache_is_rejected(tmp_path, cache_path):
     incomplete = edited_copy(
         cache_path, tmp_path / "incomplete.h5", lambda handle: handle.attrs.modify("complete", False)
     )
-    with pytest.raises(CacheError, match="incomplete.*rm -f"):
+    with pytest.raises(CacheError, match="incomplete.*--forcerun cache_activations"):
         open_cache(incomplete)
     gutted = edited_copy(cache_path, tmp_path / "gutted.h5", lambda handle: handle["len5"].pop("hook_z"))
     with pytest.raises(CacheError, match=r"lacks the datasets /len5/hook_z"):
@@ -343,7 +347,7 @@ def test_printed_commands_quote_paths_with_spaces(tmp_path, cache_path):
     truncated.write_bytes(cache_path.read_bytes()[:1000])
     with pytest.raises(CacheError) as error:
         open_cache(truncated)
-    assert commands_in(str(error.value))[0] == [["rm", "-f", str(truncated)], ["snakemake", str(truncated)]]
+    assert commands_in(str(error.value))[0] == [["snakemake", str(truncated), "--forcerun", "cache_activations"]]
     with pytest.raises(CacheError) as error:
         open_cache(directory / "missing.h5")
     assert commands_in(str(error.value)) == [[["snakemake", str(directory / "missing.h5")]]]

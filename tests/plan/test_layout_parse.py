@@ -21,6 +21,11 @@ def _cases(layout: Layout):
         (layout.training_dir("l2_h8", 3) + "/final.pt", ("checkpoint", "train", "", "", "final")),
         (layout.train_block_record("l2_h8", "seeds1_2"), ("train block record", "train", "", "", "seeds1_2")),
         (layout.cache_path("l2_h8", 3), ("activation cache", "cache_activations", "", "", "seed3")),
+        (layout.cache_block_file("l2_h8", "seeds3_4", 3), ("activation cache", "cache_activations", "", "", "seed3")),
+        (
+            layout.cache_block_record("l2_h8", "seeds3_4"),
+            ("cache block record", "cache_activations", "", "", "seeds3_4"),
+        ),
         (layout.similarity_path("l2_h8", "primary"), ("pair similarity", "pair_similarity", "", "", "primary")),
         (
             layout.grouped_similarity_path("l2_h8", "len5"),
@@ -31,6 +36,14 @@ def _cases(layout: Layout):
         (
             layout.snapshot_cache_path("l2_h8", 0, 2),
             ("activation cache", "cache_snapshot_activations", "", "", "seed2"),
+        ),
+        (
+            layout.snapshot_cache_block_file("l2_h8", 40, "seeds1_2", 2),
+            ("activation cache", "cache_snapshot_activations", "", "", "seed2"),
+        ),
+        (
+            layout.snapshot_cache_block_record("l2_h8", 0, "seeds1_2"),
+            ("cache block record", "cache_snapshot_activations", "", "", "seeds1_2"),
         ),
         (layout.corpus_shard("synthetic", "001"), ("token shard", "tokenize_shard", "", "", "shard_001")),
         (layout.corpus_meta("synthetic"), ("corpus meta", "corpus_meta", "", "", "meta")),
@@ -47,7 +60,7 @@ def _cases(layout: Layout):
     ]
 
 
-@pytest.mark.parametrize("index", range(22))
+@pytest.mark.parametrize("index", range(26))
 def test_every_layout_path_parses_back(index):
     layout = Layout(CONFIG)
     path, (kind, rule, scope, arch, name) = _cases(layout)[index]

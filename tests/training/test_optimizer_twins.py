@@ -30,7 +30,7 @@ def test_every_wd_twin_of_the_configs_is_paired_with_its_adam_member(config):
 
 def test_twins_start_from_bit_identical_weights_and_other_seeds_do_not():
     configuration = load_config(REPO / "config" / "demo.yaml")
-    adam, adamw = architecture_spec(configuration, "l2_h8"), architecture_spec(configuration, "l2_h8_wd")
+    adam, adamw = architecture_spec(configuration, "l2_h8_attn"), architecture_spec(configuration, "l2_h8_attn_wd")
     for seed in (1, 3):
         first, second = build_model(adam, seed).state_dict(), build_model(adamw, seed).state_dict()
         assert first.keys() == second.keys()

@@ -450,6 +450,44 @@ def test_a_deleted_final_pt_is_published_again_without_training(tiny_run: Path, 
     assert weights.read_bytes() == original
 
 
+def test_a_deleted_cache_is_published_again_without_running_the_model(tiny_run: Path, tmp_path: Path) -> None:
+    results = copy_run(tiny_run, tmp_path)
+    cache = results / OTHER / "caches/seed2.h5"
+    original = cache.read_bytes()
+    cache.unlink()
+    result = snakemake(results, str(cache), "--cores", "1")
+    assert result.returncode == 0, _failure(result, results)
+    assert planned_rules(result.stdout + result.stderr) == {"publish_cache"}, result.stdout[-3000:]
+    assert cache.read_bytes() == original
+
+
+def test_a_cache_written_in_a_block_holds_the_activations_it_holds_written_alone(
+    tiny_run: Path, tmp_path: Path
+) -> None:
+    """tiny.yaml caches each architecture's 2 refits in one job; one refit a job rewrites the caches (new blocks),
+    with the same activations, bit for bit (CPU)."""
+    from headstab.activations.reader import open_cache
+
+    results = copy_run(tiny_run, tmp_path)
+    cache = results / OTHER / "caches/seed2.h5"
+    with open_cache(cache) as reader:
+        sets = reader.prompt_sets()
+        in_block = {
+            name: (reader.hook_pattern(name), reader.hook_z(name)) for name in sets if reader.stores_activations(name)
+        }
+    alone = subprocess.run(
+        [sys.executable, "-m", "snakemake", str(cache), "--cores", "1", "--configfile", str(TINY), "--config",
+         f"results_dir={results}", "compute={device: cpu, train_threads: 1, cache_threads: 1, cache_refits_per_job: 1}"],
+        cwd=REPO, capture_output=True, text=True, env=snakemake_env(), timeout=900,
+    )  # fmt: skip
+    assert alone.returncode == 0, _failure(alone, results)
+    assert (results / OTHER / "caches/blocks/seeds2.json").exists() and in_block
+    with open_cache(cache) as reader:
+        for name, (pattern, z) in in_block.items():
+            np.testing.assert_array_equal(reader.hook_pattern(name), pattern)
+            np.testing.assert_array_equal(reader.hook_z(name), z)
+
+
 def test_interrupted_cache_write_gives_the_rebuild_command_then_rebuilds_the_same_cache(
     tiny_run: Path, tmp_path: Path
 ) -> None:
@@ -459,8 +497,10 @@ def test_interrupted_cache_write_gives_the_rebuild_command_then_rebuilds_the_sam
     cache = results / OTHER / "caches/seed1.h5"
     with open_cache(cache) as reader:
         patterns = {name: reader.hook_pattern(name) for name in reader.prompt_sets()}
-    os.truncate(cache, cache.stat().st_size // 2)  # a cache cut short (e.g. copied off a full disk) ...
-    leftover = temporary_path(cache)
+    (written,) = (results / OTHER / "caches/blocks").glob("*/seed1.h5")  # in a run, the same inode (hard link)
+    for path in (cache, written):
+        os.truncate(path, path.stat().st_size // 2)  # a cache cut short (e.g. copied off a full disk) ...
+    leftover = temporary_path(written)
     leftover.write_bytes(b"half an HDF5 file")  # ... and the temporary file of a killed writer
 
     similarity = results / OTHER / "similarity/primary.h5"
@@ -468,10 +508,9 @@ def test_interrupted_cache_write_gives_the_rebuild_command_then_rebuilds_the_sam
     assert failed.returncode != 0
     console = failed.stdout + failed.stderr
     assert f"activation cache {cache} is not a readable HDF5 file" in console, console[-3000:]
-    assert f"rm -f {cache} && snakemake {cache}" in console
-
-    cache.unlink()  # the printed fix
-    rebuilt = snakemake(results, str(cache), "--cores", "1")
+    # the printed fix: the block's cache job again (publish_cache alone would link back the same truncated file)
+    assert f"snakemake {cache} --forcerun cache_activations" in console
+    rebuilt = snakemake(results, str(cache), "--forcerun", "cache_activations", "--cores", "1")
     assert rebuilt.returncode == 0, _failure(rebuilt, results)
     assert not leftover.exists()
     with open_cache(cache) as reader:

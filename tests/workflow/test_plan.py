@@ -65,7 +65,7 @@ def _failing_run(tmp_path: Path, mutate) -> str:
 
 def test_unknown_architecture_fails_the_plan_with_valid_names(tmp_path):
     output = _failing_run(tmp_path, lambda c: c["run"].update(architectures=["l2_h8", "l2_h32"]))
-    assert "unknown architecture 'l2_h32'" in output and "l4_h8_attn_wd" in output
+    assert "unknown architecture 'l2_h32'" in output and "l2_h8_attn_wd" in output
 
 
 def test_misspelt_key_fails_the_plan(tmp_path):

@@ -88,10 +88,10 @@ def test_demo_plans_one_job_per_section_rule_and_architecture_and_one_comparison
         "layer_drop_swap",
         "layer_robustness",
     )
-    assert {rule: counts.get(rule) for rule in per_architecture} == dict.fromkeys(per_architecture, 8)
-    # l2_h8, l2_h8_attn, l4_h8, l4_h8_attn each have a _wd twin in the demo
-    assert counts.get("optimizer_comparison") == counts.get("optimizer_training_curves") == 4
-    assert counts.get("training_curves") == 8
+    assert {rule: counts.get(rule) for rule in per_architecture} == dict.fromkeys(per_architecture, 5)
+    # l2_h8_attn is the demo's one architecture with a _wd twin
+    assert counts.get("optimizer_comparison") == counts.get("optimizer_training_curves") == 1
+    assert counts.get("training_curves") == 5
     assert [
         counts.get(rule)
         for rule in (
@@ -106,7 +106,7 @@ def test_demo_plans_one_job_per_section_rule_and_architecture_and_one_comparison
     # the 3 x 3 seed grid of l2_h8: its diagonal copied from l2_h8, six refits and the diagonal's three one-ulp
     # twins trained in blocks of training.seeds_per_job = 4 (three train jobs), one decomposition
     assert counts.get("reuse_paper_refit") == 3 and counts.get("train_seed_grid") == 3
-    assert counts.get("publish_refit") == 32 + 6 + 3
+    assert counts.get("publish_refit") == 20 + 6 + 3
     assert counts.get("seed_grid") == 1
     # the demo's held-out text is its synthetic_heldout corpus, not wikitext
     assert "heldout_wikitext" not in counts
@@ -128,9 +128,9 @@ def test_without_length_sweep_or_adamw_twins_those_analyses_are_left_out(tmp_pat
 
 
 def test_comparison_of_an_adamw_member_is_refused_with_the_missing_twin(tmp_path):
-    result = _dry_run(tmp_path, None, str(tmp_path / "results/compare/l4_h8_wd/tables/perplexity.csv"))
+    result = _dry_run(tmp_path, None, str(tmp_path / "results/compare/l2_h8_attn_wd/tables/perplexity.csv"))
     assert result.returncode != 0
-    assert "l4_h8_wd_wd" in result.stdout + result.stderr
+    assert "l2_h8_attn_wd_wd" in result.stdout + result.stderr
 
 
 def test_every_cka_hook_plans_the_caches_and_residual_cka(tmp_path):
@@ -138,9 +138,9 @@ def test_every_cka_hook_plans_the_caches_and_residual_cka(tmp_path):
     for hook in ("hook_resid_pre", "hook_resid_post"):
         (tmp_path / hook).mkdir()
         counts = _job_counts(_dry_run(tmp_path / hook, lambda c: c["analysis"].update(cka_hook=hook)))
-        assert (
-            counts.get("cache_activations") == 32 + 9 + 3 and counts.get("residual_cka") == 8
-        )  # 8 archs x 4 seeds + the 3x3 grid
+        # one cache job per 4 refits (compute.cache_refits_per_job): 5 archs x 4 seeds, the 3x3 grid and 3 twins
+        assert counts.get("cache_activations") == 5 + 3 and counts.get("publish_cache") == 20 + 9 + 3
+        assert counts.get("residual_cka") == 5
 
 
 def test_every_report_caption_exists_and_is_valid_jinja():

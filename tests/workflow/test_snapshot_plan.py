@@ -12,16 +12,17 @@ from headstab.plan.jobs import job_spec
 from workflow.test_plan import REPO, _dry_run
 
 
-def test_the_demo_plans_step_0_for_every_refit_and_three_steps_for_l4_h8():
+def test_the_demo_plans_step_0_for_every_refit_and_two_more_steps_for_l2_h8_attn():
     result = _dry_run("--configfile", "config/demo.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout + result.stderr)
-    # 8 architectures x 4 seeds at step 0 (statistics.init_baseline); l4_h8 also at steps 36 and 72.
-    assert counts["init_weights"] == 32 and counts["snapshot_weights"] == 2 * 4
-    assert counts["cache_snapshot_activations"] == 32 + 2 * 4
-    assert counts["snapshot_prompt_group_similarity"] == 8 + 2 and counts["stability_along_training"] == 1
+    # 5 architectures x 4 seeds at step 0 (statistics.init_baseline); l2_h8_attn also at steps 80 and 320.
+    assert counts["init_weights"] == 20 and counts["snapshot_weights"] == 2 * 4
+    # one cache job per architecture and step (compute.cache_refits_per_job: 4), one link per refit
+    assert counts["cache_snapshot_activations"] == 5 + 2 and counts["publish_snapshot_cache"] == 20 + 2 * 4
+    assert counts["snapshot_prompt_group_similarity"] == 5 + 2 and counts["stability_along_training"] == 1
     # snapshots add no training job; the seed grid's 6 refits and 3 one-ulp twins are published too
-    assert counts["train"] == 8 and counts["publish_refit"] == 32 + 6 + 3
+    assert counts["train"] == 5 and counts["publish_refit"] == 20 + 6 + 3
 
 
 def test_snapshot_steps_change_the_train_params_of_their_architecture_only():
@@ -56,7 +57,9 @@ def test_residual_cka_reads_the_step_0_caches_of_its_refits_unless_the_baseline_
     target = "results/demo/l2_h8/tables/residual_cka.csv"
     nodes, edges = _dag_edges("--", target)
     (cka,) = [node for node, rule in nodes.items() if rule == "residual_cka"]
-    step0 = {node for node, rule in nodes.items() if rule == "cache_snapshot_activations"}
+    step0 = {node for node, rule in nodes.items() if rule == "publish_snapshot_cache"}
     assert len(step0) == 4 and {(node, cka) for node in step0} <= edges  # every refit's step-0 cache
+    (job,) = [node for node, rule in nodes.items() if rule == "cache_snapshot_activations"]  # one job caches all 4
+    assert {(job, node) for node in step0} <= edges
     nodes, edges = _dag_edges("--config", "statistics={init_baseline: false}", "--", target)
     assert "cache_snapshot_activations" not in nodes.values()

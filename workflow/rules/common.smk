@@ -20,7 +20,7 @@ from headstab.plan.formats import CACHE_FORMAT_VERSION, GROUPED_FORMAT_VERSION, 
 from headstab.plan.layout import ANALYSIS_ROOT_RULES, Layout
 from headstab.prompts.loading import load_prompt_sets
 from headstab.sections import architecture_facts, architecture_summary
-from headstab.plan.seed_design import BLOCK_WILDCARD, SEED_WILDCARD, refit_seeds, train_blocks
+from headstab.plan.seed_design import BLOCK_WILDCARD, SEED_WILDCARD, refit_blocks, refit_seeds, train_blocks
 from headstab.plan.sources import checkpoint_sources
 from headstab.plan.yaml_files import bounded_repr
 
@@ -83,10 +83,11 @@ TRAIN_BLOCKS = {
     for arch, refits in jobs.trained_refits(SPECS, PAPER_TWINS).items()
     if SOURCES[arch].trained
 }
-REFIT_BLOCK = {
-    arch: {str(refit): block for block, refits in blocks.items() for refit in refits}
-    for arch, blocks in TRAIN_BLOCKS.items()
-}
+REFIT_BLOCK = {arch: refit_blocks(blocks) for arch, blocks in TRAIN_BLOCKS.items()}
+# The refits each cache job caches one after the other (compute.cache_refits_per_job of them), final and snapshot
+# caches alike: {arch: {block: refits}}.
+CACHE_BLOCKS = {arch: train_blocks(seeds, COMPUTE["cache_refits_per_job"]) for arch, seeds in SEEDS.items()}
+REFIT_CACHE_BLOCK = {arch: refit_blocks(blocks) for arch, blocks in CACHE_BLOCKS.items()}
 ANCHOR_SEEDS = {arch: seeds[0] for arch, seeds in SEEDS.items()}  # the paper's single-anchor view: the first seed
 # Per architecture: what its rules look up with by_arch("<key>").
 ARCH = {
@@ -184,7 +185,7 @@ by_arch = partial(jobs.WildcardLookup, ARCH, "arch")
 wildcard_constraints:
     arch=jobs.names_regex(config["architectures"]),
     seed=SEED_WILDCARD,  # a seed, or a seed grid's {init}-{data} (headstab.plan.seed_design)
-    block=BLOCK_WILDCARD,  # the refits one train job trains, e.g. seeds1_2_3_4
+    block=BLOCK_WILDCARD,  # the refits one train or cache job handles, e.g. seeds1_2_3_4
     corpus=jobs.names_regex(config["corpora"]),
     tokenizer=jobs.names_regex(config["tokenizers"]),
     shard=r"\d{3}",

@@ -1,5 +1,6 @@
 # Input and params functions of the jobs that need more than {arch} (those use by_arch, common.smk): a seed's
-# fetched model, a step's caches, a seed grid's reused paper refit, a train job's refits and a refit's train job.
+# fetched model, a step's caches, a seed grid's reused paper refit, a train or cache job's refits and a refit's
+# train or cache job.
 # Kept apart from every rule file (snakemake --lint).
 
 from headstab.plan.sources import published_inputs
@@ -56,6 +57,56 @@ def block_refits(wildcards):
 def block_training_dirs(wildcards):
     """Where train job {block} of {arch} trains each of its refits (Layout.training_dir)."""
     return [LAYOUT.training_dir(wildcards.arch, refit) for refit in block_refits(wildcards)]
+
+
+def cache_block_refits(wildcards):
+    """The refits cache job {block} of {arch} caches, as the spec lists them (7, or "1-2" in a seed grid)."""
+    return CACHE_BLOCKS[wildcards.arch][wildcards.block]
+
+
+def cache_block_weights(wildcards):
+    """The weights cache job {block} of {arch} runs: each refit's final.pt, or its weights at step {step}."""
+    if "step" in wildcards.keys():
+        return [LAYOUT.snapshot_weights(wildcards.arch, wildcards.step, r) for r in cache_block_refits(wildcards)]
+    return [LAYOUT.final_weights(wildcards.arch, refit) for refit in cache_block_refits(wildcards)]
+
+
+def cache_block_files(wildcards):
+    """Where cache job {block} of {arch} writes each refit's cache (Layout.cache_block_file)."""
+    if "step" in wildcards.keys():
+        file = partial(LAYOUT.snapshot_cache_block_file, wildcards.arch, wildcards.step, wildcards.block)
+    else:
+        file = partial(LAYOUT.cache_block_file, wildcards.arch, wildcards.block)
+    return [file(refit) for refit in cache_block_refits(wildcards)]
+
+
+def cache_block_runtime(wildcards):
+    """A cache job's runtime request (minutes): one refit's, times the refits of its block."""
+    return ARCH[wildcards.arch]["cache_runtime"] * len(cache_block_refits(wildcards))
+
+
+def _cache_block(wildcards):
+    block = REFIT_CACHE_BLOCK[wildcards.arch].get(wildcards.seed)
+    if block is None:
+        raise ValueError(
+            f"refit {wildcards.seed} of {wildcards.arch} is not among its seeds {SEEDS[wildcards.arch]}; add it "
+            f"to architectures.{wildcards.arch}.seeds (or run.seeds) to cache it"
+        )
+    return block
+
+
+def refit_cache_record(wildcards):
+    """The record of the cache job whose block holds refit {seed} of {arch} (of its snapshot at step {step})."""
+    if "step" in wildcards.keys():
+        return LAYOUT.snapshot_cache_block_record(wildcards.arch, wildcards.step, _cache_block(wildcards))
+    return LAYOUT.cache_block_record(wildcards.arch, _cache_block(wildcards))
+
+
+def refit_cache_file(wildcards):
+    """Where the cache job of refit {seed}'s block wrote its cache (of its snapshot at step {step})."""
+    if "step" in wildcards.keys():
+        return LAYOUT.snapshot_cache_block_file(wildcards.arch, wildcards.step, _cache_block(wildcards), wildcards.seed)
+    return LAYOUT.cache_block_file(wildcards.arch, _cache_block(wildcards), wildcards.seed)
 
 
 def refit_training_dir(wildcards):

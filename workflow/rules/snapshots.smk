@@ -5,8 +5,10 @@
 #                               (the weights train starts from, rebuilt from the seed; no training)
 #   snapshot_weights            {RESULTS}/{arch}/snapshots/step{step}/weights/seed{seed}/final.pt, meta.json
 #                               (step > 0: the weights train kept at that step, in the refit's training/)
-#   cache_snapshot_activations  {RESULTS}/{arch}/snapshots/step{step}/caches/seed{seed}.h5 (hook_pattern; at
-#                               step 0 also the residual hooks of residual CKA's prompt sets, for its chance level)
+#   cache_snapshot_activations  {RESULTS}/{arch}/snapshots/step{step}/caches/blocks/{block}.json, after writing each
+#                               refit's cache in caches/blocks/{block}/ (hook_pattern; at step 0 also the residual
+#                               hooks of residual CKA's prompt sets, for its chance level), as cache_activations
+#   publish_snapshot_cache      {RESULTS}/{arch}/snapshots/step{step}/caches/seed{seed}.h5 (a hard link)
 #
 # Library: headstab.training.snapshots, headstab.training (snapshot_steps), headstab.activations.writer (patterns_only).
 
@@ -66,18 +68,27 @@ rule snapshot_weights:
 
 use rule cache_activations as cache_snapshot_activations with:
     input:
-        weights=LAYOUT.snapshot_weights("{arch}", "{step}", "{seed}"),
+        weights=cache_block_weights,
         tokenizer=by_arch("train_inputs", "tokenizer"),
         prompts=PROMPT_FILES,
     output:
-        LAYOUT.snapshot_cache_path("{arch}", "{step}", "{seed}"),
+        record=LAYOUT.snapshot_cache_block_record("{arch}", "{step}", "{block}"),
     log:
-        LAYOUT.log("cache_snapshot_activations", "{arch}", "step{step}", "seed{seed}"),
+        LAYOUT.log("cache_snapshot_activations", "{arch}", "step{step}", "{block}"),
     benchmark:
-        LAYOUT.benchmark("cache_snapshot_activations", "{arch}", "step{step}", "seed{seed}")
+        LAYOUT.benchmark("cache_snapshot_activations", "{arch}", "step{step}", "{block}")
     wildcard_constraints:
         step=r"\d+",
     params:
         # The prompt-group similarity reads hook_pattern; residual_cka reads step 0's residual hooks (init_cka).
         cache=snapshot_cache_options,
         spec=by_snapshot_cache_spec(),
+
+
+use rule publish_cache as publish_snapshot_cache with:
+    output:
+        LAYOUT.snapshot_cache_path("{arch}", "{step}", "{seed}"),
+    log:
+        LAYOUT.log("publish_cache", "{arch}", "step{step}", "seed{seed}"),
+    wildcard_constraints:
+        step=r"\d+",

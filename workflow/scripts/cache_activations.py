@@ -1,10 +1,12 @@
-"""Rules cache_activations and cache_snapshot_activations: one refit's final.pt + the prompt sets -> caches/seed{seed}.h5
-(paper §3.2)."""
+"""Rules cache_activations and cache_snapshot_activations: each refit of a block, its final.pt (or snapshot) + the prompt
+sets -> caches/blocks/{block}/seed{seed}.h5, one after the other, then the block's record (paper §3.2)."""
+
+import logging
 
 import torch
 
 from headstab.activations.writer import CacheOptions, cache_activations
-from headstab.fileio import sha256_file
+from headstab.fileio import sha256_file, write_json_atomic
 from headstab.joblog import run_job
 from headstab.plan.seed_design import refit_name
 from headstab.plan.spec import spec_from_dict
@@ -15,9 +17,6 @@ from headstab.refits.tokenizer import load_tokenizer, tokenizer_identity
 
 
 def main():
-    arch, seed = snakemake.wildcards.arch, refit_name(snakemake.wildcards.seed)  # int, or "init-data" of a seed grid
-    spec = spec_from_dict({**snakemake.params.spec, "seeds": [seed]})
-    options = snakemake.params.cache
     device = resolve_device(snakemake.params.device)
     torch.set_num_threads(snakemake.threads)
 
@@ -29,9 +28,23 @@ def main():
             prompt_files[name] = {"prompt_file": str(path), "prompt_file_sha256": digest}
 
     tokenizer = load_tokenizer(snakemake.params.tokenizer_dir)
+    refits = list(zip(snakemake.params.refits, snakemake.input.weights, snakemake.params.caches, strict=True))
+    for index, (refit, weights, path) in enumerate(refits):
+        logging.info("refit %s (%d of %d in block %s)", refit, index + 1, len(refits), snakemake.wildcards.block)
+        cache_refit(refit_name(str(refit)), weights, path, tokenizer, prompt_sets, prompt_files, device)
+    write_json_atomic(
+        snakemake.output.record,
+        {"refits": [str(refit) for refit in snakemake.params.refits], "caches": snakemake.params.caches},
+    )
+
+
+def cache_refit(seed, weights, path, tokenizer, prompt_sets, prompt_files, device):
+    """One refit's cache at `path` (seed: an int, or "init-data" of a seed grid)."""
+    spec = spec_from_dict({**snakemake.params.spec, "seeds": [seed]})
+    options = snakemake.params.cache
     model = load_trained_model(
         spec,
-        snakemake.input.weights,
+        weights,
         device=device,
         tokenizer=tokenizer,
         weight_processing=snakemake.params.weight_processing,
@@ -47,7 +60,7 @@ def main():
         activation_sets=options.get("activation_sets"),  # hook_z, residual hooks: these sets only (cache_options)
     )
     cache_activations(
-        snakemake.output[0],
+        path,
         model,
         tokenizer,
         prompt_sets,
@@ -55,11 +68,11 @@ def main():
         prepend_bos=options["prepend_bos"],
         prompt_files=prompt_files,
         attrs={
-            "architecture": arch,
+            "architecture": snakemake.wildcards.arch,
             "seed": seed,
             "spec": spec.to_dict(),
-            "checkpoint": str(snakemake.input.weights),
-            "checkpoint_sha256": sha256_file(snakemake.input.weights),
+            "checkpoint": str(weights),
+            "checkpoint_sha256": sha256_file(weights),
             "weight_processing": list(snakemake.params.weight_processing),
             "prompt_file_sha256": {key: sha256_file(path) for key, path in snakemake.params.prompt_sets.items()},
             "tokenizer": snakemake.params.tokenizer,
@@ -72,6 +85,4 @@ def main():
 
 # snakemake.rule: this script also runs rule cache_snapshot_activations.
 step = f" step {snakemake.wildcards.step}" if "step" in snakemake.wildcards.keys() else ""
-run_job(
-    main, snakemake.rule, snakemake.log[0], label=f"{snakemake.wildcards.arch}{step} seed {snakemake.wildcards.seed}"
-)
+run_job(main, snakemake.rule, snakemake.log[0], label=f"{snakemake.wildcards.arch}{step} {snakemake.wildcards.block}")

@@ -28,9 +28,9 @@ class CacheChecksumError(CacheError):
 
 
 def rebuild_command(path: str | Path) -> str:
-    """The shell command that rebuilds the cache at `path` (run with the run's --configfile/--profile)."""
-    quoted = shlex.quote(str(path))
-    return f"rm -f {quoted} && snakemake {quoted}"
+    """The shell command that rebuilds the cache at `path` (run with the run's --configfile/--profile): its block's
+    cache job again, not only publish_cache, whose hard link would bring back the same file."""
+    return f"snakemake {shlex.quote(str(path))} --forcerun {cache_rule(path)}"
 
 
 def cache_rule(path: str | Path) -> str:

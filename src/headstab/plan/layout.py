@@ -123,6 +123,14 @@ class Layout:
     def cache_path(self, arch: str, seed: int | str) -> str:
         return f"{self.results}/{arch}/caches/seed{seed}.h5"
 
+    def cache_block_record(self, arch: str, block: str) -> str:
+        """Written by the cache job of one block of refits (compute.cache_refits_per_job) once each refit's cache
+        is written to cache_block_file, which rule publish_cache then links to cache_path."""
+        return f"{self.results}/{arch}/caches/blocks/{block}.json"
+
+    def cache_block_file(self, arch: str, block: str, seed: int | str) -> str:
+        return f"{self.results}/{arch}/caches/blocks/{block}/seed{seed}.h5"
+
     def similarity_path(self, arch: str, promptset: str) -> str:
         return f"{self.results}/{arch}/similarity/{promptset}.h5"
 
@@ -139,6 +147,13 @@ class Layout:
 
     def snapshot_cache_path(self, arch: str, step: int | str, seed: int | str) -> str:
         return f"{self.snapshot_dir(arch, step)}/caches/seed{seed}.h5"
+
+    def snapshot_cache_block_record(self, arch: str, step: int | str, block: str) -> str:
+        """cache_block_record of the refits' snapshot at training step `step`."""
+        return f"{self.snapshot_dir(arch, step)}/caches/blocks/{block}.json"
+
+    def snapshot_cache_block_file(self, arch: str, step: int | str, block: str, seed: int | str) -> str:
+        return f"{self.snapshot_dir(arch, step)}/caches/blocks/{block}/seed{seed}.h5"
 
     def snapshot_grouped_similarity_path(self, arch: str, step: int | str, promptset: str) -> str:
         return f"{self.snapshot_dir(arch, step)}/similarity/{promptset}.groups.h5"
@@ -196,7 +211,9 @@ class Layout:
 _FILES = (
     (r"/snapshots/step0/weights/seed[^/]+/(final\.pt|meta\.json)$", "snapshot weights", "init_weights"),
     (r"/snapshots/step[1-9]\d*/weights/seed[^/]+/(final\.pt|meta\.json)$", "snapshot weights", "snapshot_weights"),
-    (r"/snapshots/step\d+/caches/seed[^/]+\.h5$", "activation cache", "cache_snapshot_activations"),
+    # a cache job writes its block's caches in caches/blocks/, which publish_cache links to caches/ (the same file)
+    (r"/snapshots/step\d+/caches/(blocks/[^/]+/)?seed[^/]+\.h5$", "activation cache", "cache_snapshot_activations"),
+    (r"/snapshots/step\d+/caches/blocks/[^/]+\.json$", "cache block record", "cache_snapshot_activations"),
     (
         r"/snapshots/step\d+/similarity/[^/]+\.groups\.h5$",
         "prompt-group similarity",
@@ -208,7 +225,8 @@ _FILES = (
     # a trained refit's outputs, linked from its training directory once its block of refits is trained
     (r"/checkpoints/seed[^/]+/(final\.pt|meta\.json|train_log\.csv)$", "checkpoint", "publish_refit"),
     (r"/checkpoints/blocks/[^/]+\.json$", "train block record", "train"),
-    (r"/caches/seed[^/]+\.h5$", "activation cache", "cache_activations"),
+    (r"/caches/(blocks/[^/]+/)?seed[^/]+\.h5$", "activation cache", "cache_activations"),
+    (r"/caches/blocks/[^/]+\.json$", "cache block record", "cache_activations"),
     (r"/similarity/[^/]+\.groups\.h5$", "prompt-group similarity", "prompt_group_similarity"),
     (r"/similarity/[^/]+\.h5$", "pair similarity", "pair_similarity"),
     (r"/data/heldout/[^/]+/[^/]+\.npy$", "held-out shard", "heldout_wikitext"),

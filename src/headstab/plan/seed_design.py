@@ -29,6 +29,7 @@ __all__ = [
     "grid_refits",
     "refit_name",
     "refit_seeds",
+    "refit_blocks",
     "train_blocks",
     "training_seeds",
     "ulp_perturbed",
@@ -107,10 +108,16 @@ def block_name(refits: Iterable[int | str]) -> str:
     return "seeds" + "_".join(str(refit) for refit in refits)
 
 
+def refit_blocks(blocks: dict[str, list[int | str]]) -> dict[str, str]:
+    """{refit name as its wildcard reads: the block that holds it} of `train_blocks`' blocks."""
+    return {str(refit): block for block, refits in blocks.items() for refit in refits}
+
+
 def train_blocks(refits: Iterable[int | str], seeds_per_job: int) -> dict[str, list[int | str]]:
     """{block name: its refits}: `refits` in order, `seeds_per_job` at a time (the last block may be smaller).
 
-    A block is an execution grouping only: a refit's weights do not depend on the block it trains in."""
+    A block is an execution grouping only (of a train job, or of a cache job): a refit's weights and activations do
+    not depend on the block it is in."""
     if seeds_per_job < 1:
         raise ValueError(f"seeds_per_job must be at least 1, not {seeds_per_job}")
     refits = list(refits)
