@@ -103,6 +103,8 @@ def run_demo(work_dir: Path, cores: str = "all") -> dict[str, Any]:
         "snakemake",
         "--cores",
         cores,
+        "--scheduler",
+        "greedy",  # as `make demo`
         "--configfile",
         "config/demo.yaml",
         "--config",

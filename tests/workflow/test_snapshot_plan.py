@@ -12,23 +12,23 @@ from headstab.plan.jobs import job_spec
 from workflow.test_plan import REPO, _dry_run
 
 
-def test_the_demo_plans_step_0_for_every_refit_and_two_more_steps_for_l2_h8_attn():
+def test_the_demo_plans_step_0_for_every_refit_and_step_320_for_l2_h8_attn():
     result = _dry_run("--configfile", "config/demo.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout + result.stderr)
-    # 5 architectures x 4 seeds at step 0 (statistics.init_baseline); l2_h8_attn also at steps 80 and 320.
-    assert counts["init_weights"] == 20 and counts["snapshot_weights"] == 2 * 4
+    # 4 architectures x 4 seeds at step 0 (statistics.init_baseline); l2_h8_attn also at step 320.
+    assert counts["init_weights"] == 16 and counts["snapshot_weights"] == 4
     # one cache job per architecture and step (compute.cache_refits_per_job: 4), one link per refit
-    assert counts["cache_snapshot_activations"] == 5 + 2 and counts["publish_snapshot_cache"] == 20 + 2 * 4
-    assert counts["snapshot_prompt_group_similarity"] == 5 + 2 and counts["stability_along_training"] == 1
+    assert counts["cache_snapshot_activations"] == 4 + 1 and counts["publish_snapshot_cache"] == 16 + 4
+    assert counts["snapshot_prompt_group_similarity"] == 4 + 1 and counts["stability_along_training"] == 1
     # snapshots add no training job; the seed grid's 6 refits and 3 one-ulp twins are published too
-    assert counts["train"] == 5 and counts["publish_refit"] == 20 + 6 + 3
+    assert counts["train"] == 4 and counts["publish_refit"] == 16 + 6 + 3
 
 
 def test_snapshot_steps_change_the_train_params_of_their_architecture_only():
     config = load_config(REPO / "config/demo.yaml")
     with_steps, without = architecture_spec(config, "l2_h8_attn"), architecture_spec(config, "l2_h8")
-    assert with_steps.snapshot_steps == (0, 80, 320) and job_spec(with_steps)["snapshot_steps"] == [0, 80, 320]
+    assert with_steps.snapshot_steps == (0, 320) and job_spec(with_steps)["snapshot_steps"] == [0, 320]
     plain = yaml.safe_load((REPO / "config/demo.yaml").read_text())
     plain["architectures"]["l2_h8_attn"].pop("snapshot_steps")
     unchanged = architecture_spec(validate_config(plain), "l2_h8_attn")
@@ -38,11 +38,11 @@ def test_snapshot_steps_change_the_train_params_of_their_architecture_only():
 
 def test_a_negative_snapshot_step_fails_naming_the_key(tmp_path):
     config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
-    config["architectures"]["l4_h8"]["snapshot_steps"] = [0, -5]
+    config["architectures"]["l4_h8_attn"]["snapshot_steps"] = [0, -5]
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config))
     result = _dry_run("--configfile", str(path))
-    assert result.returncode != 0 and "architectures.l4_h8.snapshot_steps.1" in result.stdout + result.stderr
+    assert result.returncode != 0 and "architectures.l4_h8_attn.snapshot_steps.1" in result.stdout + result.stderr
 
 
 def _dag_edges(*args: str) -> tuple[dict[str, str], set[tuple[str, str]]]:
