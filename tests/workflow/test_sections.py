@@ -104,8 +104,8 @@ def test_demo_plans_one_job_per_section_rule_and_architecture_and_one_comparison
         )
     ] == [1] * 6
     # the 3 x 3 seed grid of l2_h8: its diagonal copied from l2_h8, six refits and the diagonal's three one-ulp
-    # twins trained in blocks of training.seeds_per_job = 4 (three train jobs), one decomposition
-    assert counts.get("reuse_paper_refit") == 3 and counts.get("train_seed_grid") == 3
+    # twins trained in blocks of training.seeds_per_job = 5 (two train jobs), one decomposition
+    assert counts.get("reuse_paper_refit") == 3 and counts.get("train_seed_grid") == 2
     assert counts.get("publish_refit") == 16 + 6 + 3
     assert counts.get("seed_grid") == 1
     # the demo's held-out text is its synthetic_heldout corpus, not wikitext
@@ -138,8 +138,8 @@ def test_every_cka_hook_plans_the_caches_and_residual_cka(tmp_path):
     for hook in ("hook_resid_pre", "hook_resid_post"):
         (tmp_path / hook).mkdir()
         counts = _job_counts(_dry_run(tmp_path / hook, lambda c: c["analysis"].update(cka_hook=hook)))
-        # one cache job per 4 refits (compute.cache_refits_per_job): 4 archs x 4 seeds, the 3x3 grid and 3 twins
-        assert counts.get("cache_activations") == 4 + 3 and counts.get("publish_cache") == 16 + 9 + 3
+        # one cache job per 6 refits (compute.cache_refits_per_job): 4 archs x 4 seeds, the 3x3 grid and 3 twins
+        assert counts.get("cache_activations") == 4 + 2 and counts.get("publish_cache") == 16 + 9 + 3
         assert counts.get("residual_cka") == 4
 
 

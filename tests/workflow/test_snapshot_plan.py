@@ -18,7 +18,7 @@ def test_the_demo_plans_step_0_for_every_refit_and_step_320_for_l2_h8_attn():
     counts = job_counts(result.stdout + result.stderr)
     # 4 architectures x 4 seeds at step 0 (statistics.init_baseline); l2_h8_attn also at step 320.
     assert counts["init_weights"] == 16 and counts["snapshot_weights"] == 4
-    # one cache job per architecture and step (compute.cache_refits_per_job: 4), one link per refit
+    # one cache job per architecture and step (compute.cache_refits_per_job: 6), one link per refit
     assert counts["cache_snapshot_activations"] == 4 + 1 and counts["publish_snapshot_cache"] == 16 + 4
     assert counts["snapshot_prompt_group_similarity"] == 4 + 1 and counts["stability_along_training"] == 1
     # snapshots add no training job; the seed grid's 6 refits and 3 one-ulp twins are published too
