@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import textwrap
 import subprocess
 import sys
 from pathlib import Path
@@ -156,18 +157,25 @@ def test_every_report_caption_exists_and_is_valid_jinja():
             assert "§" in path.read_text(), f"caption {name} does not name the paper section"
 
 
-def test_every_caption_is_valid_restructuredtext():
-    """Snakemake renders each caption as reStructuredText after Jinja: a bare |x| there is a substitution
-    reference, which docutils reports as an error in the report's text."""
+def test_every_caption_and_rule_docstring_is_valid_restructuredtext():
+    """Snakemake renders each caption, and each rule's docstring, as reStructuredText in the report (captions
+    after Jinja): a bare |x| there is a substitution reference, which docutils reports as an error."""
     import io
 
     import docutils.core
 
-    for path in sorted((REPO / "workflow/report").glob("*.rst")):
-        text = re.sub(r"{%.*?%}", "", re.sub(r"{{.*?}}", "0", path.read_text(), flags=re.S), flags=re.S)
+    texts = {
+        path.name: re.sub(r"{%.*?%}", "", re.sub(r"{{.*?}}", "0", path.read_text(), flags=re.S), flags=re.S)
+        for path in sorted((REPO / "workflow/report").glob("*.rst"))
+    }
+    for path in sorted((REPO / "workflow/rules").glob("*.smk")):
+        for rule, docstring in re.findall(r'^rule (\w+)[^\n]*:\n    """(.*?)"""', path.read_text(), re.M | re.S):
+            texts[f"{path.name}: rule {rule}"] = textwrap.dedent("    " + docstring)
+    assert len(texts) > 60
+    for name, text in texts.items():
         stream = io.StringIO()
         docutils.core.publish_doctree(text, settings_overrides={"report_level": 3, "warning_stream": stream})
-        assert not stream.getvalue(), f"{path.name}: {stream.getvalue()}"
+        assert not stream.getvalue(), f"{name}: {stream.getvalue()}"
 
 
 def test_captions_only_use_params_their_rules_define():

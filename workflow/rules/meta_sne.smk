@@ -31,7 +31,7 @@ rule meta_sne:
     all heads, coloured by relative depth, Adam and AdamW in separate panels. Optimizer and
     attention-only come from each architecture's spec. Controls for "clustered by depth" being "clustered by
     output norm": the same map of the descriptions divided by their norms, and a Mantel test of description
-    distance against |Δ relative depth|, heads permuted within their refit (docs/statistics.md)."""
+    distance against ``|Δ relative depth|``, heads permuted within their refit (docs/statistics.md)."""
     input:
         caches=META_SNE_CACHES,
     output:
