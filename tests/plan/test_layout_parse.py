@@ -20,7 +20,7 @@ def _cases(layout: Layout):
         (layout.checkpoint_file("l2_h8", 3, "meta.json"), ("checkpoint", "publish_refit", "", "", "meta")),
         (layout.training_dir("l2_h8", 3) + "/final.pt", ("checkpoint", "train", "", "", "final")),
         (layout.train_block_record("l2_h8", "seeds1_2"), ("train block record", "train", "", "", "seeds1_2")),
-        (layout.cache_path("l2_h8", 3), ("activation cache", "cache_activations", "", "", "seed3")),
+        (layout.cache_path("l2_h8", 3), ("activation cache", "publish_cache", "", "", "seed3")),
         (layout.cache_block_file("l2_h8", "seeds3_4", 3), ("activation cache", "cache_activations", "", "", "seed3")),
         (
             layout.cache_block_record("l2_h8", "seeds3_4"),
@@ -35,7 +35,7 @@ def _cases(layout: Layout):
         (layout.snapshot_weights("l2_h8", 40, 2), ("snapshot weights", "snapshot_weights", "", "", "final")),
         (
             layout.snapshot_cache_path("l2_h8", 0, 2),
-            ("activation cache", "cache_snapshot_activations", "", "", "seed2"),
+            ("activation cache", "publish_snapshot_cache", "", "", "seed2"),
         ),
         (
             layout.snapshot_cache_block_file("l2_h8", 40, "seeds1_2", 2),

@@ -89,6 +89,6 @@ use rule publish_cache as publish_snapshot_cache with:
     output:
         LAYOUT.snapshot_cache_path("{arch}", "{step}", "{seed}"),
     log:
-        LAYOUT.log("publish_cache", "{arch}", "step{step}", "seed{seed}"),
+        LAYOUT.log("publish_snapshot_cache", "{arch}", "step{step}", "seed{seed}"),
     wildcard_constraints:
         step=r"\d+",

@@ -33,9 +33,14 @@ def rebuild_command(path: str | Path) -> str:
     return f"snakemake {shlex.quote(str(path))} --forcerun {cache_rule(path)}"
 
 
+# A published cache is a hard link to its block's file: its content is the block's cache job's.
+_COMPUTED_BY = {"publish_cache": "cache_activations", "publish_snapshot_cache": "cache_snapshot_activations"}
+
+
 def cache_rule(path: str | Path) -> str:
-    """The rule that writes the cache `path`: cache_snapshot_activations for a snapshot's, else cache_activations."""
-    return writer_rule(path) or "cache_activations"
+    """The rule that computes the cache `path`: cache_snapshot_activations for a snapshot's, else cache_activations."""
+    rule = writer_rule(path) or "cache_activations"
+    return _COMPUTED_BY.get(rule, rule)
 
 
 def fix_hint(path: str | Path) -> str:

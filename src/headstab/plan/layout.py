@@ -212,8 +212,9 @@ _FILES = (
     (r"/snapshots/step0/weights/seed[^/]+/(final\.pt|meta\.json)$", "snapshot weights", "init_weights"),
     (r"/snapshots/step[1-9]\d*/weights/seed[^/]+/(final\.pt|meta\.json)$", "snapshot weights", "snapshot_weights"),
     # a cache job writes its block's caches in caches/blocks/, which publish_cache links to caches/ (the same file)
-    (r"/snapshots/step\d+/caches/(blocks/[^/]+/)?seed[^/]+\.h5$", "activation cache", "cache_snapshot_activations"),
+    (r"/snapshots/step\d+/caches/blocks/[^/]+/seed[^/]+\.h5$", "activation cache", "cache_snapshot_activations"),
     (r"/snapshots/step\d+/caches/blocks/[^/]+\.json$", "cache block record", "cache_snapshot_activations"),
+    (r"/snapshots/step\d+/caches/seed[^/]+\.h5$", "activation cache", "publish_snapshot_cache"),
     (
         r"/snapshots/step\d+/similarity/[^/]+\.groups\.h5$",
         "prompt-group similarity",
@@ -225,8 +226,9 @@ _FILES = (
     # a trained refit's outputs, linked from its training directory once its block of refits is trained
     (r"/checkpoints/seed[^/]+/(final\.pt|meta\.json|train_log\.csv)$", "checkpoint", "publish_refit"),
     (r"/checkpoints/blocks/[^/]+\.json$", "train block record", "train"),
-    (r"/caches/(blocks/[^/]+/)?seed[^/]+\.h5$", "activation cache", "cache_activations"),
+    (r"/caches/blocks/[^/]+/seed[^/]+\.h5$", "activation cache", "cache_activations"),
     (r"/caches/blocks/[^/]+\.json$", "cache block record", "cache_activations"),
+    (r"/caches/seed[^/]+\.h5$", "activation cache", "publish_cache"),
     (r"/similarity/[^/]+\.groups\.h5$", "prompt-group similarity", "prompt_group_similarity"),
     (r"/similarity/[^/]+\.h5$", "pair similarity", "pair_similarity"),
     (r"/data/heldout/[^/]+/[^/]+\.npy$", "held-out shard", "heldout_wikitext"),
