@@ -439,26 +439,20 @@ def test_corrupted_checkpoint_is_reported_and_not_used(tiny_run: Path, tmp_path:
     assert all(torch.equal(original[key], retrained[key]) for key in original)  # ... to the same weights (CPU)
 
 
-def test_a_deleted_final_pt_is_published_again_without_training(tiny_run: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("published", "rule"), [("checkpoints/seed2/final.pt", "publish_refit"), ("caches/seed2.h5", "publish_cache")]
+)
+def test_a_deleted_published_file_is_linked_again_without_training_or_running_a_model(
+    tiny_run: Path, tmp_path: Path, published: str, rule: str
+) -> None:
     results = copy_run(tiny_run, tmp_path)
-    weights = results / OTHER / "checkpoints/seed2/final.pt"
-    original = weights.read_bytes()
-    weights.unlink()
-    result = snakemake(results, str(weights), "--cores", "1")
+    path = results / OTHER / published
+    original = path.read_bytes()
+    path.unlink()
+    result = snakemake(results, str(path), "--cores", "1")
     assert result.returncode == 0, _failure(result, results)
-    assert planned_rules(result.stdout + result.stderr) == {"publish_refit"}, result.stdout[-3000:]
-    assert weights.read_bytes() == original
-
-
-def test_a_deleted_cache_is_published_again_without_running_the_model(tiny_run: Path, tmp_path: Path) -> None:
-    results = copy_run(tiny_run, tmp_path)
-    cache = results / OTHER / "caches/seed2.h5"
-    original = cache.read_bytes()
-    cache.unlink()
-    result = snakemake(results, str(cache), "--cores", "1")
-    assert result.returncode == 0, _failure(result, results)
-    assert planned_rules(result.stdout + result.stderr) == {"publish_cache"}, result.stdout[-3000:]
-    assert cache.read_bytes() == original
+    assert planned_rules(result.stdout + result.stderr) == {rule}, result.stdout[-3000:]
+    assert path.read_bytes() == original
 
 
 def test_a_cache_written_in_a_block_holds_the_activations_it_holds_written_alone(
