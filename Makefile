@@ -1,5 +1,6 @@
 # headstab: the two commands of the README, and the benchmarks.
 #   make demo   offline toy-scale reproduction (config/demo.yaml) on 2 cores
+#   make demo-circuits  the induction control (config/demo_circuits.yaml): refits trained through the phase change
 #   make test   style checks (make lint), unit + integration tests (and the real-Slurm test when Slurm is installed)
 #   make bench  side-by-side benchmarks -> results/bench/summary.json
 #   make mutation  mutation testing of the scientific modules -> results/mutation/summary.json (not part of make test)
@@ -11,7 +12,7 @@ STAMP := $(VENV)/.headstab-installed
 CORES ?= all
 TEST_WORKERS ?= 2
 
-.PHONY: demo test lint bench mutation venv clean-demo
+.PHONY: demo demo-circuits run-config test lint bench mutation venv clean-demo
 
 venv: $(STAMP)
 
@@ -30,11 +31,17 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml
 # The report needs the finished run, so it is a second snakemake call (it reruns nothing). Snakemake writes
 # the report in place, so it goes to a temporary name first: a killed call leaves no report.html that looks whole.
 demo: $(STAMP)
+	$(MAKE) run-config CONFIG=config/demo.yaml RESULTS=results/demo
+
+demo-circuits: $(STAMP)
+	$(MAKE) run-config CONFIG=config/demo_circuits.yaml RESULTS=results/demo_circuits
+
+run-config:
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PATH="$(CURDIR)/$(BIN):$$PATH" \
-		$(BIN)/snakemake --cores $(CORES) --scheduler greedy --configfile config/demo.yaml
+		$(BIN)/snakemake --cores $(CORES) --scheduler greedy --configfile $(CONFIG)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PATH="$(CURDIR)/$(BIN):$$PATH" \
-		$(BIN)/snakemake --cores $(CORES) --report results/demo/.report.tmp.html --configfile config/demo.yaml
-	mv -f results/demo/.report.tmp.html results/demo/report.html
+		$(BIN)/snakemake --cores $(CORES) --report $(RESULTS)/.report.tmp.html --configfile $(CONFIG)
+	mv -f $(RESULTS)/.report.tmp.html $(RESULTS)/report.html
 
 # Style first: ruff (lint and format) on the Python, snakefmt on the Snakefile and rule files.
 lint: $(STAMP)
@@ -55,4 +62,4 @@ mutation: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python mutation/run.py $(MODULES)
 
 clean-demo:
-	rm -rf results/demo
+	rm -rf results/demo results/demo_circuits

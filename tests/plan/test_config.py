@@ -447,3 +447,35 @@ def test_demo_decayed_twins_decay_their_weights(demo):
         if spec.optimizer == "adamw":
             steps = spec.n_tokens // spec.tokens_per_step
             assert spec.lr * spec.weight_decay * steps >= 1, name
+
+
+@pytest.fixture()
+def demo_circuits() -> dict:
+    return load_yaml(REPO / "config/demo_circuits.yaml")
+
+
+def test_the_induction_control_config_is_valid_and_its_words_fit_its_tokenizer(demo_circuits):
+    config = validate_config(demo_circuits)
+    planted = config["corpora"]["planted"]["planted_repeats"]
+    assert planted["words"] + 1 == config["tokenizers"]["planted_words"]["vocab_size"]
+    spec = architecture_spec(config, "l2_h8_attn")
+    assert planted["document_words"] + 1 == spec.seq_len  # one document and its EOS per training window
+    assert config["corpora"]["planted"]["n_documents"] // spec.batch_size == 6000  # steps of one epoch
+
+
+def test_planted_corpus_with_a_bpe_tokenizer_fails_naming_model(demo_circuits):
+    del demo_circuits["tokenizers"]["planted_words"]["model"]
+    message = _error(demo_circuits)
+    assert "tokenizers.planted_words.model" in message and "set `model: words`" in message
+
+
+def test_word_tokenizer_too_small_for_the_planted_words_fails_naming_the_size(demo_circuits):
+    demo_circuits["tokenizers"]["planted_words"]["vocab_size"] = 31
+    message = _error(demo_circuits)
+    assert "tokenizers.planted_words.vocab_size" in message and "raise it to 32" in message
+
+
+def test_bpe_vocabulary_below_the_byte_alphabet_fails_naming_the_size_and_the_word_model(demo):
+    demo["tokenizers"]["demo_bpe"]["vocab_size"] = 100
+    message = _error(demo)
+    assert "tokenizers.demo_bpe.vocab_size': 100 is below the 260" in message and "`model: words`" in message

@@ -47,7 +47,7 @@ def _cases(layout: Layout):
         ),
         (layout.corpus_shard("synthetic", "001"), ("token shard", "tokenize_shard", "", "", "shard_001")),
         (layout.corpus_meta("synthetic"), ("corpus meta", "corpus_meta", "", "", "meta")),
-        (layout.synthetic_text("synthetic"), ("corpus text", "synthetic_text", "", "", "text")),
+        (layout.synthetic_text("synthetic"), ("corpus text", None, "", "", "text")),
         (layout.prompt_check_record("bpe", 128), ("prompt check", "check_prompts", "", "", "n_ctx128")),
         (layout.table_path("l2_h8", "head_stability"), ("table", None, "arch", "l2_h8", "head_stability")),
         (layout.figure_path("l2_h8", "alignment_map"), ("figure", None, "arch", "l2_h8", "alignment_map")),

@@ -76,3 +76,24 @@ def test_command_refuses_a_corpus_seed(tmp_path, capsys):
     ]
     assert main(args) == 2
     assert "prompt seed 0 is a corpus seed" in capsys.readouterr().err
+
+
+def test_planted_prompts_are_planted_words_with_one_span_repeated_and_the_shipped_file_is_what_the_command_writes(
+    tmp_path,
+):
+    from pathlib import Path
+
+    from headstab.data.planted import planted_words
+
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / "planted.json"
+    prompts = write_demo_prompts(repo / "config/demo_circuits.yaml", out, "planted_words", 2, 100)
+    assert json.loads(out.read_text()) == json.loads((repo / "resources/prompts/planted_repeats.json").read_text())
+    vocabulary = set(planted_words(31))
+    for p in prompts:
+        words = p.text.split(" ")
+        assert set(words) <= vocabulary and 40 <= p.n_tokens == len(words) <= 80  # one token per word
+        if p.span:
+            assert 6 <= p.span <= 16 and words[p.source : p.source + p.span] == words[p.copy : p.copy + p.span]
+    assert sum(p.span > 0 for p in prompts) == 75
+    assert len({p.offset for p in prompts if p.span}) >= 20  # no fixed offset

@@ -152,3 +152,22 @@ def test_a_damaged_local_tokenizer_is_never_advised_for_deletion(trained_dir, tm
     message = str(err.value)
     assert str(directory) in message and "tokenizers.<name>.path" in message
     assert "rm " not in message and "delete" not in message
+
+
+def test_word_tokenizer_gives_one_id_per_word_in_sorted_order_and_round_trips(tmp_path):
+    from headstab.refits.tokenizer import train_word_tokenizer
+
+    tokenizer = train_word_tokenizer(["lo ka mi", "ka  ka\nzu"], vocab_size=8, out_dir=tmp_path / "words")
+    assert tokenizer.get_vocab() == {ENDOFTEXT: 0, "ka": 1, "lo": 2, "mi": 3, "zu": 4}
+    assert (tokenizer.bos_token_id, tokenizer.eos_token_id) == (0, 0)
+    ids = tokenizer("zu lo ka", add_special_tokens=False)["input_ids"]
+    assert ids == [4, 2, 1] and tokenizer.decode(ids) == "zu lo ka"
+    assert tokenizer("zu qq")["input_ids"] == [4, 0]  # an unknown word is <|endoftext|>
+    assert load_tokenizer(tmp_path / "words").get_vocab() == tokenizer.get_vocab()
+
+
+def test_word_tokenizer_refuses_more_words_than_vocab_size_leaves(tmp_path):
+    from headstab.refits.tokenizer import train_word_tokenizer
+
+    with pytest.raises(TokenizerError, match="the corpus has 4 distinct words, more than the 3 that vocab_size 4"):
+        train_word_tokenizer(["a b c d"], vocab_size=4, out_dir=tmp_path / "words")

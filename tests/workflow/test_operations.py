@@ -158,7 +158,7 @@ def test_the_rule_named_for_a_file_is_the_rule_that_writes_it(tmp_path: Path) ->
             named.add(writer_rule(path))
     assert named >= {
         "train", "init_weights", "cache_activations", "cache_snapshot_activations", "pair_similarity",
-        "prompt_group_similarity", "snapshot_prompt_group_similarity", "synthetic_text", "tokenize_shard",
+        "prompt_group_similarity", "snapshot_prompt_group_similarity", "tokenize_shard",
         "corpus_meta", "check_prompts", "report_configuration",
     }  # fmt: skip
 

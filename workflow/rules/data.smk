@@ -1,6 +1,7 @@
 # Data stage (paper §3.1): tokenizers and corpora as token shards.
 #
 #   synthetic_text  -> {RESULTS}/data/{corpus}/text.jsonl          (source synthetic: the offline demo)
+#   planted_text    -> {RESULTS}/data/{corpus}/text.jsonl          (source synthetic with planted_repeats)
 #   train_tokenizer -> {RESULTS}/tokenizers/{tokenizer}/meta.json   (source train: byte-level BPE)
 #   fetch_tokenizer -> {RESULTS}/tokenizers/{tokenizer}/meta.json   (source hub: needs internet)
 #   tokenize_shard  -> {RESULTS}/data/{corpus}/shard_{shard}.npy/.json (one job per shard)
@@ -9,6 +10,8 @@
 # Local tokenizers (source local) are used in place: no rule. File formats: src/headstab/data/shards.py.
 
 TOKENIZERS, CORPORA = config["tokenizers"], config["corpora"]
+PLANTED_CORPORA = [name for name in jobs.names_with_source(CORPORA, "synthetic") if "planted_repeats" in CORPORA[name]]
+SYNTHETIC_TEXT_CORPORA = [name for name in jobs.names_with_source(CORPORA, "synthetic") if name not in PLANTED_CORPORA]
 # Per corpus: what its jobs look up (headstab.plan.jobs says what each job's params hold).
 CORPUS_JOBS = {
     name: {
@@ -33,7 +36,7 @@ rule synthetic_text:
     log:
         LAYOUT.log("synthetic_text", "{corpus}"),
     wildcard_constraints:
-        corpus=jobs.names_regex(jobs.names_with_source(CORPORA, "synthetic")),
+        corpus=jobs.names_regex(SYNTHETIC_TEXT_CORPORA),
     conda:
         CONDA_ENV
     threads: 1
@@ -46,6 +49,29 @@ rule synthetic_text:
         repeated_spans=lookup(dpath="{corpus}/repeated_spans", within=CORPORA),
     script:
         "../scripts/synthetic_text.py"
+
+
+rule planted_text:
+    """Seeded documents of uniform random words of a closed vocabulary with spans copied later: the
+    induction control's corpus (headstab.data.planted), where copying is all there is to learn."""
+    output:
+        text=LAYOUT.synthetic_text("{corpus}"),
+    log:
+        LAYOUT.log("planted_text", "{corpus}"),
+    wildcard_constraints:
+        corpus=jobs.names_regex(PLANTED_CORPORA),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=30,
+    params:
+        seed=lookup(dpath="{corpus}/seed", within=CORPORA),
+        n_documents=lookup(dpath="{corpus}/n_documents", within=CORPORA),
+        planted_repeats=lookup(dpath="{corpus}/planted_repeats", within=CORPORA),
+    script:
+        "../scripts/planted_text.py"
 
 
 rule train_tokenizer:

@@ -157,6 +157,25 @@ def _check_tokenizers(config: dict[str, Any]) -> None:
                 f"config key 'tokenizers.{tok_name}.corpus': unknown corpus {bounded_repr(tokenizer['corpus'])}."
                 f"{_closest(tokenizer['corpus'], config['corpora'])}"
             )
+        planted = config["corpora"].get(tokenizer.get("corpus"), {}).get("planted_repeats")
+        if tokenizer["source"] == "train" and planted is not None:
+            if tokenizer.get("model", "bpe") != "words":
+                raise ConfigError(
+                    f"config key 'tokenizers.{tok_name}.model': corpus {bounded_repr(tokenizer['corpus'])} is planted "
+                    "repeats of a closed vocabulary, one token per word; set `model: words`"
+                )
+            if planted["words"] + 1 > tokenizer["vocab_size"]:
+                raise ConfigError(
+                    f"config key 'tokenizers.{tok_name}.vocab_size': {tokenizer['vocab_size']} ids cannot hold the "
+                    f"{planted['words']} words of corpus {bounded_repr(tokenizer['corpus'])} and <|endoftext|>; raise "
+                    f"it to {planted['words'] + 1}"
+                )
+        if tokenizer["source"] == "train" and tokenizer.get("model", "bpe") == "bpe" and tokenizer["vocab_size"] < 260:
+            raise ConfigError(
+                f"config key 'tokenizers.{tok_name}.vocab_size': {tokenizer['vocab_size']} is below the 260 a byte-level "
+                "BPE takes (256 bytes, <|endoftext|> and merges); raise it, or set `model: words` for a corpus of a "
+                "closed vocabulary"
+            )
         if tokenizer["source"] == "local" and not Path(tokenizer["path"]).is_dir():
             raise ConfigError(
                 f"config key 'tokenizers.{tok_name}.path': {bounded_repr(tokenizer['path'])} is not a directory; point it at a "

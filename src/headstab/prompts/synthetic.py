@@ -17,17 +17,19 @@ from __future__ import annotations
 import json
 import random
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from headstab.data.planted import generate_planted_documents, planted_words
 from headstab.data.synthetic import generate_synthetic_documents
 
 __all__ = ["DemoPrompt", "demo_prompts", "write_demo_prompts"]
 
 TOKEN_RANGE = (40, 80)  # demo tokens a prompt has, inclusive
 SPAN_WORDS = (3, 8)  # words in the repeated span, inclusive
+PLANTED_SPAN_WORDS = (6, 16)  # words (= tokens) in the repeated span of a planted-repeat corpus's prompt
 MAX_DRAWS = 200  # draws per prompt before giving up
 
 
@@ -67,11 +69,13 @@ def demo_prompts(
     token_range: tuple[int, int] = TOKEN_RANGE,
     repeat_share: float = 0.75,
     span_words: tuple[int, int] = SPAN_WORDS,
+    documents: Iterable[str] | None = None,
 ) -> list[DemoPrompt]:
     """`n_prompts` prompts of `token_range` tokens (by `count_tokens`), prompt k from held-out document k of `seed`.
 
     Prompt k repeats a span when k mod 4 < 4 * repeat_share (so the share holds in every run of four prompts);
-    deterministic: prompt k depends only on (seed, k) and `count_tokens`.
+    deterministic: prompt k depends only on (seed, k) and `count_tokens`. `documents`: the held-out documents
+    (at least `n_prompts`) when they are not the synthetic generator's of `seed`.
     """
     low, high = token_range
     if not 1 <= low <= high:
@@ -79,7 +83,8 @@ def demo_prompts(
     if not 0.0 <= repeat_share <= 1.0:
         raise ValueError(f"repeat_share must be in [0, 1], got {repeat_share}")
     prompts = []
-    for index, document in enumerate(generate_synthetic_documents(seed, n_prompts)):
+    sources = generate_synthetic_documents(seed, n_prompts) if documents is None else documents
+    for index, document in zip(range(n_prompts), sources, strict=False):
         rng = random.Random(f"headstab-demo-prompts:{seed}:{index}")
         words = [word for word in document.replace("\n", " ").split(" ") if word]
         repeat = index % 4 < round(4 * repeat_share)
@@ -111,6 +116,14 @@ def _config_tokenizer(config: dict[str, Any], tokenizer: str) -> tuple[int, dict
     return int(entry["vocab_size"]), corpus
 
 
+def planted_word_tokenizer(n_words: int, vocab_size: int) -> Any:
+    """The word-level tokenizer rule train_tokenizer builds on a planted-repeat corpus of `n_words` words."""
+    from headstab.refits.tokenizer import train_word_tokenizer
+
+    with tempfile.TemporaryDirectory() as directory:
+        return train_word_tokenizer([" ".join(planted_words(n_words))], vocab_size, directory)
+
+
 def write_demo_prompts(
     config_path: str | Path, out: str | Path, tokenizer: str = "demo_bpe", seed: int = 2, n_prompts: int = 100
 ) -> list[DemoPrompt]:
@@ -126,9 +139,23 @@ def write_demo_prompts(
         entry.get("source") == "synthetic" and entry.get("seed") == seed for entry in config.get("corpora", {}).values()
     ):
         raise ValueError(f"prompt seed {seed} is a corpus seed of {config_path}; choose a held-out seed")
-    texts = generate_synthetic_documents(corpus["seed"], corpus["n_documents"], corpus.get("repeated_spans", 0))
-    with tempfile.TemporaryDirectory() as directory:
-        bpe = train_bpe_tokenizer(texts, vocab_size, directory)
-    prompts = demo_prompts(seed, n_prompts, lambda text: len(bpe(text)["input_ids"]))
+    planted = corpus.get("planted_repeats")
+    if planted is not None:  # one token per word: span lengths as the corpus's, no repeats but the drawn one
+        tokenizer = planted_word_tokenizer(planted["words"], vocab_size)
+        held_out = generate_planted_documents(
+            seed, n_prompts, planted["words"], 2 * TOKEN_RANGE[1], (1, 1), (0, 0), 0.0
+        )
+        prompts = demo_prompts(
+            seed,
+            n_prompts,
+            lambda text: len(tokenizer(text)["input_ids"]),
+            span_words=PLANTED_SPAN_WORDS,
+            documents=held_out,
+        )
+    else:
+        texts = generate_synthetic_documents(corpus["seed"], corpus["n_documents"], corpus.get("repeated_spans", 0))
+        with tempfile.TemporaryDirectory() as directory:
+            bpe = train_bpe_tokenizer(texts, vocab_size, directory)
+        prompts = demo_prompts(seed, n_prompts, lambda text: len(bpe(text)["input_ids"]))
     Path(out).write_text(json.dumps([p.text for p in prompts], indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return prompts

@@ -60,6 +60,37 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Pa
     return load_tokenizer(out_dir)
 
 
+def train_word_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Path) -> Any:
+    """A word-level tokenizer of every space-separated word in `texts` (sorted), saved to `out_dir`.
+
+    `<|endoftext|>` (id 0) is BOS, EOS, pad and unk, as in train_bpe_tokenizer; words get ids 1.. in sorted
+    order, so the same words give the same ids whatever their order in the corpus. For corpora of a closed
+    vocabulary (headstab.data.planted), where one word is one token. Raises TokenizerError when the corpus
+    has more than `vocab_size` - 1 distinct words. Returns the tokenizer reloaded from `out_dir`.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = sorted({word for text in texts for word in text.split()})
+    if len(words) + 1 > vocab_size:
+        raise TokenizerError(
+            f"the corpus has {len(words):,} distinct words, more than the {vocab_size - 1:,} that vocab_size "
+            f"{vocab_size:,} leaves beside <|endoftext|>; raise the tokenizer's vocab_size"
+        )
+    vocab = {ENDOFTEXT: 0, **{word: index for index, word in enumerate(words, start=1)}}
+    word_level = Tokenizer(models.WordLevel(vocab, unk_token=ENDOFTEXT))
+    word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    word_level.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with single spaces
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=word_level, bos_token=ENDOFTEXT, eos_token=ENDOFTEXT, pad_token=ENDOFTEXT, unk_token=ENDOFTEXT
+    )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    wrapped.save_pretrained(str(out_dir))
+    log.info("built a word-level tokenizer of %d ids into %s", len(vocab), out_dir)
+    return load_tokenizer(out_dir)
+
+
 def fetch_hub_tokenizer(hub_id: str, out_dir: str | Path) -> Any:
     """Download tokenizer `hub_id` from the Hugging Face hub and save it to `out_dir` (needs internet)."""
     from transformers import AutoTokenizer
