@@ -83,6 +83,7 @@ def compare(results: Path, precisions: tuple[str, str] = ("fp32", "bf16")) -> di
             change = float(oth["stability"]) - float(ref["stability"])
             layers.append(
                 {
+                    "scope": ref.get("scope", "same_layer"),
                     "layer": int(ref["layer"]),
                     "fp32": float(ref["stability"]),
                     "bf16": float(oth["stability"]),
