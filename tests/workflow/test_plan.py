@@ -29,7 +29,7 @@ def _dry_run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def paper_plan() -> dict[str, int]:
-    """{rule: jobs} of `snakemake -n` without --configfile (the full paper, ~8,000 jobs), planned once for the module."""
+    """{rule: jobs} of `snakemake -n` without --configfile (the full paper, ~8,000 jobs), planned once."""
     result = _dry_run()
     assert result.returncode == 0, result.stderr[-3000:]
     return job_counts(result.stdout + result.stderr)
