@@ -65,6 +65,7 @@ LONG_UNITS = (
     "tests/workflow/test_hub_families.py",
     "tests/workflow/test_published.py",
     "tests/workflow/test_plan.py",
+    "tests/workflow/test_slurm_plan.py",
     "tests/workflow/test_planted_heads.py",
 )
 

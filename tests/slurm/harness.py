@@ -48,15 +48,15 @@ REQUIRED_BINARIES = (
 # Overrides on top of the `slurm` profile for the test cluster:
 # - no slurmdbd there, so no sacct: poll squeue (the cluster keeps finished jobs for
 #   MinJobAge=600 s, far longer than one poll interval);
-# - poll 5 s after submitting, not 40 s (the plugin then adds 10 s per poll that finds
-#   nothing finished, so 5 s catches the ~10 s a trivial job takes here at the 2nd poll);
+# - poll 1 s after submitting, not 40 s (the plugin then adds 10 s per poll that finds
+#   nothing finished, and every level of the DAG waits for the poll that sees its jobs end);
 # - keep Slurm's per-job logs, which the tests read;
 # - local disk, so outputs appear at once; a failure should fail the test, not retry.
 TEST_CLUSTER_ARGS = (
     "--slurm-status-command",
     "squeue",
     "--slurm-init-seconds-before-status-checks",
-    "5",
+    "1",
     "--slurm-keep-successful-logs",
     "--latency-wait",
     "5",

@@ -1,5 +1,5 @@
-"""Seeded families from the hub through the workflow: config/hub_families.yaml validates and plans, and the
-per-architecture DAG runs on tiny random GPT-2 and GPT-NeoX families saved with save_pretrained."""
+"""Seeded families from the hub through the workflow: config/hub_families.yaml validates and plans, and every
+rule that loads a model or reads its caches runs on tiny random GPT-2 and GPT-NeoX families (save_pretrained)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,23 @@ from headstab.plan.config import load_yaml, validate_config
 
 FAMILIES = {"gpt2_fam": "gpt2", "neox_fam": "neox"}
 SEEDS = (1, 2)  # two refits per family give every pair-wise analysis of the DAG
+# The tables of every rule that runs a family's model (validation and ablation perplexity, layer drop/swap, head-type
+# scores) or reads its weights, caches or similarity, up to the stability tables. The rules that only read these
+# tables (figures, head types, layer robustness, weight-norm correlation) run the same code whatever the weights'
+# source; the tiny DAG (tests/workflow/test_integration.py) runs them.
+FAMILY_TABLES = (
+    "head_stability",
+    "layer_stability",
+    "weight_norms",
+    "validation_perplexity",
+    "residual_cka",
+    "ablation",
+    "prompt_length",
+    "activation_norms",
+    "effective_rank",
+    "layer_drop_swap",
+    "head_type_scores",
+)
 
 
 def test_hub_families_config_validates_and_plans_fetches_without_training():
@@ -60,7 +77,8 @@ def family_config(tmp_path: Path) -> Path:
 
 
 @pytest.mark.integration
-def test_the_architecture_dag_runs_on_tiny_gpt2_and_gpt_neox_families(tmp_path):
+def test_the_model_analyses_run_on_tiny_gpt2_and_gpt_neox_families(tmp_path):
+    """Every rule that runs or reads a family's model, from local save_pretrained directories (FAMILY_TABLES)."""
     from headstab.activations.reader import open_cache
     from headstab.plan.config import architecture_spec
 
@@ -74,7 +92,8 @@ def test_the_architecture_dag_runs_on_tiny_gpt2_and_gpt_neox_families(tmp_path):
         "rotary",
     )
     compare = tmp_path / "results/compare/gpt2_fam"  # analysis.optimizer_pairs: GPT-2 family vs NeoX family
-    targets = [f"arch_{name}" for name in FAMILIES] + [str(compare / "tables/perplexity.csv")]
+    targets = [str(tmp_path / f"results/{name}/tables/{table}.csv") for name in FAMILIES for table in FAMILY_TABLES]
+    targets.append(str(compare / "tables/perplexity.csv"))
     result = run_snakemake(*targets, "--cores", "2", "--configfile", str(config_path), timeout=1500)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     counts = job_counts(result.stdout + result.stderr)
@@ -87,9 +106,7 @@ def test_the_architecture_dag_runs_on_tiny_gpt2_and_gpt_neox_families(tmp_path):
         results = tmp_path / "results" / name
         meta = json.loads((results / "checkpoints/seed2/meta.json").read_text())
         assert meta["loader"] == "transformers" and meta["source"]["kind"] == "hub_family", meta
-        for table in ("head_stability", "layer_stability", "weight_norms", "validation_perplexity", "residual_cka"):
-            assert (results / f"tables/{table}.csv").stat().st_size > 0, (name, table)
-        for table in ("ablation", "prompt_length", "activation_norms"):
+        for table in FAMILY_TABLES:
             assert (results / f"tables/{table}.csv").stat().st_size > 0, (name, table)
         # The cache's layer-0 patterns equal those of the Hugging Face model run directly.
         with open_cache(results / "caches/seed2.h5") as cache:

@@ -27,13 +27,19 @@ def _dry_run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     )
 
 
-def test_default_config_is_the_full_paper_and_plans_1210_refits_in_train_jobs_of_5():
+@pytest.fixture(scope="module")
+def paper_plan() -> dict[str, int]:
+    """{rule: jobs} of `snakemake -n` without --configfile (the full paper, ~8,000 jobs), planned once."""
+    result = _dry_run()
+    assert result.returncode == 0, result.stderr[-3000:]
+    return job_counts(result.stdout + result.stderr)
+
+
+def test_default_config_is_the_full_paper_and_plans_1210_refits_in_train_jobs_of_5(paper_plan):
     """Without --configfile the Snakefile reads config/config.yaml: one plan of the paper checks both
     (a --configfile on the command line is the path of every other plan in these tests)."""
     assert 'configfile: "config/config.yaml"' in (REPO / "Snakefile").read_text()
-    result = _dry_run()
-    assert result.returncode == 0, result.stderr[-3000:]
-    counts = job_counts(result.stdout + result.stderr)
+    counts = paper_plan
     # 24 architectures x 50 seeds in blocks of 5, gpt2 and gpt2_wd's 5 seeds in one; the seed grid's 20 refits
     # beyond its diagonal (l2_h8's) and the diagonal's 5 one-ulp twins in 5 blocks.
     assert counts.get("train") == 24 * 10 + 2 and counts.get("train_seed_grid") == 5, counts
@@ -235,7 +241,7 @@ def test_train_runtime_is_planned_from_the_config_alone(tmp_path):
     assert runtimes == {str(math.ceil(compute["runtime_margin"] * k * tokens / rate / 60) + 10)}
 
 
-def test_network_inputs_plans_exactly_the_jobs_that_download():
+def test_network_inputs_plans_exactly_the_jobs_that_download(paper_plan):
     """README "Offline clusters": `snakemake network_inputs` on the paper builds the hub tokenizers, the hub
     corpora's shards and wikitext-2, and nothing else; the full plan has no other job of those rules."""
     result = _dry_run("--", "network_inputs")
@@ -248,8 +254,7 @@ def test_network_inputs_plans_exactly_the_jobs_that_download():
         "network_inputs": 1,
         "total": 27,
     }
-    result = _dry_run()
-    everything = job_counts(result.stdout + result.stderr)
+    everything = paper_plan
     assert all(everything[rule] == count for rule, count in network.items() if rule not in ("network_inputs", "total"))
     for doc in ("README.md", "docs/slurm.md"):
         assert "snakemake network_inputs --cores 4" in (REPO / doc).read_text(), doc
@@ -292,9 +297,12 @@ def test_a_second_worktree_plans_in_its_own_directory(tmp_path):
     worktree = tmp_path / "headstab-run2"
     subprocess.run(["git", "worktree", "add", "--detach", str(worktree)], cwd=REPO, check=True, capture_output=True)
     try:
-        result = _dry_run(cwd=worktree)
+        # One architecture of the default config/config.yaml: the worktree's own files plan it (the whole paper's
+        # plan is test_default_config_is_the_full_paper_and_plans_1210_refits_in_train_jobs_of_5's).
+        result = _dry_run("--config", "run={architectures: [l4_h16_wd], seeds: [3, 4, 5]}", cwd=worktree)
         assert result.returncode == 0, result.stderr[-3000:]
-        assert job_counts(result.stdout + result.stderr).get("publish_refit") == 1210 + 20 + 5
+        counts = job_counts(result.stdout + result.stderr)
+        assert counts.get("train") == 1 and counts.get("publish_refit") == 3, counts
         assert (worktree / ".snakemake").is_dir()
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, capture_output=True)
