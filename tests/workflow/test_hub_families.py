@@ -10,29 +10,13 @@ import numpy as np
 import pytest
 import yaml
 from helpers.hub_family_models import N_CTX, hf_layer0_patterns, write_family
-from helpers.workflow_runs import REPO, job_counts, run_snakemake
+from helpers.workflow_runs import MODEL_ANALYSIS_TABLES, REPO, job_counts, run_snakemake
 
 from headstab.plan.config import load_yaml, validate_config
 
 FAMILIES = {"gpt2_fam": "gpt2", "neox_fam": "neox"}
 SEEDS = (1, 2)  # two refits per family give every pair-wise analysis of the DAG
-# The tables of every rule that runs a family's model (validation and ablation perplexity, layer drop/swap, head-type
-# scores) or reads its weights, caches or similarity, up to the stability tables. The rules that only read these
-# tables (figures, head types, layer robustness, weight-norm correlation) run the same code whatever the weights'
-# source; the tiny DAG (tests/workflow/test_integration.py) runs them.
-FAMILY_TABLES = (
-    "head_stability",
-    "layer_stability",
-    "weight_norms",
-    "validation_perplexity",
-    "residual_cka",
-    "ablation",
-    "prompt_length",
-    "activation_norms",
-    "effective_rank",
-    "layer_drop_swap",
-    "head_type_scores",
-)
+FAMILY_TABLES = (*MODEL_ANALYSIS_TABLES, "layer_stability")
 
 
 def test_hub_families_config_validates_and_plans_fetches_without_training():

@@ -11,28 +11,13 @@ import pytest
 import torch
 import yaml
 from helpers.published_refits import numpy_layer0_patterns, tl2_state_dict, write_mirror
-from helpers.workflow_runs import REPO, job_counts, run_snakemake
+from helpers.workflow_runs import MODEL_ANALYSIS_TABLES, REPO, job_counts, run_snakemake
 
 from headstab.plan.config import architecture_spec, load_yaml
 
 # Two refits give every pair-wise analysis; seed 3 lies outside the tiny default (1-2), so run.seeds must select it.
 SEEDS = (2, 3)
-# The tables of every rule that runs a published refit (validation and ablation perplexity, layer drop/swap,
-# head-type scores) or reads its weights, caches or similarity, up to the stability tables. The rules that only read
-# these tables (figures, head types, layer robustness, weight-norm correlation) run the same code whatever the
-# weights' source; the tiny DAG (tests/workflow/test_integration.py) runs them.
-MIRROR_TABLES = (
-    "head_stability",
-    "weight_norms",
-    "validation_perplexity",
-    "residual_cka",
-    "ablation",
-    "prompt_length",
-    "activation_norms",
-    "effective_rank",
-    "layer_drop_swap",
-    "head_type_scores",
-)
+MIRROR_TABLES = MODEL_ANALYSIS_TABLES
 
 
 def test_published_config_plans_the_paper_with_1210_fetch_jobs_and_no_training():
