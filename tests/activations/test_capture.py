@@ -102,3 +102,17 @@ def test_tokenize_prompts_prepends_bos_without_other_specials(tmp_path):
     with_bos, without = (tokenize_prompts(tokenizer, ["the cat", "mat"], prepend_bos=flag) for flag in (True, False))
     assert with_bos[0] == [bos] + plain and without[0] == plain
     assert with_bos[1][0] == bos and with_bos[1][1:] == without[1]
+
+
+def test_a_word_the_word_level_tokenizer_lacks_fails_naming_it_and_a_byte_level_bpe_never_does(tmp_path):
+    from headstab.activations.capture import check_known_words
+    from headstab.data.synthetic import generate_synthetic_documents
+    from headstab.refits.tokenizer import train_bpe_tokenizer, train_word_tokenizer
+
+    words = train_word_tokenizer(["ba be bi bo"], vocab_size=8, out_dir=tmp_path / "words")
+    check_known_words(words, ["ba be", "bo bi ba"], "primary")
+    with pytest.raises(ValueError, match=r"prompt set 'primary' \(file p.json\): prompt 1 has words .*'cat', 'sat'"):
+        check_known_words(words, ["ba be", "the cat sat bo"], "primary", "p.json")
+    check_known_words(words, ["ba <|endoftext|> be"], "primary")  # the unknown token written out is not unknown
+    bpe = train_bpe_tokenizer(generate_synthetic_documents(0, 20), vocab_size=300, out_dir=tmp_path / "bpe")
+    check_known_words(bpe, ["the cat sat on 東京 🙂", "zqxj"], "primary")

@@ -479,3 +479,10 @@ def test_bpe_vocabulary_below_the_byte_alphabet_fails_naming_the_size_and_the_wo
     demo["tokenizers"]["demo_bpe"]["vocab_size"] = 100
     message = _error(demo)
     assert "tokenizers.demo_bpe.vocab_size': 100 is below the 260" in message and "`model: words`" in message
+
+
+def test_held_out_planted_corpus_with_words_its_tokenizer_lacks_fails_naming_both(demo_circuits):
+    demo_circuits["corpora"]["planted_heldout"]["planted_repeats"]["words"] = 40
+    message = _error(demo_circuits)
+    assert "corpora.planted_heldout.planted_repeats.words': 40 words" in message
+    assert "knows the 31 of corpus 'planted'" in message

@@ -7,7 +7,7 @@ cache_activations after all training. Writes a small record of what was checked.
 
 import logging
 
-from headstab.activations.capture import check_prompt_lengths, tokenize_prompts
+from headstab.activations.capture import check_known_words, check_prompt_lengths, tokenize_prompts
 from headstab.fileio import sha256_file, write_json_atomic
 from headstab.joblog import run_job
 from headstab.prompts.loading import load_prompt_file
@@ -22,6 +22,7 @@ def main():
     checked = {}
     for key, path in snakemake.params.prompt_sets.items():
         for name, prompts in load_prompt_file(key, path).items():
+            check_known_words(tokenizer, prompts, name, path)
             token_lists = tokenize_prompts(tokenizer, prompts, prepend_bos)
             check_prompt_lengths(token_lists, N_CTX, name, path)
             checked[name] = {

@@ -17,6 +17,7 @@ import numpy as np
 __all__ = [
     "ATTENTION_HOOKS",
     "RESID_HOOKS",
+    "check_known_words",
     "check_prompt_lengths",
     "check_resid_hook",
     "collect_activations",
@@ -48,6 +49,25 @@ def tokenize_prompts(tokenizer: Any, prompts: Sequence[str], prepend_bos: bool) 
         )
     encoded = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
     return [([int(bos)] if prepend_bos else []) + [int(t) for t in ids] for ids in encoded]
+
+
+def check_known_words(tokenizer: Any, prompts: Sequence[str], promptset: str, source: str | Path | None = None) -> None:
+    """Fail on a prompt the tokenizer reads partly as its unknown token (a word-level tokenizer meeting a word
+    its corpus lacks), naming the prompt and the words; a byte-level BPE never emits it."""
+    unk = tokenizer.unk_token_id
+    if unk is None:
+        return
+    where = f" (file {source})" if source is not None else ""
+    encoded = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    for index, (prompt, ids) in enumerate(zip(prompts, encoded, strict=True)):
+        if unk in ids and tokenizer.unk_token not in prompt:
+            unknown = [w for w in prompt.split() if unk in tokenizer(w, add_special_tokens=False)["input_ids"]]
+            raise ValueError(
+                f"prompt set '{promptset}'{where}: prompt {index} has words the tokenizer does not know "
+                f"({', '.join(repr(w) for w in unknown[:5])}), which it would read as its unknown token "
+                f"{tokenizer.unk_token!r}; give prompts in the tokenizer's vocabulary (a `model: words` tokenizer "
+                "knows only its corpus's words)"
+            )
 
 
 def pad_token_id_of(tokenizer: Any) -> int:

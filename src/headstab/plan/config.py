@@ -170,6 +170,15 @@ def _check_tokenizers(config: dict[str, Any]) -> None:
                     f"{planted['words']} words of corpus {bounded_repr(tokenizer['corpus'])} and <|endoftext|>; raise "
                     f"it to {planted['words'] + 1}"
                 )
+        if tokenizer["source"] == "train" and planted is not None:
+            for corpus_name, corpus in config["corpora"].items():
+                words = corpus.get("planted_repeats", {}).get("words", 0)
+                if corpus["tokenizer"] == tok_name and words > planted["words"]:
+                    raise ConfigError(
+                        f"config key 'corpora.{corpus_name}.planted_repeats.words': {words} words, but tokenizer "
+                        f"'{tok_name}' knows the {planted['words']} of corpus {bounded_repr(tokenizer['corpus'])} "
+                        "and would read the others as <|endoftext|>; lower it or raise that corpus's words"
+                    )
         if tokenizer["source"] == "train" and tokenizer.get("model", "bpe") == "bpe" and tokenizer["vocab_size"] < 260:
             raise ConfigError(
                 f"config key 'tokenizers.{tok_name}.vocab_size': {tokenizer['vocab_size']} is below the 260 a byte-level "
