@@ -170,7 +170,6 @@ def _check_tokenizers(config: dict[str, Any]) -> None:
                     f"{planted['words']} words of corpus {bounded_repr(tokenizer['corpus'])} and <|endoftext|>; raise "
                     f"it to {planted['words'] + 1}"
                 )
-        if tokenizer["source"] == "train" and planted is not None:
             for corpus_name, corpus in config["corpora"].items():
                 words = corpus.get("planted_repeats", {}).get("words", 0)
                 if corpus["tokenizer"] == tok_name and words > planted["words"]:
