@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from headstab.data.planted import generate_planted_documents, planted_words
+from headstab.data.planted import generate_planted_documents
 from headstab.data.synthetic import generate_synthetic_documents
 
 __all__ = ["DemoPrompt", "demo_prompts", "write_demo_prompts"]
@@ -116,14 +116,6 @@ def _config_tokenizer(config: dict[str, Any], tokenizer: str) -> tuple[int, dict
     return int(entry["vocab_size"]), corpus
 
 
-def planted_word_tokenizer(n_words: int, vocab_size: int) -> Any:
-    """The word-level tokenizer rule train_tokenizer builds on a planted-repeat corpus of `n_words` words."""
-    from headstab.refits.tokenizer import train_word_tokenizer
-
-    with tempfile.TemporaryDirectory() as directory:
-        return train_word_tokenizer([" ".join(planted_words(n_words))], vocab_size, directory)
-
-
 def write_demo_prompts(
     config_path: str | Path, out: str | Path, tokenizer: str = "demo_bpe", seed: int = 2, n_prompts: int = 100
 ) -> list[DemoPrompt]:
@@ -140,17 +132,12 @@ def write_demo_prompts(
     ):
         raise ValueError(f"prompt seed {seed} is a corpus seed of {config_path}; choose a held-out seed")
     planted = corpus.get("planted_repeats")
-    if planted is not None:  # one token per word: span lengths as the corpus's, no repeats but the drawn one
-        tokenizer = planted_word_tokenizer(planted["words"], vocab_size)
+    if planted is not None:  # its `model: words` tokenizer reads one token per word; no repeats but the drawn one
         held_out = generate_planted_documents(
             seed, n_prompts, planted["words"], 2 * TOKEN_RANGE[1], (1, 1), (0, 0), 0.0
         )
         prompts = demo_prompts(
-            seed,
-            n_prompts,
-            lambda text: len(tokenizer(text)["input_ids"]),
-            span_words=PLANTED_SPAN_WORDS,
-            documents=held_out,
+            seed, n_prompts, lambda text: len(text.split()), span_words=PLANTED_SPAN_WORDS, documents=held_out
         )
     else:
         texts = generate_synthetic_documents(corpus["seed"], corpus["n_documents"], corpus.get("repeated_spans", 0))
