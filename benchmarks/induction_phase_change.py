@@ -63,6 +63,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from headstab.data.planted import plant_repeats  # noqa: E402
 from headstab.plan.config import architecture_spec, load_config  # noqa: E402
 from headstab.plan.spec import ArchitectureSpec  # noqa: E402
 from headstab.training.model import StackedTransformer  # noqa: E402
@@ -96,30 +97,11 @@ def repeated_span_window(
     span: tuple[int, int],
     gap: tuple[int, int],
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One window [seq_len] of tokens ~ probs with planted repeats, and its mask [seq_len] of copied tokens.
-
-    Units of (filler, span of L ~ U[span] tokens, gap ~ U[gap] filler tokens, the span again) follow
-    each other from a random offset; the filler before a unit has mean length L / repeat_fraction - 2L - gap,
-    so about `repeat_fraction` of the tokens are second copies. mask[i] is True where token i is a copy
-    whose previous token is also a copy (predictable by induction).
-    """
+    """One window [seq_len] of tokens ~ probs with planted repeats (`headstab.data.planted.plant_repeats`: about
+    `repeat_fraction` of the tokens second copies, up to the generator's ceiling), and its mask [seq_len] of the
+    copies whose previous token is a copy too (predictable by induction)."""
     tokens = rng.choice(len(probs), size=seq_len, p=probs)
-    mask = np.zeros(seq_len, dtype=bool)
-    if repeat_fraction <= 0:
-        return tokens, mask
-    pos = int(rng.integers(0, span[1]))  # a random first offset: copies sit anywhere in the window
-    while True:
-        length = int(rng.integers(span[0], span[1] + 1))
-        between = int(rng.integers(gap[0], gap[1] + 1))
-        mean_filler = max(0.0, length / repeat_fraction - 2 * length - between)
-        pos += int(rng.integers(0, int(2 * mean_filler) + 1))
-        copy = pos + length + between
-        if copy + length > seq_len:
-            break
-        tokens[copy : copy + length] = tokens[pos : pos + length]
-        mask[copy + 1 : copy + length] = True
-        pos = copy + length
-    return tokens, mask
+    return tokens, plant_repeats(rng, tokens, repeat_fraction, span, gap)
 
 
 def markov_window(rng: np.random.Generator, seq_len: int, n_states: int) -> np.ndarray:

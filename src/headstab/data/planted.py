@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["PLANTED_WORDS", "generate_planted_documents", "planted_tokens", "planted_words"]
+__all__ = ["PLANTED_WORDS", "generate_planted_documents", "plant_repeats", "planted_tokens", "planted_words"]
 
 # Consonant-vowel syllables: short, distinct, and no word is a prefix of another.
 PLANTED_WORDS = tuple(consonant + vowel for consonant in "bdfgklmnprstvz" for vowel in "aeiou")
@@ -46,8 +46,19 @@ def planted_tokens(
             f"planted_repeats.repeat_fraction must be in [0, 0.5] (copies of as many words), got {repeat_fraction}"
         )
     words = rng.integers(0, n_words, size=length)
-    if repeat_fraction == 0:
-        return words
+    plant_repeats(rng, words, repeat_fraction, span, gap)
+    return words
+
+
+def plant_repeats(
+    rng: np.random.Generator, tokens: np.ndarray, repeat_fraction: float, span: tuple[int, int], gap: tuple[int, int]
+) -> np.ndarray:
+    """Copy spans of `tokens` later into it, in place (the units of the module docstring), and return the mask
+    [len(tokens)] of copied tokens whose previous token is a copy too (predictable by induction). Draws nothing
+    when `repeat_fraction` <= 0."""
+    mask = np.zeros(len(tokens), dtype=bool)
+    if repeat_fraction <= 0:
+        return mask
     position = int(rng.integers(0, span[1]))
     while True:
         size = int(rng.integers(span[0], span[1] + 1))
@@ -55,9 +66,10 @@ def planted_tokens(
         mean_filler = max(0.0, size / repeat_fraction - 2 * size - between)
         position += int(rng.integers(0, int(2 * mean_filler) + 1))
         copy = position + size + between
-        if copy + size > length:
-            return words
-        words[copy : copy + size] = words[position : position + size]
+        if copy + size > len(tokens):
+            return mask
+        tokens[copy : copy + size] = tokens[position : position + size]
+        mask[copy + 1 : copy + size] = True
         position = copy + size
 
 
