@@ -93,14 +93,19 @@ def mutmut_section(source: str, tests: list[str]) -> str:
     )
 
 
+# What the tests read besides the code: the docs and captions they check words in, the paper's numbers and
+# prompts, the configs, the calibration cases.
+COPIED = ("src", "tests", "docs", "resources", "config", "workflow", "calibration")
+
+
 def prepare(work: Path, source: str, tests: list[str]) -> None:
-    """A fresh copy of src/ and tests/ with a pyproject.toml for this module alone."""
+    """A fresh copy of COPIED with a pyproject.toml for this module alone."""
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", ".tmp")
-    shutil.copytree(ROOT / "src", work / "src", ignore=ignore)
-    shutil.copytree(ROOT / "tests", work / "tests", ignore=ignore)
+    for folder in COPIED:
+        shutil.copytree(ROOT / folder, work / folder, ignore=ignore)
     pyproject = (ROOT / "pyproject.toml").read_text()
     (work / "pyproject.toml").write_text(pyproject + mutmut_section(source, tests))
 
@@ -192,6 +197,7 @@ def main() -> int:
 
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", **dict.fromkeys(THREAD_VARIABLES, "1"))
     equivalent = equivalent_mutants()
+    failed: list[str] = []
     for name in args.modules or list(MODULES):
         source, tests = MODULES[name]
         if not tests:
@@ -211,8 +217,13 @@ def main() -> int:
                 stderr=subprocess.STDOUT,
             )
         if run.returncode != 0:
+            # The next modules still run: one module whose tests fail must not leave the others unscored.
             print(f"{name}: mutmut failed ({run.returncode}), see {log.name}", flush=True)
-            return run.returncode
+            record(
+                name, {"source": source, "tests": tests, "failed": f"mutmut exited {run.returncode}, see {log.name}"}
+            )
+            failed.append(name)
+            continue
         by_mutant = statuses(work, env)
         code_of = {m: mutation_of(work, m, env) for m, status in by_mutant.items() if status != "killed"}
         entry = summarise(name, by_mutant, code_of, equivalent, time.monotonic() - start)
@@ -224,6 +235,9 @@ def main() -> int:
             f"without equivalents {entry['score_without_equivalent']:.1%} ({entry['seconds']:.0f} s)",
             flush=True,
         )
+    if failed:
+        print(f"mutmut failed on {failed}: their logs are in {OUT / 'work'}", flush=True)
+        return 1
     return 0
 
 
