@@ -3,6 +3,7 @@
 #   make demo-circuits  the induction control (config/demo_circuits.yaml): refits trained through the phase change
 #   make test   style checks (make lint), unit + integration tests (and the real-Slurm test when Slurm is installed)
 #   make bench  side-by-side benchmarks -> results/bench/summary.json
+#   make calibration  size and coverage of every reported p-value and interval -> results/calibration/summary.csv
 #   make mutation  mutation testing of the scientific modules -> results/mutation/summary.json (not part of make test)
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -12,7 +13,7 @@ STAMP := $(VENV)/.headstab-installed
 CORES ?= all
 TEST_WORKERS ?= 2
 
-.PHONY: demo demo-circuits run-config test lint bench mutation venv clean-demo
+.PHONY: demo demo-circuits run-config test lint bench calibration mutation venv clean-demo
 
 venv: $(STAMP)
 
@@ -54,6 +55,9 @@ test: $(STAMP) lint
 
 bench: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/run_all.py
+
+calibration: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python calibration/run.py $(if $(METHODS),--methods $(METHODS))
 
 # mutmut is a tool of this target only, so it is installed here rather than in every venv.
 # MODULES="cka stability" limits the run; the summary keeps the other modules' last results.

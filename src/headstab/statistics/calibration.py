@@ -1,0 +1,80 @@
+"""Which of the workflow's p-values and intervals are calibrated, and at how many units (docs/statistics.md).
+
+Every kind of p-value and interval that a table prints is a `Method` here. `make calibration`
+(calibration/run.py) simulates data with the dependence the real data has, at n = CALIBRATION_NS units, and
+measures each test's size at ALPHA and each interval's coverage at its nominal level. A method passes at n
+when its size is at most ALPHA + 3 Monte-Carlo standard errors, or its coverage at least the nominal level
+- 3 of them, in every scenario simulated for it. `min_n` is the smallest calibrated n from which it passes
+at every larger calibrated n (None: it passes at none, or was not calibrated). A table reports the method at
+n units as CALIBRATED when n >= min_n and as DESCRIPTIVE otherwise: a descriptive p-value or interval says
+how large a value is against its spread, never whether it differs from another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "ALPHA",
+    "CALIBRATED",
+    "CALIBRATION_NS",
+    "DESCRIPTIVE",
+    "METHODS",
+    "Method",
+    "calibration_label",
+    "is_calibrated",
+]
+
+ALPHA = 0.05
+CALIBRATION_NS = (4, 5, 12, 50)
+CALIBRATED = "calibrated"
+DESCRIPTIVE = "descriptive"
+
+
+@dataclass(frozen=True)
+class Method:
+    """One kind of reported p-value or interval.
+
+    name: its key in METHODS (the `method` column of results/calibration/summary.csv);
+    reports: "p_value" or "interval"; unit: what n counts (refits, architectures, heads, ...);
+    min_n: the smallest n it is calibrated at (None: descriptive at every n); statistic: what it is, in words.
+    """
+
+    name: str
+    reports: str
+    unit: str
+    min_n: int | None
+    statistic: str
+
+    def __post_init__(self) -> None:
+        if self.reports not in ("p_value", "interval"):
+            raise ValueError(f"method {self.name!r}: reports must be 'p_value' or 'interval', got {self.reports!r}")
+        if self.min_n is not None and self.min_n not in CALIBRATION_NS:
+            raise ValueError(f"method {self.name!r}: min_n {self.min_n} is not a calibrated n of {CALIBRATION_NS}")
+
+
+METHODS: dict[str, Method] = {
+    method.name: method
+    for method in (
+        Method(
+            "sign_flip_paired",
+            "p_value",
+            "refits",
+            5,
+            "two-sided sign-flip test of per-seed jackknife pseudo-value differences (optimizer_tests.csv p_value)",
+        ),
+    )
+}
+
+
+def is_calibrated(method: str, n: int) -> bool:
+    """Whether `method` is calibrated at n units: n >= its min_n (never when min_n is None)."""
+    if method not in METHODS:
+        raise KeyError(f"no calibrated method {method!r}; known: {sorted(METHODS)}")
+    min_n = METHODS[method].min_n
+    return min_n is not None and n >= min_n
+
+
+def calibration_label(method: str, n: int) -> str:
+    """CALIBRATED or DESCRIPTIVE: how a table reports `method` at n units."""
+    return CALIBRATED if is_calibrated(method, n) else DESCRIPTIVE
