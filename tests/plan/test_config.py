@@ -274,6 +274,60 @@ def test_an_absolute_results_dir_anywhere_and_a_relative_one_inside_are_accepted
     assert validate_config(demo)["results_dir"] == demo["results_dir"]
 
 
+@pytest.mark.parametrize("results_dir", ["", " ", "/", "//"])
+def test_a_results_dir_that_names_no_directory_is_refused_naming_the_key_and_the_fix(demo, results_dir):
+    """'' would plan every output at the file system's root (/data, /logs): the paths are '{results_dir}/data'."""
+    demo["results_dir"] = results_dir
+    message = _error(demo)
+    assert message.startswith(f"config key 'results_dir': {results_dir!r} ")
+    assert "results_dir: results/my_run" in message
+
+
+def _in_directory(monkeypatch, directory: Path, config: dict) -> dict:
+    """`config` run from `directory`: its prompt files named by absolute paths."""
+    config["prompt_sets"] = {name: str(REPO / path) for name, path in config["prompt_sets"].items()}
+    monkeypatch.chdir(directory)
+    return config
+
+
+def test_a_relative_results_dir_through_a_symlink_out_of_the_working_directory_is_refused(demo, tmp_path, monkeypatch):
+    (tmp_path / "work").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "work/out").symlink_to(tmp_path / "elsewhere")
+    demo = _in_directory(monkeypatch, tmp_path / "work", demo)
+    demo["results_dir"] = "out/run"
+    message = _error(demo)
+    assert message.startswith(
+        f"config key 'results_dir': 'out/run' resolves to {tmp_path / 'elsewhere/run'} (through a symbolic link), "
+        f"outside the directory snakemake runs in ({tmp_path / 'work'})"
+    )
+    assert f"the absolute path (results_dir: {tmp_path / 'elsewhere/run'})" in message
+
+
+def test_a_symlink_that_stays_inside_the_working_directory_is_accepted(demo, tmp_path, monkeypatch):
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "out").symlink_to(tmp_path / "disk")
+    demo = _in_directory(monkeypatch, tmp_path, demo)
+    demo["results_dir"] = "out/run"
+    assert validate_config(demo)["results_dir"] == "out/run"
+
+
+@pytest.mark.parametrize("results_dir", ["~", "~/runs/demo"])
+def test_a_results_dir_starting_with_a_tilde_is_refused_with_the_path_written_out(demo, results_dir):
+    """Neither Snakemake nor Python expands '~': the outputs would land in a directory named '~' here."""
+    demo["results_dir"] = results_dir
+    message = _error(demo)
+    assert message.startswith(f"config key 'results_dir': {results_dir!r} starts with '~', which is not expanded")
+    assert f"results_dir: {os.path.expanduser(results_dir)}" in message
+
+
+def test_a_results_dir_the_file_system_cannot_hold_is_refused_naming_the_key(demo):
+    demo["results_dir"] = "x" * 5000  # longer than any file name (ENAMETOOLONG)
+    message = _error(demo)
+    assert message.startswith("config key 'results_dir': 'xxx") and "File name too long" in message
+    assert len(message) < 600
+
+
 def test_a_local_tokenizer_with_its_own_code_fails_naming_the_file_and_key(demo, tmp_path):
     (tmp_path / "tokenizer_config.json").write_text('{"auto_map": {"AutoTokenizer": ["evil.Tok", null]}}')
     demo["tokenizers"]["demo_bpe"] = {"source": "local", "path": str(tmp_path)}

@@ -108,25 +108,44 @@ def _closest(name: str, valid: Iterable[str]) -> str:
 
 
 def _check_results_dir(results_dir: str) -> None:
-    """results_dir is inside the working directory, or absolute (on purpose), and is or can be made a directory
-    (no regular file at it or above it)."""
-    path, cwd = Path(results_dir), Path.cwd()
-    inside = Path(os.path.normpath(cwd / path))  # as written: a symlink below the working directory may lead anywhere
-    if not path.is_absolute() and inside != cwd and cwd not in inside.parents:
+    """results_dir names a directory other than the file system's root, inside the working directory after symlinks
+    are followed, or absolute (on purpose), and is or can be made a directory (no regular file at it or above it)."""
+    if not results_dir.strip("/ "):  # the rules' paths are f"{results_dir}/data": '' and '/' put them at the root
         raise ConfigError(
-            f"config key 'results_dir': {bounded_repr(results_dir)} resolves to {bounded_text(str(inside))}, outside "
-            f"the directory snakemake runs in ({cwd}); give a relative path below it, or, to write outside it on "
-            f"purpose, the absolute path (results_dir: {bounded_text(str(inside))})"
+            f"config key 'results_dir': {bounded_repr(results_dir)} names no directory, so every output would land at "
+            "the root of the file system (/data, /logs, ...); give a directory, e.g. results_dir: results/my_run"
         )
-    for candidate in (path, *path.parents):
-        if candidate.is_dir():
-            return
-        if candidate.exists():
-            where = "is a file" if candidate == path else f"is below {candidate}, which is a file"
-            raise ConfigError(
-                f"config key 'results_dir': {bounded_text(results_dir)} {where}, not a directory; point results_dir at a "
-                "directory (it is created if missing; relative paths start at the directory snakemake runs in)"
-            )
+    if results_dir.startswith("~"):
+        home = os.path.expanduser(results_dir)
+        written_out = f"results_dir: {home}" if not home.startswith("~") else "its absolute path"
+        raise ConfigError(
+            f"config key 'results_dir': {bounded_repr(results_dir)} starts with '~', which is not expanded: the outputs "
+            f"would land in a directory named '~' below the one snakemake runs in; write the path out ({written_out})"
+        )
+    path, cwd = Path(results_dir), Path.cwd()
+    resolved = Path(os.path.realpath(cwd / path))  # a symlink below the working directory may lead anywhere
+    if not path.is_absolute() and resolved != cwd and cwd not in resolved.parents:
+        through = " (through a symbolic link)" if resolved != Path(os.path.normpath(cwd / path)) else ""
+        raise ConfigError(
+            f"config key 'results_dir': {bounded_repr(results_dir)} resolves to {bounded_text(str(resolved))}{through}, "
+            f"outside the directory snakemake runs in ({cwd}); give a relative path below it, or, to write outside "
+            f"it on purpose, the absolute path (results_dir: {bounded_text(str(resolved))})"
+        )
+    try:
+        for candidate in (path, *path.parents):
+            if candidate.is_dir():
+                return
+            if candidate.exists():
+                where = "is a file" if candidate == path else f"is below {candidate}, which is a file"
+                raise ConfigError(
+                    f"config key 'results_dir': {bounded_text(results_dir)} {where}, not a directory; point results_dir "
+                    "at a directory (it is created if missing; relative paths start at the directory snakemake runs in)"
+                )
+    except OSError as error:  # a name longer than the file system allows, a directory that cannot be read
+        raise ConfigError(
+            f"config key 'results_dir': {bounded_repr(results_dir)} cannot be a directory here ({error.strerror}); "
+            "give a shorter or readable path"
+        ) from None
 
 
 def _seeds_key(config: dict[str, Any], name: str) -> str:
