@@ -8,7 +8,6 @@ in the first second, naming the key and the fix.
 from __future__ import annotations
 
 import difflib
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import jsonschema
 
 from headstab.plan.command_line import coerce_scalar_strings
 from headstab.plan.hub_families import REMOTE_CODE_ADVICE, family_dimensions, remote_code
+from headstab.plan.layout import check_results_dir
 from headstab.plan.seed_design import grid_refits
 from headstab.plan.spec import (
     ARCHITECTURE_FIELDS,
@@ -107,47 +107,6 @@ def _closest(name: str, valid: Iterable[str]) -> str:
     return f"{hint} Valid names: {', '.join(valid)}"
 
 
-def _check_results_dir(results_dir: str) -> None:
-    """results_dir names a directory other than the file system's root, inside the working directory after symlinks
-    are followed, or absolute (on purpose), and is or can be made a directory (no regular file at it or above it)."""
-    if not results_dir.strip("/ "):  # the rules' paths are f"{results_dir}/data": '' and '/' put them at the root
-        raise ConfigError(
-            f"config key 'results_dir': {bounded_repr(results_dir)} names no directory, so every output would land at "
-            "the root of the file system (/data, /logs, ...); give a directory, e.g. results_dir: results/my_run"
-        )
-    if results_dir.startswith("~"):
-        home = os.path.expanduser(results_dir)
-        written_out = f"results_dir: {home}" if not home.startswith("~") else "its absolute path"
-        raise ConfigError(
-            f"config key 'results_dir': {bounded_repr(results_dir)} starts with '~', which is not expanded: the outputs "
-            f"would land in a directory named '~' below the one snakemake runs in; write the path out ({written_out})"
-        )
-    path, cwd = Path(results_dir), Path.cwd()
-    resolved = Path(os.path.realpath(cwd / path))  # a symlink below the working directory may lead anywhere
-    if not path.is_absolute() and resolved != cwd and cwd not in resolved.parents:
-        through = " (through a symbolic link)" if resolved != Path(os.path.normpath(cwd / path)) else ""
-        raise ConfigError(
-            f"config key 'results_dir': {bounded_repr(results_dir)} resolves to {bounded_text(str(resolved))}{through}, "
-            f"outside the directory snakemake runs in ({cwd}); give a relative path below it, or, to write outside "
-            f"it on purpose, the absolute path (results_dir: {bounded_text(str(resolved))})"
-        )
-    try:
-        for candidate in (path, *path.parents):
-            if candidate.is_dir():
-                return
-            if candidate.exists():
-                where = "is a file" if candidate == path else f"is below {candidate}, which is a file"
-                raise ConfigError(
-                    f"config key 'results_dir': {bounded_text(results_dir)} {where}, not a directory; point results_dir "
-                    "at a directory (it is created if missing; relative paths start at the directory snakemake runs in)"
-                )
-    except OSError as error:  # a name longer than the file system allows, a directory that cannot be read
-        raise ConfigError(
-            f"config key 'results_dir': {bounded_repr(results_dir)} cannot be a directory here ({error.strerror}); "
-            "give a shorter or readable path"
-        ) from None
-
-
 def _seeds_key(config: dict[str, Any], name: str) -> str:
     """The config key that set architecture `name`'s seeds."""
     if config["run"].get("seeds") is not None:
@@ -214,7 +173,7 @@ def _check_tokenizers(config: dict[str, Any]) -> None:
 
 
 def _check_references(config: dict[str, Any]) -> None:
-    _check_results_dir(config["results_dir"])
+    check_results_dir(config["results_dir"])
     architectures = config["architectures"]
     wanted = config["run"]["architectures"]
     if wanted != "all":
