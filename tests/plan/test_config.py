@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from headstab.plan import config as config_module
 from headstab.plan import yaml_files
 from headstab.plan.config import architecture_spec, load_yaml, selected_architectures, validate_config
 from headstab.plan.spec import ConfigError, spec_from_dict
@@ -408,6 +409,86 @@ def test_a_file_nested_too_deeply_is_refused_naming_it(tmp_path):
     path.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
     with pytest.raises(ConfigError, match=f"config file {re.escape(str(path))} nests mappings or lists too deeply"):
         load_yaml(path)
+
+
+def shared_bomb(levels: int) -> list:
+    """What Snakemake's reading of `[&a0 [lol x 9], &a1 [*a0 x 9], ...]` gives: lists that share their items, so a few
+    hundred bytes stand for 9**levels strings."""
+    value: list = ["lol"] * 9
+    for _ in range(levels - 1):
+        value = [value] * 9
+    return value
+
+
+def test_a_shared_value_of_millions_is_refused_before_validation_naming_its_key(demo):
+    """jsonschema printed such a value whole into its message (3 billion characters, minutes, 6 GB for 9**9)."""
+    demo["results_dir"] = shared_bomb(7)
+    expanded = 1 + sum(9**level for level in range(1, 8))  # every list and every string
+    assert yaml_files.expanded_values(demo["results_dir"]) == expanded
+    message = _error(demo)
+    assert message.startswith(f"config key 'results_dir': its value holds {expanded:,} values once its aliases")
+    assert "more than the 100,000 a headstab configuration may hold" in message
+
+
+def test_the_size_check_names_the_deepest_key_past_the_limit_and_counts_the_whole_config(demo, monkeypatch):
+    before = yaml_files.expanded_values(demo)
+    limit = before + 500
+    monkeypatch.setattr("headstab.plan.config.MAX_EXPANDED_NODES", limit)
+    demo["analysis"]["weight_processing"] = ["x"] * 600  # the config past the limit, no key of it alone
+    assert _error(demo).startswith(f"config key '(top level)': its value holds {before + 1 + 601:,} values")
+    demo["analysis"]["weight_processing"] = ["x"] * limit
+    assert _error(demo).startswith(f"config key 'analysis.weight_processing': its value holds {limit + 1:,} values")
+
+
+def test_values_are_counted_wherever_they_are_shared_and_a_list_inside_itself_once():
+    shared = [1, 2]
+    assert yaml_files.expanded_values({"a": shared}) == 1 + 1 + 3
+    assert yaml_files.expanded_values({"a": shared, "b": shared}) == 1 + 2 * (1 + 3)
+    itself: list = []
+    itself.append(itself)
+    assert yaml_files.expanded_values(itself) == 2 and yaml_files.expanded_values("x") == 1
+    deep: list = []
+    for _ in range(50_000):  # deeper than Python's recursion limit
+        deep = [deep]
+    assert yaml_files.expanded_values(deep) == 50_001
+
+
+def test_jsonschema_builds_no_message_longer_than_a_few_hundred_characters(demo, monkeypatch):
+    built = []
+    describe = config_module._describe
+    monkeypatch.setattr(
+        config_module, "_describe", lambda error, schema: built.append(error) or describe(error, schema)
+    )
+    demo["results_dir"] = ["x" * 100] * 50_000  # 50,001 values: within the limit; its repr is 5.2 million characters
+    message = _error(demo)
+    assert message.startswith("config key 'results_dir': ['xxx") and len(message) < 600
+    assert len(built[0].message) < 1000
+
+
+def test_a_bounded_copy_equals_its_original_shares_what_it_shares_and_prints_bounded():
+    shared = ["x" * 1000] * 10
+    data = {"a": shared, "b": shared, "n": 3, "s": "y" * 10_000}
+    copy = yaml_files.bounded_copy(data)
+    assert copy == data and copy["a"] is copy["b"] and isinstance(copy["s"], str)
+    assert len(repr(copy)) < 300 and len(repr(copy["s"])) < 200
+    assert repr(yaml_files.bounded_copy(["a", {"b": 1}])) == "['a', {'b': 1}]"
+
+
+def test_an_integer_python_cannot_print_is_refused_naming_the_file_and_printed_bounded(tmp_path):
+    path = tmp_path / "digits.yaml"
+    path.write_text("lr: " + "1" * 5000 + "\n")
+    with pytest.raises(ConfigError, match=f"config file {re.escape(str(path))} holds a value Python cannot read"):
+        load_yaml(path)
+    assert yaml_files.bounded_repr({"lr": 10**5000}) == "{'lr': <an integer of 16,610 bits>}"
+
+
+def test_a_thousand_unknown_keys_are_listed_five_at_most(demo):
+    demo.update({f"extra{n:04d}": 1 for n in range(1000)})
+    message = _error(demo)
+    assert message.startswith(
+        "config key '(top level)': unknown key 'extra0000', 'extra0001', 'extra0002', 'extra0003', 'extra0004', "
+        "and 995 more; allowed keys: analysis,"
+    )
 
 
 @pytest.mark.parametrize(

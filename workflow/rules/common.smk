@@ -14,6 +14,7 @@ sys.path.insert(0, LIBRARY)
 os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [LIBRARY, os.environ.get("PYTHONPATH")])))
 
 from headstab.plan import jobs, resources
+from headstab.plan.command_line import config_arg_values
 from headstab.plan.config import architecture_spec, load_yaml, selected_architectures, validate_config
 from headstab.plan.spec import ConfigError, paired_twins
 from headstab.plan.formats import CACHE_FORMAT_VERSION, GROUPED_FORMAT_VERSION, SIMILARITY_FORMAT_VERSION
@@ -28,7 +29,9 @@ from headstab.plan.yaml_files import bounded_repr
 CONDA_ENV = "../../envs/headstab.yaml"
 
 try:
-    for _configfile in workflow.configfiles:  # Snakemake's own reading keeps the last of a key given twice
+    # Snakemake's own reading keeps the last of a key given twice, and shares (never expands) an alias's values
+    config_arg_values(workflow.config_settings.config_args or ())
+    for _configfile in workflow.configfiles:
         load_yaml(_configfile)
     validate_config(config, schema_path=Path(workflow.basedir) / "workflow/schemas/config.schema.yaml")
     # trained here, or fetched (published.smk, hub_families.smk): a missing published_local path, a bad refit_file

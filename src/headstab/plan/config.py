@@ -24,7 +24,15 @@ from headstab.plan.spec import (
     ArchitectureSpec,
     ConfigError,
 )
-from headstab.plan.yaml_files import YamlFileError, bounded_repr, bounded_text, load_yaml_file
+from headstab.plan.yaml_files import (
+    MAX_EXPANDED_NODES,
+    YamlFileError,
+    bounded_copy,
+    bounded_repr,
+    bounded_text,
+    expanded_values,
+    load_yaml_file,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -60,18 +68,21 @@ def _with_defaults(validator_class: type) -> type:
 
 
 def _key_path(error: jsonschema.ValidationError) -> str:
-    return ".".join(str(p) for p in error.absolute_path) or "(top level)"
+    return bounded_text(".".join(str(p) for p in error.absolute_path)) or "(top level)"
 
 
 def _describe(error: jsonschema.ValidationError, schema: dict[str, Any]) -> str:
     where = _key_path(error)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = sorted(error.schema.get("properties", {}))
-        extra = sorted(set(error.instance) - set(allowed))
+        extra = sorted(map(str, set(error.instance) - set(allowed)))
+        shown = extra if len(extra) <= 6 else extra[:5]
         hints = []
-        for key in extra:
+        for key in shown:
             close = difflib.get_close_matches(key, allowed, n=1)
-            hints.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+            hints.append(bounded_repr(key) + (f" (did you mean '{close[0]}'?)" if close else ""))
+        if len(shown) < len(extra):
+            hints.append(f"and {len(extra) - len(shown):,} more")
         return f"config key '{where}': unknown key {', '.join(hints)}; allowed keys: {', '.join(allowed)}"
     if error.validator == "oneOf" and error.context:
         # A type mismatch against the other alternatives says little; prefer the alternative that matched in type.
@@ -90,14 +101,45 @@ def validate_config(config: dict[str, Any], schema_path: str | Path = SCHEMA_PAT
 
     Returns the same dict. Raises ConfigError naming the first bad key and the fix.
     """
+    _check_size(config)
     schema = load_yaml_file(schema_path)
     coerce_scalar_strings(config, schema, schema)
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
-    errors = sorted(validator.iter_errors(config), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
+    # jsonschema prints a bad value whole into its message: validate a copy whose values print bounded
+    errors = sorted(
+        validator.iter_errors(bounded_copy(config)), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path))
+    )
     if errors:
         raise ConfigError(_describe(errors[0], schema))
+    for _ in validator.iter_errors(config):  # valid: this pass fills the defaults into `config` itself
+        pass
     _check_references(config)
     return config
+
+
+def _check_size(config: dict[str, Any]) -> None:
+    """ConfigError naming the key whose value, its aliases expanded, holds more than MAX_EXPANDED_NODES values.
+
+    Snakemake reads `--config` values (and files) keeping an alias's values shared, so 400 bytes can stand for
+    billions of values that validating would walk one by one.
+    """
+    size = expanded_values(config)
+    if size <= MAX_EXPANDED_NODES:
+        return
+    where, value = [], config
+    while isinstance(value, dict) and value:  # down to the deepest key that holds too many
+        sizes = {key: expanded_values(item) for key, item in value.items()}
+        key = max(sizes, key=sizes.__getitem__)
+        if sizes[key] <= MAX_EXPANDED_NODES:
+            break
+        where.append(str(key))
+        size, value = sizes[key], value[key]
+    key = bounded_text(".".join(where)) or "(top level)"
+    raise ConfigError(
+        f"config key '{key}': its value holds {size:,} values once its aliases (*name) are "
+        f"expanded, more than the {MAX_EXPANDED_NODES:,} a headstab configuration may hold "
+        "(headstab.plan.yaml_files.MAX_EXPANDED_NODES); write the values out instead of nesting aliases"
+    )
 
 
 def _closest(name: str, valid: Iterable[str]) -> str:
