@@ -102,6 +102,24 @@ def test_a_yaml_alias_bomb_fails_the_plan_with_a_short_message(tmp_path):
     assert f"config file {path}: its aliases (*name) expand to " in output
 
 
+def test_a_templated_config_file_stops_the_plan_naming_the_key(tmp_path):
+    """Snakemake runs a `__use_yte__` file's expressions while it reads the file, before any rule file: headstab can
+    only stop the run, at once and loudly (`python -m headstab.check` reads the file without running it)."""
+    marker = tmp_path / "ran"
+    text = (REPO / "tests/config/tiny.yaml").read_text().replace("results_dir: results/tiny\n", "")
+    path = tmp_path / "templated.yaml"
+    path.write_text(
+        f"__use_yte__: true\n?if __import__('pathlib').Path({str(marker)!r}).touch() is None:\n"
+        f"  results_dir: {tmp_path / 'results'}\n{text}"
+    )
+    result = _dry_run("--configfile", str(path))
+    assert marker.exists()  # Snakemake ran it
+    assert result.returncode != 0 and "Building DAG of jobs" not in result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert f"Invalid configuration: config file {path}: key '__use_yte__' makes Snakemake run" in output
+    assert "python -m headstab.check FILE" in output
+
+
 def test_a_key_given_twice_in_a_config_value_fails_the_plan_naming_it():
     value = "{cka_max_tokens: 100, cka_max_tokens: 50}"  # Snakemake keeps 50 without a word
     result = _dry_run("--configfile", "tests/config/tiny.yaml", "--config", f"analysis={value}")

@@ -36,6 +36,9 @@ from headstab.plan.yaml_files import (
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
+# A config file's top-level key that makes Snakemake evaluate the file's `?if`, `?for` and `?expression` keys and
+# values as Python (YTE templating, snakemake.common.configfile) while reading it.
+TEMPLATING_KEY = "__use_yte__"
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -49,6 +52,13 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {err}") from err
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of keys, got {type(data).__name__}")
+    if TEMPLATING_KEY in data:
+        raise ConfigError(
+            f"config file {path}: key '{TEMPLATING_KEY}' makes Snakemake run the file's Python expressions (YTE "
+            "templating) while it reads the file, before headstab sees it (under snakemake they have run already); "
+            "headstab accepts no config that is code: delete the key and write the values out, and check a config "
+            "from others with `python -m headstab.check FILE` before giving it to snakemake"
+        )
     return data
 
 
