@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 
 from headstab.plan.command_line import coerce_scalar_strings
-from headstab.plan.hub_families import REMOTE_CODE_ADVICE, family_dimensions, remote_code
+from headstab.plan.hub_families import family_dimensions, remote_code
 from headstab.plan.layout import check_results_dir
 from headstab.plan.seed_design import grid_refits
 from headstab.plan.spec import (
@@ -221,7 +221,7 @@ def _check_tokenizers(config: dict[str, Any]) -> None:
             )
         if tokenizer["source"] == "local":
             if (reason := remote_code(tokenizer["path"])) is not None:
-                raise ConfigError(f"config key 'tokenizers.{tok_name}.path': {reason}; {REMOTE_CODE_ADVICE}")
+                raise ConfigError(f"config key 'tokenizers.{tok_name}.path': {reason}")
 
 
 def _check_references(config: dict[str, Any]) -> None:
