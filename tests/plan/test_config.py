@@ -207,6 +207,23 @@ def test_bad_seed_range_fails(demo):
     assert "run.seeds" in message and "below first" in message
 
 
+def test_seeds_far_apart_plan_and_a_seed_torch_cannot_take_fails_naming_the_key(demo):
+    demo["run"]["seeds"] = [1, 2**40]
+    config = validate_config(demo)
+    assert architecture_spec(config, "l2_h8").seeds == (1, 2**40)
+    demo["run"]["seeds"] = [1, 2**64]  # torch.Generator().manual_seed takes at most 2**64 - 1
+    assert _error(demo).startswith(f"config key 'run.seeds': [1, {2**64}] is not valid ({2**64} is greater than")
+
+
+def test_a_seed_range_of_more_refits_than_headstab_plans_fails_naming_the_key(demo):
+    demo["architectures"]["l2_h8"]["seeds"] = {"first": 1, "last": 2**40}  # a tuple of 2**40 seeds: MemoryError
+    message = _error(demo)
+    assert message.startswith(
+        f"config key 'architectures.l2_h8.seeds': {{first: 1, last: {2**40}}} asks for {2**40:,} refits, more than the "
+        "10,000 headstab plans for one architecture"
+    )
+
+
 # NeelNanda/c4-code-tokenized-2b: 1,657,102 rows of 1,024 tokens (its dataset card); the authors train
 # one epoch of it: 331,420 steps of batch 5, a checkpoint every 66,285 steps.
 C4_CODE_TOKENS = 1_657_102 * 1_024

@@ -39,6 +39,8 @@ SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 # A config file's top-level key that makes Snakemake evaluate the file's `?if`, `?for` and `?expression` keys and
 # values as Python (YTE templating, snakemake.common.configfile) while reading it.
 TEMPLATING_KEY = "__use_yte__"
+# Refits of one architecture a seed range {first, last} may ask for: 200 times the paper's 50.
+MAX_REFITS = 10_000
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -96,8 +98,9 @@ def _describe(error: jsonschema.ValidationError, schema: dict[str, Any]) -> str:
         return f"config key '{where}': unknown key {', '.join(hints)}; allowed keys: {', '.join(allowed)}"
     if error.validator == "oneOf" and error.context:
         # A type mismatch against the other alternatives says little; prefer the alternative that matched in type.
-        informative = [e for e in error.context if e.validator not in ("type", "const")] or list(error.context)
-        best = informative[0]
+        best = error
+        while best.validator == "oneOf" and best.context:  # and down a oneOf inside it (run.seeds: null or seeds)
+            best = ([e for e in best.context if e.validator not in ("type", "const")] or list(best.context))[0]
         expected = error.schema.get("description", "") if isinstance(error.schema, dict) else ""
         hint = f"; expected {expected}" if expected else ""
         return f"config key '{where}': {bounded_repr(error.instance)} is not valid ({bounded_text(best.message)}{hint})"
@@ -309,6 +312,12 @@ def _expand_seeds(value: Any, where: str) -> tuple[int, ...]:
     if isinstance(value, dict):
         if value["last"] < value["first"]:
             raise ConfigError(f"config key '{where}': last ({value['last']}) is below first ({value['first']})")
+        count = value["last"] - value["first"] + 1
+        if count > MAX_REFITS:
+            raise ConfigError(
+                f"config key '{where}': {{first: {value['first']}, last: {value['last']}}} asks for {count:,} refits, "
+                f"more than the {MAX_REFITS:,} headstab plans for one architecture (each a model to train); lower last"
+            )
         return tuple(range(value["first"], value["last"] + 1))
     return tuple(int(s) for s in value)
 
