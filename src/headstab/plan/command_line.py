@@ -102,7 +102,7 @@ def _config_arg_value(text: str, key: str) -> Any:
 
 
 def config_arg_values(entries: Iterable[str]) -> dict[str, Any]:
-    """{key: value} of `snakemake --config KEY=VALUE ...` (a later key replaces an earlier one).
+    """{key: value} of `snakemake --config KEY=VALUE ...`, a key given again merged as Snakemake merges it.
 
     Raises ConfigError naming the key for a value that gives a mapping key twice (Snakemake would keep the last
     without a word) or whose aliases expand to more than MAX_EXPANDED_NODES values.
