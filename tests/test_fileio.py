@@ -105,3 +105,45 @@ def test_a_full_disk_names_the_file_being_written_and_the_fix(tmp_path, monkeypa
     assert caught.value.errno == errno.ENOSPC
     assert f"while writing {path}" in message and f"df -h {path.parent}" in message and "rerun" in message
     assert list(path.parent.iterdir()) == []  # no temporary left
+
+
+# Each writer under a 64 KiB file size limit (`ulimit -f 64`), in a process of its own: what each raises.
+LIMITED_WRITES = """
+import json, resource, sys
+from pathlib import Path
+import numpy as np, torch
+from headstab.fileio import save_npy_atomic, save_torch_atomic, write_json_atomic
+out = Path(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.RLIM_INFINITY))
+writes = {
+    "torch": lambda: save_torch_atomic({"w": torch.zeros(100_000)}, out / "final.pt"),
+    "numpy": lambda: save_npy_atomic(np.zeros(100_000), out / "shard_000.npy"),
+    "json": lambda: write_json_atomic(out / "meta.json", {"rows": list(range(100_000))}),
+}
+caught = {}
+for name, write in writes.items():
+    try:
+        write()
+    except Exception as error:
+        caught[name] = [type(error).__name__, getattr(error, "errno", None), getattr(error, "strerror", None) or str(error)]
+print(json.dumps(caught))
+"""
+
+
+def test_a_file_size_limit_names_the_file_being_written_and_the_fix(tmp_path):
+    """torch.save reported the refused write as its own RuntimeError ('unexpected pos 704 vs 598'), naming nothing."""
+    import errno
+    import json
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", LIMITED_WRITES, str(tmp_path)], capture_output=True, text=True, timeout=120, check=True
+    )
+    caught = json.loads(result.stdout)
+    for name, file in (("torch", "final.pt"), ("numpy", "shard_000.npy"), ("json", "meta.json")):
+        kind, number, message = caught[name]
+        assert (kind, number) == ("OSError", errno.EFBIG), caught[name]
+        assert message.startswith(f"File too large while writing {tmp_path / file} (")
+        assert "65,536 bytes (`ulimit -f`)" in message and "ulimit -f unlimited" in message and "rerun" in message
+    assert list(tmp_path.iterdir()) == []  # no temporary left

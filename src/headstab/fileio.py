@@ -14,11 +14,12 @@ import json
 import os
 import pickle
 import re
+import resource
 import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -49,6 +50,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
         if is_disk_full(error):  # a write to an open handle names no file: say which one
             raise OSError(errno.ENOSPC, disk_full_message(path, error)) from error
+        if is_file_too_large(error):
+            raise OSError(errno.EFBIG, file_too_large_message(path, error)) from error
         raise
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -70,6 +73,26 @@ def disk_full_message(path: str | Path, error: OSError) -> str:
     )
 
 
+def is_file_too_large(error: OSError) -> bool:
+    """Whether `error` is a write past the process's file size limit (`ulimit -f`) or the file system's largest file."""
+    return error.errno == errno.EFBIG or "File too large" in str(error)
+
+
+def file_too_large_message(path: str | Path, error: OSError) -> str:
+    """What to do when writing `path` ran past the largest file this process may write."""
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    fix = (
+        "its file system holds no larger file: point results_dir at one that does"
+        if limit == resource.RLIM_INFINITY
+        else f"this process may write files of at most {limit:,} bytes (`ulimit -f`): raise the limit (`ulimit -f "
+        "unlimited` before snakemake, or a larger one from the cluster's job options)"
+    )
+    return (
+        f"File too large while writing {path} ({error}); its temporary file was removed and {path} was not written. "
+        f"{fix[0].upper()}{fix[1:]}, then rerun the same snakemake command: the job starts again and rebuilds the file"
+    )
+
+
 def write_text_atomic(path: str | Path, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
@@ -80,16 +103,42 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
+class _WriteErrors:
+    """A binary file that keeps the first OSError of its writes: torch.save reports a refused write as its own
+    RuntimeError ("unexpected pos 704 vs 598"), which names neither the file nor the reason, and numpy writes to
+    anything but a real file with Python's write."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle, self.error = handle, None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.handle.write(data)
+        except OSError as error:
+            self.error = self.error or error
+            raise
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
 def save_npy_atomic(array: np.ndarray, path: str | Path) -> None:
     with atomic_path(path) as tmp, open(tmp, "wb") as handle:
-        np.save(handle, array, allow_pickle=False)
+        # through Python's write, whose OSError carries the errno (numpy's own file write says "N requested and M written")
+        np.save(_WriteErrors(handle), array, allow_pickle=False)
 
 
 def save_torch_atomic(obj: Any, path: str | Path) -> None:
     import torch
 
     with atomic_path(path) as tmp, open(tmp, "wb") as handle:
-        torch.save(obj, handle)
+        writer = _WriteErrors(handle)
+        try:
+            torch.save(obj, writer)
+        except RuntimeError:
+            if writer.error is None:
+                raise
+            raise writer.error from None  # the full disk or file size limit, which atomic_path names with its fix
 
 
 # How torch.load(weights_only=True) names a global it will not unpickle (torch/_weights_only_unpickler.py):

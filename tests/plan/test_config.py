@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from headstab.plan import config as config_module
 from headstab.plan import yaml_files
 from headstab.plan.config import architecture_spec, load_yaml, selected_architectures, validate_config
 from headstab.plan.spec import ConfigError, spec_from_dict
@@ -206,6 +207,23 @@ def test_bad_seed_range_fails(demo):
     assert "run.seeds" in message and "below first" in message
 
 
+def test_seeds_far_apart_plan_and_a_seed_torch_cannot_take_fails_naming_the_key(demo):
+    demo["run"]["seeds"] = [1, 2**40]
+    config = validate_config(demo)
+    assert architecture_spec(config, "l2_h8").seeds == (1, 2**40)
+    demo["run"]["seeds"] = [1, 2**64]  # torch.Generator().manual_seed takes at most 2**64 - 1
+    assert _error(demo).startswith(f"config key 'run.seeds': [1, {2**64}] is not valid ({2**64} is greater than")
+
+
+def test_a_seed_range_of_more_refits_than_headstab_plans_fails_naming_the_key(demo):
+    demo["architectures"]["l2_h8"]["seeds"] = {"first": 1, "last": 2**40}  # a tuple of 2**40 seeds: MemoryError
+    message = _error(demo)
+    assert message.startswith(
+        f"config key 'architectures.l2_h8.seeds': {{first: 1, last: {2**40}}} asks for {2**40:,} refits, more than the "
+        "10,000 headstab plans for one architecture"
+    )
+
+
 # NeelNanda/c4-code-tokenized-2b: 1,657,102 rows of 1,024 tokens (its dataset card); the authors train
 # one epoch of it: 331,420 steps of batch 5, a checkpoint every 66,285 steps.
 C4_CODE_TOKENS = 1_657_102 * 1_024
@@ -272,6 +290,60 @@ def test_a_relative_results_dir_outside_the_working_directory_fails_saying_how_t
 def test_an_absolute_results_dir_anywhere_and_a_relative_one_inside_are_accepted(demo, tmp_path, inside):
     demo["results_dir"] = "results/../results/x" if inside else str(tmp_path / "elsewhere")
     assert validate_config(demo)["results_dir"] == demo["results_dir"]
+
+
+@pytest.mark.parametrize("results_dir", ["", " ", "/", "//"])
+def test_a_results_dir_that_names_no_directory_is_refused_naming_the_key_and_the_fix(demo, results_dir):
+    """'' would plan every output at the file system's root (/data, /logs): the paths are '{results_dir}/data'."""
+    demo["results_dir"] = results_dir
+    message = _error(demo)
+    assert message.startswith(f"config key 'results_dir': {results_dir!r} ")
+    assert "results_dir: results/my_run" in message
+
+
+def _in_directory(monkeypatch, directory: Path, config: dict) -> dict:
+    """`config` run from `directory`: its prompt files named by absolute paths."""
+    config["prompt_sets"] = {name: str(REPO / path) for name, path in config["prompt_sets"].items()}
+    monkeypatch.chdir(directory)
+    return config
+
+
+def test_a_relative_results_dir_through_a_symlink_out_of_the_working_directory_is_refused(demo, tmp_path, monkeypatch):
+    (tmp_path / "work").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "work/out").symlink_to(tmp_path / "elsewhere")
+    demo = _in_directory(monkeypatch, tmp_path / "work", demo)
+    demo["results_dir"] = "out/run"
+    message = _error(demo)
+    assert message.startswith(
+        f"config key 'results_dir': 'out/run' resolves to {tmp_path / 'elsewhere/run'} (through a symbolic link), "
+        f"outside the directory snakemake runs in ({tmp_path / 'work'})"
+    )
+    assert f"the absolute path (results_dir: {tmp_path / 'elsewhere/run'})" in message
+
+
+def test_a_symlink_that_stays_inside_the_working_directory_is_accepted(demo, tmp_path, monkeypatch):
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "out").symlink_to(tmp_path / "disk")
+    demo = _in_directory(monkeypatch, tmp_path, demo)
+    demo["results_dir"] = "out/run"
+    assert validate_config(demo)["results_dir"] == "out/run"
+
+
+@pytest.mark.parametrize("results_dir", ["~", "~/runs/demo"])
+def test_a_results_dir_starting_with_a_tilde_is_refused_with_the_path_written_out(demo, results_dir):
+    """Neither Snakemake nor Python expands '~': the outputs would land in a directory named '~' here."""
+    demo["results_dir"] = results_dir
+    message = _error(demo)
+    assert message.startswith(f"config key 'results_dir': {results_dir!r} starts with '~', which is not expanded")
+    assert f"results_dir: {os.path.expanduser(results_dir)}" in message
+
+
+def test_a_results_dir_the_file_system_cannot_hold_is_refused_naming_the_key(demo):
+    demo["results_dir"] = "x" * 5000  # longer than any file name (ENAMETOOLONG)
+    message = _error(demo)
+    assert message.startswith("config key 'results_dir': 'xxx") and "File name too long" in message
+    assert len(message) < 600
 
 
 def test_a_local_tokenizer_with_its_own_code_fails_naming_the_file_and_key(demo, tmp_path):
@@ -354,6 +426,86 @@ def test_a_file_nested_too_deeply_is_refused_naming_it(tmp_path):
     path.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
     with pytest.raises(ConfigError, match=f"config file {re.escape(str(path))} nests mappings or lists too deeply"):
         load_yaml(path)
+
+
+def shared_bomb(levels: int) -> list:
+    """What Snakemake's reading of `[&a0 [lol x 9], &a1 [*a0 x 9], ...]` gives: lists that share their items, so a few
+    hundred bytes stand for 9**levels strings."""
+    value: list = ["lol"] * 9
+    for _ in range(levels - 1):
+        value = [value] * 9
+    return value
+
+
+def test_a_shared_value_of_millions_is_refused_before_validation_naming_its_key(demo):
+    """jsonschema printed such a value whole into its message (3 billion characters, minutes, 6 GB for 9**9)."""
+    demo["results_dir"] = shared_bomb(7)
+    expanded = 1 + sum(9**level for level in range(1, 8))  # every list and every string
+    assert yaml_files.expanded_values(demo["results_dir"]) == expanded
+    message = _error(demo)
+    assert message.startswith(f"config key 'results_dir': its value holds {expanded:,} values once its aliases")
+    assert "more than the 100,000 a headstab configuration may hold" in message
+
+
+def test_the_size_check_names_the_deepest_key_past_the_limit_and_counts_the_whole_config(demo, monkeypatch):
+    before = yaml_files.expanded_values(demo)
+    limit = before + 500
+    monkeypatch.setattr("headstab.plan.config.MAX_EXPANDED_NODES", limit)
+    demo["analysis"]["weight_processing"] = ["x"] * 600  # the config past the limit, no key of it alone
+    assert _error(demo).startswith(f"config key '(top level)': its value holds {before + 1 + 601:,} values")
+    demo["analysis"]["weight_processing"] = ["x"] * limit
+    assert _error(demo).startswith(f"config key 'analysis.weight_processing': its value holds {limit + 1:,} values")
+
+
+def test_values_are_counted_wherever_they_are_shared_and_a_list_inside_itself_once():
+    shared = [1, 2]
+    assert yaml_files.expanded_values({"a": shared}) == 1 + 1 + 3
+    assert yaml_files.expanded_values({"a": shared, "b": shared}) == 1 + 2 * (1 + 3)
+    itself: list = []
+    itself.append(itself)
+    assert yaml_files.expanded_values(itself) == 2 and yaml_files.expanded_values("x") == 1
+    deep: list = []
+    for _ in range(50_000):  # deeper than Python's recursion limit
+        deep = [deep]
+    assert yaml_files.expanded_values(deep) == 50_001
+
+
+def test_jsonschema_builds_no_message_longer_than_a_few_hundred_characters(demo, monkeypatch):
+    built = []
+    describe = config_module._describe
+    monkeypatch.setattr(
+        config_module, "_describe", lambda error, schema: built.append(error) or describe(error, schema)
+    )
+    demo["results_dir"] = ["x" * 100] * 50_000  # 50,001 values: within the limit; its repr is 5.2 million characters
+    message = _error(demo)
+    assert message.startswith("config key 'results_dir': ['xxx") and len(message) < 600
+    assert len(built[0].message) < 1000
+
+
+def test_a_bounded_copy_equals_its_original_shares_what_it_shares_and_prints_bounded():
+    shared = ["x" * 1000] * 10
+    data = {"a": shared, "b": shared, "n": 3, "s": "y" * 10_000}
+    copy = yaml_files.bounded_copy(data)
+    assert copy == data and copy["a"] is copy["b"] and isinstance(copy["s"], str)
+    assert len(repr(copy)) < 300 and len(repr(copy["s"])) < 200
+    assert repr(yaml_files.bounded_copy(["a", {"b": 1}])) == "['a', {'b': 1}]"
+
+
+def test_an_integer_python_cannot_print_is_refused_naming_the_file_and_printed_bounded(tmp_path):
+    path = tmp_path / "digits.yaml"
+    path.write_text("lr: " + "1" * 5000 + "\n")
+    with pytest.raises(ConfigError, match=f"config file {re.escape(str(path))} holds a value Python cannot read"):
+        load_yaml(path)
+    assert yaml_files.bounded_repr({"lr": 10**5000}) == "{'lr': <an integer of 16,610 bits>}"
+
+
+def test_a_thousand_unknown_keys_are_listed_five_at_most(demo):
+    demo.update({f"extra{n:04d}": 1 for n in range(1000)})
+    message = _error(demo)
+    assert message.startswith(
+        "config key '(top level)': unknown key 'extra0000', 'extra0001', 'extra0002', 'extra0003', 'extra0004', "
+        "and 995 more; allowed keys: analysis,"
+    )
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ def test_planning_imports_no_torch_h5py_or_other_heavy_package():
         "import headstab.plan as plan\n"
         "for module in pkgutil.iter_modules(plan.__path__):\n"
         "    importlib.import_module(f'headstab.plan.{module.name}')\n"
-        "import headstab.prompts.loading, headstab.sections\n"
+        "import headstab.check, headstab.prompts.loading, headstab.sections\n"
         f"print(json.dumps([name for name in {HEAVY!r} if name in sys.modules]))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

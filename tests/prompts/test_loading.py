@@ -127,6 +127,18 @@ def test_bad_files_fail_naming_the_file(tmp_path, content, message):
     assert str(path) in str(error.value)
 
 
+@pytest.mark.parametrize("content", ["[" * 100_000 + "]" * 100_000, '{"a": ' * 100_000 + "[]" + "}" * 100_000])
+def test_a_json_file_nested_past_the_parser_fails_naming_the_file_and_the_fix(tmp_path, content):
+    path = tmp_path / "deep.json"
+    path.write_text(content)
+    with pytest.raises(ValueError) as error:
+        load_prompt_sets({"deep": path})
+    assert str(error.value) == (
+        f"{path}: invalid JSON (nested deeper than the JSON parser goes); a prompt file is a JSON list of strings, "
+        "a JSON object of such lists, or a .txt file"
+    )
+
+
 @pytest.mark.parametrize(
     ("content", "key"),
     [

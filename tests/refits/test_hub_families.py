@@ -3,6 +3,7 @@ that the analyses load (layer-0 patterns as transformers computes them, weight n
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 
@@ -204,3 +205,54 @@ def test_fetch_refuses_pickled_weights_that_call_code_naming_the_file_and_nothin
     message = str(refused.value)
     assert f"its weights {weights} need code to be unpickled (they refer to posix.system)" in message
     assert not (tmp_path / "MARKER").exists() and not (tmp_path / "out/final.pt").exists()
+
+
+def test_a_byte_order_mark_hides_no_auto_map_at_parse_time_or_at_fetch(tmp_path, monkeypatch):
+    directories = write_family(tmp_path / "models", "gpt2", seeds=(1, 2))
+    config = family_config({"path": str(tmp_path / "models/gpt2/seed{seed}")}, seeds=[1, 2])
+    spec = architecture_spec(config, "fam")
+    plant_remote_code(directories[2], tmp_path / "ran")
+    config_file = directories[2] / "config.json"
+    config_file.write_bytes(codecs.BOM_UTF8 + config_file.read_bytes())  # an editor's UTF-8 signature
+    with pytest.raises(ConfigError, match=f"{re.escape(str(config_file))} has key 'auto_map'"):
+        family_source(config, "fam", (1, 2))
+    monkeypatch.setattr("builtins.input", lambda prompt="": "y")
+    source = FamilySource(((2, FamilyModel(path=str(directories[2]))),))
+    with pytest.raises(FamilyModelError, match=f"{re.escape(str(config_file))} has key 'auto_map'.*trust_remote_code"):
+        fetch_family_refit(source, spec, 2, tmp_path / "models/tokenizer", tmp_path / "out")
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (codecs.BOM_UTF8 + b"{}", "starts with a UTF-8 byte-order mark, which transformers cannot read; remove it"),
+        (b'{"model_type": "gpt2",', "cannot be read as JSON (Expecting"),
+        (b"\xff\xfe{}", "cannot be read as JSON ('utf-8' codec can't decode byte 0xff"),
+        (b"[" * 100_000 + b"]" * 100_000, "cannot be read as JSON (maximum recursion depth exceeded"),
+    ],
+)
+def test_a_model_file_that_cannot_be_checked_for_code_is_refused_naming_it_and_the_fix(tmp_path, content, reason):
+    directories = write_family(tmp_path / "models", "gpt2", seeds=(1,))
+    tokenizer_config = directories[1] / "tokenizer_config.json"
+    tokenizer_config.write_bytes(content)
+    config = family_config({"path": str(tmp_path / "models/gpt2/seed{seed}")}, seeds=[1])
+    with pytest.raises(ConfigError) as refused:
+        family_source(config, "fam", (1,))
+    assert str(refused.value).startswith(f"config key 'architectures.fam.models.path' (seed 1): {tokenizer_config} ")
+    assert reason in str(refused.value)
+
+
+def test_dimensions_from_a_config_json_that_is_no_json_object_fail_naming_it(tmp_path):
+    directories = write_family(tmp_path / "models", "gpt2", seeds=(1,))
+    config_file = directories[1] / "config.json"
+    config = family_config({"path": str(tmp_path / "models/gpt2/seed{seed}")}, seeds=[1])
+    config_file.write_bytes(codecs.BOM_UTF8 + config_file.read_bytes())
+    assert architecture_spec(config, "fam").d_model == json.loads(config_file.read_bytes()[3:])["n_embd"]
+    for content in ("{", "[1, 2]"):
+        config_file.write_text(content)
+        with pytest.raises(ConfigError) as refused:
+            architecture_spec(config, "fam")
+        assert str(refused.value).startswith(
+            f"config key 'architectures.fam.models': {config_file} is not a JSON object"
+        )

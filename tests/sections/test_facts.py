@@ -24,3 +24,10 @@ def test_summary_names_the_configuration(tiny_spec):
     assert "(seeds 1-3, one data order shared by all)" in architecture_summary(
         tiny_spec(seeds=(1, 2, 3), data_order="shared"), "r"
     )
+
+
+def test_seeds_far_apart_are_listed_without_building_the_range_between_them(tiny_spec):
+    """[1, 2**40] is two refits: the consecutive check built the 2**40 seeds between them (MemoryError)."""
+    assert "2 refits (seeds [1, 1099511627776])" in architecture_summary(tiny_spec(seeds=(1, 2**40)), "r")
+    assert "3 refits (seeds [1, 3, 2])" in architecture_summary(tiny_spec(seeds=(1, 3, 2)), "r")
+    assert "3 refits (seeds 4-6)" in architecture_summary(tiny_spec(seeds=(4, 5, 6)), "r")

@@ -108,3 +108,28 @@ def test_checkpoint_beyond_a_lowered_budget_restarts_from_step_0(tiny_spec, cycl
     assert not (tmp_path / "out" / "state_00000008.pt").exists()
     train_refit(tiny_spec(n_tokens=6 * 64), 1, cyclic_shards, tmp_path / "fresh", quiet())
     assert states_equal(final_state(tmp_path / "fresh"), final_state(tmp_path / "out"))
+
+
+def test_a_checkpoint_past_the_file_size_limit_fails_naming_the_file_and_the_fix(tmp_path):
+    """Under `ulimit -f`, training's full-state write failed with torch's 'unexpected pos 704 vs 598'."""
+    import errno
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, resource, sys, torch\nfrom pathlib import Path\n"
+        "from headstab.training.checkpoint import save_state\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.RLIM_INFINITY))\n"
+        "try:\n    save_state(Path(sys.argv[1]), {'step': 8, 'weights': {'w': torch.zeros(100_000)}}, keep=2)\n"
+        "except OSError as error:\n    print(json.dumps([error.errno, error.strerror]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout, result.stderr[-2000:]
+    number, message = json.loads(result.stdout)
+    assert number == errno.EFBIG
+    assert message.startswith(
+        f"File too large while writing {tmp_path / 'state_00000008.pt'} ([Errno 27] File too large)"
+    )
+    assert "at most 65,536 bytes (`ulimit -f`): raise the limit" in message and "rerun the same snakemake" in message
+    assert list(tmp_path.iterdir()) == []  # neither the state nor its temporary

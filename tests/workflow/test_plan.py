@@ -102,6 +102,44 @@ def test_a_yaml_alias_bomb_fails_the_plan_with_a_short_message(tmp_path):
     assert f"config file {path}: its aliases (*name) expand to " in output
 
 
+def test_a_templated_config_file_stops_the_plan_naming_the_key(tmp_path):
+    """Snakemake runs a `__use_yte__` file's expressions while it reads the file, before any rule file: headstab can
+    only stop the run, at once and loudly (`python -m headstab.check` reads the file without running it)."""
+    marker = tmp_path / "ran"
+    text = (REPO / "tests/config/tiny.yaml").read_text().replace("results_dir: results/tiny\n", "")
+    path = tmp_path / "templated.yaml"
+    path.write_text(
+        f"__use_yte__: true\n?if __import__('pathlib').Path({str(marker)!r}).touch() is None:\n"
+        f"  results_dir: {tmp_path / 'results'}\n{text}"
+    )
+    result = _dry_run("--configfile", str(path))
+    assert marker.exists()  # Snakemake ran it
+    assert result.returncode != 0 and "Building DAG of jobs" not in result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert f"Invalid configuration: config file {path}: key '__use_yte__' makes Snakemake run" in output
+    assert "python -m headstab.check FILE" in output
+
+
+def test_a_key_given_twice_in_a_config_value_fails_the_plan_naming_it():
+    value = "{cka_max_tokens: 100, cka_max_tokens: 50}"  # Snakemake keeps 50 without a word
+    result = _dry_run("--configfile", "tests/config/tiny.yaml", "--config", f"analysis={value}")
+    assert result.returncode != 0
+    assert (
+        "Invalid configuration: --config analysis=...: key 'analysis.cka_max_tokens' is given twice, on line 1, at "
+        f"columns 2 and {value.rindex('cka') + 1};" in result.stdout + result.stderr
+    )
+
+
+def test_an_alias_bomb_in_a_config_value_fails_the_plan_with_a_short_message():
+    anchors = ["&a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    anchors += [f"&a{n} [{', '.join([f'*a{n - 1}'] * 9)}]" for n in range(1, 7)]
+    result = _dry_run("--configfile", "tests/config/tiny.yaml", "--config", f"results_dir=[{', '.join(anchors)}]")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and len(output) < 5000, len(output)
+    # a0 holds 10 values, a_n 1 + 9 x a_(n-1): 10 + 91 + 820 + 7,381 + 66,430 + 597,871 + 5,380,840, and the outer list
+    assert "Invalid configuration: --config results_dir=...: its aliases (*name) expand to 6,053,444 values" in output
+
+
 def _rule_blocks(text: str) -> dict[str, str]:
     """{rule name: its text} of every named `rule` in a .smk file."""
     parts = re.split(r"^rule (\w+):\n", text, flags=re.M)

@@ -13,42 +13,28 @@ LIBRARY = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, LIBRARY)
 os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [LIBRARY, os.environ.get("PYTHONPATH")])))
 
+from headstab.check import check_configuration, refusal
 from headstab.plan import jobs, resources
-from headstab.plan.config import architecture_spec, load_yaml, selected_architectures, validate_config
+from headstab.plan.config import architecture_spec, selected_architectures
 from headstab.plan.spec import ConfigError, paired_twins
 from headstab.plan.formats import CACHE_FORMAT_VERSION, GROUPED_FORMAT_VERSION, SIMILARITY_FORMAT_VERSION
 from headstab.plan.layout import ANALYSIS_ROOT_RULES, Layout
-from headstab.prompts.loading import load_prompt_sets
 from headstab.sections import architecture_facts, architecture_summary
 from headstab.plan.seed_design import BLOCK_WILDCARD, SEED_WILDCARD, refit_blocks, refit_seeds, train_blocks
-from headstab.plan.sources import checkpoint_sources
-from headstab.plan.yaml_files import bounded_repr
 
 # One environment for every rule with `--sdm conda` (the pins of requirements.txt), relative to the rule files.
 CONDA_ENV = "../../envs/headstab.yaml"
 
-try:
-    for _configfile in workflow.configfiles:  # Snakemake's own reading keeps the last of a key given twice
-        load_yaml(_configfile)
-    validate_config(config, schema_path=Path(workflow.basedir) / "workflow/schemas/config.schema.yaml")
-    # trained here, or fetched (published.smk, hub_families.smk): a missing published_local path, a bad refit_file
-    SOURCES = checkpoint_sources(config, selected_architectures(config))
+try:  # the config as Snakemake read it, and each --configfile and --config value read again strictly
+    SOURCES, _prompt_sets = check_configuration(
+        config,
+        workflow.configfiles,
+        workflow.config_settings.config_args or (),
+        schema_path=Path(workflow.basedir) / "workflow/schemas/config.schema.yaml",
+    )
 except ConfigError as error:
-    raise WorkflowError(f"Invalid configuration: {error}") from None
-try:
-    _prompt_sets = load_prompt_sets(config["prompt_sets"])
-    PRIMARY = config["analysis"]["promptset"]  # the prompt set of the single-set analyses
-    if PRIMARY not in _prompt_sets:
-        raise ValueError(
-            f"config key 'analysis.promptset': {bounded_repr(PRIMARY)} is not a prompt set; choose from {list(_prompt_sets)}"
-        )
-    _unknown = [name for name in jobs.activation_sets(config) or () if name not in _prompt_sets]
-    if _unknown:
-        raise ValueError(
-            f"config key 'cache.activation_sets': {bounded_repr(_unknown)} are not prompt sets; choose from {list(_prompt_sets)}"
-        )
-except (OSError, ValueError) as error:
-    raise WorkflowError(f"Invalid prompt sets: {error}") from None
+    raise WorkflowError(refusal(error)) from None
+PRIMARY = config["analysis"]["promptset"]  # the prompt set of the single-set analyses
 PROMPT_SETS = list(_prompt_sets)  # primary, len5 ... len50, the user's sets
 CKA_PROMPT_SETS = [PRIMARY]  # residual CKA's sets (§4.7), whose residual hooks the step-0 caches keep too
 LARGEST_PROMPT_SET = max(map(len, _prompt_sets.values()), default=0)

@@ -1,13 +1,19 @@
-"""Values given with `snakemake --config`, turned into the types the config schema asks for.
+"""Values given with `snakemake --config`: read strictly, and turned into the types the config schema asks for.
 
 Snakemake parses a nested `--config` value with YAML's BaseLoader, so in
-`--config 'run={architectures: [l4_h8], seeds: [1, 2, 3]}'` every scalar arrives as a string.
+`--config 'run={architectures: [l4_h8], seeds: [1, 2, 3]}'` every scalar arrives as a string; it keeps the
+last of a key given twice in a value and never expands an alias (the values stay shared), so `config_arg_values`
+reads each value again, refusing both.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
+
+from headstab.plan.spec import ConfigError
+from headstab.plan.yaml_files import YamlFileError, load_yaml_value
 
 NULL_WORDS = ("null", "Null", "NULL", "~")  # YAML's spellings of null
 
@@ -78,3 +84,48 @@ def coerce_scalar_strings(value: Any, schema: Any, root: dict[str, Any]) -> Any:
             if "null" in allowed and value.strip() in NULL_WORDS:  # `heldout_corpus: null` on the command line
                 return None
     return value
+
+
+def _config_arg_value(text: str, key: str) -> Any:
+    """One `--config key=text` value as snakemake.cli.parse_config reads it: empty is None, then an int, a float,
+    True or False, then YAML's BaseLoader, else the string."""
+    if text == "":
+        return None
+    for number in (int, float):
+        try:
+            return number(text)
+        except ValueError:
+            pass
+    if text in ("True", "False"):
+        return text == "True"
+    return load_yaml_value(text, key)
+
+
+def config_arg_values(entries: Iterable[str]) -> dict[str, Any]:
+    """{key: value} of `snakemake --config KEY=VALUE ...`, a key given again merged as Snakemake merges it.
+
+    Raises ConfigError naming the key for a value that gives a mapping key twice (Snakemake would keep the last
+    without a word) or whose aliases expand to more than MAX_EXPANDED_NODES values.
+    """
+    values: dict[str, Any] = {}
+    for entry in entries:
+        key, assigned, text = entry.partition("=")
+        if not assigned:  # Snakemake refuses it before it reads any config
+            continue
+        try:
+            merge_config(values, {key: _config_arg_value(text.strip("'\""), key)})
+        except YamlFileError as error:
+            raise ConfigError(str(error)) from None
+    return values
+
+
+def merge_config(config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`config` updated in place by `overrides` as Snakemake layers configs (snakemake.utils.update_config): a
+    mapping merges key by key into the mapping it replaces, any other value replaces. Returns `config`."""
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            base = config.get(key)
+            config[key] = merge_config(base if isinstance(base, dict) else {}, value)
+        else:
+            config[key] = value
+    return config

@@ -8,7 +8,6 @@ in the first second, naming the key and the fix.
 from __future__ import annotations
 
 import difflib
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,8 @@ from typing import Any
 import jsonschema
 
 from headstab.plan.command_line import coerce_scalar_strings
-from headstab.plan.hub_families import REMOTE_CODE_ADVICE, family_dimensions, remote_code
+from headstab.plan.hub_families import family_dimensions, remote_code
+from headstab.plan.layout import check_results_dir
 from headstab.plan.seed_design import grid_refits
 from headstab.plan.spec import (
     ARCHITECTURE_FIELDS,
@@ -24,10 +24,23 @@ from headstab.plan.spec import (
     ArchitectureSpec,
     ConfigError,
 )
-from headstab.plan.yaml_files import YamlFileError, bounded_repr, bounded_text, load_yaml_file
+from headstab.plan.yaml_files import (
+    MAX_EXPANDED_NODES,
+    YamlFileError,
+    bounded_copy,
+    bounded_repr,
+    bounded_text,
+    expanded_values,
+    load_yaml_file,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
+# A config file's top-level key that makes Snakemake evaluate the file's `?if`, `?for` and `?expression` keys and
+# values as Python (YTE templating, snakemake.common.configfile) while reading it.
+TEMPLATING_KEY = "__use_yte__"
+# Refits of one architecture a seed range {first, last} may ask for: 200 times the paper's 50.
+MAX_REFITS = 10_000
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -41,6 +54,13 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {err}") from err
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of keys, got {type(data).__name__}")
+    if TEMPLATING_KEY in data:
+        raise ConfigError(
+            f"config file {path}: key '{TEMPLATING_KEY}' makes Snakemake run the file's Python expressions (YTE "
+            "templating) while it reads the file, before headstab sees it (under snakemake they have run already); "
+            "headstab accepts no config that is code: delete the key and write the values out, and check a config "
+            "from others with `python -m headstab.check FILE` before giving it to snakemake"
+        )
     return data
 
 
@@ -60,23 +80,27 @@ def _with_defaults(validator_class: type) -> type:
 
 
 def _key_path(error: jsonschema.ValidationError) -> str:
-    return ".".join(str(p) for p in error.absolute_path) or "(top level)"
+    return bounded_text(".".join(str(p) for p in error.absolute_path)) or "(top level)"
 
 
 def _describe(error: jsonschema.ValidationError, schema: dict[str, Any]) -> str:
     where = _key_path(error)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = sorted(error.schema.get("properties", {}))
-        extra = sorted(set(error.instance) - set(allowed))
+        extra = sorted(map(str, set(error.instance) - set(allowed)))
+        shown = extra if len(extra) <= 6 else extra[:5]
         hints = []
-        for key in extra:
+        for key in shown:
             close = difflib.get_close_matches(key, allowed, n=1)
-            hints.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+            hints.append(bounded_repr(key) + (f" (did you mean '{close[0]}'?)" if close else ""))
+        if len(shown) < len(extra):
+            hints.append(f"and {len(extra) - len(shown):,} more")
         return f"config key '{where}': unknown key {', '.join(hints)}; allowed keys: {', '.join(allowed)}"
     if error.validator == "oneOf" and error.context:
         # A type mismatch against the other alternatives says little; prefer the alternative that matched in type.
-        informative = [e for e in error.context if e.validator not in ("type", "const")] or list(error.context)
-        best = informative[0]
+        best = error
+        while best.validator == "oneOf" and best.context:  # and down a oneOf inside it (run.seeds: null or seeds)
+            best = ([e for e in best.context if e.validator not in ("type", "const")] or list(best.context))[0]
         expected = error.schema.get("description", "") if isinstance(error.schema, dict) else ""
         hint = f"; expected {expected}" if expected else ""
         return f"config key '{where}': {bounded_repr(error.instance)} is not valid ({bounded_text(best.message)}{hint})"
@@ -90,14 +114,45 @@ def validate_config(config: dict[str, Any], schema_path: str | Path = SCHEMA_PAT
 
     Returns the same dict. Raises ConfigError naming the first bad key and the fix.
     """
+    _check_size(config)
     schema = load_yaml_file(schema_path)
     coerce_scalar_strings(config, schema, schema)
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
-    errors = sorted(validator.iter_errors(config), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
+    # jsonschema prints a bad value whole into its message: validate a copy whose values print bounded
+    errors = sorted(
+        validator.iter_errors(bounded_copy(config)), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path))
+    )
     if errors:
         raise ConfigError(_describe(errors[0], schema))
+    for _ in validator.iter_errors(config):  # valid: this pass fills the defaults into `config` itself
+        pass
     _check_references(config)
     return config
+
+
+def _check_size(config: dict[str, Any]) -> None:
+    """ConfigError naming the key whose value, its aliases expanded, holds more than MAX_EXPANDED_NODES values.
+
+    Snakemake reads `--config` values (and files) keeping an alias's values shared, so 400 bytes can stand for
+    billions of values that validating would walk one by one.
+    """
+    size = expanded_values(config)
+    if size <= MAX_EXPANDED_NODES:
+        return
+    where, value = [], config
+    while isinstance(value, dict) and value:  # down to the deepest key that holds too many
+        sizes = {key: expanded_values(item) for key, item in value.items()}
+        key = max(sizes, key=sizes.__getitem__)
+        if sizes[key] <= MAX_EXPANDED_NODES:
+            break
+        where.append(str(key))
+        size, value = sizes[key], value[key]
+    key = bounded_text(".".join(where)) or "(top level)"
+    raise ConfigError(
+        f"config key '{key}': its value holds {size:,} values once its aliases (*name) are "
+        f"expanded, more than the {MAX_EXPANDED_NODES:,} a headstab configuration may hold "
+        "(headstab.plan.yaml_files.MAX_EXPANDED_NODES); write the values out instead of nesting aliases"
+    )
 
 
 def _closest(name: str, valid: Iterable[str]) -> str:
@@ -105,28 +160,6 @@ def _closest(name: str, valid: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, valid, n=1)
     hint = f" Did you mean '{close[0]}'?" if close else ""
     return f"{hint} Valid names: {', '.join(valid)}"
-
-
-def _check_results_dir(results_dir: str) -> None:
-    """results_dir is inside the working directory, or absolute (on purpose), and is or can be made a directory
-    (no regular file at it or above it)."""
-    path, cwd = Path(results_dir), Path.cwd()
-    inside = Path(os.path.normpath(cwd / path))  # as written: a symlink below the working directory may lead anywhere
-    if not path.is_absolute() and inside != cwd and cwd not in inside.parents:
-        raise ConfigError(
-            f"config key 'results_dir': {bounded_repr(results_dir)} resolves to {bounded_text(str(inside))}, outside "
-            f"the directory snakemake runs in ({cwd}); give a relative path below it, or, to write outside it on "
-            f"purpose, the absolute path (results_dir: {bounded_text(str(inside))})"
-        )
-    for candidate in (path, *path.parents):
-        if candidate.is_dir():
-            return
-        if candidate.exists():
-            where = "is a file" if candidate == path else f"is below {candidate}, which is a file"
-            raise ConfigError(
-                f"config key 'results_dir': {bounded_text(results_dir)} {where}, not a directory; point results_dir at a "
-                "directory (it is created if missing; relative paths start at the directory snakemake runs in)"
-            )
 
 
 def _seeds_key(config: dict[str, Any], name: str) -> str:
@@ -191,11 +224,11 @@ def _check_tokenizers(config: dict[str, Any]) -> None:
             )
         if tokenizer["source"] == "local":
             if (reason := remote_code(tokenizer["path"])) is not None:
-                raise ConfigError(f"config key 'tokenizers.{tok_name}.path': {reason}; {REMOTE_CODE_ADVICE}")
+                raise ConfigError(f"config key 'tokenizers.{tok_name}.path': {reason}")
 
 
 def _check_references(config: dict[str, Any]) -> None:
-    _check_results_dir(config["results_dir"])
+    check_results_dir(config["results_dir"])
     architectures = config["architectures"]
     wanted = config["run"]["architectures"]
     if wanted != "all":
@@ -279,6 +312,12 @@ def _expand_seeds(value: Any, where: str) -> tuple[int, ...]:
     if isinstance(value, dict):
         if value["last"] < value["first"]:
             raise ConfigError(f"config key '{where}': last ({value['last']}) is below first ({value['first']})")
+        count = value["last"] - value["first"] + 1
+        if count > MAX_REFITS:
+            raise ConfigError(
+                f"config key '{where}': {{first: {value['first']}, last: {value['last']}}} asks for {count:,} refits, "
+                f"more than the {MAX_REFITS:,} headstab plans for one architecture (each a model to train); lower last"
+            )
         return tuple(range(value["first"], value["last"] + 1))
     return tuple(int(s) for s in value)
 

@@ -23,13 +23,15 @@ Importable at parse time (no torch, no transformers).
 
 from __future__ import annotations
 
+import codecs
 import json
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from headstab.plan.spec import ConfigError
-from headstab.plan.yaml_files import bounded_repr
+from headstab.plan.yaml_files import bounded_repr, bounded_text
 
 HUB_FAMILY = "hub_family"
 DIMENSIONS = ("n_layers", "n_heads", "d_model", "d_head", "d_mlp", "n_ctx", "d_vocab")
@@ -112,16 +114,39 @@ def source_from_dict(values: dict[str, Any]) -> FamilySource:
     return FamilySource(models)
 
 
+def _model_json(file: Path) -> Any:
+    """The JSON of one of a model's files, read past a leading byte-order mark; ValueError when it is not JSON."""
+    try:
+        return json.loads(file.read_bytes().decode("utf-8-sig"))
+    except RecursionError as error:  # nested deeper than the parser goes
+        raise ValueError(f"{error}") from None
+
+
 def remote_code(directory: str | Path) -> str | None:
-    """Why loading `directory` would run its own Python code ("<file> has key 'auto_map'"), or None."""
+    """Why `directory` cannot be loaded without its own Python code, or be checked for it, with the fix; or None.
+
+    A config.json or tokenizer_config.json with key `auto_map` names classes of the model's own code; one that is
+    not JSON cannot be checked for it. An editor's byte-order mark does not hide the key, and is refused after the
+    check: transformers cannot read a file that starts with one.
+    """
     for name in REMOTE_CODE_FILES:
         file = Path(directory) / name
-        try:
-            data = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # missing or unreadable: from_pretrained fails on it, naming it
+        if not file.is_file():  # from_pretrained fails on a missing config.json, naming it
             continue
+        try:
+            data = _model_json(file)
+        except (OSError, ValueError) as error:
+            return (
+                f"{file} cannot be read as JSON ({bounded_text(str(error))}), so whether it names the model's own "
+                "code (key 'auto_map') cannot be checked; repair the file or fetch the model again"
+            )
         if isinstance(data, dict) and "auto_map" in data:
-            return f"{file} has key 'auto_map' (classes from the model's own Python code)"
+            return f"{file} has key 'auto_map' (classes from the model's own Python code); {REMOTE_CODE_ADVICE}"
+        if file.read_bytes().startswith(codecs.BOM_UTF8):
+            return (
+                f"{file} starts with a UTF-8 byte-order mark, which transformers cannot read; remove it "
+                f"(sed -i '1s/^\\xEF\\xBB\\xBF//' {shlex.quote(str(file))})"
+            )
     return None
 
 
@@ -150,7 +175,7 @@ def _resolve_model(entry: dict[str, Any], seed: int, where: str, default_revisio
     else:
         reason = remote_code(values["path"])
         if reason is not None:
-            raise ConfigError(f"config key '{where}.path' (seed {seed}): {reason}; {REMOTE_CODE_ADVICE}")
+            raise ConfigError(f"config key '{where}.path' (seed {seed}): {reason}")
     return FamilyModel(**values)
 
 
@@ -248,7 +273,16 @@ def family_dimensions(config: dict[str, Any], name: str) -> dict[str, Any]:
             f"config key 'architectures.{name}.models': {config_file} does not exist; point path at a directory "
             "saved with save_pretrained"
         )
-    found = hf_dimensions(json.loads(config_file.read_text()))
+    try:
+        hf_config = _model_json(config_file)
+    except (OSError, ValueError) as error:
+        hf_config = f"({bounded_text(str(error))})"
+    if not isinstance(hf_config, dict):
+        raise ConfigError(
+            f"config key 'architectures.{name}.models': {config_file} is not a JSON object {bounded_repr(hf_config)}; "
+            "point path at a directory saved with save_pretrained, or repair the file"
+        )
+    found = hf_dimensions(hf_config)
     return {key: value for key, value in found.items() if key not in entry}
 
 

@@ -1,15 +1,20 @@
 """Where a run's outputs live, and which rules run a model; importable at parse time (no numpy).
 
 `Layout(config)` gives every path under `results_dir`, so the rules, the scripts and the tests name
-a file one way. slurm/config.yaml imports GPU_RULES (YTE `__definitions__`) to send exactly these rules to
+a file one way; `check_results_dir` refuses a results_dir those paths cannot live under.
+slurm/config.yaml imports GPU_RULES (YTE `__definitions__`) to send exactly these rules to
 HEADSTAB_GPU_PARTITION with the GPU constraint and model; tests/workflow/test_plan.py checks that
 they are exactly the rules whose `resources:` declare `gpu` (workflow/rules/*.smk). A new rule that
 runs a model declares `gpu=MODEL_GPUS` (common.smk) and is added here.
 """
 
+import os
 import re
 from dataclasses import dataclass
-from pathlib import PurePath
+from pathlib import Path, PurePath
+
+from headstab.plan.spec import ConfigError
+from headstab.plan.yaml_files import bounded_repr, bounded_text
 
 # The rules that run a model: training, the activation caches, the validation perplexity of every
 # refit (optimizers.smk, §4.5), the anchor's head ablations (ablation.smk, §4.8), the training
@@ -41,6 +46,48 @@ ANALYSIS_ROOT_RULES = (
     "head_type_scores",
     "head_type_scores_step0",
 )
+
+
+def check_results_dir(results_dir: str) -> None:
+    """ConfigError unless results_dir names a directory other than the file system's root, inside the working
+    directory after symlinks are followed, or absolute (on purpose), that is or can be made a directory (no regular
+    file at it or above it)."""
+    if not results_dir.strip("/ "):  # the rules' paths are f"{results_dir}/data": '' and '/' put them at the root
+        raise ConfigError(
+            f"config key 'results_dir': {bounded_repr(results_dir)} names no directory, so every output would land at "
+            "the root of the file system (/data, /logs, ...); give a directory, e.g. results_dir: results/my_run"
+        )
+    if results_dir.startswith("~"):
+        home = os.path.expanduser(results_dir)
+        written_out = f"results_dir: {home}" if not home.startswith("~") else "its absolute path"
+        raise ConfigError(
+            f"config key 'results_dir': {bounded_repr(results_dir)} starts with '~', which is not expanded: the outputs "
+            f"would land in a directory named '~' below the one snakemake runs in; write the path out ({written_out})"
+        )
+    path, cwd = Path(results_dir), Path.cwd()
+    resolved = Path(os.path.realpath(cwd / path))  # a symlink below the working directory may lead anywhere
+    if not path.is_absolute() and resolved != cwd and cwd not in resolved.parents:
+        through = " (through a symbolic link)" if resolved != Path(os.path.normpath(cwd / path)) else ""
+        raise ConfigError(
+            f"config key 'results_dir': {bounded_repr(results_dir)} resolves to {bounded_text(str(resolved))}{through}, "
+            f"outside the directory snakemake runs in ({cwd}); give a relative path below it, or, to write outside "
+            f"it on purpose, the absolute path (results_dir: {bounded_text(str(resolved))})"
+        )
+    try:
+        for candidate in (path, *path.parents):
+            if candidate.is_dir():
+                return
+            if candidate.exists():
+                where = "is a file" if candidate == path else f"is below {candidate}, which is a file"
+                raise ConfigError(
+                    f"config key 'results_dir': {bounded_text(results_dir)} {where}, not a directory; point results_dir "
+                    "at a directory (it is created if missing; relative paths start at the directory snakemake runs in)"
+                )
+    except OSError as error:  # a name longer than the file system allows, a directory that cannot be read
+        raise ConfigError(
+            f"config key 'results_dir': {bounded_repr(results_dir)} cannot be a directory here ({error.strerror}); "
+            "give a shorter or readable path"
+        ) from None
 
 
 class Layout:

@@ -85,9 +85,14 @@ def load_prompt_file(name: str, path: str | Path) -> dict[str, list[str]]:
         return {name: prompts}
     try:
         data = json.loads(text, object_pairs_hook=_reject_duplicate_keys(path))
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, RecursionError) as error:
+        where = (
+            f"{error.msg} at line {error.lineno}, column {error.colno}"
+            if isinstance(error, json.JSONDecodeError)
+            else "nested deeper than the JSON parser goes"
+        )
         raise ValueError(
-            f"{path}: invalid JSON ({error.msg} at line {error.lineno}, column {error.colno}); "
+            f"{path}: invalid JSON ({where}); "
             "a prompt file is a JSON list of strings, a JSON object of such lists, or a .txt file"
         ) from error
     if isinstance(data, list):

@@ -31,7 +31,6 @@ import torch
 from headstab.fileio import save_torch_atomic, sha256_file, torch_reason, weights_only_refusal, write_json_atomic
 from headstab.plan.hub_families import (
     DIMENSIONS,
-    REMOTE_CODE_ADVICE,
     FamilyModel,
     FamilySource,
     hf_dimensions,
@@ -124,9 +123,7 @@ def save_family_refit(
     model_entry = source.model(seed)
     reason = remote_code(model_dir)  # a hub download is first seen here; a local path may have changed
     if reason is not None:
-        raise FamilyModelError(
-            f"model {model_entry.identity} (seed {seed} of '{spec.name}'): {reason}; {REMOTE_CODE_ADVICE}"
-        )
+        raise FamilyModelError(f"model {model_entry.identity} (seed {seed} of '{spec.name}'): {reason}")
     try:
         model = AutoModelForCausalLM.from_pretrained(
             model_dir, dtype=torch.float32, attn_implementation="eager", trust_remote_code=False

@@ -42,7 +42,9 @@ def architecture_summary(spec: ArchitectureSpec, results_dir: str) -> str:
     kind = "attention-only" if spec.attn_only else f"MLP d_mlp={spec.d_mlp}"
     seed_list = list(spec.seeds)
     numbered = all(isinstance(seed, int) for seed in seed_list)  # a seed grid names its refits "init-data"
-    consecutive = numbered and seed_list == list(range(seed_list[0], seed_list[-1] + 1))
+    # the span first: the range between seeds 1 and 2**40 is never built
+    span = seed_list[-1] - seed_list[0] + 1 if numbered else 0
+    consecutive = span == len(seed_list) and seed_list == list(range(seed_list[0], seed_list[-1] + 1))
     seed_text = f"{seed_list[0]}-{seed_list[-1]}" if consecutive else seed_list
     order = ", one data order shared by all" if spec.data_order == "shared" else ""
     return (
