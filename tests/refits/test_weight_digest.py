@@ -96,3 +96,15 @@ def test_a_digest_round_trips_through_its_dict_and_refuses_another_layout():
         relative_l2(digest, other)
     ints = digest_weights({**random_state(3), "steps": np.arange(4)})  # integer buffers are not weights
     assert ints.sha256 == digest.sha256
+
+
+def test_one_initialisation_stored_at_lower_precision_stays_far_below_same_init_max():
+    import torch
+
+    from headstab.plan.family_audit import SAME_INIT_MAX
+
+    state = random_state(4)
+    half = {name: value.astype(np.float16).astype(np.float32) for name, value in state.items()}
+    brain = {name: torch.from_numpy(value).bfloat16().float().numpy() for name, value in state.items()}
+    assert exact_relative_l2(state, half) < 3e-4 and exact_relative_l2(state, brain) < 2e-3
+    assert max(exact_relative_l2(state, half), exact_relative_l2(state, brain)) < SAME_INIT_MAX / 50

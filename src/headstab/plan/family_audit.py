@@ -32,10 +32,10 @@ from headstab.plan.yaml_files import bounded_repr
 
 AXES = ("both", "init_seed", "data_seed")
 # Independent draws of a GPT-2 or GPT-NeoX initialisation sit at relative L2 ~1.2-1.4 (1.2475 between the
-# decoupled PolyPythias 160M inits); one init stored twice at float16 sits below 1e-3.
+# decoupled PolyPythias 160M inits); one init stored again in float16 or bfloat16 sits below 2e-3.
 SAME_INIT_MAX = 0.1
 # A first optimizer step moves a run 4e-4 (lr 1e-4) to 0.07 (lr 1e-2, no warmup) of the seed-to-seed distance in
-# headstab's own refits, ~1e-5 under Pythia's warmup; a run that starts from another initialisation sits at ~1.0.
+# headstab's own refits; a run that starts from another initialisation sits at ~1.0.
 DESCENT_MAX = 0.5
 # Each threshold's default and its bound: a relative L2 lies in [0, 2]; a descent ratio of 1 is no descent at all.
 _THRESHOLDS = {"same_init_max": (SAME_INIT_MAX, 2.0), "descent_max": (DESCENT_MAX, 1.0)}

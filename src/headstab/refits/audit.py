@@ -236,7 +236,10 @@ def audit_family(
     result.findings += init_findings(result, checkpoints)
     result.reference = seed_to_seed_reference(result, checkpoints)
     if settings.descent_revision is None:
-        result.not_checked.append("descent: audit.revisions lists no first step after the initialisation")
+        result.not_checked.append(
+            "descent: no checkpoint of the first step after the initialisation (the second of audit.revisions; "
+            "for refits trained here, a step-1 snapshot)"
+        )
         return result
     result.findings += descent_findings(result, checkpoints)
     return result
@@ -336,8 +339,11 @@ def command_line_audit(
             for peer in audit_peers(specs, families)[family]
         }
         return audit_family(family, source.audit, model_checkpoints(family, source, spec, scratch), peers)
-    if not source.trained:
-        raise ConfigError(f"'{family}' is neither a hub family nor trained here: the audit reads its own checkpoints")
+    if not source.trained or config["architectures"][family].get("seed_grid"):
+        raise ConfigError(
+            f"'{family}' is neither a hub family nor trained here with one seed per refit (a seed grid's refits "
+            "are audited through its paper architecture): the audit reads its own checkpoints"
+        )
     layout = Layout(config)
     first_step = Path(layout.snapshot_weights(family, 1, spec.seeds[0])).is_file() and 1 in spec.snapshot_steps
     checkpoints, settings = trained_checkpoints(layout, spec, (0, 1) if first_step else (0,))
