@@ -13,9 +13,10 @@ of every seed's checkpoints, in training order: its `audit.revisions`, then the 
   (declared_axis both or init_seed) must start at least `same_init_max` apart, one shared init seed
   (data_seed) closer than that.
 - descent: the descent ratio d(step0 -> first step) / d(seed to seed at step 0) must stay below
-  `descent_max` (the first step: the second of `audit.revisions`). The denominator is the median step-0 distance over pairs of seeds with different
-  initialisations; a family without such a pair (a shared initialisation) uses the distance expected
-  between independent draws of each seed's step-0 weights (weight_digest.independent_draw_distance).
+  `descent_max` (the first step: the second of `audit.revisions`). The denominator is the median step-0
+  distance over pairs of seeds with different initialisations; a family without such a pair (a shared
+  initialisation) uses the distance expected between independent draws of each seed's step-0 weights
+  (weight_digest.independent_draw_distance).
 
 A finding refuses the family with a message naming the family, the checkpoints and the numbers, unless its
 id is in `audit.accept`; a family whose seeds vary another axis than declared is relabelled with
@@ -54,6 +55,8 @@ class AuditRefused(ValueError):
 
 @dataclass(frozen=True)
 class Finding:
+    """One contradiction: its check, the id that `audit.accept` names it by, and the message with its numbers."""
+
     check: str
     id: str
     message: str
@@ -169,7 +172,10 @@ def init_findings(result: AuditResult, family_checkpoints: Sequence[Checkpoint])
                 "seeds differ (declare data_seed if the seeds vary the data order only)"
             )
         else:
-            claim = "they start from different initialisations, but declared_axis data_seed says they share one"
+            claim = (
+                "they start from different initialisations, but declared_axis data_seed says they share one "
+                "(declare init_seed or both if the seeds vary the initialisation)"
+            )
         findings.append(
             Finding(
                 "init",
