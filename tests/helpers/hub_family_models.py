@@ -74,3 +74,60 @@ def hf_layer0_patterns(directory: Path, tokens: Any) -> Any:
     with torch.no_grad():
         out = model(torch.as_tensor(tokens), output_attentions=True)
     return out.attentions[0].numpy()
+
+
+# ---------------------------------------------------------------- families with revisions along training
+def train_run(kind: str, init_seed: int, data_seed: int, vocab_size: int, start: Any = None) -> dict[str, Any]:
+    """One run's state dicts {"step0", "step1", "step4", "final"}: the initialisation of `init_seed` (or the
+    state `start`), then Adam (lr 1e-3) on random tokens of `data_seed`, kept after 1, 4 and 8 steps."""
+    model = hf_model(kind, init_seed, vocab_size)
+    if start is not None:
+        model.load_state_dict(start)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(1000 + data_seed)
+    states = {"step0": _copy(model.state_dict())}
+    for step in range(1, 9):
+        tokens = torch.randint(0, vocab_size, (4, 16), generator=generator)
+        model(tokens, labels=tokens).loss.backward()  # eval mode: no dropout, so a run is one function of its seeds
+        optimizer.step()
+        optimizer.zero_grad()
+        if step in (1, 4, 8):
+            states["final" if step == 8 else f"step{step}"] = _copy(model.state_dict())
+    return states
+
+
+def _copy(state: Any) -> dict[str, Any]:
+    return {name: tensor.detach().clone() for name, tensor in state.items()}
+
+
+def write_revisions(root: Path, kind: str, runs: dict[int, dict[str, Any]], tokenizer: Any) -> str:
+    """Save every run's revisions as `root`/`kind`/seed{s}/{revision}/ (save_pretrained) and return the path
+    template of the family's models, `.../seed{seed}/{revision}`."""
+    for seed, states in runs.items():
+        for revision, state in states.items():
+            model = hf_model(kind, 0, len(tokenizer))
+            model.load_state_dict(state)
+            model.save_pretrained(root / kind / f"seed{seed}" / revision)
+            tokenizer.save_pretrained(root / kind / f"seed{seed}" / revision)
+    return str(root / kind / "seed{seed}" / "{revision}")
+
+
+def audit_config(tmp_path: Path, families: dict[str, dict[str, Any]], seeds: tuple[int, ...] = SEEDS) -> Path:
+    """tests/config/tiny.yaml with hub families from local directories: {name: its entry (models, audit, ...)},
+    every one in the tokenizer saved under `tmp_path`/models/tokenizer. Returns the config file."""
+    import yaml
+
+    from headstab.plan.config import load_yaml
+
+    repo = Path(__file__).resolve().parents[2]
+    config = load_yaml(repo / "tests/config/tiny.yaml")
+    config["results_dir"] = str(tmp_path / "results")
+    config["run"] = {"architectures": list(families), "seeds": None}
+    config["tokenizers"] = {"family_bpe": {"source": "local", "path": str(tmp_path / "models/tokenizer")}}
+    config["corpora"] = {"family_heldout": {**config["corpora"]["tiny_heldout"], "tokenizer": "family_bpe"}}
+    config["architecture_defaults"].update(tokenizer="family_bpe", corpus="family_heldout", seeds=list(seeds))
+    config["architectures"] = {name: {"source": "hub_family", **entry} for name, entry in families.items()}
+    config["analysis"].update(heldout_corpus="family_heldout")
+    path = tmp_path / "families.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path

@@ -45,6 +45,9 @@ def _cases(layout: Layout):
             layout.snapshot_cache_block_record("l2_h8", 0, "seeds1_2"),
             ("cache block record", "cache_snapshot_activations", "", "", "seeds1_2"),
         ),
+        (layout.revision_digest("pythia", 2, "step0"), ("weights digest", "digest_revision", "", "", "step0")),
+        (layout.refit_digest("pythia", 2), ("weights digest", "digest_refit", "", "", "final")),
+        (layout.audit_record("pythia"), ("audit record", "audit_family", "", "", "audit")),
         (layout.corpus_shard("synthetic", "001"), ("token shard", "tokenize_shard", "", "", "shard_001")),
         (layout.corpus_meta("synthetic"), ("corpus meta", "corpus_meta", "", "", "meta")),
         (layout.synthetic_text("synthetic"), ("corpus text", None, "", "", "text")),
@@ -60,7 +63,7 @@ def _cases(layout: Layout):
     ]
 
 
-@pytest.mark.parametrize("index", range(26))
+@pytest.mark.parametrize("index", range(29))
 def test_every_layout_path_parses_back(index):
     layout = Layout(CONFIG)
     path, (kind, rule, scope, arch, name) = _cases(layout)[index]

@@ -256,3 +256,35 @@ def test_dimensions_from_a_config_json_that_is_no_json_object_fail_naming_it(tmp
         assert str(refused.value).startswith(
             f"config key 'architectures.fam.models': {config_file} is not a JSON object"
         )
+
+
+def test_a_local_family_finds_each_audited_revision_through_its_revision_field(tmp_path):
+    for revision in ("step0", "final"):
+        write_family(tmp_path / revision, "gpt2", seeds=(1, 2))
+    template = str(tmp_path / "{revision}/gpt2/seed{seed}")
+    entry = {"revision": "final", "audit": {"revisions": ["step0"], "declared_axis": "init_seed"}}
+    source = family_source(family_config({"path": template}, **entry), "fam", (1, 2))
+    model = source.model(2)
+    assert model.directory == str(tmp_path / "final/gpt2/seed2") and model.identity == model.directory
+    assert model.at("step0").directory == str(tmp_path / "step0/gpt2/seed2") and model.revision_name == "final"
+    assert source.audit.revisions == ("step0",) and source.audit.declared_axis == "init_seed"
+    assert source.local_inputs(2) == [str(tmp_path / "final/gpt2/seed2/config.json")]
+    assert source_from_dict(source.to_dict(seeds=[2])).model(2) == model  # fetch_family's params keep the template
+    with pytest.raises(
+        ConfigError, match=r"audit.revisions': '.*/step1/gpt2/seed1' \(seed 1, revision step1\) is not a directory"
+    ):
+        family_source(family_config({"path": template}, revision="final", audit={"revisions": ["step1"]}), "fam", (1,))
+    with pytest.raises(ConfigError, match=r"has a \{revision\} field; set the analysed revision"):
+        family_source(family_config({"path": template}), "fam", (1,))
+    plain = family_config({"path": str(tmp_path / "final/gpt2/seed{seed}")}, audit={"revisions": ["step0"]})
+    with pytest.raises(ConfigError, match=r"audit.revisions': the path of seed 1, .* has no \{revision\} field"):
+        family_source(plain, "fam", (1,))
+
+
+def test_only_a_hub_family_has_an_audit_entry():
+    from headstab.plan.sources import checkpoint_source
+
+    config = family_config({"id": "org/m{seed}"})
+    config["architectures"]["fam"] = {"source": "train", "audit": {"declared_axis": "both"}}
+    with pytest.raises(ConfigError, match=r"'architectures.fam.audit': only a hub family's checkpoints are audited"):
+        checkpoint_source(config, "fam")

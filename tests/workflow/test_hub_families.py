@@ -9,7 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from helpers.hub_family_models import N_CTX, hf_layer0_patterns, write_family
+from helpers.hub_family_models import (
+    N_CTX,
+    audit_config,
+    build_tokenizer,
+    hf_layer0_patterns,
+    train_run,
+    write_family,
+    write_revisions,
+)
 from helpers.workflow_runs import MODEL_ANALYSIS_TABLES, REPO, job_counts, run_snakemake
 
 from headstab.plan.config import load_yaml, validate_config
@@ -25,8 +33,10 @@ def test_hub_families_config_validates_and_plans_fetches_without_training():
     result = run_snakemake("-n", "--quiet", "rules", "--configfile", "config/hub_families.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout + result.stderr)
-    assert counts.get("fetch_family") == 5 * 9 + 5, counts
+    assert counts.get("fetch_family") == 5 * 9 + 2 * 3 + 5, counts  # PolyPythias, the decoupled 160M runs, CRFM
     assert "train" not in counts and "init_weights" not in counts and "tokenize_shard" not in counts, counts
+    # the provenance audit: step0 and step1 of every Pythia seed, the analysed weights of every seed, one per family
+    assert (counts.get("digest_revision"), counts.get("digest_refit"), counts.get("audit_family")) == (102, 56, 8)
     for rule in ("cache_activations", "pair_similarity", "stability_tables", "weight_norms", "meta_sne"):
         assert counts.get(rule), (rule, counts)
     assert counts.get("optimizer_comparison") == 1, counts  # analysis.optimizer_pairs
@@ -36,7 +46,8 @@ def test_network_inputs_of_the_hub_families_are_the_model_downloads():
     result = run_snakemake("network_inputs", "-n", "--quiet", "rules", "--configfile", "config/hub_families.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout + result.stderr)
-    assert counts.get("fetch_family") == 50 and "cache_activations" not in counts, counts
+    assert counts.get("fetch_family") == 56 and counts.get("digest_revision") == 102, counts
+    assert "cache_activations" not in counts and "audit_family" not in counts, counts
 
 
 def family_config(tmp_path: Path) -> Path:
@@ -100,3 +111,33 @@ def test_the_model_analyses_run_on_tiny_gpt2_and_gpt_neox_families(tmp_path):
             expected = hf_layer0_patterns(tmp_path / f"models/{kind}/seed2", tokens[prompt : prompt + 1, :length])[0]
             np.testing.assert_allclose(patterns[prompt, :, :length, :length], expected, atol=1e-6)
     assert (compare / "tables/perplexity.csv").stat().st_size > 0
+
+
+@pytest.mark.integration
+def test_no_analysis_of_a_family_runs_before_its_provenance_audit_passes(tmp_path):
+    """A local GPT-NeoX family that serves its step0 as step1 (EleutherAI/pythia issue 83) fails its audit naming
+    the revisions, and its caches wait for that audit (test_the_model_analyses_run_... runs families that pass)."""
+    tokenizer = build_tokenizer(tmp_path / "models/tokenizer")
+    runs = {seed: train_run("neox", seed, seed, len(tokenizer)) for seed in SEEDS}
+    copied = {seed: {**run, "step1": run["step0"]} for seed, run in runs.items()}
+    entry = {
+        "models": {"path": write_revisions(tmp_path / "models/copied", "neox", copied, tokenizer), "revision": "final"},
+        "audit": {"revisions": ["step0", "step1"]},
+    }
+    config = audit_config(tmp_path, {"copied": entry}, seeds=SEEDS)
+    cache = str(tmp_path / "results/copied/caches/seed1.h5")
+    plan = run_snakemake(cache, "-n", "--quiet", "rules", "--configfile", str(config))
+    counts = job_counts(plan.stdout + plan.stderr)
+    assert (counts.get("digest_revision"), counts.get("audit_family"), counts.get("cache_activations")) == (4, 1, 1)
+    result = run_snakemake(cache, "--cores", "2", "--configfile", str(config), timeout=900)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    assert "Error in rule audit_family (copied): hub family 'copied' is refused by its provenance audit" in output
+    for seed in SEEDS:
+        assert f"[duplicate:seed{seed}@step0=seed{seed}@step1] seed{seed}@step0 (" in output, output[-3000:]
+    assert (
+        "descent seed1 step0 -> step1: relative L2 0, ratio 0"
+        in (tmp_path / "results/logs/audit_family/copied.log").read_text()
+    )
+    assert not (tmp_path / "results/copied/audit/audit.json").exists()
+    assert not (tmp_path / "results/copied/caches").exists()  # its cache job never started

@@ -30,6 +30,7 @@ rule ablation_perplexity:
     caches were (analysis.weight_processing). Runs the models: a GPU where the run has one."""
     input:
         unpack(lookup(dpath="{arch}", within=ANCHOR_REFITS)),
+        audit=family_audit,
     output:
         table=LAYOUT.table_path("{arch}", "ablation_perplexity"),
     log:

@@ -20,6 +20,7 @@ rule cache_activations:
     set the analyses read them from)."""
     input:
         weights=cache_block_weights,
+        audit=family_audit,
         tokenizer=by_arch("train_inputs", "tokenizer"),
         prompts=PROMPT_FILES,
     output:

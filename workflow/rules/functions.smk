@@ -3,6 +3,7 @@
 # train or cache job.
 # Kept apart from every rule file (snakemake --lint).
 
+from headstab.plan.hub_families import HUB_FAMILY
 from headstab.plan.sources import published_inputs
 
 
@@ -14,6 +15,18 @@ def published_refit_file(wildcards):
 def family_model_files(wildcards):
     """A local model's config.json (an input, so a changed model refetches); a hub model: none."""
     return SOURCES[wildcards.arch].local_inputs(wildcards.seed)
+
+
+def family_revision_files(wildcards):
+    """A local model's config.json at audited revision {revision} (a changed model re-digests); a hub model: none."""
+    model = SOURCES[wildcards.arch].model(wildcards.seed).at(wildcards.revision)
+    return [str(Path(model.directory) / "config.json")] if model.directory is not None else []
+
+
+def family_audit(wildcards):
+    """A hub family's audit record, an input of every rule that reads its weights: no analysis of a family runs
+    before its provenance audit passes (hub_families.smk). Other architectures: none."""
+    return [LAYOUT.audit_record(wildcards.arch)] if SOURCES[wildcards.arch].kind == HUB_FAMILY else []
 
 
 def family_seed_source(wildcards):

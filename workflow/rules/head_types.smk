@@ -60,6 +60,7 @@ rule head_type_scores:
     of {arch} on the probe set: one forward pass per refit, hook_pattern only, stopped after the last block."""
     input:
         weights=by_arch("weights"),
+        audit=family_audit,
         tokenizer=by_arch("train_inputs", "tokenizer"),
     output:
         LAYOUT.table_path("{arch}", "head_type_scores"),

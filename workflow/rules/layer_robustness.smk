@@ -38,6 +38,7 @@ rule layer_drop_swap:
     Runs the models: a GPU where the run has one."""
     input:
         weights=by_arch("weights"),
+        audit=family_audit,
         heldout=lookup(dpath="{arch}", within=HELDOUT_SHARDS),
     output:
         table=LAYOUT.table_path("{arch}", "layer_drop_swap"),

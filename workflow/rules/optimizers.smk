@@ -66,6 +66,7 @@ rule validation_perplexity:
     (analysis.weight_processing). Runs the models: a GPU where the run has one."""
     input:
         weights=by_arch("weights"),
+        audit=family_audit,
         heldout=lookup(dpath="{arch}", within=HELDOUT_SHARDS),
     output:
         table=LAYOUT.table_path("{arch}", "validation_perplexity"),
@@ -96,6 +97,7 @@ rule activation_norms:
     CPU only."""
     input:
         weights=by_arch("weights"),
+        audit=family_audit,
         caches=by_arch("caches"),
     output:
         table=LAYOUT.table_path("{arch}", "activation_norms"),

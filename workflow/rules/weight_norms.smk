@@ -33,6 +33,7 @@ rule weight_norms:
     norms. CPU only."""
     input:
         weights=by_arch("weights"),
+        audit=family_audit,
     output:
         table=LAYOUT.table_path("{arch}", "weight_norms"),
         heads=LAYOUT.table_path("{arch}", "head_weight_norms"),

@@ -26,16 +26,19 @@ from __future__ import annotations
 import codecs
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from headstab.plan.family_audit import AuditSettings, audit_settings
+from headstab.plan.layout import Layout
 from headstab.plan.spec import ConfigError
 from headstab.plan.yaml_files import bounded_repr, bounded_text
 
 HUB_FAMILY = "hub_family"
 DIMENSIONS = ("n_layers", "n_heads", "d_model", "d_head", "d_mlp", "n_ctx", "d_vocab")
 MODEL_KEYS = ("id", "path", "revision")
+REVISION_FIELD = "{revision}"  # in a local path: where each revision's directory differs
 # HF config.json keys of each dimension, per model_type; "*" for any other model_type.
 _HF_KEYS = {
     "gpt2": {"n_layers": "n_layer", "n_heads": "n_head", "d_model": "n_embd", "n_ctx": "n_positions"},
@@ -58,20 +61,40 @@ REMOTE_CODE_ADVICE = (
 
 @dataclass(frozen=True)
 class FamilyModel:
-    """One seed's model: a hub repository `id` at `revision`, or a local `path` (save_pretrained)."""
+    """One seed's model: a hub repository `id` at `revision`, or a local `path` (save_pretrained), whose
+    `{revision}` field, if it has one, names the directory of each revision."""
 
     id: str | None = None
     path: str | None = None
     revision: str | None = None
 
     @property
+    def directory(self) -> str | None:
+        """A local model's directory at its revision."""
+        return None if self.path is None else self.path.replace(REVISION_FIELD, self.revision or "")
+
+    @property
     def location(self) -> str:
         """What from_pretrained reads: the hub id or the local directory."""
-        return str(self.id if self.id is not None else self.path)
+        return str(self.id if self.id is not None else self.directory)
 
     @property
     def identity(self) -> str:
-        return f"{self.id}@{self.revision or 'main'}" if self.id is not None else str(self.path)
+        return f"{self.id}@{self.revision or 'main'}" if self.id is not None else str(self.directory)
+
+    @property
+    def revision_name(self) -> str:
+        """The analysed revision's name: its revision, else main (a hub id) or final (a local directory)."""
+        return self.revision or ("main" if self.id is not None else "final")
+
+    @property
+    def has_revisions(self) -> bool:
+        """Whether other revisions of this model can be found: a hub id, or a path with a {revision} field."""
+        return self.id is not None or REVISION_FIELD in str(self.path)
+
+    def at(self, revision: str) -> FamilyModel:
+        """The same model at another revision."""
+        return replace(self, revision=revision)
 
 
 @dataclass(frozen=True)
@@ -80,6 +103,7 @@ class FamilySource:
 
     models: tuple[tuple[int, FamilyModel], ...]
     kind: str = HUB_FAMILY
+    audit: AuditSettings = field(default=AuditSettings(), compare=False)
 
     trained = False
 
@@ -96,7 +120,7 @@ class FamilySource:
     def local_inputs(self, seed: int | str) -> list[str]:
         """Input files of one fetch_family job: a local model's config.json (a changed model refetches)."""
         model = self.model(seed)
-        return [str(Path(model.path) / "config.json")] if model.path is not None else []
+        return [str(Path(model.directory) / "config.json")] if model.directory is not None else []
 
     def to_dict(self, seeds: list[int] | None = None) -> dict[str, Any]:
         """Plain data (Snakemake params), of every seed or of `seeds` only."""
@@ -150,6 +174,18 @@ def remote_code(directory: str | Path) -> str | None:
     return None
 
 
+def audit_files(layout: Layout, family: str, source: FamilySource) -> list[tuple[int, str, str]]:
+    """(seed, revision, digest file) of every checkpoint the audit of `family` reads, each seed's in training
+    order: audit.revisions (rule digest_revision), then the analysed revision (rule digest_refit, of final.pt)."""
+    files = []
+    for seed, model in source.models:
+        files += [
+            (seed, revision, layout.revision_digest(family, seed, revision)) for revision in source.audit.revisions
+        ]
+        files.append((seed, model.revision_name, layout.refit_digest(family, seed)))
+    return files
+
+
 def _is_template(models: dict[Any, Any]) -> bool:
     return set(map(str, models)) <= set(MODEL_KEYS)
 
@@ -159,24 +195,40 @@ def _resolve_model(entry: dict[str, Any], seed: int, where: str, default_revisio
         raise ConfigError(
             f"config key '{where}': give exactly one of id (a hub repository) or path (a local directory)"
         )
-    try:
-        values = {key: str(entry[key]).format(seed=seed) for key in MODEL_KEYS if entry.get(key) is not None}
+    try:  # a path keeps its {revision} field: each audited revision fills it in
+        values = {
+            key: str(entry[key]).format(seed=seed, revision=REVISION_FIELD)
+            for key in MODEL_KEYS
+            if entry.get(key) is not None
+        }
     except (KeyError, IndexError, ValueError) as error:
         raise ConfigError(
             f"config key '{where}': {bounded_repr(entry)} is not a valid template of {{seed}} ({error!r})"
         ) from error
-    if "id" in values:
-        values.setdefault("revision", default_revision)
-    elif not Path(values["path"]).is_dir():
+    values.setdefault("revision", default_revision)
+    if "path" in values and REVISION_FIELD in values["path"] and values["revision"] is None:
         raise ConfigError(
-            f"config key '{where}.path': {bounded_repr(values['path'])} (seed {seed}) is not a directory; point it at a model "
+            f"config key '{where}.path': {bounded_repr(values['path'])} has a {REVISION_FIELD} field; set the analysed "
+            "revision (the entry's revision, e.g. revision: final)"
+        )
+    model = FamilyModel(**values)
+    if model.path is not None:
+        check_local_model(model, f"{where}.path", seed)
+    return model
+
+
+def check_local_model(model: FamilyModel, where: str, seed: int) -> None:
+    """A local model's directory exists and runs no code of its own; ConfigError naming `where` otherwise."""
+    directory = str(model.directory)
+    which = f"seed {seed}, revision {model.revision}" if REVISION_FIELD in str(model.path) else f"seed {seed}"
+    if not Path(directory).is_dir():
+        raise ConfigError(
+            f"config key '{where}': {bounded_repr(directory)} ({which}) is not a directory; point it at a model "
             "saved with save_pretrained (config.json and its weights), or use id: for a hub repository"
         )
-    else:
-        reason = remote_code(values["path"])
-        if reason is not None:
-            raise ConfigError(f"config key '{where}.path' (seed {seed}): {reason}")
-    return FamilyModel(**values)
+    reason = remote_code(directory)
+    if reason is not None:
+        raise ConfigError(f"config key '{where}' ({which}): {reason}")
 
 
 def family_source(config: dict[str, Any], name: str, seeds: tuple[int, ...]) -> FamilySource:
@@ -212,7 +264,24 @@ def family_source(config: dict[str, Any], name: str, seeds: tuple[int, ...]) -> 
                 "(add them, or select fewer seeds with the entry's seeds or run.seeds)"
             )
         resolved = {seed: _resolve_model(per_seed[seed], seed, f"{where}.{seed}", revision) for seed in seeds}
-    return FamilySource(tuple(resolved.items()))
+    return FamilySource(tuple(resolved.items()), audit=_family_audit(config, name, resolved))
+
+
+def _family_audit(config: dict[str, Any], name: str, models: dict[int, FamilyModel]) -> AuditSettings:
+    """The family's audit settings; every audited revision of a local model must be a directory."""
+    settings = audit_settings(config, name, tuple(model.revision_name for model in models.values()))
+    for seed, model in models.items():
+        if settings.revisions and not model.has_revisions:
+            raise ConfigError(
+                f"config key 'architectures.{name}.audit.revisions': the path of seed {seed}, "
+                f"{bounded_repr(model.path)}, has no {REVISION_FIELD} field, so revisions "
+                f"{bounded_repr(list(settings.revisions))} cannot be found; put it in the path "
+                "(e.g. /data/run/seed{seed}/{revision}) or list no revisions"
+            )
+        if model.path is not None:
+            for revision in settings.revisions:
+                check_local_model(model.at(revision), f"architectures.{name}.audit.revisions", seed)
+    return settings
 
 
 def hf_dimensions(hf_config: dict[str, Any]) -> dict[str, Any]:
@@ -266,7 +335,10 @@ def family_dimensions(config: dict[str, Any], name: str) -> dict[str, Any]:
     if all(key in entry for key in DIMENSIONS):
         return {}
     seed = next(iter(models)) if not _is_template(models) else None
-    path = Path(str(first["path"]).format(seed=seed if seed is not None else _first_seed(config, name)))
+    revision = first.get("revision", merged.get("revision")) or ""
+    path = Path(
+        str(first["path"]).format(seed=seed if seed is not None else _first_seed(config, name), revision=revision)
+    )
     config_file = path / "config.json"
     if not config_file.is_file():
         raise ConfigError(

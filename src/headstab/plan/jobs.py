@@ -268,7 +268,8 @@ def published_targets(
 def network_targets(config: Mapping[str, Any], specs: Mapping[str, ArchitectureSpec], layout: Layout) -> list[str]:
     """Outputs of every job of this run that downloads from the Hugging Face hub: hub tokenizers (and
     tokenizers trained on a hub corpus), hub corpora's metas, wikitext-2 when analysis.heldout_corpus is
-    null, the published refits of source published and the hub models of source hub_family."""
+    null, the published refits of source published and the hub models of source hub_family (with the
+    digests of their audited revisions)."""
     tokenizers, corpora, run = config["tokenizers"], config["corpora"], run_corpora(config, specs)
     used = {spec.tokenizer for spec in specs.values()} | {corpora[name]["tokenizer"] for name in run}
     targets = [
@@ -281,11 +282,15 @@ def network_targets(config: Mapping[str, Any], specs: Mapping[str, ArchitectureS
     if config["analysis"]["heldout_corpus"] is None:  # wikitext-2 from the hub, once per tokenizer
         targets += sorted({shard for shards in heldout_shards(config, specs, layout).values() for shard in shards})
     families = [
-        layout.final_weights(arch, seed)
+        path
         for arch, spec in specs.items()
         for source in [checkpoint_source(config, arch)]
         if source.kind == HUB_FAMILY
         for seed in spec.seeds
         if source.model(seed).id is not None
+        for path in [
+            layout.final_weights(arch, seed),
+            *(layout.revision_digest(arch, seed, revision) for revision in source.audit.revisions),
+        ]
     ]
     return targets + published_targets(config, specs, layout, (PUBLISHED,)) + families

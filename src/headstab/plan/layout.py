@@ -167,6 +167,19 @@ class Layout:
         names = ("final.pt", "train_log.csv", "meta.json")
         return [self.checkpoint_file(arch, seed, name) for seed in seeds for name in names]
 
+    # -- provenance audit of a hub family (headstab.refits.audit)
+    def refit_digest(self, arch: str, seed: int | str) -> str:
+        """The weights digest of a fetched refit's final.pt (its analysed revision)."""
+        return f"{self.results}/{arch}/audit/seed{seed}/final.digest.json"
+
+    def revision_digest(self, arch: str, seed: int | str, revision: str) -> str:
+        """The weights digest of one audited revision of a family's seed (before the analysed one)."""
+        return f"{self.results}/{arch}/audit/seed{seed}/revisions/{revision}.digest.json"
+
+    def audit_record(self, arch: str) -> str:
+        """Written once the family's audit passes: every analysis of the family reads it."""
+        return f"{self.results}/{arch}/audit/audit.json"
+
     def cache_path(self, arch: str, seed: int | str) -> str:
         return f"{self.results}/{arch}/caches/seed{seed}.h5"
 
@@ -273,6 +286,9 @@ _FILES = (
     # a trained refit's outputs, linked from its training directory once its block of refits is trained
     (r"/checkpoints/seed[^/]+/(final\.pt|meta\.json|train_log\.csv)$", "checkpoint", "publish_refit"),
     (r"/checkpoints/blocks/[^/]+\.json$", "train block record", "train"),
+    (r"/audit/seed[^/]+/revisions/[^/]+\.digest\.json$", "weights digest", "digest_revision"),
+    (r"/audit/seed[^/]+/final\.digest\.json$", "weights digest", "digest_refit"),
+    (r"/audit/audit\.json$", "audit record", "audit_family"),
     (r"/caches/blocks/[^/]+/seed[^/]+\.h5$", "activation cache", "cache_activations"),
     (r"/caches/blocks/[^/]+\.json$", "cache block record", "cache_activations"),
     (r"/caches/seed[^/]+\.h5$", "activation cache", "publish_cache"),

@@ -91,10 +91,15 @@ def checkpoint_source(config: dict[str, Any], name: str) -> CheckpointSource | F
     merged = {**config["architecture_defaults"], **config["architectures"][name]}
     kind = merged.get("source", TRAIN)
     where = f"architectures.{name}"
-    if kind == TRAIN:
-        return CheckpointSource()
     if kind == HUB_FAMILY:
         return family_source(config, name, architecture_spec(config, name).seeds)
+    if "audit" in config["architectures"][name]:
+        raise ConfigError(
+            f"config key '{where}.audit': only a hub family's checkpoints are audited by the workflow (source "
+            f"{kind}); remove the key (refits trained here: python -m headstab.refits.audit {name})"
+        )
+    if kind == TRAIN:
+        return CheckpointSource()
     refit_file = merged.get("refit_file")
     if refit_file is not None:
         unknown = _template_fields(refit_file, f"{where}.refit_file") - set(TEMPLATE_FIELDS)

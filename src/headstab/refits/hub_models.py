@@ -103,6 +103,26 @@ def _refused_weights(error: BaseException, model_dir: Path, where: str) -> Famil
     )
 
 
+def load_hf_model(model_dir: str | Path, where: str) -> Any:
+    """The causal LM saved in `model_dir` (float32, eager attention), never running code of its own: a config
+    with an `auto_map` is refused, trust_remote_code=False, pickled weights read with weights_only=True.
+    FamilyModelError naming `where` (the model, its seed and family) otherwise."""
+    from transformers import AutoModelForCausalLM
+
+    model_dir = Path(model_dir)
+    reason = remote_code(model_dir)  # a hub download is first seen here; a local path may have changed
+    if reason is not None:
+        raise FamilyModelError(f"{where}: {reason}")
+    try:
+        return AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=torch.float32, attn_implementation="eager", trust_remote_code=False
+        )
+    except pickle.UnpicklingError as error:  # transformers reads .bin weights with torch.load(weights_only=True)
+        raise _refused_weights(error, model_dir, where) from error
+    except (OSError, ValueError) as error:
+        raise FamilyModelError(f"{where} cannot be loaded with transformers from {model_dir}: {error}") from error
+
+
 def save_family_refit(
     model_dir: str | Path,
     spec: ArchitectureSpec,
@@ -117,27 +137,16 @@ def save_family_refit(
     Checks the config's dimensions against `spec` and the tokenizer against the configured one
     (`tokenizer_dir`). Returns the meta.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     model_entry = source.model(seed)
-    reason = remote_code(model_dir)  # a hub download is first seen here; a local path may have changed
-    if reason is not None:
-        raise FamilyModelError(f"model {model_entry.identity} (seed {seed} of '{spec.name}'): {reason}")
+    where = f"model {model_entry.identity} (seed {seed} of '{spec.name}')"
+    model = load_hf_model(model_dir, where)
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=torch.float32, attn_implementation="eager", trust_remote_code=False
-        )
         tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
-    except pickle.UnpicklingError as error:  # transformers reads .bin weights with torch.load(weights_only=True)
-        raise _refused_weights(
-            error, model_dir, f"model {model_entry.identity} (seed {seed} of '{spec.name}')"
-        ) from error
     except (OSError, ValueError) as error:
-        raise FamilyModelError(
-            f"model {model_entry.identity} (seed {seed} of '{spec.name}') cannot be loaded with transformers from "
-            f"{model_dir}: {error}"
-        ) from error
+        raise FamilyModelError(f"{where} cannot be loaded with transformers from {model_dir}: {error}") from error
     check_dimensions(model.config.to_dict(), spec, model_entry.identity)
     _check_tokenizer(tokenizer, tokenizer_dir, model_entry.identity)
     weights = out_dir / "final.pt"
@@ -172,8 +181,8 @@ def fetch_family_refit(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model = source.model(seed)
-    if model.path is not None:
-        return save_family_refit(model.path, spec, seed, source, tokenizer_dir, out_dir, environment)
+    if model.directory is not None:
+        return save_family_refit(model.directory, spec, seed, source, tokenizer_dir, out_dir, environment)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".download_") as download_dir:
         local = download_family_model(model, Path(download_dir))
         return save_family_refit(local, spec, seed, source, tokenizer_dir, out_dir, environment)
