@@ -59,6 +59,29 @@ def test_training_is_deterministic(tmp_path, trained_dir):
     assert sha256_file(tmp_path / "again" / "tokenizer.json") == sha256_file(trained_dir / "tokenizer.json")
 
 
+def test_a_tokenizer_rebuilt_at_another_time_on_another_host_writes_the_same_meta_json(tmp_path, monkeypatch):
+    """meta.json is an input of every shard, cache and train job: a byte-identical rebuild must leave it
+    byte-identical (Snakemake then reruns nothing), whenever and wherever the job ran."""
+    import itertools
+    import shutil
+
+    from headstab.refits import tokenizer as module
+
+    builds = itertools.count()
+    monkeypatch.setattr(module, "environment_record", lambda: {"host": f"node{next(builds)}", "created": "now"})
+    out, origin = tmp_path / "bpe", {"source": "train", "corpus": "synthetic", "vocab_size": 400}
+    documents = list(generate_synthetic_documents(seed=3, n_documents=300))
+    train_bpe_tokenizer(documents, vocab_size=400, out_dir=out)
+    write_tokenizer_meta(out, origin)
+    first, first_environment = (out / "meta.json").read_bytes(), (out / "environment.json").read_text()
+    shutil.rmtree(out)  # the repair advice: rm -rf the directory, then build it again
+    train_bpe_tokenizer(documents, vocab_size=400, out_dir=out)
+    write_tokenizer_meta(out, origin)
+    assert (out / "meta.json").read_bytes() == first
+    assert json.loads(first_environment)["host"] == "node0"
+    assert json.loads((out / "environment.json").read_text())["host"] == "node1"
+
+
 def test_vocab_size_below_byte_alphabet_is_rejected(tmp_path):
     with pytest.raises(TokenizerError, match="vocab_size 200"):
         train_bpe_tokenizer(["abc"], vocab_size=200, out_dir=tmp_path / "small")
@@ -74,7 +97,8 @@ def test_identity_records_origin_vocab_special_tokens_and_sha256(trained_dir, tm
     assert on_disk["eos_token_id"] == on_disk["bos_token_id"] == 0
     assert on_disk["special_tokens"] == [ENDOFTEXT]
     assert on_disk["origin"] == {"source": "train", "corpus": "synthetic", "vocab_size": 400}
-    assert "packages" in on_disk["environment"]
+    assert "environment" not in on_disk  # beside it: environment.json
+    assert "packages" in json.loads((trained_dir / "environment.json").read_text())
     # Without an explicit origin, identity reads it back from meta.json.
     assert tokenizer_identity(trained_dir)["origin"]["source"] == "train"
 

@@ -4,7 +4,8 @@ Everything downstream (shards, TransformerLens models, prompt caches) loads a to
 directory, never from an in-memory `tokenizer_object`: TransformerLens fails on the latter, and a
 directory is what a checkpoint's metadata can point at. Each directory built by the workflow holds a
 `meta.json` (written last, the rules' sentinel) with the tokenizer's identity: where it came from,
-vocabulary size, special tokens, BOS/EOS ids and the sha256 of tokenizer.json.
+vocabulary size, special tokens, BOS/EOS ids and the sha256 of tokenizer.json; and `environment.json`, the
+environment of the job that built it (kept out of meta.json, whose bytes must not change with time or host).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from headstab.fileio import read_json, sha256_file, write_json_atomic
-from headstab.provenance.records import environment_record
+from headstab.provenance.records import ENVIRONMENT_FILE, environment_record
 
 log = logging.getLogger(__name__)
 
@@ -231,9 +232,12 @@ def _identity(directory: Path, tokenizer: Any, origin: dict[str, Any]) -> dict[s
 
 
 def write_tokenizer_meta(directory: str | Path, origin: dict[str, Any]) -> dict[str, Any]:
-    """Write `meta.json` (identity + environment) into a tokenizer directory just built; returns it."""
+    """Write `meta.json` (the identity) into a tokenizer directory just built, after `environment.json` (who
+    built it, where, when); returns the identity. meta.json holds content only: the same tokenizer rebuilt
+    gives the same bytes, so Snakemake (which compares an input's checksum when its date changed) reruns
+    nothing downstream."""
     directory = Path(directory)
     meta = _identity(directory, _from_pretrained(directory), origin)
-    meta["environment"] = environment_record()
+    write_json_atomic(directory / ENVIRONMENT_FILE, environment_record())
     write_json_atomic(directory / "meta.json", meta)
     return meta
