@@ -472,6 +472,20 @@ def test_a_tokenizer_and_corpus_rebuilt_as_the_repair_advice_says_retrain_nothin
     assert (checkpoint / "final.pt").read_bytes() == weights
 
 
+def test_stability_tables_refuse_a_step0_prompt_group_file_of_other_prompts(tiny_run: Path, tmp_path: Path) -> None:
+    """The step-0 baseline is compared prompt group by prompt group: len10's step-0 file where len5's belongs (the
+    same number of prompts, other prompts) used to change the tables without a word."""
+    results = copy_run(tiny_run, tmp_path)
+    step0, trained = results / RERUN / "snapshots/step0/similarity", results / RERUN / "similarity"
+    shutil.copy2(step0 / "len10.groups.h5", step0 / "len5.groups.h5")
+    table = results / RERUN / "tables/head_stability.csv"
+    result = snakemake(results, str(table), "--forcerun", "stability_tables", "--cores", "1")
+    assert result.returncode != 0 and planned_rules(result.stdout + result.stderr) == {"stability_tables"}
+    log = (results / f"logs/stability_tables/{RERUN}.log").read_text()
+    assert f"{trained / 'len5.groups.h5'} (prompt_tokens_sha256 " in log, log[-2000:]
+    assert f"and {step0 / 'len5.groups.h5'} (" in log and "were computed on other prompts of prompt set 'len5'" in log
+
+
 @pytest.mark.parametrize(
     ("published", "rule"), [("checkpoints/seed2/final.pt", "publish_refit"), ("caches/seed2.h5", "publish_cache")]
 )
