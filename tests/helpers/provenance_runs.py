@@ -10,8 +10,9 @@ import numpy as np
 from headstab.fileio import sha256_file, write_json_atomic
 
 
-def fake_run(root: Path) -> Path:
-    """A corpus with two shards and one checkpoint that records it, as the workflow writes them."""
+def fake_run(root: Path, tokenizer: bool = False) -> Path:
+    """A corpus with two shards and one checkpoint that records it, as the workflow writes them; with `tokenizer`,
+    the corpus records the tokenizer it was made with (tokenizers/toy_bpe: a tokenizer.json and its meta.json)."""
     data = root / "data" / "toy"
     data.mkdir(parents=True)
     shards = []
@@ -20,7 +21,15 @@ def fake_run(root: Path) -> Path:
         np.save(shard, np.arange(10, dtype=np.uint16) + index)
         shards.append({"file": shard.name, "n_tokens": 10, "sha256": sha256_file(shard)})
     corpus_meta = data / "meta.json"
-    write_json_atomic(corpus_meta, {"corpus": "toy", "n_tokens": 20, "shards": shards})
+    corpus: dict = {"corpus": "toy", "n_tokens": 20, "shards": shards}
+    if tokenizer:
+        directory = root / "tokenizers" / "toy_bpe"
+        directory.mkdir(parents=True)
+        (directory / "tokenizer.json").write_text('{"model": {"vocab": {"a": 0, "b": 1}}}')
+        identity = {"path": str(directory), "tokenizer_json_sha256": sha256_file(directory / "tokenizer.json")}
+        write_json_atomic(directory / "meta.json", identity)
+        corpus["tokenizer"] = identity
+    write_json_atomic(corpus_meta, corpus)
     checkpoint = root / "l2_h4" / "checkpoints" / "seed1"
     checkpoint.mkdir(parents=True)
     (checkpoint / "final.pt").write_bytes(b"weights")

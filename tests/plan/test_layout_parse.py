@@ -74,3 +74,12 @@ def test_every_layout_path_parses_back(index):
 
 def test_a_file_the_workflow_does_not_write_parses_to_none():
     assert Layout.parse("res/run/notes.txt") is None and file_kind("res/run/notes.txt") is None
+
+
+def test_the_environment_json_beside_a_corpus_or_tokenizer_meta_is_a_build_environment():
+    """Written beside the meta.json (which holds content only) by the job that built it."""
+    layout = Layout(CONFIG)
+    corpus = layout.corpus_meta("synthetic").replace("meta.json", "environment.json")
+    tokenizer = layout.tokenizer_meta("bpe").replace("meta.json", "environment.json")
+    assert (file_kind(corpus), writer_rule(corpus)) == ("build environment", "corpus_meta")
+    assert (file_kind(tokenizer), writer_rule(tokenizer)) == ("build environment", None)

@@ -191,6 +191,82 @@ def test_a_bad_byte_after_a_byte_order_mark_is_named_at_its_offset_in_the_file(t
         load_prompt_file("x", path)
 
 
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85"])
+def test_a_text_file_splits_prompts_at_line_feeds_only(tmp_path, separator):
+    """str.splitlines also breaks at these characters, which would cut one line into two prompts."""
+    path = tmp_path / "mine.txt"
+    path.write_text(f"first half{separator}second half\r\nnext line\n", encoding="utf-8")
+    assert load_prompt_file("x", path) == {"x": [f"first half{separator}second half", "next line"]}
+
+
+def test_a_carriage_return_without_a_line_feed_is_refused_naming_the_line(tmp_path):
+    path = tmp_path / "mac.txt"
+    path.write_bytes(b"first prompt\nsecond prompt\rthird prompt\n")
+    with pytest.raises(ValueError) as error:
+        load_prompt_file("x", path)
+    assert str(error.value).startswith(f"{path}: line 2 has a carriage return without a line feed")
+    assert "save the file with \\n line endings" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "where", "position"),
+    [
+        (b"\xef\xbb\xbf\xef\xbb\xbfHello world.\nSecond prompt\n", "line 1", 0),  # two leading byte-order marks
+        (b"\xef\xbb\xbfHello world.\n\xef\xbb\xbfSecond prompt\n", "line 2", 0),  # two such files concatenated
+        (b"Hello\xef\xbb\xbf world.\n", "line 1", 5),
+    ],
+)
+def test_a_byte_order_mark_inside_a_text_file_is_refused_naming_the_file_and_line(tmp_path, content, where, position):
+    path = tmp_path / "marks.txt"
+    path.write_bytes(content)
+    with pytest.raises(ValueError) as error:
+        load_prompt_file("x", path)
+    assert str(error.value).startswith(f"{path}: {where} has U+FEFF (a byte-order mark) at character {position}")
+    assert "remove it" in str(error.value)
+
+
+def test_a_byte_order_mark_inside_a_json_prompt_is_refused_naming_the_file_and_prompt(tmp_path):
+    path = tmp_path / "marks.json"
+    path.write_text('{"5": ["fine"], "10": ["ok", "\\ufeffHello"]}', encoding="utf-8")
+    with pytest.raises(ValueError) as error:
+        load_prompt_file("len", path)
+    assert str(error.value).startswith(f"{path}: member '10'[1] has U+FEFF (a byte-order mark) at character 0")
+
+
+def test_a_lone_surrogate_in_a_json_prompt_is_refused_naming_the_file_and_prompt(tmp_path):
+    path = tmp_path / "surrogate.json"
+    path.write_text('["fine", "half of a pair: \\ud83d here"]', encoding="utf-8")
+    with pytest.raises(ValueError) as error:
+        load_prompt_file("x", path)
+    message = str(error.value)
+    assert message.startswith(f"{path}: the top-level list[1] has a lone surrogate U+D83D at character 16")
+    assert "escape" in message
+    path.write_text('["a whole pair: \\ud83d\\ude00"]', encoding="utf-8")  # one character, U+1F600
+    assert load_prompt_file("x", path) == {"x": ["a whole pair: \U0001f600"]}
+
+
+@pytest.mark.parametrize("member", ["\u00b2", "\u0663", "\uff15", "\u00bd", "-\u00b2"])
+def test_a_member_of_number_like_characters_other_than_0_to_9_is_refused_naming_the_file(tmp_path, member):
+    """'²'.isdigit() is True but int('²') fails; '٣' would make a set name no ASCII reader expects."""
+    path = tmp_path / "lengths.json"
+    path.write_text(json.dumps({"5": ["a b"], member: ["c d"]}), encoding="utf-8")
+    with pytest.raises(ValueError) as error:
+        load_prompt_file("len", path)
+    assert str(error.value).startswith(f"{path}: member {member!r} reads as a number but is not written with 0-9")
+
+
+@pytest.mark.parametrize(
+    ("escaped", "member", "what"),
+    [("\\ud800x", "\ud800x", "a lone surrogate U+D800"), ("\\ufeff5", "\ufeff5", "U+FEFF (a byte-order mark)")],
+)
+def test_a_lone_surrogate_or_byte_order_mark_in_a_member_name_is_refused(tmp_path, escaped, member, what):
+    path = tmp_path / "names.json"
+    path.write_text(f'{{"{escaped}": ["a b"]}}', encoding="utf-8")
+    with pytest.raises(ValueError) as error:
+        load_prompt_file("len", path)
+    assert str(error.value).startswith(f"{path}: member name {member!r} has {what} at character 0")
+
+
 def test_missing_file_and_empty_text_file_fail_naming_the_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.json"):
         load_prompt_sets({"x": tmp_path / "nope.json"})

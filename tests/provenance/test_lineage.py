@@ -35,6 +35,24 @@ def test_a_changed_shard_is_reported_as_a_mismatch(tmp_path, capsys):
     assert "[sha256 mismatch]" in capsys.readouterr().out
 
 
+def test_verify_catches_a_tokenizer_changed_after_the_corpus_was_made_with_it(tmp_path, capsys):
+    """Checked against the corpus meta's record, not only the tokenizer's own meta.json: an edit that rewrote
+    both still differs from what the shards were made with."""
+    weights = fake_run(tmp_path, tokenizer=True)
+    tokenizer = tmp_path / "tokenizers/toy_bpe"
+    chain = trace(weights, verify=True)
+    node = chain.inputs[0].inputs[-1]
+    assert (node.kind, node.path, node.status) == ("tokenizer", str(tokenizer / "tokenizer.json"), "ok")
+    (tokenizer / "tokenizer.json").write_text('{"model": {"vocab": {"a": 1, "b": 0}}}')
+    write_json_atomic(tokenizer / "meta.json", {"tokenizer_json_sha256": sha256_file(tokenizer / "tokenizer.json")})
+    assert main([str(tokenizer / "meta.json"), "--verify"]) == 0  # consistent in itself
+    capsys.readouterr()
+    assert main([str(weights), "--verify"]) == 1
+    assert f"<- tokenizer: {tokenizer / 'tokenizer.json'}  [sha256 mismatch]  (recorded_by=corpus meta)" in (
+        capsys.readouterr().out
+    )
+
+
 def test_without_verify_hashes_are_listed_not_recomputed(tmp_path):
     weights = fake_run(tmp_path)
     np.save(tmp_path / "data/toy/shard_001.npy", np.zeros(10, dtype=np.uint16))
@@ -50,7 +68,7 @@ def built_run(tmp_path, tiny_spec):
     from headstab.similarity.pairs import pair_similarity_from_caches, write_pair_similarity
     from headstab.similarity.prompt_groups import GroupedSimilarity, write_grouped_similarity
 
-    weights = fake_run(tmp_path)  # corpus, shards and checkpoint meta.json
+    weights = fake_run(tmp_path, tokenizer=True)  # tokenizer, corpus, shards and checkpoint meta.json
     spec = tiny_spec()
     model = build_model(spec, seed=1)
     save_weights(model, weights)
@@ -70,6 +88,7 @@ def built_run(tmp_path, tiny_spec):
             "seed": 1,
             "checkpoint": str(weights),
             "checkpoint_sha256": sha256_file(weights),
+            "tokenizer_identity": read_json(tmp_path / "data/toy/meta.json")["tokenizer"],
         },
     )
     similarity = arch / "similarity" / "primary.h5"
@@ -92,6 +111,17 @@ def built_run(tmp_path, tiny_spec):
 def test_verify_passes_a_sound_run(built_run):
     for path in built_run.values():
         assert main([str(path), "--verify"]) == 0, path
+
+
+def test_verify_of_every_output_catches_a_tokenizer_edited_after_the_caches_were_made(built_run, capsys):
+    """A valid edit (two ids traded) left the tokenizer loadable: the cache's and the corpus's records catch it."""
+    tokenizer_json = built_run["checkpoint"].parents[3] / "tokenizers/toy_bpe/tokenizer.json"
+    tokenizer_json.write_text('{"model": {"vocab": {"a": 1, "b": 0}}}')
+    for name in ("cache", "similarity", "groups", "table"):
+        assert main([str(built_run[name]), "--verify"]) == 1, name
+        out = capsys.readouterr().out
+        for recorded_by in ("activation cache", "corpus meta"):
+            assert f"tokenizer: {tokenizer_json}  [sha256 mismatch]  (recorded_by={recorded_by})" in out, name
 
 
 def test_verify_catches_a_flipped_byte_in_a_cache_dataset(built_run, capsys):

@@ -59,6 +59,29 @@ def test_training_is_deterministic(tmp_path, trained_dir):
     assert sha256_file(tmp_path / "again" / "tokenizer.json") == sha256_file(trained_dir / "tokenizer.json")
 
 
+def test_a_tokenizer_rebuilt_at_another_time_on_another_host_writes_the_same_meta_json(tmp_path, monkeypatch):
+    """meta.json is an input of every shard, cache and train job: a byte-identical rebuild must leave it
+    byte-identical (Snakemake then reruns nothing), whenever and wherever the job ran."""
+    import itertools
+    import shutil
+
+    from headstab.refits import tokenizer as module
+
+    builds = itertools.count()
+    monkeypatch.setattr(module, "environment_record", lambda: {"host": f"node{next(builds)}", "created": "now"})
+    out, origin = tmp_path / "bpe", {"source": "train", "corpus": "synthetic", "vocab_size": 400}
+    documents = list(generate_synthetic_documents(seed=3, n_documents=300))
+    train_bpe_tokenizer(documents, vocab_size=400, out_dir=out)
+    write_tokenizer_meta(out, origin)
+    first, first_environment = (out / "meta.json").read_bytes(), (out / "environment.json").read_text()
+    shutil.rmtree(out)  # the repair advice: rm -rf the directory, then build it again
+    train_bpe_tokenizer(documents, vocab_size=400, out_dir=out)
+    write_tokenizer_meta(out, origin)
+    assert (out / "meta.json").read_bytes() == first
+    assert json.loads(first_environment)["host"] == "node0"
+    assert json.loads((out / "environment.json").read_text())["host"] == "node1"
+
+
 def test_vocab_size_below_byte_alphabet_is_rejected(tmp_path):
     with pytest.raises(TokenizerError, match="vocab_size 200"):
         train_bpe_tokenizer(["abc"], vocab_size=200, out_dir=tmp_path / "small")
@@ -74,7 +97,8 @@ def test_identity_records_origin_vocab_special_tokens_and_sha256(trained_dir, tm
     assert on_disk["eos_token_id"] == on_disk["bos_token_id"] == 0
     assert on_disk["special_tokens"] == [ENDOFTEXT]
     assert on_disk["origin"] == {"source": "train", "corpus": "synthetic", "vocab_size": 400}
-    assert "packages" in on_disk["environment"]
+    assert "environment" not in on_disk  # beside it: environment.json
+    assert "packages" in json.loads((trained_dir / "environment.json").read_text())
     # Without an explicit origin, identity reads it back from meta.json.
     assert tokenizer_identity(trained_dir)["origin"]["source"] == "train"
 
@@ -171,3 +195,94 @@ def test_word_tokenizer_refuses_more_words_than_vocab_size_leaves(tmp_path):
 
     with pytest.raises(TokenizerError, match="the corpus has 4 distinct words, more than the 3 that vocab_size 4"):
         train_word_tokenizer(["a b c d"], vocab_size=4, out_dir=tmp_path / "words")
+
+
+# ---------------------------------------------------------------- a tokenizer changed after the workflow built it
+def _built_copy(trained_dir, destination):
+    """A copy of the trained tokenizer with the meta.json the workflow writes."""
+    import shutil
+
+    shutil.copytree(trained_dir, destination, ignore=shutil.ignore_patterns("meta.json", "environment.json"))
+    write_tokenizer_meta(destination, {"source": "train", "corpus": "synthetic", "vocab_size": 400})
+    return destination
+
+
+def _swap_ids(tokenizer_json, first: str, second: str) -> None:
+    """A valid edit: two tokens trade ids, so the file still loads but encodes text otherwise."""
+    data = json.loads(tokenizer_json.read_text())
+    vocab = data["model"]["vocab"]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    tokenizer_json.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("reader", [load_tokenizer, tokenizer_identity])
+def test_a_tokenizer_json_edited_after_the_workflow_built_it_is_refused_naming_both_digests(
+    trained_dir, tmp_path, reader
+):
+    from transformers import AutoTokenizer
+
+    directory = _built_copy(trained_dir, tmp_path / "tokenizers" / "bpe")
+    recorded = sha256_file(directory / "tokenizer.json")
+    before = load_tokenizer(directory)("ab", add_special_tokens=False)["input_ids"]
+    _swap_ids(directory / "tokenizer.json", "a", "b")
+    actual = sha256_file(directory / "tokenizer.json")
+    # the edit is valid: AutoTokenizer alone loads it and encodes the same text otherwise
+    edited = AutoTokenizer.from_pretrained(str(directory))("ab", add_special_tokens=False)["input_ids"]
+    assert edited != before and actual != recorded
+    with pytest.raises(TokenizerError) as error:
+        reader(directory)
+    message = str(error.value)
+    assert message.startswith(
+        f"tokenizer file {directory / 'tokenizer.json'} has sha256 {actual}, but {directory / 'meta.json'} records "
+        f"sha256 {recorded}: it changed after the workflow built it"
+    )
+    assert f"rm -rf {directory} && snakemake {directory / 'meta.json'}" in message and "source: local" in message
+
+
+def test_a_missing_tokenizer_json_that_meta_json_records_is_refused(trained_dir, tmp_path):
+    directory = _built_copy(trained_dir, tmp_path / "bpe")
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps(
+            {**json.loads((directory / "tokenizer_config.json").read_text()), "tokenizer_class": "GPT2Tokenizer"}
+        )
+    )
+    import shutil
+
+    shutil.move(directory / "tokenizer.json", tmp_path / "elsewhere.json")
+    with pytest.raises(TokenizerError, match=rf"tokenizer file {directory / 'tokenizer.json'} is missing, but"):
+        load_tokenizer(directory)
+
+
+def test_a_changed_special_token_is_refused_naming_what_differs(trained_dir, tmp_path):
+    directory = _built_copy(trained_dir, tmp_path / "bpe")
+    config_path = directory / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**config, "eos_token": "a"}))  # tokenizer.json untouched
+    with pytest.raises(TokenizerError) as error:
+        load_tokenizer(directory)
+    message = str(error.value)
+    assert message.startswith(f"tokenizer directory {directory} no longer loads as {directory / 'meta.json'} records:")
+    assert "eos_token_id (recorded 0, now 65)" in message and "rm -rf" in message
+
+
+def test_an_unedited_built_tokenizer_and_a_local_one_without_meta_load(trained_dir, tmp_path):
+    directory = _built_copy(trained_dir, tmp_path / "bpe")
+    assert tokenizer_identity(directory)["tokenizer_json_sha256"] == sha256_file(trained_dir / "tokenizer.json")
+    local = tmp_path / "local"
+    load_tokenizer(trained_dir).save_pretrained(str(local))
+    _swap_ids(local / "tokenizer.json", "a", "b")  # the user's own tokenizer: no record to hold it to
+    assert load_tokenizer(local)("a", add_special_tokens=False)["input_ids"] == [66]
+
+
+def test_every_tokenizer_the_workflow_loads_goes_through_load_tokenizer():
+    """AutoTokenizer only in the module that checks the record, and for a hub model's own tokenizer (compared with
+    the configured one, which load_tokenizer reads)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    loads = re.compile(r"\bimport\b[^\n]*\bAutoTokenizer\b|transformers\.AutoTokenizer")
+    allowed = {"src/headstab/refits/tokenizer.py", "src/headstab/refits/hub_models.py"}
+    sources = [*root.glob("src/headstab/**/*.py"), *root.glob("workflow/scripts/*.py")]
+    users = {str(path.relative_to(root)) for path in sources if loads.search(path.read_text())}
+    assert users <= allowed, users - allowed

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pytest
 
-from headstab.training import checkpoint, train_refit
+from headstab.training import TrainingData, checkpoint, train_refit
 from headstab.training.checkpoint import load_latest_state
 
 from .conftest import SimulatedKill, final_state, kill_after, quiet, read_log, states_equal
@@ -133,3 +134,79 @@ def test_a_checkpoint_past_the_file_size_limit_fails_naming_the_file_and_the_fix
     )
     assert "at most 65,536 bytes (`ulimit -f`): raise the limit" in message and "rerun the same snakemake" in message
     assert list(tmp_path.iterdir()) == []  # neither the state nor its temporary
+
+
+# ---------------------------------------------------------------- the corpus in a refit's identity: its content only
+def write_corpus_meta(shards, path, **extra) -> None:
+    """A corpus meta.json as rule corpus_meta writes it (older code also put the job's environment in it)."""
+    from headstab.fileio import sha256_file, write_json_atomic
+
+    records = [{"file": shard.name, "n_tokens": 10, "n_documents": 1, "sha256": sha256_file(shard)} for shard in shards]
+    meta = {"corpus": "tiny_corpus", "n_tokens": 20, "dtype": "uint16", "shards": records}
+    write_json_atomic(path, {**meta, "tokenizer": {"path": "results/a/tokenizers/tiny", "vocab_size": 32}, **extra})
+
+
+def test_a_corpus_rebuilt_to_the_same_shards_resumes_every_refit(tiny_spec, cyclic_shards, tmp_path):
+    """A rebuild that changes the meta's time, host or paths but not one token must not retrain a step."""
+    meta_path = tmp_path / "meta.json"
+    write_corpus_meta(cyclic_shards, meta_path, environment={"created": "2026-01-01T00:00:00", "host": "a"})
+    data, spec = TrainingData.of(cyclic_shards, corpus_meta_path=meta_path), tiny_spec(n_tokens=10 * 4 * 16)
+    train_refit(spec, 3, data, tmp_path / "whole", quiet())
+    with pytest.raises(SimulatedKill):
+        train_refit(spec, 3, data, tmp_path / "killed", quiet(on_step_end=kill_after(6)))
+    write_corpus_meta(cyclic_shards, meta_path, environment={"created": "2026-05-02T09:30:00", "host": "b"})
+    meta = train_refit(spec, 3, data, tmp_path / "killed", quiet())
+    assert meta["resumed_from"] == str(tmp_path / "killed" / "state_00000004.pt") and meta["restarted_because"] is None
+    assert states_equal(final_state(tmp_path / "whole"), final_state(tmp_path / "killed"))
+    # the rebuilt corpus of a results directory moved elsewhere, without an environment: the same identity
+    write_corpus_meta(cyclic_shards, meta_path, tokenizer={"path": "/elsewhere/tokenizers/tiny", "vocab_size": 32})
+    again = train_refit(spec, 3, data, tmp_path / "killed", quiet())
+    assert (
+        again["resumed_from"] == str(tmp_path / "killed" / "state_00000010.pt") and again["restarted_because"] is None
+    )
+
+
+def test_a_corpus_of_other_tokens_restarts_from_step_0(tiny_spec, cyclic_shards, tmp_path):
+    meta_path = tmp_path / "meta.json"
+    write_corpus_meta(cyclic_shards, meta_path)
+    data, spec = TrainingData.of(cyclic_shards, corpus_meta_path=meta_path), tiny_spec(n_tokens=8 * 64)
+    before = train_refit(spec, 1, data, tmp_path / "out", quiet())
+    np.save(cyclic_shards[1], np.load(cyclic_shards[1])[::-1].copy())  # the same tokens of shard 1, reversed
+    write_corpus_meta(cyclic_shards, meta_path)
+    after = train_refit(spec, 1, data, tmp_path / "out", quiet())
+    assert after["resumed_from"] is None and "corpus_sha256" in after["restarted_because"]
+    assert before["identity"]["corpus_sha256"] != after["identity"]["corpus_sha256"]
+
+
+@pytest.mark.parametrize("same_meta_file", [True, False])
+def test_a_state_of_older_code_resumes_only_when_its_corpus_meta_file_is_unchanged(
+    tiny_spec, cyclic_shards, tmp_path, same_meta_file
+):
+    """Older states identified the corpus by the sha256 of its meta.json file; a killed run resumed after the
+    update must not lose its steps, and one whose corpus meta changed since cannot be shown to be of this corpus."""
+    import torch
+
+    from headstab.fileio import sha256_file
+    from headstab.training.checkpoint import save_state
+
+    meta_path = tmp_path / "meta.json"
+    write_corpus_meta(cyclic_shards, meta_path, environment={"created": "2026-01-01T00:00:00"})
+    data, spec, out = (
+        TrainingData.of(cyclic_shards, corpus_meta_path=meta_path),
+        tiny_spec(n_tokens=640),
+        tmp_path / "out",
+    )
+    with pytest.raises(SimulatedKill):
+        train_refit(spec, 1, data, out, quiet(on_step_end=kill_after(5)))
+    state = torch.load(out / "state_00000004.pt", weights_only=True)
+    identity = {key: value for key, value in state["identity"].items() if key != "corpus_sha256"}
+    save_state(out, {**state, "identity": {**identity, "corpus_meta_sha256": sha256_file(meta_path)}}, keep=1)
+    if not same_meta_file:
+        write_corpus_meta(cyclic_shards, meta_path, environment={"created": "2026-05-02T09:30:00"})
+    meta = train_refit(spec, 1, data, out, quiet())
+    if same_meta_file:
+        assert meta["resumed_from"] == str(out / "state_00000004.pt") and meta["restarted_because"] is None
+    else:
+        assert (
+            meta["resumed_from"] is None and "corpus_sha256 (checkpoint 'another corpus'" in meta["restarted_because"]
+        )

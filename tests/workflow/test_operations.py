@@ -438,6 +438,54 @@ def test_corrupted_checkpoint_is_reported_and_not_used(tiny_run: Path, tmp_path:
     assert all(torch.equal(original[key], retrained[key]) for key in original)  # ... to the same weights (CPU)
 
 
+def test_a_tokenizer_and_corpus_rebuilt_as_the_repair_advice_says_retrain_nothing(tmp_path: Path) -> None:
+    """`rm -rf DIR && snakemake DIR/meta.json` (load_tokenizer's advice; the same for a corpus) rebuilds the same
+    bytes: the next snakemake plans no job below them, and train, forced, resumes each refit at its last step
+    (its identity hashes the corpus's content, never when or where it was built). A run of its own: Snakemake
+    compares a rebuilt input's checksum with the one it recorded, and a copied run has no records."""
+    import torch
+
+    from headstab.data.shards import corpus_content_sha256
+
+    results = tmp_path / "results"
+    checkpoint = results / RERUN / "checkpoints/seed1"
+    built = snakemake(results, str(checkpoint / "final.pt"), "--cores", "1")
+    assert built.returncode == 0, _failure(built, results)
+    tokenizer, corpus = results / "tokenizers/tiny_bpe", results / "data/tiny_text"
+    records = {path: path.read_bytes() for path in (tokenizer / "meta.json", corpus / "meta.json")}
+    state = sorted((checkpoint / "training").glob("state_*.pt"))[-1]
+    identity, weights = torch.load(state, weights_only=True)["identity"], (checkpoint / "final.pt").read_bytes()
+
+    shutil.rmtree(tokenizer)
+    shutil.rmtree(corpus)
+    rebuilt = snakemake(results, str(tokenizer / "meta.json"), str(corpus / "meta.json"), "--cores", "1")
+    assert rebuilt.returncode == 0, _failure(rebuilt, results)
+    assert {path: path.read_bytes() for path in records} == records  # their environment.json differ
+    assert identity["corpus_sha256"] == corpus_content_sha256(json.loads(records[corpus / "meta.json"]))
+    plan = snakemake(results, str(checkpoint / "final.pt"), "-n")
+    assert plan.returncode == 0 and planned_rules(plan.stdout) == set(), plan.stdout[-3000:]
+
+    forced = snakemake(results, str(checkpoint / "final.pt"), "--forcerun", "train", "--cores", "1")
+    assert forced.returncode == 0, _failure(forced, results)
+    meta = json.loads((checkpoint / "meta.json").read_text())
+    assert (meta["resumed_from"], meta["restarted_because"], meta["identity"]) == (str(state), None, identity)
+    assert (checkpoint / "final.pt").read_bytes() == weights
+
+
+def test_stability_tables_refuse_a_step0_prompt_group_file_of_other_prompts(tiny_run: Path, tmp_path: Path) -> None:
+    """The step-0 baseline is compared prompt group by prompt group: len10's step-0 file where len5's belongs (the
+    same number of prompts, other prompts) used to change the tables without a word."""
+    results = copy_run(tiny_run, tmp_path)
+    step0, trained = results / RERUN / "snapshots/step0/similarity", results / RERUN / "similarity"
+    shutil.copy2(step0 / "len10.groups.h5", step0 / "len5.groups.h5")
+    table = results / RERUN / "tables/head_stability.csv"
+    result = snakemake(results, str(table), "--forcerun", "stability_tables", "--cores", "1")
+    assert result.returncode != 0 and planned_rules(result.stdout + result.stderr) == {"stability_tables"}
+    log = (results / f"logs/stability_tables/{RERUN}.log").read_text()
+    assert f"{trained / 'len5.groups.h5'} (prompt_tokens_sha256 " in log, log[-2000:]
+    assert f"and {step0 / 'len5.groups.h5'} (" in log and "were computed on other prompts of prompt set 'len5'" in log
+
+
 @pytest.mark.parametrize(
     ("published", "rule"), [("checkpoints/seed2/final.pt", "publish_refit"), ("caches/seed2.h5", "publish_cache")]
 )

@@ -14,6 +14,7 @@ from headstab.similarity.prompt_groups import (
     prompt_groups,
     write_grouped_similarity,
 )
+from headstab.similarity.prompt_identity import PROMPT_DIGEST, cached_prompt_digest
 
 
 def main():
@@ -41,7 +42,13 @@ def main():
         write_grouped_similarity(
             snakemake.output[promptset],
             grouped,
-            attrs={"promptset": promptset, "seed": seed, "caches": caches, "groups": [g.tolist() for g in groups]},
+            attrs={
+                "promptset": promptset,
+                "seed": seed,
+                "caches": caches,
+                "groups": [g.tolist() for g in groups],
+                PROMPT_DIGEST: cached_prompt_digest(caches, promptset),  # what the files it is compared with share
+            },
         )
         logging.info(
             "wrote %s: %d groups, %s, content variant %s",

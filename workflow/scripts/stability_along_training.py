@@ -8,6 +8,7 @@ from headstab.joblog import run_job
 from headstab.plots.training_dynamics import plot_stability_along_training
 from headstab.sections.training_dynamics import stability_along_training
 from headstab.similarity.prompt_groups import read_grouped_similarity
+from headstab.similarity.prompt_identity import check_same_prompts
 
 
 def main():
@@ -17,6 +18,8 @@ def main():
     grouped = {
         step: read_grouped_similarity(path) for step, path in {**paths, final_step: snakemake.input.final}.items()
     }
+    for path in paths.values():
+        check_same_prompts(snakemake.input.final, path, snakemake.params.promptset)
     options = snakemake.params.statistics
     table = stability_along_training(
         grouped, snakemake.params.promptset, options["n_boot"], options["seed"], options["confidence"]

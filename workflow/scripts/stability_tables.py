@@ -8,6 +8,7 @@ import pandas as pd
 from headstab.joblog import run_job
 from headstab.similarity.pairs import read_pair_similarity
 from headstab.similarity.prompt_groups import read_grouped_similarity
+from headstab.similarity.prompt_identity import check_same_prompts
 from headstab.stability import TABLE_NAMES, stability_tables
 from headstab.statistics.interval_tables import TABLE_NAMES as INTERVAL_TABLE_NAMES
 from headstab.statistics.interval_tables import interval_tables
@@ -31,6 +32,8 @@ def main():
         grouped = read_grouped_similarity(grouped_path)
         if list(grouped.seeds) != list(seeds):
             raise ValueError(f"{grouped_path} covers seeds {grouped.seeds}, {path} covers {seeds}; rebuild both")
+        if init_path is not None:  # the step-0 baseline is compared prompt group by prompt group
+            check_same_prompts(grouped_path, init_path, promptset)
         logging.info(
             "%s: %d refits, tensor %s; %d prompt groups", path, len(seeds), similarity.shape, len(grouped.group_sizes)
         )

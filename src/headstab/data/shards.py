@@ -19,6 +19,7 @@ naming the corpus, the shard and `corpora.<name>.n_tokens`.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import tempfile
@@ -244,6 +245,13 @@ def aggregate_shard_records(records: Sequence[dict[str, Any]], corpus_name: str)
         "tokenizer": records[0]["tokenizer"],
         "shards": [{key: r[key] for key in ("file", "n_tokens", "n_documents", "sha256")} for r in records],
     }
+
+
+def corpus_content_sha256(meta: dict[str, Any]) -> str:
+    """What training reads of a corpus, as one digest: the sha256 of its shards' sha256 in order (each of the
+    .npy's bytes, header and dtype included). Nothing of when, where, by whom or under which path the corpus was
+    built, so a corpus rebuilt to the same tokens keeps every trained refit's identity."""
+    return hashlib.sha256("\n".join(shard["sha256"] for shard in meta["shards"]).encode()).hexdigest()
 
 
 def read_corpus_meta(path: str | Path) -> dict[str, Any]:

@@ -297,6 +297,8 @@ _FILES = (
     (r"/data/heldout/[^/]+/[^/]+\.npy$", "held-out shard", "heldout_wikitext"),
     (r"/data/[^/]+/shard_\d+\.(npy|json)$", "token shard", "tokenize_shard"),
     (r"/data/[^/]+/meta\.json$", "corpus meta", "corpus_meta"),
+    (r"/data/[^/]+/environment\.json$", "build environment", "corpus_meta"),
+    (r"/tokenizers/[^/]+/environment\.json$", "build environment", None),  # train_ or fetch_tokenizer
     (r"/data/[^/]+/text\.jsonl$", "corpus text", None),  # synthetic_text, or planted_text for planted repeats
     (r"/tokenizers/[^/]+/prompt_check/n_ctx\d+\.json$", "prompt check", "check_prompts"),
     (r"/tokenizers/[^/]+/[^/]+$", "tokenizer", None),

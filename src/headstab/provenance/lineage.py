@@ -43,7 +43,18 @@ def _corpus_node(meta_path: Path, expected_sha256: str | None, verify: bool) -> 
                 status=check_sha256(shard_path, shard.get("sha256"), verify),
             )
         )
+    node.inputs += _recorded_tokenizer(tokenizer, "corpus meta", verify)
     return node
+
+
+def _recorded_tokenizer(record: Any, recorded_by: str, verify: bool) -> list[ProvenanceNode]:
+    """The tokenizer.json a corpus or cache was made with, checked against the sha256 that record holds (not only
+    against the tokenizer's own meta.json, which an edit could have rewritten too); [] when none is recorded."""
+    if not isinstance(record, dict) or not record.get("path") or not record.get("tokenizer_json_sha256"):
+        return []
+    tokenizer_json = Path(record["path"]) / "tokenizer.json"
+    status = check_sha256(tokenizer_json, record["tokenizer_json_sha256"], verify)
+    return [ProvenanceNode(str(tokenizer_json), "tokenizer", {"recorded_by": recorded_by}, status=status)]
 
 
 def _shard_node(path: Path, verify: bool) -> ProvenanceNode:
@@ -134,6 +145,7 @@ def _cache_node(path: Path, verify: bool) -> ProvenanceNode:
         node.inputs.append(_checkpoint_node(Path(attrs["checkpoint"]), attrs.get("checkpoint_sha256"), verify))
     for name, digest in (attrs.get("prompt_file_sha256") or {}).items():
         node.inputs.append(ProvenanceNode(name, "prompt file", {"sha256": digest}))
+    node.inputs += _recorded_tokenizer(attrs.get("tokenizer_identity"), "activation cache", verify)
     return node
 
 

@@ -1,8 +1,9 @@
 """Provenance records: what produced a file (inputs' sha256, config, code version, packages, host, device).
 
-Writing: `environment_record` goes into every meta.json beside a checkpoint, corpus shard or tokenizer and into
-the attributes of every cache and similarity file, so a number in a paper can be traced back to the corpus
-shards. Reading: one file checked against its record (`check_sha256`, `read_record`, `read_h5_attrs` with the
+Writing: `environment_record` goes into every meta.json beside a checkpoint and into the attributes of every
+cache and similarity file, so a number in a paper can be traced back to the corpus shards; a corpus's and a
+tokenizer's go into `environment.json` beside their meta.json, which other jobs read as inputs and must hold
+content only (the same corpus or tokenizer rebuilt gives the same bytes, whenever and wherever it is built). Reading: one file checked against its record (`check_sha256`, `read_record`, `read_h5_attrs` with the
 attributes' digests, `read_in_full` for the datasets' checksums), each a `ProvenanceNode` with its status.
 """
 
@@ -26,6 +27,7 @@ from headstab.activations.h5util import attribute_digest_mismatches, decode_attr
 from headstab.fileio import read_json, sha256_file
 
 __all__ = [
+    "ENVIRONMENT_FILE",
     "FAILED",
     "TRACKED_PACKAGES",
     "ProvenanceNode",
@@ -37,6 +39,8 @@ __all__ = [
     "read_in_full",
     "read_record",
 ]
+
+ENVIRONMENT_FILE = "environment.json"  # beside a corpus's or tokenizer's meta.json: the job that built it
 
 TRACKED_PACKAGES = (
     "headstab",

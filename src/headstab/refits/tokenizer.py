@@ -4,7 +4,8 @@ Everything downstream (shards, TransformerLens models, prompt caches) loads a to
 directory, never from an in-memory `tokenizer_object`: TransformerLens fails on the latter, and a
 directory is what a checkpoint's metadata can point at. Each directory built by the workflow holds a
 `meta.json` (written last, the rules' sentinel) with the tokenizer's identity: where it came from,
-vocabulary size, special tokens, BOS/EOS ids and the sha256 of tokenizer.json.
+vocabulary size, special tokens, BOS/EOS ids and the sha256 of tokenizer.json; and `environment.json`, the
+environment of the job that built it (kept out of meta.json, whose bytes must not change with time or host).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from headstab.fileio import read_json, sha256_file, write_json_atomic
-from headstab.provenance.records import environment_record
+from headstab.provenance.records import ENVIRONMENT_FILE, environment_record
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Pa
     out_dir.mkdir(parents=True, exist_ok=True)
     wrapped.save_pretrained(str(out_dir))
     log.info("trained byte-level BPE with %d ids into %s", bpe.get_vocab_size(), out_dir)
-    return load_tokenizer(out_dir)
+    return _from_pretrained(out_dir)
 
 
 def train_word_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Path) -> Any:
@@ -88,7 +89,7 @@ def train_word_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | P
     out_dir.mkdir(parents=True, exist_ok=True)
     wrapped.save_pretrained(str(out_dir))
     log.info("built a word-level tokenizer of %d ids into %s", len(vocab), out_dir)
-    return load_tokenizer(out_dir)
+    return _from_pretrained(out_dir)
 
 
 def fetch_hub_tokenizer(hub_id: str, out_dir: str | Path) -> Any:
@@ -106,14 +107,22 @@ def fetch_hub_tokenizer(hub_id: str, out_dir: str | Path) -> Any:
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(str(out_dir))
     log.info("saved tokenizer %s (%d ids) into %s", hub_id, len(tokenizer), out_dir)
-    return load_tokenizer(out_dir)
+    return _from_pretrained(out_dir)
 
 
 def load_tokenizer(directory: str | Path) -> Any:
-    """AutoTokenizer.from_pretrained(directory), with an error naming the directory and how to build it."""
+    """AutoTokenizer.from_pretrained(directory), with an error naming the directory and how to build it; a
+    directory the workflow built (its meta.json) must still be the tokenizer meta.json records
+    (`check_tokenizer_record`)."""
+    directory = Path(directory)
+    tokenizer = _from_pretrained(directory)
+    check_tokenizer_record(directory, tokenizer)
+    return tokenizer
+
+
+def _from_pretrained(directory: Path) -> Any:
     from transformers import AutoTokenizer
 
-    directory = Path(directory)
     if not directory.is_dir() or not (directory / "tokenizer_config.json").is_file():
         raise TokenizerError(
             f"tokenizer directory {directory} does not exist or has no tokenizer_config.json; build it with "
@@ -129,6 +138,49 @@ def load_tokenizer(directory: str | Path) -> Any:
         ) from err
 
 
+def check_tokenizer_record(directory: str | Path, tokenizer: Any) -> None:
+    """Fail when a tokenizer the workflow built changed after its meta.json was written: tokenizer.json against
+    the recorded sha256, and what the loaded tokenizer is (vocabulary size, special tokens and their ids,
+    class) against the recorded values. Every shard, cache and table of the run was made with the recorded
+    tokenizer; an edited one would silently mix two. A directory without a tokenizer meta.json (source: local)
+    is the user's and is not checked."""
+    directory = Path(directory)
+    meta_path = directory / "meta.json"
+    if not meta_path.is_file():
+        return
+    meta = read_json(meta_path, "tokenizer metadata")
+    if not isinstance(meta, dict) or "tokenizer_json_sha256" not in meta:
+        return  # not a tokenizer's record (a hub family's checkpoint directory holds its tokenizer beside meta.json)
+    recorded, tokenizer_json = meta["tokenizer_json_sha256"], directory / "tokenizer.json"
+    actual = sha256_file(tokenizer_json) if tokenizer_json.is_file() else None
+    if actual != recorded:
+        found = f"has sha256 {actual}" if actual else "is missing"
+        raise TokenizerError(
+            f"tokenizer file {tokenizer_json} {found}, but {meta_path} records sha256 {recorded}: it changed after "
+            f"the workflow built it, and the run's shards and caches were made with the recorded one; "
+            f"{_changed_hint(directory)}"
+        )
+    now = _loaded_identity(tokenizer)
+    differing = [
+        f"{key} (recorded {meta[key]!r}, now {now[key]!r})" for key in now if key in meta and meta[key] != now[key]
+    ]
+    if differing:
+        raise TokenizerError(
+            f"tokenizer directory {directory} no longer loads as {meta_path} records: {', '.join(differing)} (a "
+            f"changed tokenizer_config.json or special_tokens_map.json?); {_changed_hint(directory)}"
+        )
+
+
+def _changed_hint(directory: Path) -> str:
+    quoted = shlex.quote(str(directory))
+    return (
+        f"rebuild it with `rm -rf {quoted} && snakemake {shlex.quote(str(directory / 'meta.json'))}`; to use the "
+        f"changed tokenizer instead, copy {quoted} without its meta.json to a directory of your own and point the "
+        "config's tokenizers.<name> at it (source: local, path: that directory), which rebuilds every output "
+        "made with it"
+    )
+
+
 def _repair_hint(directory: Path) -> str:
     """Rebuild advice: the workflow may delete what it built (it wrote meta.json), never the user's own directory."""
     if (directory / "meta.json").is_file():
@@ -140,11 +192,24 @@ def _repair_hint(directory: Path) -> str:
     )
 
 
+def _loaded_identity(tokenizer: Any) -> dict[str, Any]:
+    """What a loaded tokenizer is, as meta.json records it."""
+    return {
+        "vocab_size": len(tokenizer),
+        "special_tokens": list(tokenizer.all_special_tokens),
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        "tokenizer_class": type(tokenizer).__name__,
+    }
+
+
 def tokenizer_identity(directory: str | Path, origin: dict[str, Any] | None = None) -> dict[str, Any]:
     """What identifies a tokenizer: vocabulary, special tokens, BOS/EOS ids, sha256 of tokenizer.json.
 
     origin: where it came from (e.g. {"source": "hub", "name": "gpt2"}); None reads it from the
-    directory's meta.json when there is one, else records {"source": "local"}.
+    directory's meta.json when there is one, else records {"source": "local"}. Checks the directory against
+    its meta.json (`load_tokenizer`).
     """
     directory = Path(directory)
     tokenizer = load_tokenizer(directory)
@@ -153,24 +218,26 @@ def tokenizer_identity(directory: str | Path, origin: dict[str, Any] | None = No
         origin = (
             read_json(meta_path, "tokenizer metadata").get("origin", {}) if meta_path.is_file() else {"source": "local"}
         )
+    return _identity(directory, tokenizer, origin)
+
+
+def _identity(directory: Path, tokenizer: Any, origin: dict[str, Any]) -> dict[str, Any]:
     tokenizer_json = directory / "tokenizer.json"
     return {
         "path": str(directory),
         "origin": dict(origin),
-        "vocab_size": len(tokenizer),
-        "special_tokens": list(tokenizer.all_special_tokens),
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
-        "tokenizer_class": type(tokenizer).__name__,
+        **_loaded_identity(tokenizer),
         "tokenizer_json_sha256": sha256_file(tokenizer_json) if tokenizer_json.is_file() else None,
     }
 
 
 def write_tokenizer_meta(directory: str | Path, origin: dict[str, Any]) -> dict[str, Any]:
-    """Write `meta.json` (identity + environment) into a tokenizer directory; returns it."""
+    """Write `meta.json` (the identity) into a tokenizer directory just built, after `environment.json` (who
+    built it, where, when); returns the identity. meta.json holds content only: the same tokenizer rebuilt
+    gives the same bytes, so Snakemake (which compares an input's checksum when its date changed) reruns
+    nothing downstream."""
     directory = Path(directory)
-    meta = tokenizer_identity(directory, origin)
-    meta["environment"] = environment_record()
+    meta = _identity(directory, _from_pretrained(directory), origin)
+    write_json_atomic(directory / ENVIRONMENT_FILE, environment_record())
     write_json_atomic(directory / "meta.json", meta)
     return meta

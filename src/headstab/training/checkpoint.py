@@ -87,21 +87,34 @@ def load_latest_state(out_dir: Path) -> tuple[dict[str, Any] | None, Path | None
 def resume_identity(
     spec: ArchitectureSpec, seed: int, data_seed: int, corpus_sha256: str | None, precision: str
 ) -> dict[str, Any]:
-    """Everything that determines a refit's weights at a given step; a full state resumes only if it matches.
+    """Everything that determines a refit's weights at a given step, and nothing else (no time, host or path);
+    a full state resumes only if it matches.
 
     seed: the init seed; data_seed: the window order's (recorded only when it differs, as a paper refit's is
-    its seed). precision: training.precision (bf16 rounds every matmul's inputs).
+    its seed). corpus_sha256: the corpus's content (headstab.data.shards.corpus_content_sha256). precision:
+    training.precision (bf16 rounds every matmul's inputs).
     """
     identity = {key: getattr(spec, key) for key in TRAJECTORY_FIELDS}
     identity |= {
         "seed": seed,
-        "corpus_meta_sha256": corpus_sha256,
+        "corpus_sha256": corpus_sha256,
         "training_code_version": TRAINING_CODE_VERSION,
         "precision": precision,
     }
     if data_seed != seed:
         identity["data_seed"] = data_seed
     return identity
+
+
+def upgraded_identity(saved: dict[str, Any], meta_sha256: str | None, corpus_sha256: str | None) -> dict[str, Any]:
+    """A saved identity as `resume_identity` writes it now. States written before identities held the corpus's
+    content recorded the sha256 of its meta.json file instead (which held a creation time): such a state is of
+    this corpus when that file is the one it was written with (`meta_sha256`, its sha256 now)."""
+    if "corpus_meta_sha256" not in saved or "corpus_sha256" in saved:
+        return saved
+    upgraded = {key: value for key, value in saved.items() if key != "corpus_meta_sha256"}
+    upgraded["corpus_sha256"] = corpus_sha256 if saved["corpus_meta_sha256"] == meta_sha256 else "another corpus"
+    return upgraded
 
 
 def why_not_resumable(state: dict[str, Any], identity: dict[str, Any], steps: int) -> str | None:

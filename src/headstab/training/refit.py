@@ -19,12 +19,19 @@ from typing import Any
 import numpy as np
 import torch
 
+from headstab.data.shards import corpus_content_sha256, read_corpus_meta
 from headstab.fileio import atomic_path, save_torch_atomic, sha256_file, write_json_atomic
 from headstab.plan.seed_design import training_seeds, ulp_perturbed
 from headstab.plan.spec import ArchitectureSpec
 from headstab.refits.models import WEIGHT_MATRIX_KEY
 from headstab.refits.tokenizer import tokenizer_identity
-from headstab.training.checkpoint import load_latest_state, prune_states, resume_identity, why_not_resumable
+from headstab.training.checkpoint import (
+    load_latest_state,
+    prune_states,
+    resume_identity,
+    upgraded_identity,
+    why_not_resumable,
+)
 from headstab.training.data import TokenWindows, check_training_vocabulary, training_steps, window_order
 from headstab.training.errors import TrainingError
 from headstab.training.initial_weights import initial_state_dict
@@ -46,7 +53,8 @@ class Corpus:
     steps: int
     record: dict[str, Any]  # meta.json's "corpus": name, meta path and sha256, shards
     tokenizer: dict[str, Any] | None  # tokenizer_identity, None when no tokenizer_dir is given
-    sha256: str | None  # of the corpus meta.json: part of every refit's identity
+    sha256: str | None  # of the corpus's content (corpus_content_sha256): part of every refit's identity
+    meta_sha256: str | None = None  # of the corpus meta.json file, as states written by older code identify it
 
 
 def open_corpus(spec: ArchitectureSpec, data: TrainingData) -> Corpus:
@@ -70,14 +78,15 @@ def open_corpus(spec: ArchitectureSpec, data: TrainingData) -> Corpus:
         raise TrainingError(
             f"corpus metadata {meta} does not exist; build it with `snakemake {shlex.quote(str(meta))}` (rule corpus_meta)"
         )
-    sha256 = sha256_file(meta) if meta else None
+    meta_sha256 = sha256_file(meta) if meta else None
     record = {
         "name": spec.corpus,
         "meta": str(meta) if meta else None,
-        "meta_sha256": sha256,
+        "meta_sha256": meta_sha256,
         "shards": [str(p) for p in shards],
     }
-    return Corpus(windows, steps, record, tokenizer_info, sha256)
+    content = corpus_content_sha256(read_corpus_meta(meta)) if meta else None
+    return Corpus(windows, steps, record, tokenizer_info, content, meta_sha256)
 
 
 @dataclass
@@ -134,14 +143,17 @@ def prepare_refit(spec: ArchitectureSpec, corpus: Corpus, target: RefitTarget, p
     if ulp_perturbed(target.name):  # a grid cell's twin: its own identity, so no state of its cell resumes it
         identity["init_perturbation"] = ULP
     refit = Refit(spec, target.name, init_seed, data_seed, out_dir, order, identity, Position())
-    refit.position = _resume(refit, corpus.steps)
+    refit.position = _resume(refit, corpus)
     write_log(refit.out_dir / "train_log.csv", refit.position.log_rows)  # drops rows logged after the state
     return refit
 
 
-def _resume(refit: Refit, steps: int) -> Position:
+def _resume(refit: Refit, corpus: Corpus) -> Position:
     """The refit's position in its newest verified full state; stale states are deleted (restart from step 0)."""
+    steps = corpus.steps
     state, path = load_latest_state(refit.out_dir)
+    if state is not None:
+        state["identity"] = upgraded_identity(state["identity"], corpus.meta_sha256, corpus.sha256)
     reason = why_not_resumable(state, refit.identity, steps) if state is not None else None
     if state is not None and not reason:
         missing = missing_snapshots(refit.out_dir, trained_snapshot_steps(refit.spec), state["step"])
