@@ -333,7 +333,8 @@ def interval_tables(
         [gap, pd.DataFrame(gap_control_rows(kinds, promptset, confidence, permutations, seed), columns=gap.columns)],
         ignore_index=True,
     )
-    eps = float(np.finfo(np.result_type(grouped.observed, grouped.null)).eps)  # the similarities' stored dtype
+    entries = int(np.max(grouped.lengths * (grouped.lengths + 1) // 2))  # of the longest prompt's cosine
+    eps = float(np.finfo(np.result_type(grouped.observed, grouped.null)).eps) * np.sqrt(entries)  # its rounding
     return {
         "head": head_interval_table(kinds, seeds, promptset, confidence, eps, grouped.entropy),
         "layer": layer_interval_table(kinds, seeds, promptset, confidence, eps, grouped.entropy),
