@@ -138,7 +138,7 @@ def test_controls_for_sharpness_and_chance_reach_the_tables(tiny_run):
         assert primary[["stability_content", "stability_content_null"]].notna().all().all()
         assert same[same["promptset"] != "primary"]["stability_content"].isna().all()  # the primary set only
         common = pd.read_csv(tiny_run / arch / "tables/commonness.csv")
-        assert common["commonness_null"].notna().all()
+        assert common[["commonness_null", "commonness_excl_self_above_null"]].notna().all().all()
         partial = pd.read_csv(tiny_run / arch / "tables/weight_norm_partial.csv")
         assert set(partial["layer"]) == {0, 1} and (partial["matrix"] == "W_Q").all()
     gap = pd.read_csv(tiny_run / "summary/tables/stability_gap.csv")

@@ -63,6 +63,14 @@ METHODS: dict[str, Method] = {
             5,
             "two-sided sign-flip test of per-seed jackknife pseudo-value differences (optimizer_tests.csv p_value)",
         ),
+        Method(
+            "commonness_prompt_groups",
+            "interval",
+            "prompt groups",
+            50,
+            "percentile interval over resampled prompt groups of a head's commonness, with and without the head "
+            "itself, under the prompt-permutation null and above it (commonness.csv)",
+        ),
     )
 }
 
