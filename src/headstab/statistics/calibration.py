@@ -71,6 +71,14 @@ METHODS: dict[str, Method] = {
             "percentile interval over resampled prompt groups of a head's commonness, with and without the head "
             "itself, under the prompt-permutation null and above it (commonness.csv)",
         ),
+        Method(
+            "stability_commonness_joint",
+            "p_value",
+            "refits",
+            4,
+            "one-sided sign-flip test over refits of the partial correlation over layers of stability above its "
+            "null with commonness without self above its null, given the layer's entropy (stability_commonness.csv)",
+        ),
     )
 }
 
