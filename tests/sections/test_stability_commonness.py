@@ -97,6 +97,21 @@ def test_joint_test_enumerates_every_sign_vector_by_hand():
         joint_test(np.array([0.1, 0.2]), n_permutations=0, seed=0)
 
 
+def test_joint_test_switches_to_random_sign_vectors_above_the_permutation_budget():
+    values = np.array([0.5, 0.2, -0.1, 0.4])
+    exact = joint_test(values, n_permutations=16, seed=0)  # 2^4 = 16 sign vectors: all of them
+    assert exact["min_p"] == 1 / 16 and exact["p_value"] == pytest.approx(2 / 16)
+    sampled = joint_test(values, n_permutations=15, seed=0)
+    assert sampled["min_p"] == 1 / 16  # 1 / (1 + 15) random sign vectors
+    one = joint_test(values, n_permutations=1, seed=0)
+    assert one["min_p"] == 1 / 2 and one["p_value"] in (0.5, 1.0)
+    rng = np.random.default_rng(2)
+    noisy = rng.normal(0.1, 0.5, size=14)
+    first, again = (joint_test(noisy, 200, seed=3)["p_value"] for _ in range(2))
+    assert first == again and joint_test(noisy, 200, seed=4)["p_value"] != first  # seeded sign vectors
+    assert joint_test(np.array([0.0, 0.2, -0.1]), 100, 0)["n_positive"] == 1  # 0 is not positive
+
+
 def _planted(rng, n_refits, effect, n_layers=8, confound=0.0, refit_confound=0.0):
     """[refit, layer] stability and commonness above null and entropy. A shared mid-depth dip of size `effect`
     in both; refit-specific layer offsets of mean zero over refits, sharper and broader layers; `confound`: a
@@ -172,6 +187,15 @@ def test_table_reads_the_same_layer_rows_of_the_prompt_set_and_says_why_a_p_valu
     assert (three["reason"] == "3 layers: a partial correlation over layers needs at least 4").all()
     no_entropy = stability_commonness_table(*tables_of(x, y, np.full((2, 4), np.nan)), "primary", 100, 0)
     assert no_entropy["reason"].str.startswith("no head entropy in the prompt groups").all()
+    partial = np.stack([Z, np.full(4, np.nan)])  # one refit without entropy: the other is tested alone
+    one_left = stability_commonness_table(*tables_of(x, y, partial), "primary", 100, 0)
+    assert (one_left["reason"] == "1 refits with a defined partial r: the sign-flip test needs at least 2").all()
+    two = stability_commonness_table(*tables_of(x[:, :2], y[:, :2], np.stack([Z, Z])[:, :2]), "primary", 100, 0)
+    assert two[["r", "partial_r", "mean_r", "mean_partial_r", "p_value"]].isna().all().all()
+    assert (two["reason"] == "2 layers: a partial correlation over layers needs at least 4").all()
+    one_head = heads.assign(commonness_excl_self_above_null=np.nan)  # one-head layers: no peers
+    no_peers = stability_commonness_table(layers, one_head, "primary", 100, 0)
+    assert no_peers[["r", "partial_r", "p_value"]].isna().all().all() and len(no_peers) == 2
     single = stability_commonness_table(*tables_of(x[:1], y[:1], np.stack([Z])), "primary", 100, 0)
     assert (single["reason"] == "1 refits with a defined partial r: the sign-flip test needs at least 2").all()
     assert (single["n_refits"] == 1).all() and (single["calibration"] == "descriptive").all()

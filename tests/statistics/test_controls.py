@@ -187,12 +187,17 @@ def test_excl_self_intervals_are_percentiles_of_the_resampled_group_means():
     assert (common["calibration"] == "descriptive").all()  # 4 prompt groups
 
 
-def test_one_head_layers_have_no_commonness_without_self():
+def test_one_head_layers_have_no_commonness_without_self_and_two_head_layers_their_one_peer():
     _, tables = controls_case(n_layers=2, n_heads=1)
     common = tables["commonness"]
     excl = [column for column in common.columns if column.startswith("commonness_excl_self")]
     assert len(excl) == 8 and common[excl].isna().all().all()
     assert common["commonness_above_null"].notna().all()
+    grouped, tables = controls_case(n_layers=2, n_heads=2)
+    peer = grouped.mean("observed") - grouped.mean("null")  # [a, b, layer, head_a, head_b]
+    expected = np.stack([peer[a, a][..., [0, 1], [1, 0]] for a in range(len(SEEDS))])  # [seed, layer, head]
+    atol = reduction_atol(np.float32, 8)
+    np.testing.assert_allclose(tables["commonness"]["commonness_excl_self_above_null"], expected.ravel(), atol=atol)
 
 
 def test_layer_label_null_keeps_each_refits_values_and_by_hand_gives_the_range_of_two_values():

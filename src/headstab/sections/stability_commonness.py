@@ -136,11 +136,11 @@ def _reason(n_layers: int, has_entropy: bool, n_used: int) -> str:
     """Why the test's p-value is NaN (empty when it is not)."""
     if n_layers < MIN_LAYERS["partial_r"]:
         return f"{n_layers} layers: a partial correlation over layers needs at least {MIN_LAYERS['partial_r']}"
+    if n_used >= 2:
+        return ""
     if not has_entropy:
         return "no head entropy in the prompt groups: rebuild them with rule prompt_group_similarity"
-    if n_used < 2:
-        return f"{n_used} refits with a defined partial r: the sign-flip test needs at least 2"
-    return ""
+    return f"{n_used} refits with a defined partial r: the sign-flip test needs at least 2"
 
 
 def stability_commonness_table(
@@ -153,7 +153,7 @@ def stability_commonness_table(
     correlations = refit_correlations(values["stability"], values["commonness"], values["entropy"])
     test = joint_test(correlations["partial_r"], n_permutations, seed)
     n_layers = values["stability"].shape[1]
-    reason = _reason(n_layers, bool(np.isfinite(values["entropy"]).all()), test["n_used"])
+    reason = _reason(n_layers, bool(np.isfinite(values["entropy"]).any()), test["n_used"])
     finite_r = correlations["r"][np.isfinite(correlations["r"])]
     table = pd.DataFrame({"promptset": promptset, "seed": seeds, **correlations})
     table["n_refits"] = test["n_used"]

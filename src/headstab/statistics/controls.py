@@ -102,7 +102,7 @@ def commonness_null_columns(grouped, prompt_counts: np.ndarray, confidence: floa
     interval; the interval of observed commonness without self (its estimate is `commonness_table`'s); and
     calibration, the label of these prompt-group intervals at the set's number of groups."""
     sizes = grouped.group_sizes
-    full = np.ones((1, len(sizes)), dtype=np.int64)  # every group once: the estimate on all prompts
+    full = np.ones((1, len(sizes)))  # every group once: the estimate on all prompts
     replicates = {kind: _within_refit(getattr(grouped, kind), sizes, prompt_counts) for kind in ("observed", "null")}
     estimates = {kind: _within_refit(getattr(grouped, kind), sizes, full) for kind in ("observed", "null")}
     values = {}
