@@ -75,7 +75,7 @@ DESCRIPTIONS = {
     "alignment_map": "share of each layer's best matches falling in each layer (§4.2)",
     "alignment_dispersion": "how concentrated each layer's alignment is: diagonal share, entropy, distance, kurtosis",
     "commonness": "commonness of each head among its peers in its refit (Eq. 10) and without its match with itself, with prompt-group intervals, the prompt-permutation null and the difference from it",
-    "stability_commonness": "least stable yet most distinct (§4.3, §5): r and partial r (given entropy) over layers of stability and commonness without self, each above its null, per refit; the one-sided sign-flip test over refits (across architectures: one test each, with Benjamini-Hochberg q-values)",
+    "stability_commonness": "least stable yet most distinct (§4.3, §5): r and partial r (given entropy) over layers of stability and commonness without self, each above its null, per refit; the one-sided sign-flip test over refits, on these prompts (calibrated at every n; 4 refits cannot reach 5%; across architectures: one test each, with Benjamini-Hochberg q-values)",
     "weight_norms": "Frobenius norm of every weight matrix per refit and layer, and the whole layer's (§4.4.1)",
     "weight_norm_correlation": "Pearson and Spearman correlation of weight norms with layer stability, per anchor and pooled (Table B.5), and given layer entropy",
     "head_weight_norms": "Frobenius norm of every head's W_Q, W_K, W_V, W_O per refit",
