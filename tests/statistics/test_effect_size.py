@@ -52,3 +52,20 @@ def test_effect_size_reduces_the_given_axes_only(axes):
     expected = differences.mean(axis=axes) / differences.std(axis=axes, ddof=1)
     np.testing.assert_allclose(result, expected, rtol=reduction_rtol(np.float64, 20))
     assert result.shape == expected.shape
+
+
+def test_the_resolution_grows_with_sqrt_n_over_n_minus_1_of_each_rows_own_magnitude():
+    # n = 3 values m - d, m, m + d have s.d. d (ddof 1); resolution eps x M x sqrt(3 / 2) = 1.2247e-3 here
+    eps, m = 1e-3, 1e-3  # |mean| 1e-3: the relative floor (1e-7) is far below
+    spread = np.array([[-1.0, 0.0, 1.0]])
+    magnitudes = np.array([[1.0, 1.0, 1.0], [10.0, 10.0, 10.0]])
+    below, above = m + 1.1e-3 * spread, m + 1.3e-3 * spread  # s.d. 1.1e-3 and 1.3e-3
+    assert np.std(below, ddof=1) == pytest.approx(1.1e-3) and np.std(above, ddof=1) == pytest.approx(1.3e-3)
+    assert np.isnan(effect_size(below, magnitudes[:1], (1,), eps)).all()
+    np.testing.assert_allclose(effect_size(above, magnitudes[:1], (1,), eps), m / 1.3e-3)
+    # each row against its own largest magnitude: the second row's 10 raises only its own resolution
+    both = effect_size(np.vstack([above, above]), magnitudes, (1,), eps)
+    np.testing.assert_allclose(both[0], m / 1.3e-3)
+    np.testing.assert_array_equal(np.isnan(both), [False, True])
+    # two pairs are enough for an s.d.
+    np.testing.assert_allclose(effect_size(np.array([[0.1, 0.3]]), np.ones((1, 2)), (1,), 0.0), [0.2 / np.sqrt(0.02)])
