@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from helpers.tolerances import reduction_rtol
 
-from headstab.statistics.effect_size import RELATIVE_FLOOR, effect_size
+from headstab.statistics.effect_size import RELATIVE_FLOOR, effect_size, similarity_rounding
 
 
 def cohen_dz(differences, axis):
@@ -69,3 +69,9 @@ def test_the_resolution_grows_with_sqrt_n_over_n_minus_1_of_each_rows_own_magnit
     np.testing.assert_array_equal(np.isnan(both), [False, True])
     # two pairs are enough for an s.d.
     np.testing.assert_allclose(effect_size(np.array([[0.1, 0.3]]), np.ones((1, 2)), (1,), 0.0), [0.2 / np.sqrt(0.02)])
+
+
+def test_similarity_rounding_is_eps_times_the_root_of_the_longest_prompts_lower_triangle():
+    eps32 = float(np.finfo(np.float32).eps)
+    assert similarity_rounding(np.float32, np.array([3, 5, 4])) == pytest.approx(eps32 * np.sqrt(15))  # 5 x 6 / 2
+    assert similarity_rounding(np.float64, [1]) == pytest.approx(float(np.finfo(np.float64).eps))

@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["RELATIVE_FLOOR", "effect_size"]
+__all__ = ["RELATIVE_FLOOR", "effect_size", "similarity_rounding"]
 
 # An s.d. below this share of |mean| is no spread a similarity resolves: float32 cosines accumulated over
 # thousands of entries differ by many ulps, and a mean divided by that read 10^5.
 RELATIVE_FLOOR = 1e-4
+
+
+def similarity_rounding(dtype: np.dtype | type, lengths: np.ndarray) -> float:
+    """The relative rounding of a stored similarity: the epsilon of `dtype` times the square root of the
+    lower-triangle entries of the longest prompt (of token `lengths`), the products each cosine sums."""
+    longest = int(np.max(lengths))
+    return float(np.finfo(dtype).eps) * float(np.sqrt(longest * (longest + 1) / 2))
 
 
 def effect_size(differences: np.ndarray, magnitudes: np.ndarray, axes: tuple[int, ...], eps: float) -> np.ndarray:
