@@ -70,6 +70,7 @@ def test_correlations_over_layers_by_hand():
     assert np.isnan(result["partial_r"][3])  # no entropy
 
 
+@pytest.mark.filterwarnings("error")  # NaN by rule, not by a 0 / 0 that warns
 def test_too_few_layers_or_a_constant_give_nan():
     three = refit_correlations(np.array([[0.1, 0.5, 0.2]]), np.array([[0.3, 0.1, 0.2]]), np.array([[0.5, 0.6, 0.7]]))
     assert np.isfinite(three["r"]).all() and np.isnan(three["partial_r"]).all()  # r from 3 layers, partial from 4
@@ -77,10 +78,12 @@ def test_too_few_layers_or_a_constant_give_nan():
     assert np.isnan(two["r"]).all() and np.isnan(two["partial_r"]).all()
     flat = refit_correlations(np.stack([Z + U, Z + U]), np.stack([np.full(4, 0.2), Z + V]), np.stack([Z, Z]))
     assert np.isnan(flat["r"][0]) and np.isnan(flat["partial_r"][0]) and np.isfinite(flat["partial_r"][1])
-    missing = refit_correlations(np.stack([Z + U]), np.stack([[0.1, np.nan, 0.2, 0.3]]), np.stack([Z]))
-    assert np.isnan(missing["r"]).all() and np.isnan(missing["partial_r"]).all()
+    missing = refit_correlations(np.stack([Z + U, Z + U]), np.stack([[0.1, np.nan, 0.2, 0.3], Z + V]), np.stack([Z, Z]))
+    assert np.isnan(missing["r"][0]) and np.isnan(missing["partial_r"][0])
+    np.testing.assert_allclose([missing["r"][1], missing["partial_r"][1]], [1 / 3, 0.0], atol=ATOL)
 
 
+@pytest.mark.filterwarnings("error")  # no mean of an empty selection
 def test_joint_test_enumerates_every_sign_vector_by_hand():
     # sum 1.0 of (0.5, 0.2, -0.1, 0.4); flipping a set S gives 1.2 - 2 sum|S|, at least 1.0 for S = {} or {0.1}
     result = joint_test(np.array([0.5, 0.2, -0.1, 0.4, np.nan]), n_permutations=1000, seed=0)
@@ -93,6 +96,8 @@ def test_joint_test_enumerates_every_sign_vector_by_hand():
     one = joint_test(np.array([0.4, np.nan]), n_permutations=100, seed=0)
     assert np.isnan(one["p_value"]) and np.isnan(one["min_p"]) and one["mean_partial_r"] == 0.4
     assert np.isnan(joint_test(np.array([np.nan]), 100, 0)["mean_partial_r"])
+    listed = joint_test([0.5, None, 0.2, -0.1, 0.4], n_permutations=1000, seed=0)  # None: missing
+    assert listed["p_value"] == pytest.approx(2 / 16) and listed["n_used"] == 4
     with pytest.raises(ValueError, match="'statistics.permutations' must be >= 1; got 0"):
         joint_test(np.array([0.1, 0.2]), n_permutations=0, seed=0)
 
@@ -147,6 +152,15 @@ def _null_p_values(seed, reps=200, **planted):
     return np.array([t["p_value"].iloc[0] for t in tables]), np.array([t["mean_r"].iloc[0] for t in tables])
 
 
+def test_the_tables_p_value_is_the_seeded_test_of_its_refits_partial_r():
+    rng = np.random.default_rng(11)
+    layers, heads = tables_of(*_planted(rng, 12, 0.02))
+    table = stability_commonness_table(layers, heads, "primary", 300, seed=5)  # 2^12 > 300: random signs
+    expected = joint_test(table["partial_r"].to_numpy(), 300, seed=5)
+    assert (table["p_value"] == expected["p_value"]).all() and (table["min_p"] == 1 / 301).all()
+    np.testing.assert_allclose(table["mean_partial_r"], expected["mean_partial_r"], rtol=1e-15)
+
+
 def test_without_association_the_p_values_are_uniform():
     p_values, _ = _null_p_values(6)
     bound = 0.05 + 3 * np.sqrt(0.05 * 0.95 / len(p_values))
@@ -172,6 +186,7 @@ def test_a_refit_sharper_at_every_layer_is_no_association_over_layers():
     assert np.mean(p_values <= 0.05) <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / len(p_values))
 
 
+@pytest.mark.filterwarnings("error")  # no mean of an empty selection
 def test_table_reads_the_same_layer_rows_of_the_prompt_set_and_says_why_a_p_value_is_nan():
     x, y = np.stack([Z + U, Z + U]), np.stack([Z + V, Z + 2 * U])
     layers, heads = tables_of(x, y, np.stack([Z, Z]), seeds=[7, 3])
@@ -236,5 +251,6 @@ def test_summary_has_one_test_per_architecture_with_benjamini_hochberg_q_values(
     np.testing.assert_allclose(summary["q_value"], [0.03, 0.04, np.nan, 0.04])
     assert list(summary.columns[:2]) == ["architecture", "promptset"] and "seed" not in summary.columns
     assert summary.columns.get_loc("q_value") == summary.columns.get_loc("p_value") + 1
+    assert summary.index.equals(pd.RangeIndex(4))
     empty = stability_commonness_summary({})
     assert empty.empty and "q_value" in empty.columns

@@ -67,10 +67,8 @@ def refit_layer_values(
     of commonness without self above its null (commonness.csv), of one prompt set."""
     layers = _rows(layer_stability, "layer_stability.csv", _LAYER_COLUMNS, promptset)
     heads = _rows(commonness, "commonness.csv", _COMMONNESS_COLUMNS, promptset)
-    stability = layers.pivot_table(index="anchor_seed", columns="layer", values=["above_null", "entropy"], dropna=False)
-    common = heads.pivot_table(
-        index="seed", columns="layer", values="commonness_excl_self_above_null", aggfunc="mean", dropna=False
-    )
+    stability = layers.set_index(["anchor_seed", "layer"])[["above_null", "entropy"]].unstack("layer")
+    common = heads.groupby(["seed", "layer"])["commonness_excl_self_above_null"].mean().unstack("layer")
     seeds, n_layers = list(stability.index), stability["above_null"].shape[1]
     if seeds != list(common.index) or list(stability["above_null"].columns) != list(common.columns):
         raise ValueError(
@@ -78,9 +76,9 @@ def refit_layer_values(
             f"{list(common.index)} and layers {list(common.columns)} ({promptset}); {_FIX}"
         )
     values = {
-        "stability": stability["above_null"].to_numpy(dtype=np.float64),
-        "commonness": common.to_numpy(dtype=np.float64),
-        "entropy": stability["entropy"].to_numpy(dtype=np.float64),
+        "stability": stability["above_null"].to_numpy(),
+        "commonness": common.to_numpy(),
+        "entropy": stability["entropy"].to_numpy(),
     }
     return seeds, values
 
@@ -92,13 +90,11 @@ def refit_correlations(stability: np.ndarray, commonness: np.ndarray, entropy: n
     n_refits, n_layers = stability.shape
     r, partial = np.full(n_refits, np.nan), np.full(n_refits, np.nan)
     for refit in range(n_refits):
-        x, y, z = stability[refit], commonness[refit], entropy[refit]
-        if not (np.isfinite(x).all() and np.isfinite(y).all()):
-            continue
+        x, y, z = stability[refit], commonness[refit], entropy[refit]  # a missing value makes both NaN
         if n_layers >= MIN_LAYERS["r"]:
-            with np.errstate(invalid="ignore", divide="ignore"):
+            with np.errstate(invalid="ignore"):  # a constant variable: 0 / 0, NaN
                 r[refit] = np.corrcoef(x, y)[0, 1]
-        if n_layers >= MIN_LAYERS["partial_r"] and np.isfinite(z).all():
+        if n_layers >= MIN_LAYERS["partial_r"]:
             partial[refit] = partial_correlation(x, y, z)
     return {"r": r, "partial_r": partial}
 
@@ -112,7 +108,7 @@ def joint_test(partial_r: np.ndarray, n_permutations: int, seed: int) -> dict[st
     """
     if n_permutations < 1:
         raise ValueError(f"config key 'statistics.permutations' must be >= 1; got {n_permutations}")
-    values = np.asarray(partial_r, dtype=np.float64)
+    values = np.asarray(partial_r, dtype=np.float64)  # a None in a list reads as NaN
     values = values[np.isfinite(values)]
     n = values.size
     result = {"mean_partial_r": float(values.mean()) if n else np.nan, "n_positive": int((values > 0).sum())}
@@ -125,7 +121,6 @@ def joint_test(partial_r: np.ndarray, n_permutations: int, seed: int) -> dict[st
         permutation_type="samples",
         alternative="greater",
         n_resamples=n_permutations,
-        vectorized=True,
         rng=seed,
     )
     exact = 2**n <= n_permutations
