@@ -90,7 +90,7 @@ def _within_refit(
         return with_self, np.full(with_self.shape, np.nan)
     within = np.diagonal(grouped, axis1=1, axis2=2)  # [group, layer, head_a, head_b, seed]
     self_match = np.diagonal(within, axis1=2, axis2=3)  # [group, layer, seed, head]
-    per_group = np.swapaxes(self_match, 1, 2).astype(np.float64)  # [group, seed, layer, head]
+    per_group = np.swapaxes(self_match, 1, 2)  # [group, seed, layer, head]; float64 in the weighted sum
     self_term = np.tensordot(prompt_weights(prompt_counts, group_sizes), per_group, axes=1)
     return with_self, (n_heads * with_self - self_term) / (n_heads - 1)
 
@@ -102,7 +102,7 @@ def commonness_null_columns(grouped, prompt_counts: np.ndarray, confidence: floa
     interval; the interval of observed commonness without self (its estimate is `commonness_table`'s); and
     calibration, the label of these prompt-group intervals at the set's number of groups."""
     sizes = grouped.group_sizes
-    full = np.ones((1, len(sizes)))  # every group once: the estimate on all prompts
+    full = np.ones_like(sizes)[None]  # [1, group]: every group once, the estimate on all prompts
     replicates = {kind: _within_refit(getattr(grouped, kind), sizes, prompt_counts) for kind in ("observed", "null")}
     estimates = {kind: _within_refit(getattr(grouped, kind), sizes, full) for kind in ("observed", "null")}
     values = {}
