@@ -10,7 +10,7 @@ from helpers.tolerances import reduction_atol
 
 from headstab.similarity.prompt_groups import GroupedSimilarity
 from headstab.statistics.bootstrap import draw_resamples, stability_replicates
-from headstab.statistics.controls import CONTENT_COLUMNS, layer_label_null
+from headstab.statistics.controls import CONTENT_COLUMNS, entropy_column, layer_label_null
 from headstab.statistics.interval_tables import interval_tables
 
 SEEDS = [2, 4, 6, 9]
@@ -56,6 +56,18 @@ def test_entropy_sits_beside_every_stability_row_and_averages_over_heads_and_ref
     np.testing.assert_allclose(layer["entropy"].to_numpy().reshape(4, 3), grouped.entropy.mean(axis=-1))
     pooled = tables["pooled"][tables["pooled"]["scope"] == "same_layer"]
     np.testing.assert_allclose(pooled["entropy"], grouped.entropy.mean(axis=(0, 2)))
+
+
+def test_entropy_column_is_float64_and_nan_without_entropy():
+    entropy = (np.arange(12, dtype=np.float32) / 7).reshape(2, 3, 2)  # as a file might store it
+    heads = entropy_column(entropy, (2, 3, 2))
+    assert heads.dtype == np.float64
+    np.testing.assert_array_equal(heads, entropy.astype(np.float64))
+    layers = entropy_column(entropy, (2, 3), (2,))
+    assert layers.dtype == np.float64
+    np.testing.assert_allclose(layers, entropy.astype(np.float64).mean(axis=2), rtol=1e-15)
+    missing = entropy_column(None, (2, 3))
+    assert missing.dtype == np.float64 and missing.shape == (2, 3) and np.isnan(missing).all()
 
 
 def test_content_columns_are_the_stability_of_the_content_tensors_with_their_own_null():
@@ -191,7 +203,7 @@ def test_one_head_layers_have_no_commonness_without_self_and_two_head_layers_the
     _, tables = controls_case(n_layers=2, n_heads=1)
     common = tables["commonness"]
     excl = [column for column in common.columns if column.startswith("commonness_excl_self")]
-    assert len(excl) == 8 and common[excl].isna().all().all()
+    assert len(excl) == 8 and common[excl].isna().all().all() and (common[excl].dtypes == np.float64).all()
     assert common["commonness_above_null"].notna().all()
     grouped, tables = controls_case(n_layers=2, n_heads=2)
     peer = grouped.mean("observed") - grouped.mean("null")  # [a, b, layer, head_a, head_b]

@@ -74,8 +74,7 @@ def entropy_column(entropy: np.ndarray | None, shape: tuple[int, ...], reduce_ax
     groups carry none."""
     if entropy is None:
         return np.full(shape, np.nan)
-    values = np.asarray(entropy, dtype=np.float64)
-    return values.mean(axis=reduce_axes) if reduce_axes else values
+    return np.asarray(entropy, dtype=np.float64).mean(axis=reduce_axes)  # axis () keeps every value
 
 
 def _within_refit(
