@@ -27,7 +27,7 @@ MAX_ROWS = 500  # rows shown per table: the paper plan's per-pair tables hold mi
 ARCH_SUBCATEGORIES = {
     "Stability (§4.1)": ("head_stability", "layer_stability", "pair_stability", "layer_stability_pooled"),
     "Cross-layer (§4.2)": ("alignment_map", "alignment_dispersion"),
-    "Within-layer (§4.3)": ("commonness",),
+    "Within-layer (§4.3)": ("commonness", "stability_commonness"),
     "Weight norms (§4.4.1)": ("weight_norms", "head_weight_norms", "weight_norm_correlation", "weight_norm_partial"),
     "Prompt length (§4.4.2)": ("prompt_length",),
     "Adam vs AdamW (§4.5)": ("validation_perplexity", "activation_norms"),
@@ -53,6 +53,7 @@ ARCH_SUBCATEGORIES = {
 }
 # Cross-architecture tables (summary/tables): (category, subcategory) of their figures.
 SUMMARY_PLACES = {
+    "stability_commonness": ("Across architectures", "Within-layer (§4.3)"),
     "stability_gap": ("Across architectures", "Stability gap (§4.6)"),
     "stability_gap_depth": ("Across architectures", "Stability gap (§4.6)"),
     "meta_sne": ("Across architectures", "meta-SNE (§4.9)"),
@@ -73,7 +74,8 @@ DESCRIPTIONS = {
     "layer_stability_pooled": "layer stability pooled over all refits as anchors, with multi-bootstrap interval and null",
     "alignment_map": "share of each layer's best matches falling in each layer (§4.2)",
     "alignment_dispersion": "how concentrated each layer's alignment is: diagonal share, entropy, distance, kurtosis",
-    "commonness": "commonness of each head among the refits (Eq. 10)",
+    "commonness": "commonness of each head among its peers in its refit (Eq. 10) and without its match with itself, with prompt-group intervals, the prompt-permutation null and the difference from it",
+    "stability_commonness": "least stable yet most distinct (§4.3, §5): r and partial r (given entropy) over layers of stability and commonness without self, each above its null, per refit; the one-sided sign-flip test over refits, on these prompts (calibrated at every n; 4 refits cannot reach 5%; across architectures: one test each, with Benjamini-Hochberg q-values)",
     "weight_norms": "Frobenius norm of every weight matrix per refit and layer, and the whole layer's (§4.4.1)",
     "weight_norm_correlation": "Pearson and Spearman correlation of weight norms with layer stability, per anchor and pooled (Table B.5), and given layer entropy",
     "head_weight_norms": "Frobenius norm of every head's W_Q, W_K, W_V, W_O per refit",

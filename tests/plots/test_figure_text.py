@@ -13,6 +13,7 @@ import headstab.plots.stability as stability_plots
 from headstab.plots import new_figure, save_figure, text_outside_canvas
 from headstab.plots.ablation import plot_ablation_correlation
 from headstab.plots.chance import plot_seeds_needed, plot_stability_against_chance
+from headstab.plots.commonness import plot_commonness
 from headstab.plots.effective_rank import plot_rank_by_layer, plot_rank_vs_stability
 from headstab.plots.headline import plot_stability_by_depth
 from headstab.plots.layer_robustness import plot_robustness_stages, plot_robustness_vs_stability
@@ -60,7 +61,8 @@ def test_stability_figures_keep_their_text_inside(n_layers, tmp_path):
     stability_plots.plot_pair_stability(t["pairs"], tmp_path / "pair.png", arch)
     stability_plots.plot_cross_layer_stability(t["heads"], t["layers"], tmp_path / "cross.png", arch)
     stability_plots.plot_alignment_map(t["alignment"], tmp_path / "map.png", arch, dispersion_table=t["dispersion"])
-    stability_plots.plot_commonness(t["commonness"], tmp_path / "common.png", arch)
+    common = t["commonness"].assign(commonness_above_null=0.1, commonness_excl_self_above_null=-0.02)
+    plot_commonness(common, tmp_path / "common.png", arch)  # with the above-null panel
 
 
 @pytest.mark.parametrize("n_layers", EDGE_DEPTHS)

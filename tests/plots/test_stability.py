@@ -12,7 +12,6 @@ import headstab.plots.stability as stability_plots
 from headstab.plots import DPI
 from headstab.plots.stability import (
     plot_alignment_map,
-    plot_commonness,
     plot_cross_layer_stability,
     plot_head_stability,
     plot_layer_stability,
@@ -239,15 +238,6 @@ def test_alignment_map_dispersion_of_another_prompt_set_fails_clearly(tables, tm
     other = tables["dispersion"].assign(promptset="len5")
     with pytest.raises(ValueError, match="alignment_dispersion table has no rows with promptset = 'primary'"):
         plot_alignment_map(tables["alignment"], tmp_path / "x.png", "l3_h4", dispersion_table=other)
-
-
-def test_commonness_heatmap_holds_first_seed(tables, tmp_path):
-    path = tmp_path / "commonness.png"
-    matrix = plot_commonness(tables["commonness"], path, "l3_h4")
-    assert_png(path)
-    rows = tables["commonness"][tables["commonness"]["seed"] == 9]
-    for row in rows.itertuples():
-        assert matrix.loc[row.head, row.layer] == row.commonness
 
 
 def test_unknown_prompt_set_fails_listing_available(tables, tmp_path):

@@ -10,7 +10,7 @@ from helpers.tolerances import reduction_atol
 
 from headstab.similarity.prompt_groups import GroupedSimilarity
 from headstab.statistics.bootstrap import draw_resamples, stability_replicates
-from headstab.statistics.controls import CONTENT_COLUMNS, layer_label_null
+from headstab.statistics.controls import CONTENT_COLUMNS, entropy_column, layer_label_null
 from headstab.statistics.interval_tables import interval_tables
 
 SEEDS = [2, 4, 6, 9]
@@ -56,6 +56,18 @@ def test_entropy_sits_beside_every_stability_row_and_averages_over_heads_and_ref
     np.testing.assert_allclose(layer["entropy"].to_numpy().reshape(4, 3), grouped.entropy.mean(axis=-1))
     pooled = tables["pooled"][tables["pooled"]["scope"] == "same_layer"]
     np.testing.assert_allclose(pooled["entropy"], grouped.entropy.mean(axis=(0, 2)))
+
+
+def test_entropy_column_is_float64_and_nan_without_entropy():
+    entropy = (np.arange(12, dtype=np.float32) / 7).reshape(2, 3, 2)  # as a file might store it
+    heads = entropy_column(entropy, (2, 3, 2))
+    assert heads.dtype == np.float64
+    np.testing.assert_array_equal(heads, entropy.astype(np.float64))
+    layers = entropy_column(entropy, (2, 3), (2,))
+    assert layers.dtype == np.float64
+    np.testing.assert_allclose(layers, entropy.astype(np.float64).mean(axis=2), rtol=1e-15)
+    missing = entropy_column(None, (2, 3))
+    assert missing.dtype == np.float64 and missing.shape == (2, 3) and np.isnan(missing).all()
 
 
 def test_content_columns_are_the_stability_of_the_content_tensors_with_their_own_null():
@@ -109,9 +121,95 @@ def test_commonness_null_uses_the_partner_prompts_within_one_refit_by_hand():
     assert common["commonness_excl_self_null"].to_numpy() == pytest.approx(0.25)
     within = observed.mean(axis=0)[[0, 1], [0, 1]]  # [seed, layer, head_a, head_b]
     expected = within.mean(axis=-1).ravel() - (0.5 + 2 * 0.25) / 3
-    np.testing.assert_allclose(common["commonness_above_null"], expected, atol=reduction_atol(np.float32, 4))
-    assert (common["commonness_null_ci_low"] <= common["commonness_null"] + 1e-12).all()
-    assert (common["commonness_above_null_ci_low"] <= common["commonness_above_null_ci_high"]).all()
+    atol = reduction_atol(np.float32, 4)
+    np.testing.assert_allclose(common["commonness_above_null"], expected, atol=atol)
+    off_diagonal = (within.sum(axis=-1) - np.diagonal(within, axis1=-2, axis2=-1)) / (n_heads - 1)
+    np.testing.assert_allclose(common["commonness_excl_self_above_null"], off_diagonal.ravel() - 0.25, atol=atol)
+    for part in ("commonness_null", "commonness_above_null", "commonness_excl_self_null"):
+        assert (common[f"{part}_ci_low"] <= common[part] + atol).all()
+        assert (common[part] <= common[f"{part}_ci_high"] + atol).all()
+    assert (common["calibration"] == "descriptive").all()  # 2 prompt groups
+
+
+def _planted_commonness(n_heads: int, n_groups: int = 6):
+    """One refit, one layer: head 0 shares nothing with its peers (observed = null = 0.3 against each, its
+    pattern on a partner prompt 0.4 like itself); heads 1.. share 0.8 against a null of 0.3. Each group
+    adds +-0.05 that cancels over the (equal-sized) groups."""
+    observed = np.full((n_groups, 2, 2, 1, n_heads, n_heads), 0.8, dtype=np.float32)
+    null = np.full_like(observed, 0.3)
+    observed[..., 1:, 1:] += np.resize([0.05, -0.05], n_groups).astype(np.float32)[:, None, None, None, None, None]
+    observed[..., 0, :] = observed[..., :, 0] = 0.3
+    observed[..., np.arange(n_heads), np.arange(n_heads)] = 1.0  # a pattern against itself
+    null[..., 0, 0] = 0.4
+    null[..., np.arange(1, n_heads), np.arange(1, n_heads)] = 0.9
+    sizes = np.full(n_groups, 2)
+    lengths = np.full(sizes.sum(), 5)
+    partners = np.roll(np.arange(lengths.size), 1)
+    grouped = GroupedSimilarity(observed, null, sizes, SEEDS[:2], partners, lengths)
+    tables = interval_tables(_pair_tensor(observed, sizes), grouped, "p", n_boot=200, seed=2, confidence=0.9)
+    return tables["commonness"].query("seed == @SEEDS[0]").set_index("head")
+
+
+@pytest.mark.parametrize("n_heads", [4, 8])
+def test_a_head_sharing_nothing_with_its_peers_is_at_its_null_only_without_the_self_term(n_heads):
+    common = _planted_commonness(n_heads)
+    atol = reduction_atol(np.float32, 6 * n_heads)
+    # without self: its peers on the same prompt are as alike as on partner prompts
+    assert common.loc[0, "commonness_excl_self_above_null"] == pytest.approx(0.0, abs=atol)
+    assert common.loc[0, "commonness_excl_self_null"] == pytest.approx(0.3, abs=atol)
+    # Eq. 10 counts its match with itself: 1 on the same prompt, 0.4 on the partner
+    assert common.loc[0, "commonness_above_null"] == pytest.approx((1.0 - 0.4) / n_heads, abs=atol)
+    # a sharing head: (0.8 - 0.3) against each of its n - 2 sharing peers, 0 against head 0
+    sharing = (n_heads - 2) * 0.5 / (n_heads - 1)
+    assert common.loc[1, "commonness_excl_self_above_null"] == pytest.approx(sharing, abs=atol)
+    assert common.loc[1, "commonness_above_null"] == pytest.approx(((n_heads - 2) * 0.5 + 0.1) / n_heads, abs=atol)
+    # head 0's peers do not move with the groups, the sharing heads' do: a zero-width interval and a wide one
+    assert common.loc[0, "commonness_excl_self_above_null_ci_high"] - common.loc[
+        0, "commonness_excl_self_above_null_ci_low"
+    ] == pytest.approx(0.0, abs=atol)
+    low, high = common.loc[1, ["commonness_excl_self_above_null_ci_low", "commonness_excl_self_above_null_ci_high"]]
+    assert low < sharing - 0.005 and high > sharing + 0.005
+    peers = ((n_heads - 2) * 0.8 + 0.3) / (n_heads - 1)  # commonness_excl_self of head 1
+    assert common.loc[1, "commonness_excl_self_ci_low"] < peers < common.loc[1, "commonness_excl_self_ci_high"]
+
+
+def test_excl_self_intervals_are_percentiles_of_the_resampled_group_means():
+    grouped, tables = controls_case(n_layers=2, n_heads=3)
+    draws = draw_resamples(30, len(SEEDS), len(grouped.group_sizes), 1)
+    weights = draws.prompt_counts * grouped.group_sizes
+    weights = weights / weights.sum(axis=1, keepdims=True)
+
+    def excl_self(tensor):  # [group, seed, layer, head]: mean over the refit's other heads, per group
+        within = np.stack([tensor[:, a, a].astype(np.float64) for a in range(len(SEEDS))], axis=1)
+        return (within.sum(axis=-1) - np.diagonal(within, axis1=-2, axis2=-1)) / 2
+
+    observed, null = excl_self(grouped.observed), excl_self(grouped.null)
+    common = tables["commonness"]
+    atol = reduction_atol(np.float32, 3 * len(grouped.group_sizes))
+    for column, per_group in (
+        ("commonness_excl_self", observed),
+        ("commonness_excl_self_null", null),
+        ("commonness_excl_self_above_null", observed - null),
+    ):
+        low, high = np.quantile(np.tensordot(weights, per_group, axes=1), [0.05, 0.95], axis=0)
+        np.testing.assert_allclose(common[f"{column}_ci_low"], low.ravel(), atol=atol, err_msg=column)
+        np.testing.assert_allclose(common[f"{column}_ci_high"], high.ravel(), atol=atol, err_msg=column)
+    full = np.tensordot(grouped.group_sizes / grouped.group_sizes.sum(), observed - null, axes=1)
+    np.testing.assert_allclose(common["commonness_excl_self_above_null"], full.ravel(), atol=atol)
+    assert (common["calibration"] == "descriptive").all()  # 4 prompt groups
+
+
+def test_one_head_layers_have_no_commonness_without_self_and_two_head_layers_their_one_peer():
+    _, tables = controls_case(n_layers=2, n_heads=1)
+    common = tables["commonness"]
+    excl = [column for column in common.columns if column.startswith("commonness_excl_self")]
+    assert len(excl) == 8 and common[excl].isna().all().all() and (common[excl].dtypes == np.float64).all()
+    assert common["commonness_above_null"].notna().all()
+    grouped, tables = controls_case(n_layers=2, n_heads=2)
+    peer = grouped.mean("observed") - grouped.mean("null")  # [a, b, layer, head_a, head_b]
+    expected = np.stack([peer[a, a][..., [0, 1], [1, 0]] for a in range(len(SEEDS))])  # [seed, layer, head]
+    atol = reduction_atol(np.float32, 8)
+    np.testing.assert_allclose(tables["commonness"]["commonness_excl_self_above_null"], expected.ravel(), atol=atol)
 
 
 def test_layer_label_null_keeps_each_refits_values_and_by_hand_gives_the_range_of_two_values():

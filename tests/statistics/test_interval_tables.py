@@ -286,17 +286,20 @@ def test_effect_size_is_nan_for_one_pair_or_constant_differences():
     assert same["effect_size"].dtype == np.float64 and pooled["effect_size"].dtype == np.float64
 
 
-def equal_up_to_rounding_case(spread: float):
-    """Tables of 4 refits whose best matches and null best matches differ by 0.25 plus `spread` x (a planted
-    pattern of -1 ... 1 over pairs and heads), each rounded to float32 once, as a file stores them; and the
-    paired differences of the stored values [seed_a, seed_b, layer, head]."""
+def equal_up_to_rounding_case(spread: float, offset: float = 0.25, noise_ulps: int = 0):
+    """Tables of 4 refits whose best matches and null best matches differ by `offset` plus `spread` x (a
+    planted pattern of -1 ... 1 over pairs and heads), plus up to `noise_ulps` float32 ulps of symmetric
+    noise on the null, each rounded to float32 once, as a file stores them; and the paired differences of the
+    stored values [seed_a, seed_b, layer, head]."""
     n = len(SEEDS)
     rng = np.random.default_rng(21)
     best = rng.uniform(0.5, 0.9, size=(n, n, 1, 3))  # float64 truth
     best = (best + best.transpose(1, 0, 2, 3)) / 2
     planted = np.linspace(-1, 1, n * n * 3).reshape(n, n, 1, 3)
     planted = (planted + planted.transpose(1, 0, 2, 3)) / 2
-    stored = best.astype(np.float32), (best - 0.25 - spread * planted).astype(np.float32)
+    noise = rng.integers(-noise_ulps, noise_ulps + 1, size=best.shape)
+    ulps = (noise + noise.transpose(1, 0, 2, 3)) * np.finfo(np.float32).eps / 2  # ulps of values in [0.5, 1)
+    stored = best.astype(np.float32), (best - offset - spread * planted + ulps).astype(np.float32)
     observed, null = np.zeros((2, 1, n, n, 1, 3, 3), dtype=np.float32)
     observed[..., np.arange(3), np.arange(3)], null[..., np.arange(3), np.arange(3)] = stored  # best match: itself
     sizes, lengths = np.array([4]), np.full(4, 5)
@@ -316,7 +319,7 @@ def test_effect_size_is_nan_for_differences_equal_up_to_float32_rounding():
 
 
 def test_effect_size_of_a_small_resolvable_spread_is_cohens_dz():
-    spread = 1e-5  # about 100 float32 ulps of the best matches (0.5-0.9): above their rounding
+    spread = 1e-3  # about 10^4 float32 ulps of the best matches (0.5-0.9): far above their rounding
     tables, differences = equal_up_to_rounding_case(spread)
     off = ~np.eye(len(SEEDS), dtype=bool)
     pairs = differences[off]  # [pair, layer, head]
@@ -326,7 +329,27 @@ def test_effect_size_of_a_small_resolvable_spread_is_cohens_dz():
     pooled = tables["pooled"][tables["pooled"]["scope"] == "same_layer"]
     expected = cohen_dz(pairs.transpose(1, 0, 2).reshape(1, -1), -1)
     np.testing.assert_allclose(pooled["effect_size"], expected, rtol=reduction_rtol(np.float64, 36))
-    assert np.all(np.abs(pooled["effect_size"]) > 1e3)  # a large effect, and a real one: the spread is planted
+    assert np.all(np.abs(pooled["effect_size"]) > 1e2)  # a large effect, and a real one: the spread is planted
+
+
+def test_effect_size_is_nan_where_the_spread_is_below_a_ten_thousandth_of_the_difference():
+    tables, differences = equal_up_to_rounding_case(spread=1e-5)  # d_z about 4 x 10^4: rounding-sized
+    off = ~np.eye(len(SEEDS), dtype=bool)
+    assert np.abs(cohen_dz(differences[off].reshape(1, -1), -1)).min() > 1e4
+    for name in ("head", "layer", "pooled"):
+        same = tables[name][tables[name]["scope"] == "same_layer"]
+        assert same["effect_size"].isna().all(), (name, same["effect_size"].tolist())
+
+
+def test_effect_size_of_a_positional_head_at_its_null_up_to_accumulated_rounding_is_nan():
+    # best match and null best match equal but for a few float32 ulps, as cosines summed over the 15
+    # lower-triangle entries of 5-token prompts round: no mean to divide, and no spread to divide it by
+    tables, differences = equal_up_to_rounding_case(spread=0.0, offset=0.0, noise_ulps=3)
+    off = ~np.eye(len(SEEDS), dtype=bool)
+    assert 0 < differences[off].std() and np.abs(differences[off]).max() < 1e-6
+    for name in ("head", "layer", "pooled"):
+        same = tables[name][tables[name]["scope"] == "same_layer"]
+        assert same["effect_size"].isna().all(), (name, same["effect_size"].tolist())
 
 
 def test_effect_size_of_two_pairs_per_anchor_is_cohens_dz():

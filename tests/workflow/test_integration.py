@@ -138,9 +138,14 @@ def test_controls_for_sharpness_and_chance_reach_the_tables(tiny_run):
         assert primary[["stability_content", "stability_content_null"]].notna().all().all()
         assert same[same["promptset"] != "primary"]["stability_content"].isna().all()  # the primary set only
         common = pd.read_csv(tiny_run / arch / "tables/commonness.csv")
-        assert common["commonness_null"].notna().all()
+        assert common[["commonness_null", "commonness_excl_self_above_null"]].notna().all().all()
+        joint = pd.read_csv(tiny_run / arch / "tables/stability_commonness.csv")
+        # 2 layers: a partial correlation over layers is +-1 by construction, so no test, and the table says why
+        assert joint["p_value"].isna().all() and joint["reason"].str.startswith("2 layers").all()
         partial = pd.read_csv(tiny_run / arch / "tables/weight_norm_partial.csv")
         assert set(partial["layer"]) == {0, 1} and (partial["matrix"] == "W_Q").all()
+    joint = pd.read_csv(tiny_run / "summary/tables/stability_commonness.csv")
+    assert set(joint["architecture"]) == set(ARCHITECTURES) and joint["q_value"].isna().all()
     gap = pd.read_csv(tiny_run / "summary/tables/stability_gap.csv")
     assert (gap["delta_s_layer_null"] > 0).all() and gap["delta_s_layer_null_p"].between(0, 1).all()
     depth = pd.read_csv(tiny_run / "summary/tables/stability_gap_depth.csv")

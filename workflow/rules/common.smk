@@ -57,6 +57,7 @@ STATISTICS = config["statistics"]
 STATISTICS_CODE = jobs.library_digest("statistics", "stability.py", "matching.py")
 PROMPT_GROUPS_CODE = jobs.library_digest("similarity/prompt_groups.py", "sharpness.py")
 OPTIMIZER_TESTS_CODE = jobs.library_digest("statistics", "sections/optimizer_tests.py")
+STABILITY_COMMONNESS_CODE = jobs.library_digest("statistics", "sections/stability_commonness.py")
 ARCHITECTURE_FACTS = {arch: architecture_facts(SPECS[arch]) for arch in ARCHITECTURES}
 RUN_SUMMARY = f"{len(ARCHITECTURES)} architectures ({', '.join(ARCHITECTURES)}), results_dir {RESULTS}"
 

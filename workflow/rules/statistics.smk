@@ -5,6 +5,9 @@
 #   optimizer_tests       {RESULTS}/compare/{arch}/tables/optimizer_tests.csv   (§4.5 as tests; {arch} the Adam member)
 #   stability_against_chance  {RESULTS}/summary/tables/stability_against_chance.csv, stability_gap_intervals.csv,
 #                             summary/figures/stability_against_chance.png   (every architecture)
+#   stability_commonness  {RESULTS}/{arch}/tables/stability_commonness.csv   ("least stable yet most distinct",
+#                         §4.3 and §5, tested over refits); stability_commonness_summary: summary/tables/
+#                         stability_commonness.csv (every architecture, with q-values)
 #
 # Library: headstab.statistics, headstab.plots.chance.
 
@@ -42,7 +45,11 @@ CHANCE_SUMMARY_TARGETS = [
     LAYOUT.summary_figure_path("stability_against_chance"),
 ]
 
+STABILITY_COMMONNESS_TARGETS = {arch: [LAYOUT.table_path(arch, "stability_commonness")] for arch in ARCHITECTURES}
+STABILITY_COMMONNESS_SUMMARY = [LAYOUT.summary_table_path("stability_commonness")] if ARCHITECTURES else []
+
 add_outputs(STATISTICS_TARGETS, shared=OPTIMIZER_TESTS_TARGETS + CHANCE_SUMMARY_TARGETS)
+add_outputs(STABILITY_COMMONNESS_TARGETS, shared=STABILITY_COMMONNESS_SUMMARY)
 
 
 rule seeds_needed:
@@ -129,3 +136,50 @@ rule stability_against_chance:
         promptset=PRIMARY,
     script:
         "../scripts/stability_against_chance.py"
+
+
+rule stability_commonness:
+    """The paper's "least stable yet most distinct" (§4.3, §5) tested jointly: per refit, the partial
+    correlation over its layers of stability above its null with commonness without self above its null,
+    given the layer's mean head entropy; a one-sided sign-flip test of the refits' mean (primary prompts)."""
+    input:
+        layer_stability=LAYOUT.table_path("{arch}", "layer_stability"),
+        commonness=LAYOUT.table_path("{arch}", "commonness"),
+    output:
+        table=LAYOUT.table_path("{arch}", "stability_commonness"),
+    log:
+        LAYOUT.log("stability_commonness", "{arch}"),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    params:
+        library=STABILITY_COMMONNESS_CODE,
+        promptset=PRIMARY,
+        statistics=STATISTICS,
+    script:
+        "../scripts/stability_commonness.py"
+
+
+rule stability_commonness_summary:
+    """The joint test of stability and commonness of every architecture in one table, with Benjamini-Hochberg
+    q-values over the architectures."""
+    input:
+        tables=[LAYOUT.table_path(arch, "stability_commonness") for arch in ARCHITECTURES],
+    output:
+        table=LAYOUT.summary_table_path("stability_commonness"),
+    log:
+        LAYOUT.log("stability_commonness_summary", "summary"),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    params:
+        library=STABILITY_COMMONNESS_CODE,
+        architectures=ARCHITECTURES,
+    script:
+        "../scripts/stability_commonness_summary.py"

@@ -4,6 +4,7 @@ import pandas as pd
 
 from headstab.joblog import run_job
 from headstab.plots import stability as plots
+from headstab.plots.commonness import plot_commonness
 
 
 def main():
@@ -19,7 +20,7 @@ def main():
     plots.plot_alignment_map(
         tables["alignment_map"], out.alignment_map, arch, promptset, dispersion_table=tables["alignment_dispersion"]
     )
-    plots.plot_commonness(tables["commonness"], out.commonness, arch, promptset)
+    plot_commonness(tables["commonness"], out.commonness, arch, promptset)
 
 
 run_job(main, "stability_figures", snakemake.log[0])

@@ -1,4 +1,5 @@
-"""Stability figures (paper Fig. 2, 3, 4, 12/A.5 and 20) from the tables of `headstab.stability`.
+"""Stability figures (paper Fig. 2, 3, 12/A.5 and 20) from the tables of `headstab.stability` (Fig. 4:
+`headstab.plots.commonness`).
 
 Each function takes the table(s), the output path and the architecture name, draws on a
 matplotlib `Figure` rendered by the Agg canvas (no pyplot, so no global figure state and nothing
@@ -23,7 +24,6 @@ from headstab.table_rows import select_rows
 
 __all__ = [
     "plot_alignment_map",
-    "plot_commonness",
     "plot_cross_layer_stability",
     "plot_head_stability",
     "plot_layer_stability",
@@ -349,49 +349,5 @@ def plot_alignment_map(
         f"anchor = first seed ({anchor}), pooled over heads and pair refits",
         fontsize=10,
     )
-    save_figure(figure, path)
-    return matrix
-
-
-def plot_commonness(
-    commonness: pd.DataFrame,
-    path: str | Path,
-    arch: str,
-    promptset: str = "primary",
-    column: str = "commonness",
-) -> pd.DataFrame:
-    """Within-layer commonness (Fig. 4): heads x layers for the first seed, layer means across seeds.
-
-    commonness: COMMONNESS_COLUMNS; column: "commonness" (self included, the paper's Eq. 10) or
-    "commonness_excl_self". Returns the drawn [head, layer] matrix of the first seed.
-    """
-    rows = select_rows(commonness, "commonness table", promptset=promptset)
-    seed = _first(rows, "seed")
-    matrix = _heads_by_layers(rows[rows["seed"] == seed], column)
-    per_seed = rows.groupby(["seed", "layer"])[column].mean().unstack("layer")
-    width, height = _heatmap_size(*matrix.shape[::-1])
-    figure = new_figure((width + 4.2, max(height, 3.4)))
-    heat_ax, line_ax = figure.subplots(1, 2, width_ratios=[width, 4.2])
-    label = "commonness" + (" excl. self" if column == "commonness_excl_self" else "")
-    _heads_layers_heatmap(heat_ax, matrix, f"{label} (mean {SIMILARITY_LABEL})", cmap="rocket")
-    heat_ax.set_title(f"seed {seed} (first seed)", fontsize=9)
-    x = np.asarray(_one_based(per_seed.columns))
-    mean, std = per_seed.mean(axis=0), per_seed.std(axis=0, ddof=0)
-    line_ax.fill_between(
-        x,
-        mean - std,
-        mean + std,
-        color="tab:red",
-        alpha=0.2,
-        linewidth=0,
-        label=f"±1 s.d. across {len(per_seed)} seeds",
-    )
-    line_ax.plot(x, mean, marker="o", color="tab:red", label="layer mean over heads")
-    line_ax.set_xticks(x)
-    line_ax.set_xlabel("layer")
-    line_ax.set_ylabel(f"{label} ({SIMILARITY_LABEL})")
-    line_ax.legend(fontsize=8)
-    line_ax.set_title("all seeds", fontsize=9)
-    figure.suptitle(f"{arch}: within-layer commonness (prompts: {promptset})", fontsize=10)
     save_figure(figure, path)
     return matrix

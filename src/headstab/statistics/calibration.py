@@ -63,6 +63,22 @@ METHODS: dict[str, Method] = {
             5,
             "two-sided sign-flip test of per-seed jackknife pseudo-value differences (optimizer_tests.csv p_value)",
         ),
+        Method(
+            "commonness_prompt_groups",
+            "interval",
+            "prompt groups",
+            50,
+            "percentile interval over resampled prompt groups of a head's commonness, with and without the head "
+            "itself, under the prompt-permutation null and above it (commonness.csv)",
+        ),
+        Method(
+            "stability_commonness_joint",
+            "p_value",
+            "refits",
+            4,
+            "one-sided sign-flip test over refits of the partial correlation over layers of stability above its "
+            "null with commonness without self above its null, given the layer's entropy (stability_commonness.csv)",
+        ),
     )
 }
 

@@ -3,8 +3,9 @@
 - head entropy (`headstab.sharpness`) next to head, layer and pooled stability;
 - the content variant: stability of the patterns less each head's position-only template, with its
   interval, its own prompt-permutation null and the difference from it;
-- commonness (Eq. 10) under the prompt-permutation null: each head against its peers of the same refit
-  on the partner prompts, the partner construction of the stability null within one refit;
+- commonness (Eq. 10) and commonness without the head itself under the prompt-permutation null: each
+  head against its peers of the same refit on the partner prompts, the partner construction of the
+  stability null within one refit;
 - the stability gap of §4.6 from the null, from stability above the null and from the content variant,
   and its expectation when no layer differs: the layer labels of a refit's heads permuted.
 """
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from headstab.statistics.bootstrap import percentile_interval
+from headstab.statistics.bootstrap import percentile_interval, prompt_weights
+from headstab.statistics.calibration import calibration_label
 from headstab.statistics.hypothesis import gap_replicates
 from headstab.statistics.resampling import commonness_replicates
 
@@ -33,14 +35,19 @@ CONTENT_COLUMNS = [
     for part in ("", "_null", "_above_null")
     for suffix in (part, f"{part}_ci_low", f"{part}_ci_high")
 ]
+COMMONNESS_METHOD = "commonness_prompt_groups"  # its intervals' entry in headstab.statistics.calibration
+# Eq. 10's commonness (the head itself included) and commonness without the head's match with itself: the
+# self term adds (1 - self_null) / H above the null, most for a head whose pattern moves with the prompt.
 COMMONNESS_NULL_COLUMNS = [
-    "commonness_null",
-    "commonness_null_ci_low",
-    "commonness_null_ci_high",
-    "commonness_above_null",
-    "commonness_above_null_ci_low",
-    "commonness_above_null_ci_high",
-    "commonness_excl_self_null",
+    *(f"commonness{part}{suffix}" for part in ("_null", "_above_null") for suffix in ("", "_ci_low", "_ci_high")),
+    "commonness_excl_self_ci_low",
+    "commonness_excl_self_ci_high",
+    *(
+        f"commonness_excl_self{part}{suffix}"
+        for part in ("_null", "_above_null")
+        for suffix in ("", "_ci_low", "_ci_high")
+    ),
+    "calibration",
 ]
 
 
@@ -67,30 +74,57 @@ def entropy_column(entropy: np.ndarray | None, shape: tuple[int, ...], reduce_ax
     groups carry none."""
     if entropy is None:
         return np.full(shape, np.nan)
-    values = np.asarray(entropy, dtype=np.float64)
-    return values.mean(axis=reduce_axes) if reduce_axes else values
+    return np.asarray(entropy, dtype=np.float64).mean(axis=reduce_axes)  # axis () keeps every value
+
+
+def _within_refit(
+    grouped: np.ndarray, group_sizes: np.ndarray, prompt_counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Commonness with and without the head itself, float64 [boot, seed, layer, head] each, of the prompt
+    groups weighted by `prompt_counts` [boot, group]; grouped: [group, seed_a, seed_b, layer, head_a, head_b].
+    Without self: (H x with - self) / (H - 1), NaN for a layer of one head."""
+    with_self = commonness_replicates(grouped, group_sizes, prompt_counts)
+    n_heads = grouped.shape[-1]
+    if n_heads < 2:
+        return with_self, np.full(with_self.shape, np.nan)
+    within = np.diagonal(grouped, axis1=1, axis2=2)  # [group, layer, head_a, head_b, seed]
+    self_match = np.diagonal(within, axis1=2, axis2=3)  # [group, layer, seed, head]
+    per_group = np.swapaxes(self_match, 1, 2)  # [group, seed, layer, head]; float64 in the weighted sum
+    self_term = np.tensordot(prompt_weights(prompt_counts, group_sizes), per_group, axes=1)
+    return with_self, (n_heads * with_self - self_term) / (n_heads - 1)
 
 
 def commonness_null_columns(grouped, prompt_counts: np.ndarray, confidence: float) -> dict[str, np.ndarray]:
-    """COMMONNESS_NULL_COLUMNS, each [seed, layer, head]: commonness on the null's partner prompts (the
-    head itself included, as Eq. 10), its interval over the same prompt-group resamples as the observed
-    commonness, the paired difference from it, and the null of commonness without the head itself."""
-    observed = commonness_replicates(grouped.observed, grouped.group_sizes, prompt_counts)
-    null = commonness_replicates(grouped.null, grouped.group_sizes, prompt_counts)
-    within = np.moveaxis(np.diagonal(grouped.mean("null"), axis1=0, axis2=1), -1, 0)  # [seed, layer, head, head]
-    estimate = within.mean(axis=-1)
-    n_heads = within.shape[-1]
-    self_null = np.diagonal(within, axis1=-2, axis2=-1)
-    excl = (within.sum(axis=-1) - self_null) / (n_heads - 1) if n_heads > 1 else np.full(estimate.shape, np.nan)
-    observed_estimate = np.moveaxis(np.diagonal(grouped.mean("observed"), axis1=0, axis2=1), -1, 0).mean(axis=-1)
-    null_low, null_high = percentile_interval(null, confidence)
-    above_low, above_high = percentile_interval(observed - null, confidence)
-    return dict(
-        zip(
-            COMMONNESS_NULL_COLUMNS,
-            (estimate, null_low, null_high, observed_estimate - estimate, above_low, above_high, excl),
-        )
-    )
+    """COMMONNESS_NULL_COLUMNS, each [seed, layer, head]: commonness (Eq. 10, the head itself included) and
+    commonness without the head itself, each on the null's partner prompts with its interval over the same
+    prompt-group resamples as the observed commonness, and the paired difference observed - null with its
+    interval; the interval of observed commonness without self (its estimate is `commonness_table`'s); and
+    calibration, the label of these prompt-group intervals at the set's number of groups."""
+    sizes = grouped.group_sizes
+    full = np.ones_like(sizes)[None]  # [1, group]: every group once, the estimate on all prompts
+    replicates = {kind: _within_refit(getattr(grouped, kind), sizes, prompt_counts) for kind in ("observed", "null")}
+    estimates = {kind: _within_refit(getattr(grouped, kind), sizes, full) for kind in ("observed", "null")}
+    values = {}
+    for part, index in (("commonness", 0), ("commonness_excl_self", 1)):
+        observed, null = replicates["observed"][index], replicates["null"][index]
+        observed_estimate, null_estimate = estimates["observed"][index][0], estimates["null"][index][0]
+        values[part] = (observed_estimate, observed)
+        values[f"{part}_null"] = (null_estimate, null)
+        values[f"{part}_above_null"] = (observed_estimate - null_estimate, observed - null)
+    del values["commonness"]  # Eq. 10's own interval is the commonness table's ci_low, ci_high
+    columns = {}
+    for name, (estimate, draws) in values.items():
+        low, high = _nan_interval(draws, confidence)
+        columns.update({name: estimate, f"{name}_ci_low": low, f"{name}_ci_high": high})
+    columns["calibration"] = np.full(columns["commonness_null"].shape, calibration_label(COMMONNESS_METHOD, len(sizes)))
+    return {column: columns[column] for column in COMMONNESS_NULL_COLUMNS}
+
+
+def _nan_interval(replicates: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """percentile_interval, NaN without a warning where every replicate is NaN (a layer of one head)."""
+    if np.isnan(replicates).all():
+        return np.full(replicates.shape[1:], np.nan), np.full(replicates.shape[1:], np.nan)
+    return percentile_interval(replicates, confidence)
 
 
 def layer_label_null(head: np.ndarray, n_permutations: int, seed: int) -> np.ndarray:

@@ -41,7 +41,7 @@ from headstab.statistics.controls import (
     entropy_column,
     gap_control_rows,
 )
-from headstab.statistics.effect_size import effect_size
+from headstab.statistics.effect_size import effect_size, similarity_rounding
 from headstab.statistics.hypothesis import gap_replicates
 from headstab.statistics.resampling import commonness_replicates
 
@@ -333,7 +333,7 @@ def interval_tables(
         [gap, pd.DataFrame(gap_control_rows(kinds, promptset, confidence, permutations, seed), columns=gap.columns)],
         ignore_index=True,
     )
-    eps = float(np.finfo(np.result_type(grouped.observed, grouped.null)).eps)  # the similarities' stored dtype
+    eps = similarity_rounding(np.result_type(grouped.observed, grouped.null), grouped.lengths)  # for effect_size
     return {
         "head": head_interval_table(kinds, seeds, promptset, confidence, eps, grouped.entropy),
         "layer": layer_interval_table(kinds, seeds, promptset, confidence, eps, grouped.entropy),
