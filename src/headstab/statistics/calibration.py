@@ -63,6 +63,47 @@ METHODS: dict[str, Method] = {
             5,
             "two-sided sign-flip test of per-seed jackknife pseudo-value differences (optimizer_tests.csv p_value)",
         ),
+        # Head types: shares of refits, the paired step-0 vs trained test, and the universality table's intervals.
+        Method(
+            "refit_share_exact",
+            "interval",
+            "refits",
+            None,
+            "Clopper-Pearson interval of a share of refits: weak universality (head_type_universality.csv) and the "
+            "trained and step-0 shares (trained_in_types.csv)",
+        ),
+        Method(
+            "paired_exact_mcnemar",
+            "p_value",
+            "refits",
+            None,
+            "one-sided exact McNemar test that training adds a head type, step 0 vs trained on the same refits "
+            "(trained_in_types.csv p_value)",
+        ),
+        Method(
+            "head_type_share_bootstrap",
+            "interval",
+            "refits",
+            None,
+            "refit-resampled interval of the share of a layer's heads with a type (head_type_universality.csv "
+            "head_share)",
+        ),
+        Method(
+            "head_type_pair_bootstrap",
+            "interval",
+            "refits",
+            None,
+            "refit-pair-resampled interval (pair (a, b) weighs k_a k_b) of strong universality, its chance level and "
+            "chance-corrected form, and the stability of a type's heads (head_type_universality.csv)",
+        ),
+        Method(
+            "head_type_anchor_bootstrap",
+            "interval",
+            "refits",
+            None,
+            "anchor-refit-resampled interval of the mean above-null stability of a type's heads "
+            "(head_type_universality.csv above_null, one_to_one_above_null)",
+        ),
     )
 }
 
