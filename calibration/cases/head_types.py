@@ -91,7 +91,7 @@ def _paired_common_p(rng: np.random.Generator, n: int) -> float:
     return _paired_p(rng, n, shift=0.12)
 
 
-def _universality_frames(rng: np.random.Generator, n: int) -> tuple:
+def _universality_frames(rng: np.random.Generator, n: int, spread: float = 0.2) -> tuple:
     """types, pairs and heads tables of n refits with one layer of N_HEADS heads (module docstring)."""
     seeds = list(range(1, n + 1))
     count = 1 + rng.binomial(N_HEADS - 1, rng.beta(*BETA, size=n))
@@ -104,7 +104,7 @@ def _universality_frames(rng: np.random.Generator, n: int) -> tuple:
     # a typed anchor head picks one of the pair refit's typed heads with probability KAPPA
     typed_rank = rng.integers(np.iinfo(np.int32).max, size=a.size) % count[b]
     typed_heads = np.argsort(~member, axis=1, kind="stable")  # each refit's typed heads first
-    agreement = KAPPA + rng.uniform(-0.2, 0.2, size=n)  # refit-specific, mean zero over refits
+    agreement = KAPPA + rng.uniform(-spread, spread, size=n)  # refit-specific, mean zero over refits
     chosen = member[a, head] & (rng.random(a.size) < (agreement[a] + agreement[b]) / 2)
     partner[chosen] = typed_heads[b[chosen], typed_rank[chosen]]
     # pair similarity: symmetric pair blocks with refit effects of mean zero, plus each anchor head's own offset
@@ -125,9 +125,9 @@ MEAN_TYPED = 1 + (N_HEADS - 1) * BETA[0] / sum(BETA)  # E[typed heads per refit]
 RAW_STRONG = KAPPA + (1 - KAPPA) * MEAN_TYPED / N_HEADS
 
 
-def _universality_interval(statistic: str, truth: float):
+def _universality_interval(statistic: str, truth: float, spread: float = 0.2):
     def simulate(rng: np.random.Generator, n: int) -> tuple[float, float, float]:
-        seeds, types, pairs, heads = _universality_frames(rng, n)
+        seeds, types, pairs, heads = _universality_frames(rng, n, spread)
         table = universality_table(
             types, pairs, heads, seeds, n_boot=N_BOOT, seed=int(rng.integers(2**31)), confidence=CONFIDENCE
         )
@@ -144,13 +144,26 @@ CASES = [
     Case("paired_exact_mcnemar", "common_type_shared_offsets", "size", _paired_common_p, quick_n=12, quick_reps=60),
 ]
 CASES += [
-    Case(method, scenario, "coverage", _universality_interval(statistic, truth), reps=400, quick_reps=100)
-    for method, scenario, statistic, truth in (
-        ("head_type_share_bootstrap", "refit_propensities", "head_share", MEAN_TYPED / N_HEADS),
-        ("head_type_pair_bootstrap", "kappa_0.5_corrected", "strong_universality_best_match_corrected", KAPPA),
-        ("head_type_pair_bootstrap", "kappa_0.5_raw", "strong_universality_best_match", RAW_STRONG),
-        ("head_type_pair_bootstrap", "symmetric_pair_blocks", "stability", 0.0),
-        ("head_type_anchor_bootstrap", "symmetric_pair_blocks", "above_null", 0.0),
+    Case(method, scenario, "coverage", _universality_interval(statistic, truth, spread), reps=400, quick_reps=100)
+    for method, scenario, statistic, truth, spread in (
+        ("head_type_share_bootstrap", "refit_propensities", "head_share", MEAN_TYPED / N_HEADS, 0.2),
+        (
+            "strong_universality_bootstrap",
+            "kappa_0.5_corrected",
+            "strong_universality_best_match_corrected",
+            KAPPA,
+            0.2,
+        ),
+        ("strong_universality_bootstrap", "kappa_0.5_raw", "strong_universality_best_match", RAW_STRONG, 0.2),
+        (
+            "strong_universality_bootstrap",
+            "kappa_0.5_wide_refit_agreement",
+            "strong_universality_one_to_one_corrected",
+            KAPPA,
+            0.45,
+        ),
+        ("head_type_pair_bootstrap", "symmetric_pair_blocks", "stability", 0.0, 0.2),
+        ("head_type_anchor_bootstrap", "symmetric_pair_blocks", "above_null", 0.0, 0.2),
     )
 ]
 POWER = [

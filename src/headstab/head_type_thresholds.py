@@ -1,13 +1,13 @@
 """Head-type thresholds, calibrated on held-out initialisations or fixed, and the types they give each head.
 
 Refits trained here (threshold_rule "held_out_step0"): the architecture is initialised from extra seeds (the
-held-out draws, `headstab.plan.seed_design.held_out_seeds`: disjoint from every refit's seed, never compared with anything). Per layer
-and score, the threshold is the `quantile` of the layer's maximum over its heads across the draws, raised to
-the score's floor. A step-0 refit then has some head of the layer above the threshold with probability about
-1 - quantile whatever the number of heads H (a quantile over single heads gives about 1 - quantile^H), and
-the refits it is compared with never set it. The floor keeps near-uniform heads untyped: even attention
-scores 0.01-0.04 on a 100-token probe set (column `even_attention`), and an untrained layer's maximum barely
-more.
+held-out draws, `headstab.plan.seed_design.held_out_seeds`: disjoint from every refit's seed, never compared
+with anything). Per layer and score, the threshold is the `quantile` of the layer's maximum over its heads
+across the draws, raised to the score's floor. A step-0 refit then has some head of the layer above the
+threshold with probability about 1 - quantile whatever the number of heads H (a quantile over single heads
+gives about 1 - quantile^H), and the refits it is compared with never set it. The floor keeps near-uniform
+heads untyped: even attention scores 0.01-0.04 on a 100-token probe set (column `even_attention`), and an
+untrained layer's maximum barely more.
 
 Published and hub refits (rule "fixed"), whose initialisation our seeds cannot rebuild: the config's fixed
 thresholds, the same at every layer. The two rules are reported side by side, never pooled.

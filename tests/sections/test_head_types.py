@@ -187,3 +187,15 @@ def test_types_of_other_refits_are_refused():
     types, pairs, heads = hand_case()
     with pytest.raises(ValueError, match="Rebuild both"):
         universality_table(types, pairs, heads, [1, 2, 4], n_boot=10, seed=0, confidence=0.9)
+
+
+def test_at_twelve_refits_each_interval_carries_its_methods_measured_label():
+    """docs/statistics.md: exact shares and strong universality calibrated from 4 refits, the head share from 12,
+    stability per type from 50, above-null per type never."""
+    seeds, _, types, pairs, heads = random_case(np.random.default_rng(2), n_refits=12, n_layers=1)
+    table = universality_table(types, pairs, heads, seeds, n_boot=50, seed=0, confidence=0.9)
+    labels = table.groupby("statistic")["calibration"].unique().map(lambda found: found.tolist())
+    calibrated = {"weak_universality", "head_share", *(s for s in UNIVERSALITY_STATISTICS if s.startswith("strong"))}
+    for statistic in UNIVERSALITY_STATISTICS:
+        expected = "calibrated" if statistic in calibrated else "descriptive"
+        assert labels[statistic] == [expected], statistic

@@ -39,7 +39,8 @@ def typed(previous_token_refits: set[int], n_refits: int = 8, layer: int = 0, ot
 
 def universality(above_null: float, label: str = "descriptive") -> pd.DataFrame:
     rows = [
-        (layer, name, statistic, above_null if name == "previous_token" else np.nan, above_null - 0.01, above_null + 0.01, label)
+        (layer, name, statistic, above_null if name == "previous_token" else np.nan, above_null - 0.01,
+         above_null + 0.01, label)
         for layer in range(N_LAYERS)
         for name in HEAD_TYPES
         for statistic in ("stability", "above_null")

@@ -133,4 +133,10 @@ def test_the_workflow_finds_the_planted_circuit(tmp_path):
     for role, layer in (("previous_token", 0), ("bos", 0), ("induction", 1)):
         for statistic in ("weak_universality", "strong_universality_best_match", "strong_universality_one_to_one"):
             assert universality.loc[(role, layer, statistic), "estimate"] == 1.0, (role, statistic)
+        # one head of the type among a layer's 4: a random partner agrees 1/4 of the time, the matched one always
+        assert universality.loc[(role, layer, "strong_universality_chance"), "estimate"] == pytest.approx(0.25)
+        for kind in ("best_match", "one_to_one"):
+            assert universality.loc[(role, layer, f"strong_universality_{kind}_corrected"), "estimate"] == 1.0
+        weak = universality.loc[(role, layer, "weak_universality")]
+        assert weak["ci_low"] == pytest.approx(0.025 ** (1 / 3)) and weak["ci_high"] == 1.0  # exact, 3 of 3
     assert has_type(types["type"], "induction").sum() == len(SEEDS)

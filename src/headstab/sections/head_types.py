@@ -43,14 +43,14 @@ __all__ = ["STATISTIC_METHODS", "TYPES", "UNIVERSALITY_COLUMNS", "UNIVERSALITY_S
 
 TYPES = (*HEAD_TYPES, NO_TYPE)
 STRONG = ("best_match", "one_to_one")
-PAIR, ANCHOR = "head_type_pair_bootstrap", "head_type_anchor_bootstrap"
+STRONG_METHOD, PAIR, ANCHOR = "strong_universality_bootstrap", "head_type_pair_bootstrap", "head_type_anchor_bootstrap"
 # The calibrated method behind each statistic's interval (`headstab.statistics.calibration.METHODS`).
 STATISTIC_METHODS = {
     "weak_universality": "refit_share_exact",
     "head_share": "head_type_share_bootstrap",
-    **{f"strong_universality_{kind}": PAIR for kind in STRONG},
-    "strong_universality_chance": PAIR,
-    **{f"strong_universality_{kind}_corrected": PAIR for kind in STRONG},
+    **{f"strong_universality_{kind}": STRONG_METHOD for kind in STRONG},
+    "strong_universality_chance": STRONG_METHOD,
+    **{f"strong_universality_{kind}_corrected": STRONG_METHOD for kind in STRONG},
     "stability": PAIR,
     "stability_one_to_one": PAIR,
     "above_null": ANCHOR,

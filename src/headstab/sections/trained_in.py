@@ -67,8 +67,10 @@ def weak_universality(types: pd.DataFrame, name: str, layer: int, confidence: fl
 
 def paired_rows(trained: pd.DataFrame, step0: pd.DataFrame, confidence: float) -> pd.DataFrame:
     """PAIRED_COLUMNS per layer and type of HEAD_TYPES: trained and step-0 shares with exact intervals, the
-    discordant refits, the exact paired test and its q-value over the testable rows (module docstring). trained, step0: head_types.csv rows (type_heads) of the same
-    refits and layers; raises ValueError naming the refits when the two sides hold different ones."""
+    discordant refits, the exact paired test and its q-value over the testable rows (module docstring).
+
+    trained, step0: head_types.csv rows (type_heads) of the same refits and layers; raises ValueError naming
+    the refits when the two sides hold different ones."""
     if set(trained["refit"]) != set(step0["refit"]):
         raise ValueError(
             f"the paired test needs the same refits trained and at step 0; trained {sorted(set(trained['refit']))}, "
