@@ -91,6 +91,8 @@ def test_weak_and_strong_universality_by_hand():
         np.testing.assert_allclose(value[key], number, atol=ATOL, err_msg=str(key))
     assert n[("previous_token", "strong_universality_best_match")] == 4 and n[("previous_token", "stability")] == 4
     assert n[("previous_token", "strong_universality_chance")] == 4 and n[("previous_token", "above_null")] == 2
+    assert n[("previous_token", "strong_universality_best_match_corrected")] == 4  # anchors, not counts - chance
+    assert n[("previous_token", "stability_one_to_one")] == 4
     assert n[("previous_token", "weak_universality")] == 3 and n[("previous_token", "head_share")] == 3
     assert np.isnan(value[("induction", "strong_universality_best_match")]) and value[("induction", "head_share")] == 0
     assert (table["relative_depth"] == 1.0).all() and (table["threshold_rule"] == "fixed").all()
@@ -199,3 +201,28 @@ def test_at_twelve_refits_each_interval_carries_its_methods_measured_label():
     for statistic in UNIVERSALITY_STATISTICS:
         expected = "calibrated" if statistic in calibrated else "descriptive"
         assert labels[statistic] == [expected], statistic
+
+
+def test_two_contributing_refits_give_an_interval_and_one_or_two_refits_run():
+    types, pairs, heads = hand_case()
+    table = universality_table(types, pairs, heads, SEEDS, n_boot=200, seed=0, confidence=0.9)
+    rows = table[table["type"] == "previous_token"].set_index("statistic")  # anchors in refits 1 and 2 only
+    for statistic in ("strong_universality_best_match", "stability", "above_null"):
+        assert rows.loc[statistic, "ci_low"] <= rows.loc[statistic, "estimate"] <= rows.loc[statistic, "ci_high"]
+    two = [1, 2]
+    kept = (types["refit"].isin(two), pairs["anchor_seed"].isin(two) & pairs["pair_seed"].isin(two))
+    table = universality_table(types[kept[0]], pairs[kept[1]], heads[heads["anchor_seed"].isin(two)], two,
+                               n_boot=100, seed=0, confidence=0.9).set_index(["type", "statistic"])  # fmt: skip
+    assert np.isfinite(table.loc[("bos", "stability"), ["ci_low", "ci_high"]].to_numpy(float)).all()
+    one = universality_table(types[types["refit"] == 1], pairs.iloc[:0], heads[heads["anchor_seed"] == 1], [1],
+                             n_boot=100, seed=0, confidence=0.9)  # fmt: skip
+    assert (
+        one[["ci_low", "ci_high"]].isna().all().all() and (one["n"][one["statistic"] == "weak_universality"] == 1).all()
+    )
+    assert one.set_index(["type", "statistic"]).loc[("bos", "head_share"), "estimate"] == pytest.approx(1 / 3)
+
+
+def test_relative_depth_counts_layers_from_one():
+    seeds, _, types, pairs, heads = random_case(np.random.default_rng(3), n_layers=4)
+    table = universality_table(types, pairs, heads, seeds, n_boot=20, seed=0, confidence=0.9)
+    assert dict(zip(table["layer"], table["relative_depth"])) == {0: 0.25, 1: 0.5, 2: 0.75, 3: 1.0}

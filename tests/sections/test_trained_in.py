@@ -39,11 +39,10 @@ def typed(previous_token_refits: set[int], n_refits: int = 8, layer: int = 0, ot
 
 def universality(above_null: float, label: str = "descriptive") -> pd.DataFrame:
     rows = [
-        (layer, name, statistic, above_null if name == "previous_token" else np.nan, above_null - 0.01,
-         above_null + 0.01, label)
+        (layer, name, statistic, value if name == "previous_token" else np.nan, value - 0.01, value + 0.01, label)
         for layer in range(N_LAYERS)
         for name in HEAD_TYPES
-        for statistic in ("stability", "above_null")
+        for statistic, value in (("stability", 0.9), ("above_null", above_null))
     ]  # fmt: skip
     return pd.DataFrame(rows, columns=["layer", "type", "statistic", "estimate", "ci_low", "ci_high", "calibration"])
 
@@ -135,50 +134,104 @@ def test_the_q_value_is_benjamini_hochberg_over_the_testable_rows():
 
 
 def test_the_sides_must_hold_the_same_refits():
-    with pytest.raises(ValueError, match=r"trained \[1, 2, 3, 4\], step 0 \[1, 2, 3\]"):
+    with pytest.raises(ValueError, match=r"trained \(\[1, 2, 3, 4\], \[0, 1\]\), step 0 \(\[1, 2, 3\], \[0, 1\]\)"):
         paired_rows(typed({1}, 4), typed({1}, 3), 0.95)
+    step0 = typed({1}, 4)
+    with pytest.raises(ValueError, match=r"same refits and layers.*step 0 \(\[1, 2, 3, 4\], \[0\]\)"):
+        paired_rows(typed({1}, 4), step0[step0["layer"] == 0], 0.95)
 
 
 def test_rows_come_in_layer_then_type_order():
     rows = paired_rows(typed({1}, 4, other="bos"), typed(set(), 4), 0.95)
     assert rows["layer"].tolist() == [0] * 4 + [1] * 4 and rows["type"].tolist() == list(HEAD_TYPES) * 2
+    assert rows.index.tolist() == list(range(8))
     assert rows.set_index(["layer", "type"]).loc[(1, "bos"), "trained"] == 1.0
 
 
-def test_the_trained_in_sentence_reads_counts_and_p():
-    trained_in = trained_in_table("arch", typed(set(range(1, 7)), 6), typed(set(), 6), universality(0.05),
+def test_the_trained_in_sentence_reads_counts_p_and_q():
+    trained_in = trained_in_table("arch", typed(set(range(1, 7)), 6, other="bos"), typed(set(), 6), universality(0.05),
                                   min_share=0.75, confidence=0.95)  # fmt: skip
-    (sentence,) = trained_in_sentences(trained_in, ["arch"], {"arch": "640 steps"})
-    assert sentence.startswith("arch (640 steps): head types in the required share of trained refits and added by ")
-    assert "previous-token heads in layer 0: 6 of 6 trained refits against 0 of 6 at step 0, p = 0.0156 " in sentence
-    assert (
-        "(exact paired test)" in sentence
-        and "above the prompt-permutation null 0.050 [0.040, 0.060] (descriptive)" in sentence
+    other = trained_in_table("later", typed({1}, 6), typed(set(), 6), universality(0.05), min_share=0.75,
+                             confidence=0.95)  # fmt: skip
+    sentences = trained_in_sentences(pd.concat([trained_in, other]), ["arch", "later"], {"arch": "640 steps"})
+    assert sentences[0] == (
+        "arch (640 steps): head types in the required share of trained refits and added by training at q <= 0.05 "
+        "(Benjamini-Hochberg over its layers and types): previous-token heads in layer 0: 6 of 6 trained refits "
+        "against 0 of 6 at step 0, p = 0.0156 (exact paired test), q = 0.0156; stability above the "
+        "prompt-permutation null 0.050 [0.040, 0.060] (descriptive); bos heads in layer 1: 6 of 6 trained refits "
+        "against 0 of 6 at step 0, p = 0.0156 (exact paired test), q = 0.0156; stability above the "
+        "prompt-permutation null not measured (no head of the type)."
     )
+    assert sentences[1].startswith("later: no head type is in the required share")  # the next architecture too
 
 
 def test_with_four_refits_the_sentence_says_no_type_can_reach_five_percent():
     four = trained_in_table("small", typed({1, 2, 3, 4}, 4), typed(set(), 4), universality(0.002),
                             min_share=0.75, confidence=0.95)  # fmt: skip
     (sentence,) = trained_in_sentences(four, ["small"], {})
-    assert sentence.startswith("small: with 4 refits the exact paired test cannot reach p <= 0.05 ")
-    assert "(its smallest one-sided p is 1/16 = 0.0625), so no head type is called trained in" in sentence
-    assert "layer 0: previous-token heads, 4 of 4 trained refits against 0 of 4 at step 0, p = 0.0625" in sentence
-    assert "above the prompt-permutation null 0.002 [-0.008, 0.012] (descriptive)" in sentence
-    assert "layer 1: no typed head in any refit" in sentence
+    assert sentence == (
+        "small: with 4 refits the exact paired test cannot reach p <= 0.05 (its smallest one-sided p is 1/16 = "
+        "0.0625), so no head type is called trained in. Measured: layer 0: previous-token heads, 4 of 4 trained "
+        "refits against 0 of 4 at step 0, p = 0.0625 (exact paired test); stability above the prompt-permutation "
+        "null 0.002 [-0.008, 0.012] (descriptive); layer 1: no typed head in any refit."
+    )
     for cause in ("positional", "clearly", "put there"):
         assert cause not in sentence
+    with pytest.raises(ValueError, match="no rows of architecture 'other'"):
+        trained_in_sentences(four, ["other"], {})
 
 
 def test_with_enough_refits_and_no_type_the_sentence_prints_the_measured_values():
     rows = trained_in_table("big", typed({1, 2, 3}, 8, other="bos"), typed({1}, 8, other="bos"),
                             universality(0.01, "calibrated"), min_share=0.75, confidence=0.95)  # fmt: skip
     (sentence,) = trained_in_sentences(rows, ["big"], {})
-    assert sentence.startswith("big: no head type is in the required share of trained refits of a layer with q <= 0.05")
-    assert "layer 0: previous-token heads, 3 of 8 trained refits against 1 of 8 at step 0, p = 0.25" in sentence
-    # layer 1: BOS in every refit at both steps (p = 1), no gain: printed with its numbers, not measured above null
-    assert "layer 1: bos heads, 8 of 8 trained refits against 8 of 8 at step 0, p = 1" in sentence
-    assert "not measured (no head of the type)" in sentence and "positional" not in sentence
+    # layer 1: BOS in every refit at both steps (p = 1, no gain): printed with its numbers
+    assert sentence == (
+        "big: no head type is in the required share of trained refits of a layer with q <= 0.05. Measured: layer 0: "
+        "previous-token heads, 3 of 8 trained refits against 1 of 8 at step 0, p = 0.25 (exact paired test); "
+        "stability above the prompt-permutation null 0.010 [0.000, 0.020]; layer 1: bos heads, 8 of 8 trained "
+        "refits against 8 of 8 at step 0, p = 1 (exact paired test); stability above the prompt-permutation null "
+        "not measured (no head of the type)."
+    )
+
+
+def test_the_sentence_picks_per_layer_the_smallest_p_then_the_largest_gain_in_layer_order():
+    """Layer 1 has the smaller p (induction in 5 of 8, below the share) but comes second; in layer 0 every p is 1:
+    previous-token lost in 3 refits (2 of 8 left, gain -3/8), BOS kept in 1 (gain 0) is the one printed."""
+    trained = two_types({1, 2, 3, 4, 5, 6, 7}, set())
+    step0 = two_types(set(), set())
+    trained.loc[(trained["layer"] == 0) & (trained["head"] == 0), "type"] = "none"
+    step0.loc[(step0["layer"] == 0) & (step0["head"] == 0) & (step0["refit"] <= 5), "type"] = "previous_token"
+    trained.loc[(trained["layer"] == 0) & (trained["head"] == 0) & (trained["refit"] <= 2), "type"] = "previous_token"
+    for frame in (trained, step0):
+        frame.loc[(frame["layer"] == 0) & (frame["head"] == 2) & (frame["refit"] == 1), "type"] = "bos"
+        frame.loc[(frame["layer"] == 1) & (frame["head"] == 0) & (frame["refit"] <= 5), "type"] = "induction"
+    step0.loc[(step0["layer"] == 1) & (step0["head"] == 0), "type"] = "none"
+    rows = trained_in_table("x", trained, step0, universality(0.0), min_share=0.75, confidence=0.95)
+    (sentence,) = trained_in_sentences(rows, ["x"], {})
+    assert sentence.index(
+        "layer 0: bos heads, 1 of 8 trained refits against 1 of 8 at step 0, p = 1 "
+    ) < sentence.index(
+        "; layer 1: induction heads, 5 of 8 trained refits against 0 of 8 at step 0, p = 0.0312 (exact paired test), q = 0.0312;"
+    )
+
+
+def test_a_q_value_of_exactly_alpha_is_trained_in():
+    """2 layers x 4 types, 5 refits: five rows gained in every refit (p = 1/32), three lost in every refit (p = 1).
+    Benjamini-Hochberg over the 8 testable rows gives the gains q = 1/32 x 8/5 = 0.05 exactly."""
+    gains = [(0, "previous_token"), (0, "duplicate_token"), (0, "induction"), (0, "bos"), (1, "previous_token")]
+    rows_trained, rows_step0 = [], []
+    for refit in range(1, 6):
+        for layer in range(2):
+            for head, name in enumerate(HEAD_TYPES):
+                gained = (layer, name) in gains
+                rows_trained.append((refit, layer, head, name if gained else "none"))
+                rows_step0.append((refit, layer, head, "none" if gained else name))
+    columns = ["refit", "layer", "head", "type"]
+    result = trained_in_table("q", pd.DataFrame(rows_trained, columns=columns), pd.DataFrame(rows_step0, columns=columns),
+                              universality(0.0), min_share=0.75, confidence=0.95).set_index(["layer", "type"])  # fmt: skip
+    assert result["q_value"].notna().all() and (result.loc[gains, "q_value"] == 0.05).all()
+    assert result.loc[gains, "trained_in"].all() and result["trained_in"].sum() == 5
 
 
 def scores(values: dict[tuple[int, int], float], refits: range) -> pd.DataFrame:
@@ -206,6 +259,7 @@ def test_the_sensitivity_table_shows_which_verdicts_move_with_the_floor():
     result = sensitivity_table("arch", sides, quantiles=(0.95, 0.99), floors=FLOORS, configured=0.99,
                                min_share=0.75, confidence=0.95)  # fmt: skip
     assert list(result.columns) == SENSITIVITY_COLUMNS and len(result) == 4 * 2 * len(HEAD_TYPES)
+    assert result.index.tolist() == list(range(len(result)))
     target = result[(result["layer"] == 0) & (result["type"] == "previous_token")].set_index(["quantile", "floor"])
     assert target.loc[(0.99, True), "configured"] and target["configured"].sum() == 1
     assert not target.loc[(0.99, True), "trained_in"] and target.loc[(0.99, False), "trained_in"]
@@ -222,10 +276,28 @@ def test_the_sensitivity_table_shows_which_verdicts_move_with_the_floor():
                           confidence=0.95)  # fmt: skip
 
 
+def sensitivity_rows(moved: int, kept: int, floor: bool) -> pd.DataFrame:
+    rows = [("a", 0.95, floor, False, layer, "bos", 1.0, 6, 0.0, 1 / 64, 1 / 64, not floor, layer % 2 == 0, True)
+            for layer in range(moved)]  # fmt: skip
+    rows += [("a", 0.95, True, False, 9, "bos", 1.0, 6, 0.0, 1.0, np.nan, False, False, False)] * kept
+    rows += [("a", 0.99, True, True, 0, "bos", 1.0, 6, 0.0, 1.0, np.nan, True, False, False)]  # the configured
+    return pd.DataFrame(rows, columns=SENSITIVITY_COLUMNS)
+
+
 def test_the_sensitivity_sentence_lists_at_most_four_changes():
-    rows = pd.DataFrame(
-        [("a", 0.95, False, False, layer, "bos", 1.0, 6, 0.0, 1 / 64, 1 / 64, True, True, True) for layer in range(6)],
-        columns=SENSITIVITY_COLUMNS,
+    (five,) = sensitivity_sentences(sensitivity_rows(5, 1, floor=True), ["a"])
+    assert five == (
+        "a: under the other threshold settings the trained-in verdict changes in 5 of 6 (setting, layer, type) rows "
+        "(quantile 0.95 floor on, layer 0 bos: not trained in; quantile 0.95 floor on, layer 1 bos: not trained in; "
+        "quantile 0.95 floor on, layer 2 bos: not trained in; quantile 0.95 floor on, layer 3 bos: not trained in; "
+        "...), the share of trained refits with the type in 3."
     )
-    (sentence,) = sensitivity_sentences(rows, ["a"])
-    assert "changes in 6 of 6" in sentence and sentence.count("floor off, layer") == 4 and "; ...)" in sentence
+    (four,) = sensitivity_sentences(sensitivity_rows(4, 0, floor=False), ["a"])
+    assert four.endswith(
+        "quantile 0.95 floor off, layer 3 bos: trained in), the share of trained refits with the type in 2."
+    )
+    (none,) = sensitivity_sentences(sensitivity_rows(0, 2, floor=True), ["a"])
+    assert none == (
+        "a: under the other threshold settings the trained-in verdict changes in 0 of 2 (setting, layer, type) rows, "
+        "the share of trained refits with the type in 0."
+    )

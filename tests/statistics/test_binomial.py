@@ -55,6 +55,7 @@ def test_the_exact_paired_test_by_hand():
     assert paired_exact_test(0, 3) == 1.0
     assert paired_exact_test(1, 3) == pytest.approx(15 / 16, abs=1e-15)
     assert paired_exact_test(0, 0) == 1.0  # no refit changed: no evidence
+    assert paired_exact_test(2, 2) == pytest.approx(11 / 16, abs=1e-15)  # as many gained as lost: still a test
 
 
 def test_the_paired_test_refuses_negative_counts():

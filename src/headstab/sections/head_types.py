@@ -64,24 +64,28 @@ PARTNERS = {"best_match": ("best_head", "similarity"), "one_to_one": ("assigned_
 HEAD_STATISTICS = ("above_null", "one_to_one_above_null")  # per anchor head only, in head_stability.csv
 
 
+def _divide(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """numerator / denominator, NaN where the denominator is 0."""
+    out = np.full(np.shape(numerator), np.nan)
+    return np.divide(numerator, denominator, out=out, where=np.asarray(denominator) != 0)
+
+
 def _ratio(
-    sums: np.ndarray, counts: np.ndarray, refit_counts: np.ndarray, confidence: float
+    sums: np.ndarray, counts: np.ndarray, refit_counts: np.ndarray | None, confidence: float
 ) -> tuple[float, float, float]:
     """(estimate, ci_low, ci_high) of sum(sums) / sum(counts), each [refit] or [refit_a, refit_b]; a resample
     weighs refit a by k_a and pair (a, b) by k_a k_b. NaN estimate where no unit counts; NaN interval where
     fewer than two refits (anchors, for pairs) count."""
-    total = counts.sum()
-    estimate = sums.sum() / total if total != 0 else np.nan
+    estimate = float(_divide(sums.sum(), counts.sum()))
     contributing = counts if counts.ndim == 1 else counts.sum(axis=1)
     if np.count_nonzero(contributing) < 2:
         return estimate, np.nan, np.nan
-    k = refit_counts.astype(np.float64)
+    k = refit_counts
     if sums.ndim == 1:
         numerator, denominator = k @ sums, k @ counts
     else:
         numerator, denominator = ((k @ sums) * k).sum(axis=1), ((k @ counts) * k).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        replicates = numerator / denominator
+    replicates = _divide(numerator, denominator)
     low, high = percentile_interval(replicates[np.isfinite(replicates)], confidence)
     return estimate, float(low), float(high)
 
@@ -98,16 +102,15 @@ def _membership(types: pd.DataFrame, seeds: Sequence, n_layers: int, n_heads: in
     out = {}
     for name in TYPES:
         grid = np.zeros((len(seeds), n_layers, n_heads), dtype=bool)
-        grid[refit.to_numpy(int), types["layer"].to_numpy(int), types["head"].to_numpy(int)] = has_type(
-            types["type"], name
-        )
+        grid[refit.to_numpy(), types["layer"].to_numpy(), types["head"].to_numpy()] = has_type(types["type"], name)
         out[name] = grid
     return out
 
 
-def _pair_units(member: np.ndarray, pairs: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{statistic: (sums, counts)}, each [layer, a, b], over the anchor heads of the type (member [refit, layer,
-    head]): strong universality by each partner, and the partner's similarity (stability, stability_one_to_one)."""
+def _pair_units(member: np.ndarray, pairs: dict[str, np.ndarray]) -> tuple[dict[str, tuple], np.ndarray]:
+    """({statistic: (sums, counts)}, anchors), each [layer, a, b], over the anchor heads of the type (member
+    [refit, layer, head]): strong universality by each partner and the partner's similarity (stability,
+    stability_one_to_one); anchors: the typed anchor heads per pair of refits."""
     n_refits, n_layers = member.shape[:2]
     shape = (n_layers, n_refits, n_refits)
     cell = np.ravel_multi_index((pairs["layer"], pairs["a"], pairs["b"]), shape)
@@ -117,7 +120,7 @@ def _pair_units(member: np.ndarray, pairs: dict[str, np.ndarray]) -> dict[str, t
 
     anchor = member[pairs["a"], pairs["layer"], pairs["head"]]
     counts = total(anchor)
-    units = {"anchors": (counts, counts)}
+    units = {}
     for kind, (partner, similarity) in PARTNERS.items():
         units[f"strong_universality_{kind}"] = (
             total(member[pairs["b"], pairs["layer"], pairs[partner]] & anchor),
@@ -128,16 +131,17 @@ def _pair_units(member: np.ndarray, pairs: dict[str, np.ndarray]) -> dict[str, t
             total(np.where(chosen, pairs[similarity], 0.0)),
             total(chosen),
         )
-    return units
+    return units, counts
 
 
-def _strong_units(member: np.ndarray, units: dict[str, tuple], layer: int) -> dict[str, tuple]:
+def _strong_units(member: np.ndarray, pair_units: tuple[dict, np.ndarray], layer: int) -> dict[str, tuple]:
     """(sums, counts) [a, b] of one layer's pair statistics (`_pair_units`), with the chance level of strong
     universality and its chance-corrected form."""
-    counts = units["anchors"][1][layer]
+    units, anchors = pair_units
+    counts = anchors[layer]
     # chance: each anchor head's pair refit b contributes its layer's share of heads with the type
     chance = counts * member[:, layer].mean(axis=1)[None, :]
-    out = {name: (sums[layer], total[layer]) for name, (sums, total) in units.items() if name != "anchors"}
+    out = {name: (sums[layer], total[layer]) for name, (sums, total) in units.items()}
     out["strong_universality_chance"] = (chance, counts)
     for kind in STRONG:
         sums = units[f"strong_universality_{kind}"][0][layer]
@@ -147,39 +151,39 @@ def _strong_units(member: np.ndarray, units: dict[str, tuple], layer: int) -> di
 
 def _pair_index(pairs: pd.DataFrame, seeds: Sequence) -> dict[str, np.ndarray]:
     index = {seed: i for i, seed in enumerate(seeds)}
-    columns = {name: pairs[name].to_numpy(int) for name in ("layer", "head", "best_head", "assigned_head")}
-    values = {name: pairs[name].to_numpy(np.float64) for name in ("similarity", "assigned_similarity")}
-    a, b = pairs["anchor_seed"].map(index).to_numpy(int), pairs["pair_seed"].map(index).to_numpy(int)
+    columns = {name: pairs[name].to_numpy() for name in ("layer", "head", "best_head", "assigned_head")}
+    values = {name: pairs[name].to_numpy() for name in ("similarity", "assigned_similarity")}
+    a, b = pairs["anchor_seed"].map(index).to_numpy(), pairs["pair_seed"].map(index).to_numpy()
     return {"a": a, "b": b, **columns, **values}
 
 
 def _head_values(heads: pd.DataFrame, seeds: Sequence, shape: tuple[int, int, int]) -> dict[str, np.ndarray]:
     """{column: float64 [refit, layer, head]} of HEAD_STATISTICS from head_stability rows (the refit as anchor)."""
     index = {seed: i for i, seed in enumerate(seeds)}
-    where = (heads["anchor_seed"].map(index).to_numpy(int), heads["layer"].to_numpy(int), heads["head"].to_numpy(int))
+    where = (heads["anchor_seed"].map(index).to_numpy(), heads["layer"].to_numpy(), heads["head"].to_numpy())
     out = {}
     for column in HEAD_STATISTICS:
         grid = np.full(shape, np.nan)
-        grid[where] = heads[column].to_numpy(dtype=np.float64)
+        grid[where] = heads[column].to_numpy()
         out[column] = grid
     return out
 
 
 def _layer_rows(member, layer, strong, values, refit_counts, confidence) -> list[tuple]:
     """(statistic, estimate, low, high, n) of every statistic of one type in one layer."""
-    n_refits, _, n_heads = member.shape
+    n_refits = member.shape[0]
     present = member[:, layer].any(axis=1)
     rows = [("weak_universality", *share_interval(int(present.sum()), n_refits, confidence), n_refits)]
-    units = {"head_share": (member[:, layer].sum(axis=1).astype(float), np.full(n_refits, float(n_heads)))}
+    units = {"head_share": (member[:, layer].mean(axis=1), np.ones(n_refits))}
     units |= _strong_units(member, strong, layer)
     for column in HEAD_STATISTICS:
         chosen = member[:, layer] & np.isfinite(values[column][:, layer])
         units[column] = (np.where(chosen, values[column][:, layer], 0.0).sum(axis=1), chosen.sum(axis=1))
     anchors = int(units["strong_universality_chance"][1].sum())  # (typed anchor head, pair refit) pairs
     for statistic in UNIVERSALITY_STATISTICS[1:]:
-        sums, counts = (np.asarray(part, dtype=float) for part in units[statistic])
+        sums, counts = units[statistic]
         estimate, low, high = _ratio(sums, counts, refit_counts, confidence)
-        n = {"head_share": n_refits}.get(statistic, anchors if statistic.startswith("strong") else int(counts.sum()))
+        n = anchors if statistic.startswith("strong") else int(counts.sum())  # head_share: counts are ones
         rows.append((statistic, estimate, low, high, n))
     return rows
 
@@ -207,7 +211,7 @@ def universality_table(
     members = _membership(types, seeds, n_layers, n_heads)
     pair_index = _pair_index(pairs, seeds)
     values = _head_values(heads, seeds, (len(seeds), n_layers, n_heads))
-    refit_counts = draw_resamples(n_boot, len(seeds), 1, seed).refit_counts if len(seeds) >= 2 else np.ones((1, 1))
+    refit_counts = draw_resamples(n_boot, len(seeds), 1, seed).refit_counts if len(seeds) > 1 else None
     rule = types["threshold_rule"].unique()[0]
     labels = {statistic: calibration_label(method, len(seeds)) for statistic, method in STATISTIC_METHODS.items()}
     rows = []

@@ -18,6 +18,7 @@ Each row carries the type's stability above the prompt-permutation null (the uni
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
@@ -42,6 +43,7 @@ __all__ = [
 ]
 
 SHARE_METHOD, PAIRED_METHOD = "refit_share_exact", "paired_exact_mcnemar"
+TESTABLE = math.ceil(-math.log2(ALPHA))  # the fewest discordant refits whose smallest p, 2^-k, is <= ALPHA: 5
 PAIRED_COLUMNS = ["layer", "type", "trained", "trained_ci_low", "trained_ci_high", "n_trained"]
 PAIRED_COLUMNS += ["step0", "step0_ci_low", "step0_ci_high", "n_step0", "trained_only", "step0_only"]
 PAIRED_COLUMNS += ["p_value", "q_value", "smallest_p"]
@@ -54,7 +56,7 @@ SENSITIVITY_COLUMNS += ["step0", "p_value", "q_value", "trained_in", "trained_di
 def _presence(types: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """{type: bool [layer, refit] (both sorted)}: whether the refit has a head of the type in the layer."""
     hits = types[["layer", "refit"]].assign(**{name: has_type(types["type"], name) for name in HEAD_TYPES})
-    present = hits.groupby(["layer", "refit"], sort=True)[list(HEAD_TYPES)].any()
+    present = hits.groupby(["layer", "refit"])[list(HEAD_TYPES)].any()
     return {name: present[name].unstack("refit") for name in HEAD_TYPES}
 
 
@@ -71,17 +73,22 @@ def paired_rows(trained: pd.DataFrame, step0: pd.DataFrame, confidence: float) -
 
     trained, step0: head_types.csv rows (type_heads) of the same refits and layers; raises ValueError naming
     the refits when the two sides hold different ones."""
-    if set(trained["refit"]) != set(step0["refit"]):
+    sides = {
+        side: (sorted(set(frame["refit"])), sorted(set(frame["layer"])))
+        for side, frame in (("trained", trained), ("step 0", step0))
+    }
+    if sides["trained"] != sides["step 0"]:
         raise ValueError(
-            f"the paired test needs the same refits trained and at step 0; trained {sorted(set(trained['refit']))}, "
-            f"step 0 {sorted(set(step0['refit']))}. Rebuild head_type_scores_step0.csv from the same seeds"
+            f"the paired test needs the same refits and layers trained and at step 0; (refits, layers) trained "
+            f"{sides['trained']}, step 0 {sides['step 0']}. Rebuild head_type_scores_step0.csv from the same seeds"
         )
     rows = []
     trained_presence, step0_presence = _presence(trained), _presence(step0)
     for name in HEAD_TYPES:
         after = trained_presence[name]
-        before = step0_presence[name].reindex(index=after.index, columns=after.columns, fill_value=False)
-        for layer, now, then in zip(after.index, after.to_numpy(bool), before.to_numpy(bool), strict=True):
+        now_all, then_all = after.to_numpy(), step0_presence[name].loc[after.index, after.columns].to_numpy()
+        for row, layer in enumerate(after.index):
+            now, then = now_all[row], then_all[row]
             gained, lost = int((now & ~then).sum()), int((then & ~now).sum())
             shares = [*share_interval(int(now.sum()), now.size, confidence), now.size]
             shares += [*share_interval(int(then.sum()), then.size, confidence), then.size]
@@ -90,7 +97,7 @@ def paired_rows(trained: pd.DataFrame, step0: pd.DataFrame, confidence: float) -
     table = pd.DataFrame(rows, columns=PAIRED_COLUMNS).sort_values(
         ["layer", "type"], key=_type_order, ignore_index=True
     )
-    testable = 0.5 ** (table["trained_only"] + table["step0_only"]) <= ALPHA  # smallest p of its discordant refits
+    testable = table["trained_only"] + table["step0_only"] >= TESTABLE
     if testable.any():
         table.loc[testable, "q_value"] = false_discovery_control(table.loc[testable, "p_value"].to_numpy())
     return table
@@ -150,16 +157,16 @@ def sensitivity_table(
     type under every threshold setting, `quantiles` x floor on / off, and whether each differs from the configured
     setting's (quantile `configured`, floor on). scores: score_table rows of the "trained", "step0" and
     "held_out" refits of one architecture."""
+    if configured not in quantiles:
+        raise ValueError(
+            f"config key 'head_types.quantile' {configured} is not among the sensitivity quantiles {list(quantiles)}"
+        )
     tables = {}
     for quantile in quantiles:
         for floor in (True, False):
             thresholds = calibrated_thresholds(scores["held_out"], quantile, floors if floor else None, {})
             rows = paired_rows(*(type_heads(scores[side], thresholds) for side in ("trained", "step0")), confidence)
             tables[(quantile, floor)] = rows.assign(trained_in=_verdict(rows, min_share))
-    if (configured, True) not in tables:
-        raise ValueError(
-            f"config key 'head_types.quantile' {configured} is not among the sensitivity quantiles {list(quantiles)}"
-        )
     reference = tables[(configured, True)]
     out = [
         rows.assign(
@@ -202,9 +209,9 @@ def _closest(rows: pd.DataFrame) -> str:
     its numbers."""
     parts = []
     ranked = rows.assign(gain=rows["trained"] - rows["step0"]).sort_values(
-        ["p_value", "gain", "trained"], ascending=[True, False, False], kind="stable"
+        ["p_value", "gain", "trained"], ascending=[True, False, False]
     )
-    for layer, group in ranked.groupby("layer", sort=True):
+    for layer, group in ranked.groupby("layer"):
         row = group.iloc[0]
         if row.trained == 0 and row.step0 == 0:
             parts.append(f"layer {layer}: no typed head in any refit")
@@ -232,7 +239,9 @@ def trained_in_sentences(table: pd.DataFrame, architectures: Sequence[str], fact
                 f"q <= {ALPHA:g} (Benjamini-Hochberg over its layers and types): " + "; ".join(parts) + "."
             )
             continue
-        n = int(rows["n_trained"].max()) if len(rows) else 0
+        if rows.empty:
+            raise ValueError(f"the trained-in table has no rows of architecture {arch!r}")
+        n = int(rows["n_trained"].max())
         smallest = smallest_paired_p(n)
         if smallest > ALPHA:
             opening = (

@@ -43,7 +43,7 @@ def paired_exact_test(gained: int, lost: int) -> float:
         raise ValueError(f"discordant pair counts must be >= 0; got gained {gained}, lost {lost}")
     if gained + lost == 0:
         return 1.0
-    return float(binomtest(int(gained), int(gained + lost), 0.5, alternative="greater").pvalue)
+    return float(binomtest(int(gained), int(gained + lost), alternative="greater").pvalue)  # p = 1/2 is the default
 
 
 def smallest_paired_p(n: int) -> float:
