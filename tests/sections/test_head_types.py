@@ -50,7 +50,8 @@ def hand_case():
         ],
         columns=["anchor_seed", "pair_seed", "layer", "head", "best_head", "similarity", "assigned_head"],
     )
-    pairs = pairs.assign(assigned_similarity=pairs["similarity"] - 0.1)
+    # as read from pair_stability.csv, whose cross-layer rows leave assigned_head empty: float columns
+    pairs = pairs.assign(assigned_similarity=pairs["similarity"] - 0.1).astype({"assigned_head": float})
     stability = {1: [0.9, 0.3, 0.8], 2: [0.7, 0.95, 0.8], 3: [0.2, 0.4, 0.8]}
     heads = pd.DataFrame(
         [(refit, 0, head, value) for refit, values in stability.items() for head, value in enumerate(values)],

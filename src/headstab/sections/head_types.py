@@ -151,7 +151,8 @@ def _strong_units(member: np.ndarray, pair_units: tuple[dict, np.ndarray], layer
 
 def _pair_index(pairs: pd.DataFrame, seeds: Sequence) -> dict[str, np.ndarray]:
     index = {seed: i for i, seed in enumerate(seeds)}
-    columns = {name: pairs[name].to_numpy() for name in ("layer", "head", "best_head", "assigned_head")}
+    # int: pair_stability.csv leaves assigned_head empty on its cross-layer rows, so it is read as float
+    columns = {name: pairs[name].to_numpy(int) for name in ("layer", "head", "best_head", "assigned_head")}
     values = {name: pairs[name].to_numpy() for name in ("similarity", "assigned_similarity")}
     a, b = pairs["anchor_seed"].map(index).to_numpy(), pairs["pair_seed"].map(index).to_numpy()
     return {"a": a, "b": b, **columns, **values}
