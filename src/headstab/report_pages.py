@@ -40,6 +40,7 @@ ARCH_SUBCATEGORIES = {
     "Beyond the paper: head types": (
         "head_type_scores",
         "head_type_scores_step0",
+        "head_type_scores_held_out",
         "head_types",
         "head_type_thresholds",
         "head_type_universality",
@@ -103,11 +104,12 @@ DESCRIPTIONS = {
     "meta_sne_scale_normalised": "the same t-SNE of the head descriptions divided by their norms",
     "meta_sne_mantel": "Mantel test of head-description distance against |Δ relative depth|, heads permuted within refits",
     "stability_against_chance": "pooled layer stability of every architecture against its null",
-    "head_type_scores": "previous-token, duplicate-token, induction and BOS scores and row entropy of every head on the probe set",
-    "head_type_scores_step0": "the same scores of the refits at step 0, which calibrate the type thresholds",
+    "head_type_scores": "previous-token, duplicate-token, induction (prefix matching), BOS and copying scores and row entropy of every head on the probe set",
+    "head_type_scores_step0": "the same scores of the same refits at step 0, the paired comparison of the trained-in test",
+    "head_type_scores_held_out": "the same scores of further initialisations (held-out seeds), which calibrate the thresholds and are compared with nothing",
     "head_types": "scores, entropy and type of every head of every refit, and the threshold rule that typed it",
-    "head_type_thresholds": "the threshold of each head type and the rule behind it (step-0 quantile or fixed)",
-    "head_type_universality": "per layer and head type: weak and strong universality (best match, one-to-one), stability and above-null, with refit-resampled intervals",
+    "head_type_thresholds": "per layer and score: the threshold, its rule (held-out step-0 maximum quantile raised to the floor, or fixed), and the score of even attention",
+    "head_type_universality": "per layer and head type: weak universality (exact interval), head share, strong universality (best match, one-to-one) with its chance level and chance-corrected, stability and above-null, with intervals and their calibration",
 }
 
 

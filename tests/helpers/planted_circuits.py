@@ -1,8 +1,9 @@
 """A planted positive control: 2-layer attention-only TransformerLens 2 refits whose heads are written by hand.
 
 Layer 0 holds a previous-token head and a BOS head, layer 1 an induction head made by K-composition with
-the previous-token head's OV output (Olsson et al. 2022); every other head is random, with a small output
-in a subspace nobody reads. The planted heads sit at seed-dependent indices, and each refit has its own
+the previous-token head's OV output, whose own OV circuit copies the attended token to the logits (Olsson et
+al. 2022's prefix matching and copying); every other head is random, with a small output in a subspace nobody
+reads. The planted heads sit at seed-dependent indices, and each refit has its own
 residual basis and token vectors, so only the heads' functions are shared.
 
 The residual stream (d_model) is split into orthonormal subspaces orthogonal to the all-ones vector, so
@@ -108,6 +109,8 @@ def planted_state_dict(spec: ArchitectureSpec, seed: int) -> dict[str, torch.Ten
             w_k[:, :N_TOK] = blocks["prev"]
             b_q[N_TOK] = INDUCTION_DEFAULT * np.sqrt(dh) / (bos_norm * scale1_bos)
             w_k[:, N_TOK] = blocks["bos"][:, 0]
+            w_v[:, :N_TOK] = blocks["tok"]  # OV: copies the attended token's identity, which the unembedding reads
+            w_o[:N_TOK] = blocks["tok"].T
         else:  # random logits of std RANDOM_LOGIT_STD from tokens and positions; a small output into NOISE
             sigma = np.sqrt(RANDOM_LOGIT_STD / d)
             w_q[:] = readable @ readable.T @ rng.normal(0.0, sigma, size=(d, dh))
@@ -117,7 +120,8 @@ def planted_state_dict(spec: ArchitectureSpec, seed: int) -> dict[str, torch.Ten
     for layer in range(spec.n_layers):
         state[f"blocks.{layer}.ln1.w"][:] = 1.0
     state["ln_final.w"][:] = 1.0
-    state["unembed.W_U"] = rng.normal(0.0, 0.02, size=(d, spec.d_vocab))
+    # the unembedding reads TOK (each token's logit from its own vector), so the induction head's OV circuit copies
+    state["unembed.W_U"] = blocks["tok"] @ tokens.T + rng.normal(0.0, 0.02, size=(d, spec.d_vocab))
     return {name: torch.tensor(values, dtype=torch.float32) for name, values in state.items()}
 
 

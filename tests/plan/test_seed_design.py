@@ -101,3 +101,15 @@ def test_train_blocks_cut_the_refits_in_order_and_name_each_block_by_its_refits(
     assert not any(re.fullmatch(BLOCK_WILDCARD, name) for name in ("seeds", "seeds1_", "seeds1__2", "seed1", "1_2"))
     with pytest.raises(ValueError, match="seeds_per_job must be at least 1, not 0"):
         train_blocks([1], 0)
+
+
+def test_held_out_seeds_follow_the_first_and_refuse_a_refits_seed():
+    from headstab.plan.seed_design import held_out_seeds
+
+    assert held_out_seeds(100, 3, {"a": [1, 2], "b": [99, 103]}) == [100, 101, 102]
+    with pytest.raises(ValueError, match=r"seeds 3-6\) would reuse the seeds of refits \{'b': \[3, 4\]\}.*above 9"):
+        held_out_seeds(3, 4, {"a": [1, 2, 9], "b": [4, 3, 7]})
+    with pytest.raises(ValueError, match="head_types.held_out_first_seed"):
+        held_out_seeds(1, 2, {"a": [2]})
+    with pytest.raises(ValueError, match="'head_types.held_out_draws' must be at least 2; got 1"):
+        held_out_seeds(100, 1, {})

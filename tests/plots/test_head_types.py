@@ -15,19 +15,20 @@ from headstab.sections.head_types import universality_table
 SEEDS, N_HEADS = [1, 2, 3, 4], 8
 
 
-def universality(n_layers: int) -> pd.DataFrame:
+def universality(n_layers: int, rule: str = "fixed") -> pd.DataFrame:
     rng = np.random.default_rng(n_layers)
     labels = rng.choice(["previous_token", "bos", "none", "induction+duplicate_token"], size=(4, n_layers, N_HEADS))
     grid = np.indices(labels.shape).reshape(3, -1).T
     types = pd.DataFrame({"refit": np.asarray(SEEDS)[grid[:, 0]], "layer": grid[:, 1], "head": grid[:, 2],
-                          "type": labels.ravel(), "threshold_rule": "fixed"})  # fmt: skip
+                          "type": labels.ravel(), "threshold_rule": rule})  # fmt: skip
     pairs = pd.DataFrame(
-        [(SEEDS[a], SEEDS[b], layer, head, rng.integers(N_HEADS), rng.integers(N_HEADS))
+        [(SEEDS[a], SEEDS[b], layer, head, rng.integers(N_HEADS), rng.random(), rng.integers(N_HEADS), rng.random())
          for a, b in itertools.permutations(range(4), 2) for layer in range(n_layers) for head in range(N_HEADS)],
-        columns=["anchor_seed", "pair_seed", "layer", "head", "best_head", "assigned_head"],
+        columns=["anchor_seed", "pair_seed", "layer", "head", "best_head", "similarity", "assigned_head",
+                 "assigned_similarity"],
     )  # fmt: skip
     heads = types[["refit", "layer", "head"]].rename(columns={"refit": "anchor_seed"})
-    columns = ("stability", "stability_one_to_one", "above_null", "one_to_one_above_null")
+    columns = ("above_null", "one_to_one_above_null")
     heads = heads.assign(**{column: rng.random(len(heads)) for column in columns})
     return universality_table(types, pairs, heads, SEEDS, n_boot=50, seed=0, confidence=0.95)
 
@@ -42,14 +43,19 @@ def pooled(n_layers: int) -> pd.DataFrame:
 @pytest.mark.parametrize("n_layers", (2, 12))  # the fewest and the most layers: labels crowd as layers grow
 def test_the_head_type_figure_draws_every_type_and_both_matchings(n_layers, tmp_path):
     drawn = plot_head_types(universality(n_layers), pooled(n_layers), tmp_path / "types.png", f"l{n_layers}_h8_attn_wd")
-    assert set(drawn["type"]) == set(HEAD_TYPES) and len(drawn) == len(HEAD_TYPES) * 3 * n_layers
+    assert set(drawn["type"]) == set(HEAD_TYPES) and len(drawn) == len(HEAD_TYPES) * 4 * n_layers
+    assert "strong_universality_best_match" not in set(drawn["statistic"])  # drawn above chance only
     assert (tmp_path / "types.png").stat().st_size > 0
 
 
-def test_type_share_by_depth_draws_one_line_per_architecture(tmp_path):
+def test_type_share_by_depth_draws_one_line_per_architecture_and_a_row_per_threshold_rule(tmp_path):
     summary = pd.concat(
-        [universality(n).assign(architecture=f"l{n}_h8{suffix}") for n in (2, 4, 8, 12) for suffix in ("", "_attn_wd")],
+        [universality(n, "held_out_step0" if suffix else "fixed").assign(architecture=f"l{n}_h8{suffix}")
+         for n in (2, 4, 8, 12) for suffix in ("", "_attn_wd")],
         ignore_index=True,
-    )
+    )  # fmt: skip
     drawn = plot_type_share_by_depth(summary, tmp_path / "depth.png")
     assert drawn["architecture"].nunique() == 8 and (drawn["statistic"] == "head_share").all()
+    assert set(drawn["threshold_rule"]) == {"fixed", "held_out_step0"}
+    one_rule = plot_type_share_by_depth(summary[summary["threshold_rule"] == "fixed"], tmp_path / "fixed.png")
+    assert one_rule["architecture"].nunique() == 4

@@ -230,3 +230,21 @@ def test_device_auto_falls_back_to_cpu_and_an_absent_cuda_names_the_key(monkeypa
 def test_spec_from_dict_inverts_to_dict(tiny_spec):
     spec = tiny_spec()
     assert spec_from_dict(spec.to_dict()) == spec
+
+
+@pytest.mark.parametrize("processing", [(), ("center_writing_weights", "fold_value_biases")])
+def test_the_initial_model_is_what_loading_the_init_weights_file_gives(tiny_spec, tmp_path, processing):
+    """The head types' held-out initialisations are built in memory: the same bits, the same weight processing,
+    as rule init_weights' file loaded the way every refit is."""
+    from headstab.refits.models import initial_model
+    from headstab.training.snapshots import write_init_weights
+
+    spec = tiny_spec()
+    write_init_weights(spec, 7, tmp_path / "final.pt")
+    loaded = load_trained_model(spec, tmp_path / "final.pt", weight_processing=processing).state_dict()
+    built = initial_model(spec, 7, weight_processing=processing)
+    assert not built.training
+    state = built.state_dict()
+    assert state.keys() == loaded.keys() and all(torch.equal(state[k], loaded[k]) for k in state)
+    other = initial_model(spec, 8, weight_processing=processing).state_dict()
+    assert not torch.equal(other["embed.weight"], state["embed.weight"])

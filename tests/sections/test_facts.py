@@ -31,3 +31,18 @@ def test_seeds_far_apart_are_listed_without_building_the_range_between_them(tiny
     assert "2 refits (seeds [1, 1099511627776])" in architecture_summary(tiny_spec(seeds=(1, 2**40)), "r")
     assert "3 refits (seeds [1, 3, 2])" in architecture_summary(tiny_spec(seeds=(1, 3, 2)), "r")
     assert "3 refits (seeds 4-6)" in architecture_summary(tiny_spec(seeds=(4, 5, 6)), "r")
+
+
+def test_training_label_gives_steps_from_the_token_budget():
+    from headstab.plan.spec import ArchitectureSpec
+    from headstab.sections import training_label
+
+    spec = ArchitectureSpec(
+        name="a", n_layers=2, n_heads=8, d_model=64, d_head=8, d_mlp=256, n_ctx=256, d_vocab=300, act_fn="gelu",
+        normalization_type="LN", positional_embedding_type="standard", init_mode="gpt2", attn_only=True,
+        tokenizer="t", corpus="c", optimizer="adamw", weight_decay=0.2, lr=1e-2, batch_size=8, seq_len=128,
+        epochs=1, n_tokens=655360, checkpoint_every=320, log_every=16, divergence_factor=3.0, seeds=(1, 2),
+    )  # fmt: skip
+    assert training_label(spec) == "640 steps of 8 x 128 tokens, adamw lr 0.01 weight decay 0.2"
+    by_epochs = spec.__class__(**{**spec.__dict__, "n_tokens": None, "weight_decay": 0.0, "optimizer": "adam"})
+    assert training_label(by_epochs) == "1 epoch(s) in batches of 8 x 128 tokens, adam lr 0.01"

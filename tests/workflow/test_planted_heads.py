@@ -15,12 +15,13 @@ import yaml
 from helpers.planted_circuits import ROLES, planted_roles, planted_state_dict, write_planted_mirror
 from helpers.workflow_runs import REPO, job_counts, run_snakemake
 
-from headstab.head_types import fixed_thresholds, has_type, probe_scores, probe_set, score_table, type_heads
+from headstab.head_type_thresholds import fixed_thresholds, type_heads
+from headstab.head_types import has_type, probe_scores, probe_set, score_table
 from headstab.plan.config import architecture_spec, load_config, load_yaml
 
 SEEDS = (1, 2, 3)
 ARCH = {"n_layers": 2, "n_heads": 4, "d_model": 256, "d_head": 64, "n_ctx": 128, "attn_only": True}
-FIXED = {"previous_token": 0.4, "duplicate_token": 0.4, "induction": 0.4, "bos": 0.5}  # the schema's defaults
+FIXED = {"previous_token": 0.4, "duplicate_token": 0.4, "induction": 0.4, "bos": 0.5, "copying": 0.5}  # the schema's
 # The type each planted role must get: the induction head falls back to BOS when no earlier copy exists.
 EXPECTED_TYPE = {"previous_token": "previous_token", "bos": "bos", "induction": "induction+bos", "random": "none"}
 WORDS = (
@@ -74,10 +75,15 @@ def test_planted_heads_are_typed_by_their_scores_in_every_refit(tmp_path):
     for seed in SEEDS[:2]:
         model = build_model(spec, seed=0, legacy_gpt2_init=False)
         model.load_state_dict(convert_tl2_state_dict(planted_state_dict(spec, seed), spec))
-        types = type_heads(score_table(probe_scores(model.eval(), probe), seed), fixed_thresholds(FIXED))
+        scores = score_table(probe_scores(model.eval(), probe), seed)
+        types = type_heads(scores, fixed_thresholds(FIXED, spec.n_layers, {}))
         labels = types.set_index(["layer", "head"])["type"]
         for key, role in planted_roles(spec, seed).items():
             assert labels[key] == EXPECTED_TYPE[role], (seed, key, role, types.to_string())
+        # the induction head copies (Olsson et al.'s second criterion): its OV circuit's eigenvalues are positive
+        copying = scores.set_index(["layer", "head"])["copying"]
+        induction = next(key for key, role in planted_roles(spec, seed).items() if role == "induction")
+        assert copying[induction] > 0.99, copying.to_string()
 
 
 @pytest.mark.integration
@@ -127,4 +133,10 @@ def test_the_workflow_finds_the_planted_circuit(tmp_path):
     for role, layer in (("previous_token", 0), ("bos", 0), ("induction", 1)):
         for statistic in ("weak_universality", "strong_universality_best_match", "strong_universality_one_to_one"):
             assert universality.loc[(role, layer, statistic), "estimate"] == 1.0, (role, statistic)
+        # one head of the type among a layer's 4: a random partner agrees 1/4 of the time, the matched one always
+        assert universality.loc[(role, layer, "strong_universality_chance"), "estimate"] == pytest.approx(0.25)
+        for kind in ("best_match", "one_to_one"):
+            assert universality.loc[(role, layer, f"strong_universality_{kind}_corrected"), "estimate"] == 1.0
+        weak = universality.loc[(role, layer, "weak_universality")]
+        assert weak["ci_low"] == pytest.approx(0.025 ** (1 / 3)) and weak["ci_high"] == 1.0  # exact, 3 of 3
     assert has_type(types["type"], "induction").sum() == len(SEEDS)

@@ -231,6 +231,21 @@ def test_held_out_corpus_in_another_tokenizer_fails_the_plan_naming_the_key(tmp_
     assert "pick a held-out corpus with the same tokenizer, or null for wikitext-2" in output
 
 
+def test_head_type_draws_that_reuse_a_refit_seed_or_a_missing_quantile_fail_the_plan(tmp_path):
+    """The held-out initialisations calibrate the thresholds a refit's step 0 is compared with: one of them with a
+    refit's seed would be that step 0 itself. The sensitivity table compares against the configured quantile."""
+    result = _dry_run(tmp_path, lambda config: config.setdefault("head_types", {}).update(held_out_first_seed=3))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "config key 'head_types.held_out_first_seed'" in output
+    assert "(seeds 3-22) would reuse the seeds of refits" in output and "set it above 4" in output
+    result = _dry_run(tmp_path, lambda config: config.setdefault("head_types", {}).update(sensitivity_quantiles=[0.95]))
+    output = result.stdout + result.stderr
+    assert (
+        result.returncode != 0
+        and "'head_types.sensitivity_quantiles' [0.95] must include head_types.quantile (0.99)" in output
+    )
+
+
 def test_the_stability_rule_declares_every_table_the_library_writes():
     """stability.smk lists the tables without importing the library at parse time; they must agree."""
     from headstab.stability import TABLE_NAMES

@@ -5,7 +5,7 @@
 # tables behind the figures as pages. Included after targets.smk, whose table lists it renders.
 
 from headstab import report_pages
-from headstab.sections.trained_in import training_label
+from headstab.sections import training_label
 
 
 rule report_configuration:
@@ -119,25 +119,37 @@ REPORT_TARGETS += HEADLINE_TARGETS
 # Architectures trained here: their step-0 refits say which head types training put there.
 TRAINED_IN_ARCHITECTURES = TRAINED_ARCHITECTURES  # their step-0 refits calibrate the head types
 TRAINED_IN_TARGETS = (
-    [LAYOUT.summary_table_path("trained_in_types"), LAYOUT.summary_page("trained_in_types")]
+    [
+        LAYOUT.summary_table_path("trained_in_types"),
+        LAYOUT.summary_table_path("head_type_sensitivity"),
+        LAYOUT.summary_page("trained_in_types"),
+    ]
     if TRAINED_IN_ARCHITECTURES
     else []
 )
 REPORT_TARGETS += TRAINED_IN_TARGETS
+TRAINED_IN_INPUTS = {
+    key: [LAYOUT.table_path(arch, name) for arch in TRAINED_IN_ARCHITECTURES]
+    for key, name in (
+        ("trained", "head_types"),
+        ("thresholds", "head_type_thresholds"),
+        ("step0", "head_type_scores_step0"),
+        ("universality", "head_type_universality"),
+        ("scores", "head_type_scores"),
+        ("held_out", "head_type_scores_held_out"),
+    )
+}
 
 
 rule trained_in_types:
     """Per architecture trained here, layer and head type: the share of trained refits with a head of the type
-    against the share of its step-0 refits, with intervals, and the type's stability above the null; the
-    report's summary sentence per architecture names the types training put there, or says its heads are
-    positional."""
+    against the same refits at step 0 with exact intervals, the exact paired test, and the type's stability above
+    the null; the same verdicts under other threshold settings; the report's summary sentence per architecture."""
     input:
-        trained=[LAYOUT.table_path(arch, "head_types") for arch in TRAINED_IN_ARCHITECTURES],
-        thresholds=[LAYOUT.table_path(arch, "head_type_thresholds") for arch in TRAINED_IN_ARCHITECTURES],
-        step0=[LAYOUT.table_path(arch, "head_type_scores_step0") for arch in TRAINED_IN_ARCHITECTURES],
-        universality=[LAYOUT.table_path(arch, "head_type_universality") for arch in TRAINED_IN_ARCHITECTURES],
+        **TRAINED_IN_INPUTS,
     output:
         table=LAYOUT.summary_table_path("trained_in_types"),
+        sensitivity=LAYOUT.summary_table_path("head_type_sensitivity"),
         page=report(
             LAYOUT.summary_page("trained_in_types"),
             caption="../report/trained_in_types.rst",
@@ -156,6 +168,9 @@ rule trained_in_types:
         architectures=TRAINED_IN_ARCHITECTURES,
         training={arch: training_label(SPECS[arch]) for arch in TRAINED_IN_ARCHITECTURES},
         min_share=config["head_types"]["trained_in_share"],
+        quantile=config["head_types"]["quantile"],
+        sensitivity_quantiles=config["head_types"]["sensitivity_quantiles"],
+        floors=config["head_types"]["floors"],
         statistics=STATISTICS,
     script:
         "../scripts/trained_in_types.py"

@@ -1,43 +1,38 @@
-"""Rules head_type_scores and head_type_scores_step0: every refit's weights + the tokenizer -> tables/head_type_scores.csv
-(or head_type_scores_step0.csv): the probe set's previous-token, duplicate-token, induction and BOS scores and row
-entropy of every head of every refit (docs/beyond_the_paper.md)."""
+"""Rules head_type_scores, head_type_scores_step0 and head_type_scores_held_out: every refit's weights (or, held out,
+the initialisations of params.held_out_seeds, built in memory) + the tokenizer -> tables/head_type_scores.csv (or
+_step0.csv, _held_out.csv): the probe set's previous-token, duplicate-token, induction and BOS scores, the row
+entropy and the OV circuit's copying score of every head (docs/beyond_the_paper.md)."""
 
 import logging
 
 import pandas as pd
 import torch
 
-from headstab.head_types import probe_scores, probe_set, score_table
+from headstab.head_types import probe_scores, score_table, tokenizer_probe_set
 from headstab.joblog import run_job
 from headstab.plan.spec import spec_from_dict
-from headstab.refits.models import load_trained_model, resolve_device
+from headstab.refits.models import initial_model, load_trained_model, resolve_device
 from headstab.refits.tokenizer import load_tokenizer
 
 
 def main():
     params = snakemake.params
-    spec = spec_from_dict({**params.spec, "seeds": params.seeds})
+    seeds = params.held_out_seeds or params.seeds
+    spec = spec_from_dict({**params.spec, "seeds": seeds})
     device = resolve_device(params.device)
     torch.set_num_threads(snakemake.threads)
     tokenizer = load_tokenizer(params.tokenizer_dir)
-    options = params.probe
-    # The tokens the model was trained on: the tokenizer's (the model may have spare rows), specials left out.
-    vocab_size = min(len(tokenizer), spec.d_vocab)
-    probe = probe_set(
-        vocab_size,
-        options["seed"],
-        options["n_sequences"],
-        options["length"],
-        bos_token=tokenizer.bos_token_id if params.prepend_bos else None,
-        exclude=tokenizer.all_special_ids,
+    probe = tokenizer_probe_set(tokenizer, spec.d_vocab, params.probe, params.prepend_bos)
+    logging.info(
+        "probe set: %s sequences x %s tokens from %d vocabulary ids", *probe.tokens.shape, probe.vocabulary.size
     )
-    logging.info("probe set: %s sequences x %s tokens from %d vocabulary ids", *probe.tokens.shape, vocab_size)
+    options = {"device": device, "tokenizer": tokenizer, "weight_processing": params.weight_processing}
+    # held out: no weights file, the initialisation rebuilt from the seed
+    paths = [None] * len(seeds) if params.held_out_seeds else snakemake.input.weights
     tables = []
-    for seed, weights in zip(params.seeds, snakemake.input.weights, strict=True):
-        model = load_trained_model(
-            spec, weights, device=device, tokenizer=tokenizer, weight_processing=params.weight_processing
-        )
-        tables.append(score_table(probe_scores(model, probe, options["batch_size"]), seed))
+    for seed, path in zip(seeds, paths, strict=True):
+        model = initial_model(spec, seed, **options) if path is None else load_trained_model(spec, path, **options)
+        tables.append(score_table(probe_scores(model, probe, params.probe["batch_size"]), seed))
         logging.info("refit %s: scored %d heads", seed, len(tables[-1]))
     pd.concat(tables, ignore_index=True).to_csv(snakemake.output[0], index=False)
 

@@ -1,12 +1,12 @@
-"""Rule head_type_tables: head_type_scores.csv (+ the step-0 scores), pair_stability.csv, head_stability.csv and
-layer_stability_pooled.csv of one architecture -> tables/head_types.csv, head_type_thresholds.csv,
-head_type_universality.csv and figures/head_types.png (docs/beyond_the_paper.md)."""
+"""Rule head_type_tables: head_type_scores.csv, head_type_thresholds.csv, pair_stability.csv, head_stability.csv and
+layer_stability_pooled.csv of one architecture -> tables/head_types.csv, head_type_universality.csv and
+figures/head_types.png (docs/beyond_the_paper.md)."""
 
 import logging
 
 import pandas as pd
 
-from headstab.head_types import calibrated_thresholds, fixed_thresholds, type_heads
+from headstab.head_type_thresholds import type_heads
 from headstab.joblog import run_job
 from headstab.plots.head_types import plot_head_types
 from headstab.sections.head_types import universality_table
@@ -15,15 +15,8 @@ from headstab.table_rows import select_rows
 
 def main():
     inp, out, params = snakemake.input, snakemake.output, snakemake.params
-    scores = pd.read_csv(inp.scores)
-    if inp.step0:
-        thresholds = calibrated_thresholds(pd.read_csv(inp.step0[0]), params.quantile)
-    else:
-        thresholds = fixed_thresholds(params.fixed_thresholds)
-    logging.info("thresholds:\n%s", thresholds.to_string())
-    types = type_heads(scores, thresholds)
+    types = type_heads(pd.read_csv(inp.scores), pd.read_csv(inp.thresholds))
     types.to_csv(out.types, index=False)
-    thresholds.to_csv(out.thresholds, index=False)
     chosen = {"promptset": params.promptset, "scope": "same_layer"}
     pairs = select_rows(pd.read_csv(inp.pair_stability), "pair stability", **chosen)
     heads = select_rows(pd.read_csv(inp.head_stability), "head stability", **chosen)

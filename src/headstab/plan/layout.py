@@ -29,6 +29,7 @@ GPU_RULES = (
     "train_seed_grid",
     "head_type_scores",
     "head_type_scores_step0",
+    "head_type_scores_held_out",
 )
 # The rules that start an architecture's analyses from its weights and caches: forcing them reruns every
 # analysis of analyses_<arch> and nothing upstream (docs/operations.md; tests/workflow/test_operations.py checks
@@ -45,6 +46,7 @@ ANALYSIS_ROOT_RULES = (
     "training_curves",
     "head_type_scores",
     "head_type_scores_step0",
+    "head_type_scores_held_out",
 )
 
 

@@ -11,12 +11,14 @@ the floor of the decomposition (pairs that share both seeds).
 An architecture with `data_order: shared` keeps one data order for all its refits: every refit's windows are
 shuffled with SHARED_DATA_SEED, so its refits differ in their initialisation alone (the authors' GPT-2 script,
 which seeds torch with 0 before every shuffled DataLoader).
+
+The head types' held-out initialisations (`held_out_seeds`) are further init seeds, disjoint from every refit's.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 __all__ = [
     "BLOCK_WILDCARD",
@@ -27,6 +29,7 @@ __all__ = [
     "ULP_SUFFIX",
     "block_name",
     "grid_refits",
+    "held_out_seeds",
     "refit_blocks",
     "refit_name",
     "refit_seeds",
@@ -123,3 +126,25 @@ def train_blocks(refits: Iterable[int | str], seeds_per_job: int) -> dict[str, l
     refits = list(refits)
     chunks = [refits[start : start + seeds_per_job] for start in range(0, len(refits), seeds_per_job)]
     return {block_name(chunk): chunk for chunk in chunks}
+
+
+def held_out_seeds(first: int, count: int, refit_seeds: Mapping[str, Iterable[int]]) -> list[int]:
+    """The held-out initialisations' seeds first, ..., first + count - 1.
+
+    refit_seeds: {architecture: init seeds of its refits}. Raises ValueError naming config key
+    head_types.held_out_first_seed when a held-out seed is some refit's seed (its step 0 would calibrate
+    the threshold it is then compared with), or when count < 2.
+    """
+    if count < 2:
+        raise ValueError(f"config key 'head_types.held_out_draws' must be at least 2; got {count}")
+    seeds = list(range(first, first + count))
+    clashes = {arch: sorted(set(seeds) & {int(s) for s in used}) for arch, used in refit_seeds.items()}
+    clashes = {arch: shared for arch, shared in clashes.items() if shared}
+    if clashes:
+        largest = max(int(s) for used in refit_seeds.values() for s in used)
+        raise ValueError(
+            f"config key 'head_types.held_out_first_seed': the held-out initialisations (seeds {first}-"
+            f"{first + count - 1}) would reuse the seeds of refits {clashes}, which they are compared with; "
+            f"set it above {largest}"
+        )
+    return seeds

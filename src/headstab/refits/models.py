@@ -255,3 +255,22 @@ def load_trained_model(
     _to_device(model, device)
     model.eval()
     return model
+
+
+def initial_model(
+    spec: ArchitectureSpec,
+    seed: int,
+    device: str | torch.device = "cpu",
+    tokenizer: Any = None,
+    weight_processing: Sequence[str] = (),
+) -> TransformerBridge:
+    """Model of architecture `spec` at step 0 of seed `seed`, in eval mode, built in memory: what
+    `load_trained_model` gives for the weights rule init_weights writes for that seed (the same bits, the same
+    weight processing), without the file. The head types' held-out initialisations are built this way."""
+    from headstab.training.initial_weights import initial_state_dict
+
+    model = build_model(spec, seed=0, tokenizer=tokenizer, legacy_gpt2_init=False)
+    model.load_state_dict(process_weights(initial_state_dict(spec, seed), spec, weight_processing))
+    _to_device(model, device)
+    model.eval()
+    return model

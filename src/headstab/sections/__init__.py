@@ -9,8 +9,8 @@
     meta_sne        §4.9, Fig. 11         meta-SNE of all heads
 
 §4.1-4.3 are `headstab.stability`; each section's figures are the `headstab.plots` module of the same
-name. This module holds what the rules pass to several sections: an architecture's facts and the
-one-line summary its report captions show, both read from its spec, never from its name.
+name. This module holds what the rules pass to several sections: an architecture's facts, the one-line
+summary its report captions show and how it was trained, in words, all read from its spec, never from its name.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from headstab.plan.spec import ArchitectureSpec
 
-__all__ = ["architecture_facts", "architecture_summary", "optimizer_label"]
+__all__ = ["architecture_facts", "architecture_summary", "optimizer_label", "training_label"]
 
 
 def optimizer_label(optimizer: str) -> str:
@@ -53,3 +53,14 @@ def architecture_summary(spec: ArchitectureSpec, results_dir: str) -> str:
         f"{len(seed_list)} refits (seeds {seed_text}{order}), tokenizer {spec.tokenizer}, corpus {spec.corpus}, "
         f"results_dir {results_dir}"
     )
+
+
+def training_label(spec: ArchitectureSpec) -> str:
+    """How an architecture was trained, in words: steps (when its token budget fixes them), optimizer, lr, decay."""
+    length = (
+        f"{spec.n_tokens // spec.tokens_per_step:,} steps of {spec.batch_size} x {spec.seq_len} tokens"
+        if spec.n_tokens is not None
+        else f"{spec.epochs} epoch(s) in batches of {spec.batch_size} x {spec.seq_len} tokens"
+    )
+    decay = f" weight decay {spec.weight_decay:g}" if spec.weight_decay else ""
+    return f"{length}, {spec.optimizer} lr {spec.lr:g}{decay}"

@@ -79,6 +79,55 @@ METHODS: dict[str, Method] = {
             "one-sided sign-flip test over refits of the partial correlation over layers of stability above its "
             "null with commonness without self above its null, given the layer's entropy (stability_commonness.csv)",
         ),
+        # Head types: shares of refits, the paired step-0 vs trained test, and the universality table's intervals.
+        Method(
+            "refit_share_exact",
+            "interval",
+            "refits",
+            4,
+            "Clopper-Pearson interval of a share of refits: weak universality (head_type_universality.csv) and the "
+            "trained and step-0 shares (trained_in_types.csv)",
+        ),
+        Method(
+            "paired_exact_mcnemar",
+            "p_value",
+            "refits",
+            4,
+            "one-sided exact McNemar test that training adds a head type, step 0 vs trained on the same refits "
+            "(trained_in_types.csv p_value)",
+        ),
+        Method(
+            "head_type_share_bootstrap",
+            "interval",
+            "refits",
+            12,
+            "refit-resampled interval of the share of a layer's heads with a type (head_type_universality.csv "
+            "head_share)",
+        ),
+        Method(
+            "strong_universality_bootstrap",
+            "interval",
+            "refits",
+            4,
+            "refit-pair-resampled interval (pair (a, b) weighs k_a k_b) of strong universality, its chance level and "
+            "its chance-corrected form (head_type_universality.csv strong_universality_*)",
+        ),
+        Method(
+            "head_type_pair_bootstrap",
+            "interval",
+            "refits",
+            50,
+            "refit-pair-resampled interval (pair (a, b) weighs k_a k_b) of the mean stability of a type's heads "
+            "(head_type_universality.csv stability, stability_one_to_one)",
+        ),
+        Method(
+            "head_type_anchor_bootstrap",
+            "interval",
+            "refits",
+            None,
+            "anchor-refit-resampled interval of the mean above-null stability of a type's heads "
+            "(head_type_universality.csv above_null, one_to_one_above_null)",
+        ),
     )
 }
 
