@@ -21,6 +21,7 @@ SIMILARITY_FORMAT = "headstab-pair-similarity"
 SIMILARITY_FORMAT_VERSION = 3
 
 GROUPED_FORMAT = "headstab-prompt-group-similarity"
-# 3: head entropy (`entropy` [seed, layer, head]) and the optional content variant (content_observed,
-# content_null) beside attrs_sha256; 2: attrs_sha256 over every attribute.
-GROUPED_FORMAT_VERSION = 3
+# 4: the content variant's template leaves out the prompt and its null partner, and `content_share`
+# [seed, layer, head] sits beside it; 3: head entropy (`entropy` [seed, layer, head]) and the optional content
+# variant (content_observed, content_null) beside attrs_sha256; 2: attrs_sha256 over every attribute.
+GROUPED_FORMAT_VERSION = 4
