@@ -500,3 +500,20 @@ def test_partners_must_be_other_prompts_of_the_set_and_the_message_names_them():
     for partners in ([1, 3, 0], [1, 0, 2], [1, -1, 0], [1, 0]):
         with pytest.raises(ValueError, match=r"partners must give each of the 3 prompts another prompt; got \["):
             check_partners(np.array(partners), 3)
+
+
+def test_prompt_features_are_the_gathered_segments_normalised_to_the_last_bit():
+    from headstab.similarity.pairs import normalize_lower_features
+    from headstab.similarity.prompt_groups import prompt_features
+
+    rng = np.random.default_rng(6)
+    lengths = np.array([5, 3, 6, 4, 6])
+    block, offsets = random_block(rng, 4, lengths), lower_triangle_offsets(lengths)
+    prompts, keep = np.array([4, 0, 2, 2]), np.array([6, 3, 5, 6])
+    widths = [n_lower_entries(k) for k in keep]
+    columns = np.concatenate([np.arange(offsets[p], offsets[p] + w) for p, w in zip(prompts, widths)])
+    expected = normalize_lower_features(np.ascontiguousarray(block[:, columns]), np.r_[0, np.cumsum(widths)], 4)
+    np.testing.assert_array_equal(prompt_features(block, offsets, prompts, lengths, keep), expected)
+    full = prompt_features(block, offsets, np.arange(5), lengths)
+    assert full.shape == block.shape and full.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(full[:, offsets[1] : offsets[2]], axis=1), 1 / np.sqrt(5), rtol=1e-6)

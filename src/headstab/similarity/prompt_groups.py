@@ -103,9 +103,11 @@ def prompt_features(
     keep[k] query rows of prompt k's pattern (its leading n_lower_entries(keep[k]) entries). float32 [row, feature]:
     the dot product of two rows is the mean over the prompts of their cosines."""
     widths = [n_lower_entries(int(lengths[p] if keep is None else keep[k])) for k, p in enumerate(prompts)]
-    columns = np.concatenate([np.arange(offsets[p], offsets[p] + width) for p, width in zip(prompts, widths)])
-    features = np.ascontiguousarray(block[:, columns])
-    return normalize_lower_features(features, np.r_[0, np.cumsum(widths)], len(widths))  # dot products: means
+    starts = np.r_[0, np.cumsum(widths)].astype(np.int64)
+    features = np.empty((block.shape[0], int(starts[-1])), dtype=np.float32)
+    for k, (p, width) in enumerate(zip(prompts, widths)):  # slices copy rows of contiguous memory, unlike a gather
+        features[:, starts[k] : starts[k] + width] = block[:, offsets[p] : offsets[p] + width]
+    return normalize_lower_features(features, starts, len(widths))  # dot products: means
 
 
 def _gram(left: np.ndarray, right: np.ndarray) -> np.ndarray:
