@@ -63,6 +63,14 @@ METHODS: dict[str, Method] = {
             5,
             "two-sided sign-flip test of per-seed jackknife pseudo-value differences (optimizer_tests.csv p_value)",
         ),
+        Method(
+            "cross_layer_sign_flip",
+            "p_value",
+            "refits",
+            4,
+            "one-sided sign-flip test over an anchor's pair refits of the cross-layer best match against the same "
+            "maximum on the prompt-permutation null (head_stability.csv, layer_stability.csv cross-layer p_value)",
+        ),
     )
 }
 
