@@ -56,6 +56,38 @@ def test_random_sign_vectors_give_an_add_one_p_and_ties_count_as_extreme():
         sign_flip_above(np.zeros((0, 2)), n_signs=16, seed=0)
 
 
+def test_the_test_takes_one_pair_one_sign_vector_float32_differences_and_many_heads_in_chunks():
+    p_value, quantile = sign_flip_above(np.array([0.4]), n_signs=2, seed=0)
+    assert p_value == 0.5 and quantile == pytest.approx(0.4 - 0.05 * 0.8)  # the two flipped means: -0.4, 0.4
+    p_value, _ = sign_flip_above(np.array([0.4, 0.1]), n_signs=1, seed=3)  # 4 vectors > 1: one random vector
+    assert p_value in (0.5, 1.0)
+    # float32 differences whose float32 mean rounds above the exact one: the observed sign vector still counts
+    d32 = np.array([1.1066358089447021, 1.2294964790344238, 1.043624997138977], dtype=np.float32)
+    assert sign_flip_above(d32, n_signs=8, seed=0)[0] == 1 / 8
+    d = np.random.default_rng(1).normal(size=(6, 1100))  # more heads than two chunks of sign-flipped means
+    p_value, quantile = sign_flip_above(d, n_signs=64, seed=0)
+    for column in (0, 600, 1099):
+        expected = [float(value) for value in sign_flip_above(d[:, column], n_signs=64, seed=0)]
+        assert [p_value[column], quantile[column]] == pytest.approx(expected)
+
+
+def test_random_sign_vectors_are_the_seeds_and_an_all_tied_head_has_p_one():
+    d = np.array([0.3, -0.2, 0.25, -0.1, 0.05, 0.2])
+    signs = np.random.default_rng(7).choice([-1.0, 1.0], size=(20, 6))
+    flipped = signs @ d / 6
+    expected = (1 + np.sum(flipped >= d.mean() - 1e-15)) / 21
+    p_value, quantile = sign_flip_above(d, n_signs=20, seed=7)
+    assert p_value == pytest.approx(expected) and quantile == pytest.approx(np.quantile(flipped, 0.95))
+    assert 0.05 < expected < 0.95  # the draw decides it
+    assert sign_flip_above(np.zeros((20, 2)), n_signs=99, seed=0)[0].tolist() == [1.0, 1.0]  # (1 + 99) / (1 + 99)
+
+
+def test_a_tie_counts_only_up_to_rounding_of_the_differences_own_size():
+    # flipping the tiny second pair moves the mean by 1e-15: a real difference for differences of 1e-3
+    p_value, _ = sign_flip_above(np.array([1e-3, 1e-15]), n_signs=4, seed=0)
+    assert p_value == 1 / 4
+
+
 def _tensors(rng, n_layers=3, n_heads=2):
     n = len(SEEDS)
     shape = (n, n, n_layers, n_heads, n_layers, n_heads)
@@ -86,7 +118,13 @@ def test_each_anchors_test_runs_over_its_pair_refits_on_the_best_matches_of_ever
         assert tests["head_estimate"][a, layer, head] == pytest.approx(null_stability)
         assert tests["head_null_quantile"][a, layer, head] == pytest.approx(null_stability + quantile)
         d_layer = np.array([best[a, b, layer].mean() - null_best[a, b, layer].mean() for b in range(n) if b != a])
-        assert tests["anchor_layer_p_value"][a, layer] == pytest.approx(sign_flip_above(d_layer, 64, 0)[0])
+        p_value, quantile = sign_flip_above(d_layer, 64, 0)
+        assert tests["anchor_layer_p_value"][a, layer] == pytest.approx(p_value)
+        null_layer = np.mean([null_best[a, b, layer].mean() for b in range(n) if b != a])
+        assert tests["anchor_layer_null_quantile"][a, layer] == pytest.approx(null_layer + quantile)
+    random_signs = _kinds(observed, null, n_signs=6, seed=9)["cross_layer_null"]  # 2**4 > 6 vectors: drawn
+    d = np.array([best[2, b, 1, 0] - null_best[2, b, 1, 0] for b in range(n) if b != 2])
+    assert random_signs["head_p_value"][2, 1, 0] == pytest.approx(sign_flip_above(d, 6, 9)[0])
 
 
 def test_the_null_best_match_searches_every_layer_not_only_the_heads_own():
@@ -103,8 +141,12 @@ def test_partners_other_than_the_prompt_groups_are_refused():
     observed, null = _tensors(np.random.default_rng(3))
     resamples = draw_resamples(5, len(SEEDS), 1, 0)
     kinds = {"cross_layer": stability_replicates(resamples, best=cross_layer_best(observed))}
-    with pytest.raises(ValueError, match="pairs prompts differently from the prompt groups"):
+    with pytest.raises(ValueError) as error:
         add_cross_layer_null(kinds, resamples, (null, np.array([1, 0])), SimpleNamespace(partners=[1, 2, 0]), 8, 0)
+    assert str(error.value) == (
+        "the pair-similarity file's null pairs prompts differently from the prompt groups (another statistics.seed "
+        "or prompt set); rebuild both (snakemake --forcerun pair_similarity prompt_group_similarity)"
+    )
     add_cross_layer_null(kinds, resamples, None, SimpleNamespace(partners=[1, 0]), 8, 0)
     assert "cross_layer_null" not in kinds
 
@@ -113,13 +155,15 @@ def test_test_columns_carry_benjamini_hochberg_and_the_calibration_label_and_are
     observed, null = _tensors(np.random.default_rng(4))
     null_kind = _kinds(observed, null)["cross_layer_null"]
     columns = cross_layer_test_columns(null_kind, (5, 3, 2))
+    assert list(columns) == TEST_COLUMNS
+    np.testing.assert_array_equal(columns["null_quantile"], null_kind["head_null_quantile"])
     np.testing.assert_allclose(columns["q_value"].ravel(), false_discovery_control(columns["p_value"].ravel()))
     assert set(columns["p_calibration"].ravel()) == {calibration_label(METHOD, 5)}
     layer = cross_layer_test_columns(null_kind, (5, 3))
     np.testing.assert_array_equal(layer["p_value"], null_kind["anchor_layer_p_value"])
     for shape in [(3,), (5, 3)]:
         empty = cross_layer_test_columns({} if len(shape) == 2 else null_kind, shape)
-        assert set(empty) == set(TEST_COLUMNS) and all(np.isnan(v.astype(float)).all() for v in empty.values())
+        assert list(empty) == TEST_COLUMNS and all(v.dtype == np.float64 and np.isnan(v).all() for v in empty.values())
 
 
 def _grouped_and_tensors(rng, n_layers=3, n_heads=2):
@@ -155,6 +199,7 @@ def test_interval_tables_fill_the_cross_layer_rows_and_leave_every_same_layer_nu
     np.testing.assert_allclose(head["above_null"], cross["stability"] - head["null"].to_numpy(), atol=atol)
     assert head["init"].isna().all() and (head["p_calibration"] == calibration_label(METHOD, len(SEEDS))).all()
     assert ((head["p_value"] > 0) & (head["p_value"] <= 1)).all() and (head["q_value"] >= head["p_value"]).all()
+    assert all(tables["head"][column].dtype == np.float64 for column in ("null_quantile", "p_value", "q_value"))
     pooled = tables["pooled"][tables["pooled"]["scope"] == "cross_layer"]
     assert pooled["null"].notna().all() and pooled["p_value"].isna().all()  # ordered pairs are no independent units
 
@@ -181,10 +226,18 @@ def test_the_null_alignment_map_is_the_alignment_map_of_the_nulls_best_matches()
     np.testing.assert_array_equal(dispersion["diagonal_share_null"], expected["diagonal_share"])
     np.testing.assert_array_equal(dispersion["normalized_entropy_null"], 0.0)  # one layer takes every match
     assert dispersion["kurtosis_null"].isna().all()  # a one-layer row has no kurtosis
+    with_self, _ = null_alignment_tables(
+        tables["alignment_map"], tables["alignment_dispersion"], null, SEEDS, "primary", include_self=True
+    )
+    own = with_self["match_layer"] == with_self["layer"]
+    expected = np.where(own, 1 / len(SEEDS), 0.0) + (with_self["match_layer"] == 2) * (len(SEEDS) - 1) / len(SEEDS)
+    np.testing.assert_allclose(with_self["fraction_null"], expected)
     alignment, dispersion = null_alignment_tables(
         tables["alignment_map"], tables["alignment_dispersion"], None, SEEDS, "p"
     )
     assert alignment["fraction_null"].isna().all() and dispersion[NULL_ALIGNMENT_COLUMNS[1:]].isna().all().all()
+    assert alignment["fraction_null"].dtype == np.float64
+    assert (dispersion[NULL_ALIGNMENT_COLUMNS[1:]].dtypes == np.float64).all()
 
 
 def _exchangeable_study(rng, n, n_layers, n_heads=2, lengths=(6, 7, 8), n_prompts=8):
