@@ -150,3 +150,17 @@ def test_the_null_streamed_from_caches_equals_the_null_of_the_patterns_in_memory
         null_pair_similarity_from_caches(caches, "nope", partners, progress=False)
     with pytest.raises(ValueError, match="partners must give each"):
         null_pair_similarity_from_caches(caches, "primary", np.arange(lengths.size), progress=False)
+
+
+def test_the_null_from_caches_is_float32_labels_its_progress_bar_and_takes_one_refit(caches, tqdm_bars):
+    with open_cache(caches[0]) as cache:
+        lengths = cache.lengths("short")
+    partners = null_partners(lengths, seed=0)
+    streamed = null_pair_similarity_from_caches(caches, "short", partners)
+    assert streamed.dtype == np.float32
+    alone = null_pair_similarity_from_caches(caches[1:2], "short", partners, progress=False)
+    np.testing.assert_allclose(alone[0, 0], streamed[1, 1], atol=reduction_atol(np.float32, 10))
+    assert tqdm_bars == [
+        {"desc": "null similarity short", "unit": "layer", "disable": False},
+        {"desc": "null similarity short", "unit": "layer", "disable": True},
+    ]

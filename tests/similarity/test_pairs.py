@@ -671,7 +671,7 @@ def test_the_null_and_its_partners_round_trip_beside_the_tensor_and_a_file_witho
 
     rng = np.random.default_rng(12)
     similarity = rng.uniform(-1, 1, size=(2, 2, 2, 3, 2, 3)).astype(np.float32)
-    null, partners = similarity * np.float32(0.5), np.array([1, 0, 3, 2])
+    null, partners = similarity * np.float32(0.5), np.array([1, 0, 3, 2], dtype=np.int32)
     path = tmp_path / "primary.h5"
     write_pair_similarity(path, similarity, [1, 2], null=null, partners=partners)
     read, seeds = read_pair_similarity(path)
@@ -682,6 +682,7 @@ def test_the_null_and_its_partners_round_trip_beside_the_tensor_and_a_file_witho
     with h5py.File(path, "r") as handle:
         assert handle["pair_similarity_null"].fletcher32 and handle["pair_similarity_null"].chunks[0] == 1
         assert handle["pair_similarity_null"].attrs["dims"] == "seed_a,seed_b,layer_a,head_a,layer_b,head_b"
+        assert handle["partners"].dtype == np.int64 and handle["partners"].fletcher32
     write_pair_similarity(path, similarity, [1, 2])
     assert read_pair_similarity_null(path) is None
     with pytest.raises(
@@ -715,5 +716,13 @@ def test_a_null_of_another_shape_or_a_flipped_byte_in_it_names_the_file(tmp_path
     data[info.byte_offset + (info.size - 4) // 2] ^= 0x01
     path.write_bytes(bytes(data))
     read_pair_similarity(path)  # the observed tensor is sound
+    with pytest.raises(SimilarityChecksumError, match=f"pair-similarity file {path} is corrupt"):
+        read_pair_similarity_null(path)
+    write_pair_similarity(path, similarity, [1, 2], null=similarity * 0.5, partners=np.arange(4000)[::-1])
+    with h5py.File(path) as handle:
+        info = handle["partners"].id.get_chunk_info(0)
+    data = bytearray(path.read_bytes())
+    data[info.byte_offset + (info.size - 4) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
     with pytest.raises(SimilarityChecksumError, match=f"pair-similarity file {path} is corrupt"):
         read_pair_similarity_null(path)
