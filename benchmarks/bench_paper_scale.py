@@ -14,7 +14,8 @@ the workflow's; only repeated files' reads come from the page cache.
 
 Timed: the two rules' work, each in a fresh child process as a workflow job (interpreter start and
 imports outside the clock): pair_similarity (every prompt set: `pair_similarity_from_caches`, the
-workflow's cross_layer scope, `similarity.prompt_chunk` of the config; `write_pair_similarity`), then
+workflow's cross_layer scope, `similarity.prompt_chunk` of the config; on the primary prompts the null tensor,
+`null_pair_similarity_from_caches`, timed on its own as by_promptset's primary_null; `write_pair_similarity`), then
 stability_tables (every similarity file read back; `stability_tables` with `analysis.layer_std_ddof`;
 one CSV per table). Inside the tables job, the time spent in the one-to-one matching (the Hungarian
 assignments and the gather of the assigned similarity) is `paper_scale_one_to_one_seconds`, and its share
@@ -100,14 +101,29 @@ def write_caches(
 def similarity_job(caches: list[str], out_dir: Path, promptsets: list[str], prompt_chunk: int) -> dict[str, Any]:
     import torch  # noqa: F401  (the engine's GEMM backend: a one-off import, kept out of the clock)
 
+    from headstab.activations.reader import open_cache
+    from headstab.similarity.null_pairs import null_pair_similarity_from_caches
     from headstab.similarity.pairs import pair_similarity_from_caches, write_pair_similarity
+    from headstab.similarity.prompt_groups import null_partners
 
     start, seconds = time.perf_counter(), {}
     for promptset in promptsets:
         begin = time.perf_counter()
         similarity = pair_similarity_from_caches(caches, promptset, prompt_chunk=prompt_chunk, progress=False)
+        null = partners = None
+        if promptset == "primary":  # rule pair_similarity writes the null on the primary prompts
+            with open_cache(caches[0]) as cache:
+                partners = null_partners(cache.lengths(promptset), 0)
+            null_begin = time.perf_counter()
+            null = null_pair_similarity_from_caches(caches, promptset, partners, progress=False)
+            seconds["primary_null"] = time.perf_counter() - null_begin
         write_pair_similarity(
-            out_dir / f"{promptset}.h5", similarity, list(range(1, len(caches) + 1)), attrs={"promptset": promptset}
+            out_dir / f"{promptset}.h5",
+            similarity,
+            list(range(1, len(caches) + 1)),
+            attrs={"promptset": promptset},
+            null=null,
+            partners=partners,
         )
         seconds[promptset] = time.perf_counter() - begin
     return {"seconds": time.perf_counter() - start, "by_promptset": seconds}

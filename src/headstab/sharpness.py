@@ -7,9 +7,13 @@ The cosine of two patterns falls as they sharpen, whatever the heads compute (do
 stability is read beside this number.
 
 The content variant of stability compares what is left of a pattern once its position-only template is
-taken away. A head's template at query position i is its mean attention row i over every prompt that
-reaches position i: a causal row depends on tokens 0..i only, so under "attends by position alone" every
+taken away. A head's template at query position i is its mean attention row i over the prompts that
+reach position i: a causal row depends on tokens 0..i only, so under "attends by position alone" every
 prompt long enough sees the same row, whatever its length. A prompt's template is the first T rows of it.
+The templates of the content variant leave out the prompt p and its null partner q: a template holding them
+would take part of their own content out of their remainders and push p's and q's remainders apart (a null
+below zero). The two sides of the null take their templates from disjoint halves of the other prompts: one
+template for both would give the two remainders its estimation error in common (a null above zero).
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
-    "content_remainder",
-    "lone_template_entries",
+    "content_remainders",
+    "content_share",
+    "empty_template_entries",
     "normalised_row_entropy",
     "packed_row_entropy",
     "position_template",
+    "template_halves",
 ]
 
 
@@ -80,41 +86,102 @@ def packed_row_entropy(
     return out
 
 
+def _template_sums(
+    block: np.ndarray, widths: np.ndarray, offsets: np.ndarray, prompts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sum over `prompts` reaching each lower-triangle entry of the longest prompt of all, and their number:
+    (float64 [row, max(widths)], int64 [same entries])."""
+    longest = int(widths.max(initial=0))
+    total = np.zeros((len(block), longest))
+    for prompt in prompts:
+        total[:, : widths[prompt]] += block[:, offsets[prompt] : offsets[prompt] + widths[prompt]]
+    support = (np.arange(longest)[None, :] < widths[prompts][:, None]).sum(axis=0)
+    return total, support
+
+
 def position_template(block: np.ndarray, lengths: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's position-only template: at every lower-triangle entry of the longest prompt, the mean over
-    the prompts that reach it.
+    """Each row's position-only template over every prompt: at every lower-triangle entry of the longest
+    prompt, the mean over the prompts that reach it.
 
     block: [row, entry] packed causal patterns. Returns (float64 [row, n_lower_entries(max length)] template,
     int64 [same entries] number of prompts averaged). A prompt of length T packs the first T rows of the
     longest prompt's triangle, so its template is the template's leading n_lower_entries(T) entries.
     """
-    lengths = np.asarray(lengths, dtype=np.int64)
-    widths = lengths * (lengths + 1) // 2
-    longest = int(widths.max(initial=0))
-    total = np.zeros((len(block), longest))
-    for prompt, width in enumerate(widths):
-        total[:, :width] += block[:, offsets[prompt] : offsets[prompt] + width]
-    support = (np.arange(longest)[None, :] < widths[:, None]).sum(axis=0)
+    widths = np.asarray(lengths, dtype=np.int64) * (np.asarray(lengths, dtype=np.int64) + 1) // 2
+    total, support = _template_sums(block, widths, offsets, np.arange(widths.size))
     return total / np.maximum(support, 1), support
 
 
-def content_remainder(block: np.ndarray, lengths: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Packed patterns minus each row's position-only template (`position_template`): float32 [row, entry],
-    the same layout; an entry reached by one prompt only is exactly zero."""
-    template, _ = position_template(block, lengths, offsets)
-    template = template.astype(np.float32)
-    remainder = np.array(block, dtype=np.float32, order="C")
-    for prompt, length in enumerate(np.asarray(lengths, dtype=np.int64)):
-        width = int(length * (length + 1) // 2)
-        remainder[:, offsets[prompt] : offsets[prompt] + width] -= template[:, :width]
-    return remainder
+def template_halves(lengths: np.ndarray) -> np.ndarray:
+    """bool [prompt]: True for the prompts of the candidate half. In order of length (index on ties) the prompts
+    alternate between the anchor half (False) and the candidate half, so both halves reach nearly every row."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    half = np.zeros(lengths.size, dtype=bool)
+    half[np.lexsort((np.arange(lengths.size), lengths))[1::2]] = True
+    return half
 
 
-def lone_template_entries(lengths: np.ndarray) -> int:
-    """How many packed entries of a prompt set have a template of one prompt (a zero content remainder):
-    the rows of the longest prompt beyond every other prompt's length."""
-    lengths = np.sort(np.asarray(lengths, dtype=np.int64))
-    if lengths.size == 0:
-        return 0
-    second = lengths[-2] if lengths.size > 1 else 0
-    return int(lengths[-1] * (lengths[-1] + 1) // 2 - second * (second + 1) // 2)
+def _leave_out(sums, members, block, widths, offsets, left_out, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """The template of `sums` over the first `width` entries without the prompts `left_out` that are `members`
+    of its half: (float64 [row, width] mean, bool [width] whether any prompt is left to average)."""
+    total, count = sums[0][:, :width].copy(), sums[1][:width].copy()
+    for prompt in left_out:
+        if members[prompt]:
+            reach = int(min(widths[prompt], width))
+            total[:, :reach] -= block[:, offsets[prompt] : offsets[prompt] + reach]
+            count[:reach] -= 1
+    return total / np.maximum(count, 1), count > 0
+
+
+def content_remainders(
+    block: np.ndarray, lengths: np.ndarray, offsets: np.ndarray, partners: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each prompt's pattern, and its null partner's, less a position template without either prompt.
+
+    block: [row, entry] packed causal patterns; partners: int64 [prompt] the null's partner q of each prompt p
+    (`headstab.similarity.prompt_groups.null_partners`). The prompts split into two halves (`template_halves`);
+    A_pq is the mean, at each entry, over the anchor half's prompts but p and q that reach it, B_pq the same over
+    the candidate half. Returns float32 (own, partner), both [row, entry] in block's layout: own holds
+    pattern_p - A_pq at prompt p's entries; partner holds pattern_q - B_pq at p's first n_lower_entries(min(T_p,
+    T_q)) entries (the rows the null compares), zero beyond. Disjoint halves keep the two remainders of the null
+    free of a shared template error. An entry without a prompt to average has a remainder of exactly zero.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    widths = lengths * (lengths + 1) // 2
+    candidate_half = template_halves(lengths)
+    halves = [~candidate_half, candidate_half]
+    sums = [_template_sums(block, widths, offsets, np.flatnonzero(members)) for members in halves]
+    own, partner = np.zeros(block.shape, dtype=np.float32), np.zeros(block.shape, dtype=np.float32)
+    for p, q in enumerate(np.asarray(partners, dtype=np.int64)):
+        width, shared = int(widths[p]), int(min(widths[p], widths[q]))
+        template, reached = _leave_out(sums[0], halves[0], block, widths, offsets, (p, q), width)
+        pattern = block[:, offsets[p] : offsets[p] + width]
+        own[:, offsets[p] : offsets[p] + width] = np.where(reached, pattern - template, 0.0)
+        template, reached = _leave_out(sums[1], halves[1], block, widths, offsets, (p, q), shared)
+        other = block[:, offsets[q] : offsets[q] + shared]
+        partner[:, offsets[p] : offsets[p] + shared] = np.where(reached, other - template, 0.0)
+    return own, partner
+
+
+def content_share(block: np.ndarray, remainder: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """||remainder|| / ||pattern|| of every row on every prompt: float64 [row, prompt] (NaN where the pattern
+    is all zero). remainder: `content_remainders`'s own, in block's layout."""
+    starts = np.asarray(offsets[:-1], dtype=np.int64)  # every prompt has a token (BOS), so no segment is empty
+    pattern_sq = np.add.reduceat(np.square(block, dtype=np.float64), starts, axis=1)
+    remainder_sq = np.add.reduceat(np.square(remainder, dtype=np.float64), starts, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(pattern_sq > 0, np.sqrt(remainder_sq / pattern_sq), np.nan)
+
+
+def empty_template_entries(lengths: np.ndarray, partners: np.ndarray) -> int:
+    """How many packed entries of a prompt set have no anchor-half template (`content_remainders`): a prompt p's
+    entries beyond every other anchor-half prompt but its partner, whose remainder is zero."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    widths = lengths * (lengths + 1) // 2
+    anchor_half = ~template_halves(lengths)
+    empty = 0
+    for p, q in enumerate(np.asarray(partners, dtype=np.int64)):
+        others = anchor_half.copy()
+        others[[p, q]] = False
+        empty += int(widths[p] - min(widths[p], widths[others].max(initial=0)))
+    return empty

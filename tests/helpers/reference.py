@@ -3,7 +3,8 @@ benchmarks compare headstab.similarity.pairs's engine with. Written for clarity,
 memory, float64 arithmetic.
 
 - `loop_pair_similarity`: the paper's method as a plain loop (per prompt: lower triangles, cosine;
-  then the mean over prompts).
+  then the mean over prompts); `loop_null_pair_similarity`: the same with the candidates on each prompt's
+  null partner, both cut to the shorter prompt.
 - `causal_pattern_features` + `pair_similarity` / `same_layer_pair_similarity`: the same through
   unit-normalised lower-triangle features and one Gram matrix.
 - `anchor_pair_similarity`: one anchor refit against every refit by masking padded squares instead
@@ -64,6 +65,27 @@ def loop_pair_similarity(
         for la in range(n_layers):
             out[:, :, la, :, [lb for lb in range(n_layers) if lb != la], :] = np.nan
     return out
+
+
+def loop_null_pair_similarity(patterns: Sequence[np.ndarray], lengths: np.ndarray, partners: np.ndarray) -> np.ndarray:
+    """S0 straight from its definition: the cosine of head (la, i) of refit a on prompt p and head (lb, j) of
+    refit b on partners[p], both cut to the first min(T_p, T_q) rows, averaged over prompts.
+
+    patterns: one [layer, prompt, head, query_pos, key_pos] array per refit. Returns float64 S0 [seed_a, seed_b,
+    layer_a, head_a, layer_b, head_b].
+    """
+    n_layers, n_prompts, n_heads = patterns[0].shape[:3]
+    n = len(patterns)
+    sums = np.zeros((n, n, n_layers, n_heads, n_layers, n_heads))
+    for p in range(n_prompts):
+        q = int(partners[p])
+        t = int(min(lengths[p], lengths[q]))
+        rows, cols = np.tril_indices(t)
+        for a, b, la, i, lb, j in np.ndindex(n, n, n_layers, n_heads, n_layers, n_heads):
+            x = patterns[a][la, p, i, :t, :t][rows, cols].astype(np.float64)
+            y = patterns[b][lb, q, j, :t, :t][rows, cols].astype(np.float64)
+            sums[a, b, la, i, lb, j] += x @ y / np.sqrt((x @ x) * (y @ y))
+    return sums / n_prompts
 
 
 def causal_pattern_features(

@@ -14,6 +14,7 @@ from headstab.plan.resources import (
     head_type_runtime,
     meta_sne_mem_mb,
     model_gpus,
+    similarity_mem_mb,
     similarity_runtime,
     tokens_per_second,
     train_mem_mb,
@@ -105,3 +106,15 @@ def test_gpus_runtimes_and_meta_sne_memory(tiny_spec):
     assert meta_sne_mem_mb(n_heads_total=10000, n_prompts=100, mantel_heads=2000) == (
         2000 + int(10000 * 4950 * 32 / 1e6) + int(2000**2 * 32 / 1e6)
     )
+
+
+def test_similarity_memory_covers_the_nulls_three_layer_blocks_by_hand(tiny_spec):
+    assert similarity_mem_mb(tiny_spec(), n_seeds=4, prompt_chunk=10, null_prompts=100) == 2000  # the floor
+    big = tiny_spec(n_layers=8, n_heads=16, n_ctx=256)  # 32,896 entries a prompt
+    rows = 50 * 8 * 16
+    block, gram = rows * 10 * 32896 * 4, rows * rows * 8 * 3
+    assert similarity_mem_mb(big, 50, 10) == int((block + gram) / 1e6 * 1.5) + 1000
+    null_block = 3 * 50 * 16 * 100 * 32896 * 4  # one layer of every refit and prompt, three times
+    expected = int((null_block + rows * rows * (8 * 3 + 4)) / 1e6 * 1.5) + 1000
+    assert similarity_mem_mb(big, 50, 10, null_prompts=100) == expected
+    assert similarity_mem_mb(big, 50, 10, null_prompts=5) == int((block + rows * rows * 28) / 1e6 * 1.5) + 1000

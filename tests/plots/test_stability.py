@@ -243,3 +243,34 @@ def test_alignment_map_dispersion_of_another_prompt_set_fails_clearly(tables, tm
 def test_unknown_prompt_set_fails_listing_available(tables, tmp_path):
     with pytest.raises(ValueError, match=r"promptset = 'len5'; available: \['primary'\]"):
         plot_head_stability(tables["heads"], tmp_path / "x.png", "l3_h4", promptset="len5")
+
+
+def test_cross_layer_figure_draws_each_scopes_null_as_a_band_where_the_table_holds_it(tables, tmp_path, monkeypatch):
+    figures = captured_figures(monkeypatch)
+    layers = with_chance_columns(tables["layers"])
+    plot_cross_layer_stability(tables["heads"], layers, tmp_path / "same_null.png", "l3_h4")
+    null = 0.2 + 0.01 * layers["layer"]
+    cross = layers.assign(null=null, null_ci_low=null - 0.01, null_ci_high=null + 0.01)
+    plot_cross_layer_stability(tables["heads"], cross, tmp_path / "both_nulls.png", "l3_h4")
+    same_only, both = (figure.axes[1] for figure in figures)
+    labels = lambda ax: [text for text in legend_texts(ax) if "null" in text]  # noqa: E731
+    assert labels(same_only) == ["same-layer null (prompt permutation)"]
+    assert labels(both) == ["same-layer null (prompt permutation)", "cross-layer null (prompt permutation)"]
+
+
+def test_alignment_map_adds_the_nulls_share_and_entropy_where_the_table_holds_them(tables, tmp_path, monkeypatch):
+    figures = captured_figures(monkeypatch)
+    dispersion = tables["dispersion"].assign(diagonal_share_null=0.25, normalized_entropy_null=0.75)
+    plot_alignment_map(tables["alignment"], tmp_path / "null.png", "l3_h4", dispersion_table=dispersion)
+    plot_alignment_map(
+        tables["alignment"],
+        tmp_path / "nan.png",
+        "l3_h4",
+        dispersion_table=dispersion.assign(diagonal_share_null=np.nan),
+    )
+    with_null, without_share = (figure.axes[1] for figure in figures)
+    labels = lambda ax: [label.get_text() for label in ax.get_xticklabels()]  # noqa: E731
+    assert labels(with_null) == ["diagonal\nshare", "norm.\nentropy", "null\nshare", "null\nentropy"]
+    assert [text.get_text() for text in with_null.texts][2:4] == ["0.25", "0.75"]
+    assert labels(without_share) == ["diagonal\nshare", "norm.\nentropy", "null\nentropy"]
+    assert overlapping_texts(figures[0]) == []

@@ -65,6 +65,7 @@ def built_run(tmp_path, tiny_spec):
     """A checkpoint with its meta.json, a cache built from it, a similarity file and a table, laid out as the workflow does."""
     from headstab.activations.writer import CacheOptions, write_activation_cache
     from headstab.refits.models import build_model, save_weights
+    from headstab.similarity.null_pairs import null_pair_similarity_from_caches
     from headstab.similarity.pairs import pair_similarity_from_caches, write_pair_similarity
     from headstab.similarity.prompt_groups import GroupedSimilarity, write_grouped_similarity
 
@@ -92,11 +93,14 @@ def built_run(tmp_path, tiny_spec):
         },
     )
     similarity = arch / "similarity" / "primary.h5"
+    partners = np.array([2, 0, 1])  # as rule pair_similarity writes the primary prompts: with the null
     write_pair_similarity(
         similarity,
         pair_similarity_from_caches([cache], "primary", progress=False),
         [1],
         attrs={"architecture": "l2_h4", "promptset": "primary", "inputs": {str(cache): {"seed": 1}}},
+        null=null_pair_similarity_from_caches([cache], "primary", partners, progress=False),
+        partners=partners,
     )
     groups = arch / "similarity" / "primary.groups.h5"
     observed = np.full((2, 1, 1, spec.n_layers, spec.n_heads, spec.n_heads), 0.5, dtype=np.float32)
@@ -145,6 +149,17 @@ def test_verify_catches_a_flipped_byte_in_a_similarity_file(built_run, capsys):
     similarity = built_run["similarity"]
     with h5py.File(similarity) as handle:
         info = handle["pair_similarity"].id.get_chunk_info_by_coord((0,) * 6)
+    flip_middle_byte(similarity, info.byte_offset, info.size - 4)
+    assert main([str(built_run["table"]), "--verify"]) == 1
+    assert f"pair similarity: {similarity}  [checksum mismatch]" in capsys.readouterr().out
+
+
+def test_verify_catches_a_flipped_byte_in_the_null_of_a_similarity_file(built_run, capsys):
+    import h5py
+
+    similarity = built_run["similarity"]
+    with h5py.File(similarity) as handle:
+        info = handle["pair_similarity_null"].id.get_chunk_info_by_coord((0,) * 6)
     flip_middle_byte(similarity, info.byte_offset, info.size - 4)
     assert main([str(built_run["table"]), "--verify"]) == 1
     assert f"pair similarity: {similarity}  [checksum mismatch]" in capsys.readouterr().out

@@ -499,7 +499,7 @@ def test_pair_similarity_file_round_trips_with_a_checksum_per_chunk(tmp_path):
     assert seeds == [1, 2, 3] and not list(path.parent.glob("*.tmp"))
     with h5py.File(path) as handle:
         assert handle["pair_similarity"].fletcher32 and handle["pair_similarity"].chunks[0] == 1
-        assert handle.attrs["format_version"] == SIMILARITY_FORMAT_VERSION == 3
+        assert handle.attrs["format_version"] == SIMILARITY_FORMAT_VERSION == 4
         assert handle.attrs["architecture"] == "tiny"
 
 
@@ -664,3 +664,65 @@ def test_read_pair_similarity_names_a_foreign_file_a_damaged_read_and_a_shape_th
         f"pair-similarity file {damaged} is damaged (Can't read data (short read)); "
         f"{rebuild(damaged, 'pair_similarity')}"
     )
+
+
+def test_the_null_and_its_partners_round_trip_beside_the_tensor_and_a_file_without_them_reads_none(tmp_path):
+    from headstab.similarity.pairs import read_pair_similarity_null
+
+    rng = np.random.default_rng(12)
+    similarity = rng.uniform(-1, 1, size=(2, 2, 2, 3, 2, 3)).astype(np.float32)
+    null, partners = similarity * np.float32(0.5), np.array([1, 0, 3, 2], dtype=np.int32)
+    path = tmp_path / "primary.h5"
+    write_pair_similarity(path, similarity, [1, 2], null=null, partners=partners)
+    read, seeds = read_pair_similarity(path)
+    np.testing.assert_array_equal(read, similarity)
+    read_null, read_partners = read_pair_similarity_null(path)
+    np.testing.assert_array_equal(read_null, null)
+    assert read_partners.dtype == np.int64 and read_partners.tolist() == [1, 0, 3, 2]
+    with h5py.File(path, "r") as handle:
+        assert handle["pair_similarity_null"].fletcher32 and handle["pair_similarity_null"].chunks[0] == 1
+        assert handle["pair_similarity_null"].attrs["dims"] == "seed_a,seed_b,layer_a,head_a,layer_b,head_b"
+        assert handle["partners"].dtype == np.int64 and handle["partners"].fletcher32
+    write_pair_similarity(path, similarity, [1, 2])
+    assert read_pair_similarity_null(path) is None
+    with pytest.raises(
+        ValueError, match=r"the null must come with its partners and have the shape \(2, 2, 2, 3, 2, 3\)"
+    ):
+        write_pair_similarity(path, similarity, [1, 2], null=null)
+    with pytest.raises(ValueError, match=r"; got \(2, 2, 2, 3, 2, 2\)"):
+        write_pair_similarity(path, similarity, [1, 2], null=null[..., :2], partners=partners)
+
+
+def test_a_null_of_another_shape_or_a_flipped_byte_in_it_names_the_file(tmp_path):
+    from headstab.similarity.pairs import read_pair_similarity_null
+
+    path = tmp_path / "primary.h5"
+    similarity = np.ones((2, 2, 1, 2, 1, 2), dtype=np.float32)
+    with h5py.File(path, "w") as handle:
+        handle.create_dataset("pair_similarity", data=similarity)
+        handle.create_dataset("pair_similarity_null", data=similarity[:, :, :, :1])
+        handle.create_dataset("partners", data=np.array([1, 0]))
+        finish_result_file(handle, SIMILARITY_FORMAT, SIMILARITY_FORMAT_VERSION, [1, 2], None)
+    with pytest.raises(SimilarityFileError) as error:
+        read_pair_similarity_null(path)
+    assert str(error.value) == (
+        f"pair-similarity file {path}: the null's shape (2, 2, 1, 1, 1, 2) is not the tensor's (2, 2, 1, 2, 1, 2); "
+        f"{rebuild(path, 'pair_similarity')}"
+    )
+    write_pair_similarity(path, similarity, [1, 2], null=similarity * 0.5, partners=np.array([1, 0]))
+    with h5py.File(path) as handle:
+        info = handle["pair_similarity_null"].id.get_chunk_info_by_coord((1, 0, 0, 0, 0, 0))
+    data = bytearray(path.read_bytes())
+    data[info.byte_offset + (info.size - 4) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    read_pair_similarity(path)  # the observed tensor is sound
+    with pytest.raises(SimilarityChecksumError, match=f"pair-similarity file {path} is corrupt"):
+        read_pair_similarity_null(path)
+    write_pair_similarity(path, similarity, [1, 2], null=similarity * 0.5, partners=np.arange(4000)[::-1])
+    with h5py.File(path) as handle:
+        info = handle["partners"].id.get_chunk_info(0)
+    data = bytearray(path.read_bytes())
+    data[info.byte_offset + (info.size - 4) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(SimilarityChecksumError, match=f"pair-similarity file {path} is corrupt"):
+        read_pair_similarity_null(path)

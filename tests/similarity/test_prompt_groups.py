@@ -316,7 +316,7 @@ def _content_head(tokens, scale=3.0):
 
 
 def test_content_variant_sees_a_shared_content_rule_and_not_a_shared_position_rule():
-    from headstab.sharpness import content_remainder
+    from headstab.sharpness import content_remainders
 
     rng = np.random.default_rng(4)
     lengths = np.array([9, 12, 9, 12, 10, 10, 12, 9])
@@ -333,9 +333,8 @@ def test_content_variant_sees_a_shared_content_rule_and_not_a_shared_position_ru
     offsets = lower_triangle_offsets(lengths)
     groups, partners = prompt_groups(lengths.size, 2, seed=0), null_partners(lengths, seed=0)
     raw, raw_null = layer_group_similarity(block, offsets, lengths, groups, partners, 2)
-    content, content_null = layer_group_similarity(
-        content_remainder(block, offsets=offsets, lengths=lengths), offsets, lengths, groups, partners, 2
-    )
+    own, partner = content_remainders(block, lengths, offsets, partners)
+    content, content_null = layer_group_similarity(own, offsets, lengths, groups, partners, 2, candidates=partner)
     atol = reduction_atol(np.float32, n_lower_entries(12))
     sizes = np.array([len(g) for g in groups])
     mean = lambda x: np.tensordot(sizes / sizes.sum(), x.astype(np.float64), axes=1)[0, 1]  # noqa: E731
@@ -381,5 +380,140 @@ def test_entropy_and_content_round_trip_and_an_old_file_asks_for_a_rebuild(tmp_p
     np.testing.assert_array_equal(back.content_null, full.content_null)
     with h5py.File(path, "r+") as handle:
         handle.attrs["format_version"] = 1
-    with pytest.raises(GroupedSimilarityError, match=r"has format_version 1; this code reads version 3; rebuild"):
+    with pytest.raises(GroupedSimilarityError, match=r"has format_version 1; this code reads version 4; rebuild"):
         read_grouped_similarity(path)
+
+
+def _orthogonal_content_block(n_prompts=16, length=8, delta=0.02):
+    """Two identical refits of one head: a fixed positional pattern plus, on prompt k, +delta and -delta on a
+    pair of entries of one row that no other prompt moves (content vectors orthogonal across prompts)."""
+    base = np.tril(np.ones((length, length))) / np.arange(1, length + 1)[:, None]
+    pairs = [(row, 2 * k, 2 * k + 1) for row in range(1, length) for k in range((row + 1) // 2)]
+    segments = []
+    for row, first, second in pairs[:n_prompts]:
+        pattern = base.copy()
+        pattern[row, first] += delta
+        pattern[row, second] -= delta
+        segments.append(np.stack([pattern[np.tril_indices(length)]] * 2))
+    lengths = np.full(n_prompts, length)
+    return np.ascontiguousarray(np.concatenate(segments, axis=1), dtype=np.float32), lengths
+
+
+def test_the_content_null_of_orthogonal_content_is_zero_where_a_template_with_the_prompts_is_not():
+    """The old template (every prompt) puts the null at -1/(n - 1); one template left out of both sides at +1/(n - 1);
+    templates from disjoint halves, each without the prompt and its partner, at 0."""
+    from headstab.sharpness import content_remainders, position_template
+
+    block, lengths = _orthogonal_content_block()
+    n, offsets = lengths.size, lower_triangle_offsets(lengths)
+    groups, partners = prompt_groups(n, 4, seed=0), null_partners(lengths, seed=0)
+    sizes = np.array([len(g) for g in groups])
+    mean = lambda x: float(np.tensordot(sizes / sizes.sum(), x.astype(np.float64), axes=1)[0, 1, 0, 0])  # noqa: E731
+    atol = reduction_atol(np.float32, n_lower_entries(8), 4.0)
+    full, _ = position_template(block, lengths, offsets)
+    old = (block - np.tile(full[:, : n_lower_entries(8)], n)).astype(np.float32)
+    old_observed, old_null = layer_group_similarity(old, offsets, lengths, groups, partners, 2)
+    assert mean(old_observed) == pytest.approx(1.0, abs=atol)
+    assert mean(old_null) == pytest.approx(-1 / (n - 1), abs=atol)  # the bias of the template holding both prompts
+    shared, partner_shared = np.empty_like(block), np.zeros_like(block)
+    for p, q in enumerate(partners):  # one template without p and q for both sides
+        template = np.mean([block[:, offsets[k] : offsets[k + 1]] for k in np.setdiff1d(np.arange(n), [p, q])], axis=0)
+        shared[:, offsets[p] : offsets[p + 1]] = block[:, offsets[p] : offsets[p + 1]] - template
+        partner_shared[:, offsets[p] : offsets[p + 1]] = block[:, offsets[q] : offsets[q + 1]] - template
+    shared_null = layer_group_similarity(shared, offsets, lengths, groups, partners, 2, candidates=partner_shared)[1]
+    assert mean(shared_null) == pytest.approx(1 / (n - 1), abs=atol)  # one template for both: its error is shared
+    own, partner = content_remainders(block, lengths, offsets, partners)
+    observed, null = layer_group_similarity(own, offsets, lengths, groups, partners, 2, candidates=partner)
+    assert mean(observed) == pytest.approx(1.0, abs=atol)
+    assert mean(null) == pytest.approx(0.0, abs=atol)
+
+
+def test_the_content_null_compares_the_anchor_remainder_with_the_partner_remainder_float64_loop():
+    from headstab.sharpness import content_remainders
+
+    rng = np.random.default_rng(5)
+    n_seeds, n_heads, lengths = 2, 2, np.array([5, 7, 5, 4, 7, 6, 5, 4])
+    block = random_block(rng, n_seeds * n_heads, lengths)
+    offsets = lower_triangle_offsets(lengths)
+    groups, partners = prompt_groups(lengths.size, 2, seed=3), null_partners(lengths, seed=3)
+    own, partner = content_remainders(block, lengths, offsets, partners)
+    observed, null = layer_group_similarity(own, offsets, lengths, groups, partners, n_seeds, candidates=partner)
+    atol = reduction_atol(np.float32, n_lower_entries(7), 4.0)
+    for g, prompts in enumerate(groups):
+        for a, b, i, j in np.ndindex(n_seeds, n_seeds, n_heads, n_heads):
+            ra, rb = a * n_heads + i, b * n_heads + j
+            width = lambda p: n_lower_entries(min(lengths[p], lengths[partners[p]]))  # noqa: E731
+            same = np.mean(
+                [cosine(own[ra, offsets[p] : offsets[p + 1]], own[rb, offsets[p] : offsets[p + 1]]) for p in prompts]
+            )
+            cross = np.mean(
+                [
+                    cosine(own[ra, offsets[p] : offsets[p] + width(p)], partner[rb, offsets[p] : offsets[p] + width(p)])
+                    for p in prompts
+                ]
+            )
+            assert observed[g, a, b, i, j] == pytest.approx(same, abs=atol)
+            assert null[g, a, b, i, j] == pytest.approx(cross, abs=atol)
+
+
+def test_the_content_share_of_every_head_is_its_remainders_norm_over_its_patterns_mean_over_prompts(caches):
+    from headstab.sharpness import content_remainders
+    from headstab.similarity.prompt_groups import grouped_arrays_from_caches
+
+    with open_cache(caches[0]) as cache:
+        lengths, offsets = cache.lengths("primary"), cache.pattern_offsets("primary")
+    groups, partners = prompt_groups(lengths.size, 3, seed=0), null_partners(lengths, seed=0)
+    arrays = grouped_arrays_from_caches(caches, "primary", groups, partners, progress=False, content=True)
+    assert arrays["content_share"].shape == arrays["entropy"].shape
+    assert "content_share" not in grouped_arrays_from_caches(caches, "primary", groups, partners, progress=False)
+    for refit, path in enumerate(caches):
+        with open_cache(path) as cache:
+            for layer in range(2):
+                block = cache.hook_pattern_lower("primary", layer=layer)
+                own, _ = content_remainders(block, lengths, offsets, partners)
+                norm = lambda x, h, p: np.linalg.norm(x[h, offsets[p] : offsets[p + 1]].astype(np.float64))  # noqa: E731
+                expected = [
+                    np.mean([norm(own, h, p) / norm(block, h, p) for p in range(lengths.size)]) for h in range(3)
+                ]
+                np.testing.assert_allclose(
+                    arrays["content_share"][refit, layer], expected, atol=reduction_atol(np.float32, 64, 4.0)
+                )
+
+
+def test_the_content_share_round_trips_beside_the_entropy_and_a_wrong_shape_asks_for_a_rebuild(tmp_path):
+    share = np.array([[[0.25, 0.5]], [[0.125, 1.0]]])
+    grouped = dataclasses.replace(small_grouped(), entropy=np.full((2, 1, 2), 0.5), content_share=share)
+    path = tmp_path / "primary.groups.h5"
+    write_grouped_similarity(path, grouped)
+    with h5py.File(path, "r") as handle:
+        assert handle["content_share"].attrs["dims"] == "seed,layer,head" and handle["content_share"].fletcher32
+    np.testing.assert_array_equal(read_grouped_similarity(path).content_share, share)
+    write_grouped_similarity(path, dataclasses.replace(grouped, content_share=share[:, :, :1]))
+    with pytest.raises(GroupedSimilarityError, match=r"do not match its groups and seeds; rebuild"):
+        read_grouped_similarity(path)
+
+
+def test_partners_must_be_other_prompts_of_the_set_and_the_message_names_them():
+    from headstab.similarity.prompt_groups import check_partners
+
+    check_partners(np.array([1, 2, 0]), 3)
+    for partners in ([1, 3, 0], [1, 0, 2], [1, -1, 0], [1, 0]):
+        with pytest.raises(ValueError, match=r"partners must give each of the 3 prompts another prompt; got \["):
+            check_partners(np.array(partners), 3)
+
+
+def test_prompt_features_are_the_gathered_segments_normalised_to_the_last_bit():
+    from headstab.similarity.pairs import normalize_lower_features
+    from headstab.similarity.prompt_groups import prompt_features
+
+    rng = np.random.default_rng(6)
+    lengths = np.array([5, 3, 6, 4, 6])
+    block, offsets = random_block(rng, 4, lengths), lower_triangle_offsets(lengths)
+    prompts, keep = np.array([4, 0, 2, 2]), np.array([6, 3, 5, 6])
+    widths = [n_lower_entries(k) for k in keep]
+    columns = np.concatenate([np.arange(offsets[p], offsets[p] + w) for p, w in zip(prompts, widths)])
+    expected = normalize_lower_features(np.ascontiguousarray(block[:, columns]), np.r_[0, np.cumsum(widths)], 4)
+    np.testing.assert_array_equal(prompt_features(block, offsets, prompts, lengths, keep), expected)
+    full = prompt_features(block, offsets, np.arange(5), lengths)
+    assert full.shape == block.shape and full.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(full[:, offsets[1] : offsets[2]], axis=1), 1 / np.sqrt(5), rtol=1e-6)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pandas as pd
 import pytest
 from helpers.tolerances import reduction_atol
 
@@ -255,3 +256,25 @@ def test_gap_rows_test_the_observed_range_against_the_layer_label_null():
     gap = tables["gap"].set_index("statistic")
     assert gap.loc["delta_s_layer_null", "p_value"] < 0.01
     assert gap.loc["delta_s_excess", "ci_low"] > 1.0
+
+
+def test_the_content_share_sits_beside_the_content_variant_averaged_over_heads_and_refits():
+    grouped, _ = controls_case()
+    share = np.random.default_rng(3).random(grouped.entropy.shape)
+    sized = dataclasses.replace(grouped, content_share=share)
+    pair = _pair_tensor(grouped.observed, grouped.group_sizes)
+    tables = interval_tables(pair, sized, "p", n_boot=30, seed=1, confidence=0.9)
+    head, layer, pooled = (tables[name][tables[name]["scope"] == "same_layer"] for name in ("head", "layer", "pooled"))
+    np.testing.assert_array_equal(head["content_share"].to_numpy().reshape(share.shape), share)
+    np.testing.assert_allclose(layer["content_share"].to_numpy().reshape(4, 3), share.mean(axis=-1))
+    np.testing.assert_allclose(pooled["content_share"], share.mean(axis=(0, 2)))
+    columns = list(tables["head"].columns)
+    assert columns.index("content_share") == columns.index("stability_content") + 1
+    for name in ("head", "layer", "pooled"):
+        assert tables[name].loc[tables[name]["scope"] == "cross_layer", "content_share"].isna().all()
+    for name, frame in controls_case()[1].items():  # the same groups without a share: NaN, the rest unchanged
+        if name in ("head", "layer", "pooled"):
+            assert frame["content_share"].isna().all()
+            pd.testing.assert_frame_equal(
+                frame.drop(columns="content_share"), tables[name].drop(columns="content_share")
+            )

@@ -153,3 +153,27 @@ def test_controls_for_sharpness_and_chance_reach_the_tables(tiny_run):
     tests = pd.read_csv(tiny_run / "compare/l2_h4/tables/optimizer_tests.csv")
     # two refits: too few for per-seed pseudo-values, so the twins are tested unpaired and say so
     assert (tests["design"] == "unpaired").all() and "layer_above_null" in set(tests["statistic"])
+
+
+def test_the_cross_layer_null_and_the_content_share_reach_the_tables(tiny_run):
+    from headstab.similarity.pairs import read_pair_similarity_null
+
+    for arch in ARCHITECTURES:
+        null, partners = read_pair_similarity_null(tiny_run / arch / "similarity/primary.h5")
+        assert null.shape == (2, 2, 2, 4, 2, 4) and partners.size > 0
+        assert all(read_pair_similarity_null(tiny_run / arch / "similarity" / f"{s}.h5") is None
+                   for s in PROMPT_SETS if s != "primary")  # fmt: skip
+        heads = pd.read_csv(tiny_run / arch / "tables/head_stability.csv")
+        cross = heads[(heads["scope"] == "cross_layer") & (heads["promptset"] == "primary")]
+        assert cross[["null", "above_null", "p_value", "q_value", "null_quantile"]].notna().all().all()
+        # two refits: one pair refit per anchor, so p is 1/2 or 1, and the test is descriptive at n = 2
+        assert cross["p_value"].isin([0.5, 1.0]).all() and (cross["p_calibration"] == "descriptive").all()
+        assert heads[heads["promptset"] != "primary"]["p_value"].isna().all()
+        same = heads[(heads["scope"] == "same_layer") & (heads["promptset"] == "primary")]
+        assert same["content_share"].between(0, 1.5).all()
+        alignment = pd.read_csv(tiny_run / arch / "tables/alignment_map.csv")
+        primary = alignment[alignment["promptset"] == "primary"]
+        sums = primary.groupby(["anchor_seed", "layer"])["fraction_null"].sum()
+        np.testing.assert_allclose(sums, 1.0, atol=reduction_atol(np.float64, 64))
+        dispersion = pd.read_csv(tiny_run / arch / "tables/alignment_dispersion.csv")
+        assert dispersion.loc[dispersion["promptset"] == "primary", "diagonal_share_null"].between(0, 1).all()

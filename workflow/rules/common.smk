@@ -118,7 +118,9 @@ ARCH = {
             spec, config["cache"]["batch_size"], 1 + len(jobs.extra_resid_hooks(config)), LARGEST_PROMPT_SET
         ),
         "cache_runtime": resources.cache_runtime(spec),
-        "similarity_mem_mb": resources.similarity_mem_mb(spec, len(spec.seeds), config["similarity"]["prompt_chunk"]),
+        "similarity_mem_mb": resources.similarity_mem_mb(
+            spec, len(spec.seeds), config["similarity"]["prompt_chunk"], LARGEST_PROMPT_SET
+        ),
         "similarity_runtime": resources.similarity_runtime(spec, len(spec.seeds)),
         "grouped_similarity_mem_mb": resources.grouped_similarity_mem_mb(
             spec, len(spec.seeds), LARGEST_PROMPT_SET, STATISTICS["prompt_groups"]

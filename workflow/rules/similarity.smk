@@ -3,7 +3,9 @@
 # attention patterns of head (l, i) of refit a and head (l', j) of refit b. One job per
 # architecture covers all its prompt sets: the 50 refits of an architecture are one job, which
 # streams prompt chunks of all refits' caches into one Gram matrix product per prompt set (job
-# start-up, not arithmetic, dominates at the demo's scale).
+# start-up, not arithmetic, dominates at the demo's scale). On the primary prompts the same job writes
+# the tensor under the prompt-permutation null (headstab.similarity.null_pairs): the chance level of the
+# cross-layer best match (docs/statistics.md).
 
 
 # The prompt-group similarity files of the trained refits and of every snapshot step read (step 0 included):
@@ -43,6 +45,8 @@ rule pair_similarity:
     params:
         seeds=by_arch("seeds"),
         promptsets=PROMPT_SETS,
+        null_promptsets=[PRIMARY],
+        seed=STATISTICS["seed"],
         prompt_chunk=config["similarity"]["prompt_chunk"],
         # A new file layout changes this param, so Snakemake rebuilds files written by older code.
         format_version=SIMILARITY_FORMAT_VERSION,

@@ -6,7 +6,7 @@ import logging
 
 from headstab.activations.reader import open_cache
 from headstab.joblog import run_job
-from headstab.sharpness import lone_template_entries
+from headstab.sharpness import empty_template_entries
 from headstab.similarity.prompt_groups import (
     GroupedSimilarity,
     grouped_arrays_from_caches,
@@ -28,8 +28,9 @@ def main():
         content = promptset in snakemake.params.content_promptsets
         if content:
             logging.info(
-                "%s: content variant; %d of %d packed entries have a one-prompt template (remainder 0)",
-                promptset, lone_template_entries(lengths), int((lengths * (lengths + 1) // 2).sum()),
+                "%s: content variant; %d of %d packed entries have no template without the prompt and its partner "
+                "(remainder 0)",
+                promptset, empty_template_entries(lengths, partners), int((lengths * (lengths + 1) // 2).sum()),
             )  # fmt: skip
         arrays = grouped_arrays_from_caches(caches, promptset, groups, partners, content=content)
         grouped = GroupedSimilarity(

@@ -6,10 +6,11 @@ import logging
 import pandas as pd
 
 from headstab.joblog import run_job
-from headstab.similarity.pairs import read_pair_similarity
+from headstab.similarity.pairs import read_pair_similarity, read_pair_similarity_null
 from headstab.similarity.prompt_groups import read_grouped_similarity
 from headstab.similarity.prompt_identity import check_same_prompts
 from headstab.stability import TABLE_NAMES, stability_tables
+from headstab.statistics.cross_layer_null import null_alignment_tables
 from headstab.statistics.interval_tables import TABLE_NAMES as INTERVAL_TABLE_NAMES
 from headstab.statistics.interval_tables import interval_tables
 
@@ -37,9 +38,12 @@ def main():
         logging.info(
             "%s: %d refits, tensor %s; %d prompt groups", path, len(seeds), similarity.shape, len(grouped.group_sizes)
         )
-        tables = stability_tables(
-            similarity, seeds, promptset, ddof=ddof, alignment_self_match=snakemake.params.alignment_self_match
-        )
+        self_match, null = snakemake.params.alignment_self_match, read_pair_similarity_null(path)
+        tables = stability_tables(similarity, seeds, promptset, ddof=ddof, alignment_self_match=self_match)
+        observed_alignment = tables["alignment_map"], tables["alignment_dispersion"]
+        null_tensor = None if null is None else null[0]
+        alignment = null_alignment_tables(*observed_alignment, null_tensor, seeds, promptset, include_self=self_match)
+        tables["alignment_map"], tables["alignment_dispersion"] = alignment
         intervals = interval_tables(
             similarity,
             grouped,
@@ -49,6 +53,7 @@ def main():
             confidence=options["confidence"],
             init=None if init_path is None else read_grouped_similarity(init_path),
             permutations=options["permutations"],
+            null_similarity=null,
         )
         for name, interval_name in (
             ("head_stability", "head"),

@@ -17,10 +17,12 @@ CACHE_FORMAT = "headstab-activation-cache"
 CACHE_FORMAT_VERSION = 5
 
 SIMILARITY_FORMAT = "headstab-pair-similarity"
-# 3: attrs_sha256 over every attribute; 2: a fletcher32 checksum on `pair_similarity`.
-SIMILARITY_FORMAT_VERSION = 3
+# 4: the optional null (`pair_similarity_null`, the same shape, and the prompt pairing `partners`); 3:
+# attrs_sha256 over every attribute; 2: a fletcher32 checksum on `pair_similarity`.
+SIMILARITY_FORMAT_VERSION = 4
 
 GROUPED_FORMAT = "headstab-prompt-group-similarity"
-# 3: head entropy (`entropy` [seed, layer, head]) and the optional content variant (content_observed,
-# content_null) beside attrs_sha256; 2: attrs_sha256 over every attribute.
-GROUPED_FORMAT_VERSION = 3
+# 4: the content variant's template leaves out the prompt and its null partner, and `content_share`
+# [seed, layer, head] sits beside it; 3: head entropy (`entropy` [seed, layer, head]) and the optional content
+# variant (content_observed, content_null) beside attrs_sha256; 2: attrs_sha256 over every attribute.
+GROUPED_FORMAT_VERSION = 4

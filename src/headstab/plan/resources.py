@@ -109,13 +109,16 @@ def head_type_runtime(spec: ArchitectureSpec, n_seeds: int) -> int:
     return max(20, math.ceil(10 + per_refit * n_seeds))
 
 
-def similarity_mem_mb(spec: ArchitectureSpec, n_seeds: int, prompt_chunk: int) -> int:
-    """One streamed block of every refit's packed patterns, the float64 Gram and its float32 copies."""
+def similarity_mem_mb(spec: ArchitectureSpec, n_seeds: int, prompt_chunk: int, null_prompts: int = 0) -> int:
+    """One streamed block of every refit's packed patterns, the float64 Gram and its float32 copies; with
+    null_prompts, the larger of that block and the null's (one layer's patterns of every refit and of that many
+    prompts, three times: `headstab.similarity.null_pairs`), and the float32 null tensor beside the Gram."""
     rows = n_seeds * spec.n_layers * spec.n_heads
     n_pos = min(spec.n_ctx, ASSUMED_POSITIONS)
     block = rows * prompt_chunk * n_pos * (n_pos + 1) // 2 * 4
-    gram = rows * rows * 8 * 3
-    return max(2000, int((block + gram) / 1e6 * 1.5) + 1000)
+    null_block = 3 * n_seeds * spec.n_heads * null_prompts * n_pos * (n_pos + 1) // 2 * 4
+    gram = rows * rows * (8 * 3 + (4 if null_prompts else 0))
+    return max(2000, int((max(block, null_block) + gram) / 1e6 * 1.5) + 1000)
 
 
 def similarity_runtime(spec: ArchitectureSpec, n_seeds: int) -> int:

@@ -32,6 +32,14 @@ __all__ = [
 
 SIMILARITY_LABEL = "cosine similarity"
 STABILITY_CMAP = "viridis"
+# The alignment map's side panel: its dispersion, and the same under the prompt-permutation null where the
+# table holds it (`headstab.statistics.cross_layer_null`).
+SIDE_PANEL = {
+    "diagonal_share": "diagonal\nshare",
+    "normalized_entropy": "norm.\nentropy",
+    "diagonal_share_null": "null\nshare",
+    "normalized_entropy_null": "null\nentropy",
+}
 
 
 def _first(table: pd.DataFrame, column: str) -> int:
@@ -84,16 +92,8 @@ def _heatmap(
             if np.isnan(value):
                 continue
             red, green, blue, _ = mesh.cmap(mesh.norm(value))
-            dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5
-            ax.text(
-                col + 0.5,
-                row + 0.5,
-                f"{value:.2f}",
-                ha="center",
-                va="center",
-                fontsize=7,
-                color="white" if dark else "black",
-            )
+            colour = "white" if 0.299 * red + 0.587 * green + 0.114 * blue < 0.5 else "black"
+            ax.text(col + 0.5, row + 0.5, f"{value:.2f}", ha="center", va="center", fontsize=7, color=colour)
     return mesh
 
 
@@ -272,6 +272,7 @@ def plot_cross_layer_stability(
             x, scoped["mean"] - scoped["std"], scoped["mean"] + scoped["std"], color=colour, alpha=0.2, linewidth=0
         )
         line_ax.plot(x, scoped["mean"], marker="o", color=colour, label=scope.replace("_", "-"))
+        draw_null(line_ax, x, scoped, f"{scope.replace('_', '-')} null (prompt permutation)", colour=colour)
         bars = draw_interval(line_ax, x, scoped, colour, None) or bars
         line_ax.set_xticks(x)
     line_ax.set_xlabel("layer")
@@ -296,7 +297,7 @@ def plot_alignment_map(
     """Cross-layer alignment map: share of best matches in each layer (Fig. 3), first seed as anchor.
 
     alignment_map: ALIGNMENT_COLUMNS; dispersion_table (optional): DISPERSION_COLUMNS, whose
-    diagonal_share and normalized_entropy are drawn as a two-column panel beside each row.
+    diagonal_share and normalized_entropy (and their null's, where finite) are drawn as a panel beside each row.
     Returns the drawn [layer, match_layer] matrix (0-based).
     """
     rows = select_rows(alignment_map, "alignment_map table", promptset=promptset)
@@ -309,12 +310,16 @@ def plot_alignment_map(
     )
     annotate = len(matrix) <= 12
     size = min(3.0 + 0.55 * len(matrix), 14.0)
-    figure = new_figure((size + (1.9 if dispersion_table is not None else 0.0), size + 0.6))
+    if dispersion_table is not None:
+        measures = select_rows(dispersion_table, "alignment_dispersion table", promptset=promptset, anchor_seed=anchor)
+        shown = [column for column in SIDE_PANEL if column in measures and measures[column].notna().any()]
+        measures = measures.set_index("layer")[shown].reindex(matrix.index)
+    figure = new_figure((size + (0.65 * len(shown) + 0.6 if dispersion_table is not None else 0.0), size + 0.6))
     if dispersion_table is None:
         map_ax = figure.add_subplot()
     else:
-        # The side panel gets a fixed width of about 1.3 inches whatever the number of layers.
-        map_ax, side_ax = figure.subplots(1, 2, sharey=True, width_ratios=[size, 1.3])
+        # The side panel gets about 0.65 inches a column whatever the number of layers.
+        map_ax, side_ax = figure.subplots(1, 2, sharey=True, width_ratios=[size, 0.65 * len(shown)])
     mesh = _heatmap(
         map_ax,
         matrix,
@@ -329,13 +334,11 @@ def plot_alignment_map(
     map_ax.set_xlabel("layer of best match in pair refit")
     map_ax.set_ylabel("anchor layer")
     if dispersion_table is not None:
-        measures = select_rows(dispersion_table, "alignment_dispersion table", promptset=promptset, anchor_seed=anchor)
-        measures = measures.set_index("layer")[["diagonal_share", "normalized_entropy"]].reindex(matrix.index)
         side = _heatmap(
             side_ax,
             measures,
             "crest",
-            ["diagonal\nshare", "norm.\nentropy"],
+            [SIDE_PANEL[column] for column in shown],
             _one_based(measures.index),
             vmin=0.0,
             vmax=1.0,

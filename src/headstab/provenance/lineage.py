@@ -17,7 +17,7 @@ from headstab.provenance.records import (
     read_in_full,
     read_record,
 )
-from headstab.similarity.pairs import read_pair_similarity
+from headstab.similarity.pairs import read_pair_similarity, read_pair_similarity_null
 from headstab.similarity.prompt_groups import read_grouped_similarity
 
 __all__ = ["as_dict", "format_chain", "trace", "walk"]
@@ -155,9 +155,11 @@ def _result_node(path: Path, verify: bool, expand_all: bool) -> ProvenanceNode:
     node = ProvenanceNode(str(path), kind)
     if (attrs := read_h5_attrs(path, node, verify)) is None:
         return node
-    if verify:  # reads the data in full: its fletcher32 checksums
-        reader = read_grouped_similarity if kind == "prompt-group similarity" else read_pair_similarity
-        read_in_full(node, lambda: reader(path))
+    if verify:  # reads the data in full: its fletcher32 checksums (a pair-similarity file's null too)
+        if kind == "prompt-group similarity":
+            read_in_full(node, lambda: read_grouped_similarity(path))
+        else:
+            read_in_full(node, lambda: (read_pair_similarity(path), read_pair_similarity_null(path)))
     node.details |= {
         "architecture": attrs.get("architecture"),
         "promptset": attrs.get("promptset"),

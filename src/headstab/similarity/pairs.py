@@ -35,6 +35,7 @@ __all__ = [
     "open_result_file",
     "pair_similarity_from_caches",
     "read_pair_similarity",
+    "read_pair_similarity_null",
     "rebuild_hint",
     "write_pair_similarity",
 ]
@@ -277,10 +278,17 @@ def open_result_file(
 
 
 def write_pair_similarity(
-    path: str | Path, similarity: np.ndarray, seeds: Sequence[int], attrs: dict | None = None
+    path: str | Path,
+    similarity: np.ndarray,
+    seeds: Sequence[int],
+    attrs: dict | None = None,
+    null: np.ndarray | None = None,
+    partners: np.ndarray | None = None,
 ) -> None:
     """Write S [seed_a, seed_b, layer_a, head_a, layer_b, head_b] as dataset `pair_similarity`
-    (attribute `seeds`, a fletcher32 checksum per chunk), through a temporary file and a rename."""
+    (attribute `seeds`, a fletcher32 checksum per chunk), through a temporary file and a rename; with null, the
+    same tensor under the prompt-permutation null (`headstab.similarity.null_pairs`) as `pair_similarity_null`
+    and its prompt pairing `partners` [prompt]."""
     import h5py
 
     path = Path(path)
@@ -288,36 +296,68 @@ def write_pair_similarity(
         raise ValueError(
             f"similarity must be [seed, seed, layer, head, layer, head] for {len(seeds)} seeds; got {similarity.shape}"
         )
+    if null is not None and (null.shape != similarity.shape or partners is None):
+        raise ValueError(
+            f"the null must come with its partners and have the shape {similarity.shape}; got {null.shape}"
+        )
+    tensors = {"pair_similarity": similarity, **({} if null is None else {"pair_similarity_null": null})}
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as handle:
         n_seeds, _, n_layers, n_heads = similarity.shape[:4]
-        handle.create_dataset(
-            "pair_similarity",
-            data=similarity.astype(np.float32),
-            chunks=(1, n_seeds, n_layers, n_heads, n_layers, n_heads),
-            fletcher32=True,
-        )
-        handle["pair_similarity"].attrs["dims"] = "seed_a,seed_b,layer_a,head_a,layer_b,head_b"
+        for name, values in tensors.items():
+            handle.create_dataset(
+                name,
+                data=values.astype(np.float32),
+                chunks=(1, n_seeds, n_layers, n_heads, n_layers, n_heads),
+                fletcher32=True,
+            )
+            handle[name].attrs["dims"] = "seed_a,seed_b,layer_a,head_a,layer_b,head_b"
+        if null is not None:
+            handle.create_dataset("partners", data=np.asarray(partners, dtype=np.int64), fletcher32=True)
         finish_result_file(handle, SIMILARITY_FORMAT, SIMILARITY_FORMAT_VERSION, seeds, attrs)
+
+
+def _read_tensor(handle, name: str, path: Path) -> np.ndarray:
+    """One dataset of an open pair-similarity file, a checksum failure or read error naming the file."""
+    try:
+        return handle[name][()]
+    except OSError as err:
+        if is_filter_failure(err):
+            raise SimilarityChecksumError(
+                f"pair-similarity file {path} is corrupt (checksum mismatch; HDF5: {err}); {rebuild_hint(path)}"
+            ) from err
+        raise SimilarityFileError(f"pair-similarity file {path} is damaged ({err}); {rebuild_hint(path)}") from err
+
+
+def _open_pair_similarity(path: Path):
+    return open_result_file(
+        path, SIMILARITY_FORMAT, SIMILARITY_FORMAT_VERSION, ["pair_similarity"], "pair-similarity", SimilarityFileError
+    )
 
 
 def read_pair_similarity(path: str | Path) -> tuple[np.ndarray, list[int]]:
     """Read (S, seeds) from a pair-similarity file, failing with the file's name and the rebuild command."""
     path = Path(path)
-    handle = open_result_file(
-        path, SIMILARITY_FORMAT, SIMILARITY_FORMAT_VERSION, ["pair_similarity"], "pair-similarity", SimilarityFileError
-    )
-    with handle:
+    with _open_pair_similarity(path) as handle:
         seeds = [int(s) for s in handle.attrs["seeds"]]
-        try:
-            similarity = handle["pair_similarity"][()]
-        except OSError as err:
-            if is_filter_failure(err):
-                raise SimilarityChecksumError(
-                    f"pair-similarity file {path} is corrupt (checksum mismatch; HDF5: {err}); {rebuild_hint(path)}"
-                ) from err
-            raise SimilarityFileError(f"pair-similarity file {path} is damaged ({err}); {rebuild_hint(path)}") from err
+        similarity = _read_tensor(handle, "pair_similarity", path)
     if similarity.shape[:2] != (len(seeds), len(seeds)):
         raise SimilarityFileError(
             f"pair-similarity file {path}: shape {similarity.shape} does not match seeds {seeds}; {rebuild_hint(path)}"
         )
     return similarity, seeds
+
+
+def read_pair_similarity_null(path: str | Path) -> tuple[np.ndarray, np.ndarray] | None:
+    """Read (S0, partners) of a pair-similarity file (`write_pair_similarity`'s null), or None when the file holds
+    no null (a prompt set it is not computed for); fails with the file's name and the rebuild command."""
+    path = Path(path)
+    with _open_pair_similarity(path) as handle:
+        if "pair_similarity_null" not in handle:
+            return None
+        shape = handle["pair_similarity"].shape
+        null, partners = _read_tensor(handle, "pair_similarity_null", path), _read_tensor(handle, "partners", path)
+    if null.shape != shape:
+        raise SimilarityFileError(
+            f"pair-similarity file {path}: the null's shape {null.shape} is not the tensor's {shape}; {rebuild_hint(path)}"
+        )
+    return null, partners

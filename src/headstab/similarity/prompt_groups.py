@@ -13,7 +13,8 @@ unrelated patterns of these lengths; the same mean -> max -> mean turns it into 
 
 The same pass gives each head's sharpness (`headstab.sharpness.packed_row_entropy`, mean over prompts)
 and, for the prompt sets asked for, the content variant: the observed and null similarity of the
-patterns less each head's position-only template (`headstab.sharpness.content_remainder`).
+patterns less each head's position-only template, which leaves out the prompt and its partner
+(`headstab.sharpness.content_remainders`), and each head's content share.
 """
 
 from __future__ import annotations
@@ -29,23 +30,26 @@ from headstab.activations.packing import n_lower_entries
 from headstab.activations.reader import check_consistent_shapes, is_filter_failure, open_cache
 from headstab.fileio import atomic_path
 from headstab.plan.formats import GROUPED_FORMAT, GROUPED_FORMAT_VERSION
-from headstab.sharpness import content_remainder, packed_row_entropy
+from headstab.sharpness import content_remainders, content_share, packed_row_entropy
 from headstab.similarity.pairs import finish_result_file, normalize_lower_features, open_result_file, rebuild_hint
 
 __all__ = [
     "GroupedSimilarity",
     "GroupedSimilarityError",
+    "check_partners",
     "group_mean",
     "grouped_arrays_from_caches",
     "grouped_similarity_from_caches",
     "layer_group_similarity",
     "null_partners",
+    "prompt_features",
     "prompt_groups",
     "read_grouped_similarity",
     "write_grouped_similarity",
 ]
 
 CONTENT = ("content_observed", "content_null")
+HEAD_ARRAYS = ("entropy", "content_share")  # float64 [seed, layer, head]
 
 
 def prompt_groups(n_prompts: int, n_groups: int, seed: int) -> list[np.ndarray]:
@@ -92,15 +96,18 @@ def null_partners(lengths: Sequence[int], seed: int) -> np.ndarray:
     return partners
 
 
-def _group_features(
+def prompt_features(
     block: np.ndarray, offsets: np.ndarray, prompts: np.ndarray, lengths: np.ndarray, keep: np.ndarray | None = None
 ) -> np.ndarray:
     """Segments of `prompts` gathered from block [row, entry], each of norm 1/sqrt(len(prompts)); keep[k]: keep only the first
-    keep[k] query rows of prompt k's pattern (its leading n_lower_entries(keep[k]) entries)."""
+    keep[k] query rows of prompt k's pattern (its leading n_lower_entries(keep[k]) entries). float32 [row, feature]:
+    the dot product of two rows is the mean over the prompts of their cosines."""
     widths = [n_lower_entries(int(lengths[p] if keep is None else keep[k])) for k, p in enumerate(prompts)]
-    columns = np.concatenate([np.arange(offsets[p], offsets[p] + width) for p, width in zip(prompts, widths)])
-    features = np.ascontiguousarray(block[:, columns])
-    return normalize_lower_features(features, np.r_[0, np.cumsum(widths)], len(widths))  # dot products: means
+    starts = np.r_[0, np.cumsum(widths)].astype(np.int64)
+    features = np.empty((block.shape[0], int(starts[-1])), dtype=np.float32)
+    for k, (p, width) in enumerate(zip(prompts, widths)):  # slices copy rows of contiguous memory, unlike a gather
+        features[:, starts[k] : starts[k] + width] = block[:, offsets[p] : offsets[p] + width]
+    return normalize_lower_features(features, starts, len(widths))  # dot products: means
 
 
 def _gram(left: np.ndarray, right: np.ndarray) -> np.ndarray:
@@ -116,11 +123,14 @@ def layer_group_similarity(
     groups: Sequence[np.ndarray],
     partners: np.ndarray,
     n_seeds: int,
+    candidates: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Observed and null similarity per group of one layer's heads.
 
     block: float32 [seed * head, entry] packed lower triangles (rows ordered seed, head; prompt p's
-    entries at offsets[p]:offsets[p + 1]), not normalised. Returns float32 (observed, null), each
+    entries at offsets[p]:offsets[p + 1]), not normalised. candidates: the null's candidate patterns in
+    block's layout, prompt p's partner's first rows at p's entries (`headstab.sharpness.content_remainders`);
+    default: block at the partner's entries. Returns float32 (observed, null), each
     [group, seed_a, seed_b, head_a, head_b].
     """
     n_heads = block.shape[0] // n_seeds
@@ -128,10 +138,13 @@ def layer_group_similarity(
     observed, null = np.empty(shape, dtype=np.float32), np.empty(shape, dtype=np.float32)
     for g, prompts in enumerate(groups):
         prompts = np.asarray(prompts, dtype=np.int64)
-        same = _group_features(block, offsets, prompts, lengths)
+        same = prompt_features(block, offsets, prompts, lengths)
         keep = np.minimum(lengths[prompts], lengths[partners[prompts]])
-        anchor = _group_features(block, offsets, prompts, lengths, keep)
-        candidate = _group_features(block, offsets, partners[prompts], lengths, keep)
+        anchor = prompt_features(block, offsets, prompts, lengths, keep)
+        if candidates is None:
+            candidate = prompt_features(block, offsets, partners[prompts], lengths, keep)
+        else:
+            candidate = prompt_features(candidates, offsets, prompts, lengths, keep)
         for out, gram in ((observed, _gram(same, same)), (null, _gram(anchor, candidate))):
             out[g] = gram.reshape(n_seeds, n_heads, n_seeds, n_heads).transpose(0, 2, 1, 3)
     return observed, null
@@ -167,8 +180,9 @@ def grouped_arrays_from_caches(
     cos(pattern_{a,l,i}(p), pattern_{b,l,j}(partner(p))) (both truncated to the shorter prompt);
     "entropy", float64 [seed, layer, head]: the mean over prompts of the normalised row entropy; with
     content, "content_observed" and "content_null": the same as observed and null for the patterns less
-    each head's position-only template. Memory: one layer's patterns of all refits, twice (three times
-    with content).
+    each head's position-only template (`headstab.sharpness.content_remainders`), and "content_share",
+    float64 [seed, layer, head]: the mean over prompts of ||pattern - template|| / ||pattern||. Memory: one layer's
+    patterns of all refits, twice (four times with content).
     """
     from tqdm.auto import tqdm
 
@@ -184,6 +198,8 @@ def grouped_arrays_from_caches(
         names = ("observed", "null", *(CONTENT if content else ()))
         out = {name: np.empty(shape, dtype=np.float32) for name in names}
         out["entropy"] = np.empty((n_seeds, n_layers, n_heads))
+        if content:
+            out["content_share"] = np.empty((n_seeds, n_layers, n_heads))
         block = np.empty((n_seeds * n_heads, int(offsets[-1])), dtype=np.float32)
         for layer in tqdm(range(n_layers), desc=f"prompt groups {promptset}", unit="layer", disable=not progress):
             for refit, reader in enumerate(readers):
@@ -205,17 +221,28 @@ def _layer_arrays(out, layer, block, offsets, lengths, groups, partners, n_seeds
         entropy = np.nanmean(packed_row_entropy(block, lengths, offsets), axis=1)
     out["entropy"][:, layer] = entropy.reshape(n_seeds, -1)
     if content:
-        remainder = content_remainder(block, lengths, offsets)
-        observed, null = layer_group_similarity(remainder, offsets, lengths, groups, partners, n_seeds)
+        own, partner = content_remainders(block, lengths, offsets, partners)
+        observed, null = layer_group_similarity(own, offsets, lengths, groups, partners, n_seeds, candidates=partner)
         out["content_observed"][:, :, :, layer], out["content_null"][:, :, :, layer] = observed, null
+        out["content_share"][:, layer] = np.nanmean(content_share(block, own, offsets), axis=1).reshape(n_seeds, -1)
 
 
 def _check_groups(groups: Sequence[np.ndarray], partners: np.ndarray, n_prompts: int) -> None:
     flat = np.concatenate([np.asarray(g, dtype=np.int64) for g in groups]) if len(groups) else np.array([], int)
     if flat.size != n_prompts or not np.array_equal(np.sort(flat), np.arange(n_prompts)):
         raise ValueError(f"groups must partition the {n_prompts} prompts; got {flat.size} indices")
+    check_partners(partners, n_prompts)
+
+
+def check_partners(partners: np.ndarray, n_prompts: int) -> None:
+    """The null's partners must give each of the n_prompts prompts another prompt of the set."""
     partners = np.asarray(partners)
-    if partners.shape != (n_prompts,) or np.any(partners == np.arange(n_prompts)) or np.any(partners < 0):
+    if (
+        partners.shape != (n_prompts,)
+        or np.any(partners == np.arange(n_prompts))
+        or np.any(partners < 0)
+        or np.any(partners >= n_prompts)
+    ):
         raise ValueError(f"partners must give each of the {n_prompts} prompts another prompt; got {partners}")
 
 
@@ -238,6 +265,7 @@ class GroupedSimilarity:
     entropy: np.ndarray | None = None  # float64 [seed, layer, head]: mean normalised row entropy over prompts
     content_observed: np.ndarray | None = None  # float32 like observed: patterns less their position template
     content_null: np.ndarray | None = None  # float32, same shape
+    content_share: np.ndarray | None = None  # float64 [seed, layer, head]: ||pattern - template|| / ||pattern||
 
     def mean(self, which: str = "observed") -> np.ndarray:
         """Mean over all prompts (groups weighted by size): float64 [seed_a, seed_b, layer, head_a, head_b]."""
@@ -266,9 +294,10 @@ def write_grouped_similarity(path: str | Path, grouped: GroupedSimilarity, attrs
             handle[name].attrs["dims"] = "group,seed_a,seed_b,layer,head_a,head_b"
         for name in ("group_sizes", "partners", "lengths"):
             handle.create_dataset(name, data=np.asarray(getattr(grouped, name), dtype=np.int64), fletcher32=True)
-        if grouped.entropy is not None:
-            handle.create_dataset("entropy", data=np.asarray(grouped.entropy, dtype=np.float64), fletcher32=True)
-            handle["entropy"].attrs["dims"] = "seed,layer,head"
+        for name in HEAD_ARRAYS:
+            if getattr(grouped, name) is not None:
+                handle.create_dataset(name, data=np.asarray(getattr(grouped, name), dtype=np.float64), fletcher32=True)
+                handle[name].attrs["dims"] = "seed,layer,head"
         finish_result_file(handle, GROUPED_FORMAT, GROUPED_FORMAT_VERSION, grouped.seeds, attrs)
 
 
@@ -287,7 +316,7 @@ def read_grouped_similarity(path: str | Path) -> GroupedSimilarity:
     )
     with handle:  # open_result_file refused any other format version
         try:
-            arrays = {name: handle[name][()] for name in (*names, "entropy", *CONTENT) if name in handle}
+            arrays = {name: handle[name][()] for name in (*names, *HEAD_ARRAYS, *CONTENT) if name in handle}
         except OSError as err:
             kind = "corrupt (checksum mismatch)" if is_filter_failure(err) else "damaged"
             raise GroupedSimilarityError(
@@ -304,8 +333,9 @@ def _check_shapes(path: Path, grouped: GroupedSimilarity) -> None:
     shapes_agree = grouped.null.shape == expected and all(
         getattr(grouped, name) is None or getattr(grouped, name).shape == expected for name in CONTENT
     )
-    if grouped.entropy is not None:
-        shapes_agree = shapes_agree and grouped.entropy.shape == (expected[1], *expected[3:5])
+    for name in HEAD_ARRAYS:
+        if getattr(grouped, name) is not None:
+            shapes_agree = shapes_agree and getattr(grouped, name).shape == (expected[1], *expected[3:5])
     if not shapes_agree or expected[:3] != (len(grouped.group_sizes), len(grouped.seeds), len(grouped.seeds)):
         raise GroupedSimilarityError(
             f"{path}: shapes {expected} do not match its groups and seeds; "

@@ -128,6 +128,14 @@ METHODS: dict[str, Method] = {
             "anchor-refit-resampled interval of the mean above-null stability of a type's heads "
             "(head_type_universality.csv above_null, one_to_one_above_null)",
         ),
+        Method(
+            "cross_layer_sign_flip",
+            "p_value",
+            "refits",
+            4,
+            "one-sided sign-flip test over an anchor's pair refits of the cross-layer best match against the same "
+            "maximum on the prompt-permutation null (head_stability.csv, layer_stability.csv cross-layer p_value)",
+        ),
     )
 }
 

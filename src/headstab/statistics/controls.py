@@ -2,7 +2,8 @@
 
 - head entropy (`headstab.sharpness`) next to head, layer and pooled stability;
 - the content variant: stability of the patterns less each head's position-only template, with its
-  interval, its own prompt-permutation null and the difference from it;
+  interval, its own prompt-permutation null and the difference from it, and the heads' content share
+  (how much of a pattern the variant compares);
 - commonness (Eq. 10) and commonness without the head itself under the prompt-permutation null: each
   head against its peers of the same refit on the partner prompts, the partner construction of the
   stability null within one refit;
@@ -22,6 +23,7 @@ from headstab.statistics.resampling import commonness_replicates
 __all__ = [
     "CONTENT_COLUMNS",
     "COMMONNESS_NULL_COLUMNS",
+    "attach_content_share",
     "commonness_null_columns",
     "content_columns",
     "entropy_column",
@@ -35,6 +37,8 @@ CONTENT_COLUMNS = [
     for part in ("", "_null", "_above_null")
     for suffix in (part, f"{part}_ci_low", f"{part}_ci_high")
 ]
+CONTENT_COLUMNS.insert(1, "content_share")  # beside stability_content: how much of the pattern it compares
+SHARE_AXES = {3: (), 2: (2,), 1: (0, 2)}  # head_share [anchor, layer, head] -> a head, layer or pooled statistic
 COMMONNESS_METHOD = "commonness_prompt_groups"  # its intervals' entry in headstab.statistics.calibration
 # Eq. 10's commonness (the head itself included) and commonness without the head's match with itself: the
 # self term adds (1 - self_null) / H above the null, most for a head whose pattern moves with the prompt.
@@ -51,14 +55,24 @@ COMMONNESS_NULL_COLUMNS = [
 ]
 
 
+def attach_content_share(kinds: dict, share: np.ndarray | None) -> None:
+    """Put the heads' content share [seed, layer, head] (`headstab.sharpness.content_share`, mean over prompts)
+    beside the replicates of kind "content", as "head_share", where both are present."""
+    if share is not None and "content" in kinds:
+        kinds["content"]["head_share"] = np.asarray(share, dtype=np.float64)
+
+
 def content_columns(kinds: dict, scope: str, key: str, confidence: float) -> dict[str, np.ndarray]:
     """CONTENT_COLUMNS of statistic `key` ("head" or "layer") from the replicates of kinds "content" and
-    "content_null"; NaN for the cross-layer scope and where the prompt set has no content variant."""
+    "content_null"; NaN for the cross-layer scope and where the prompt set has no content variant.
+    content_share: the content kind's head_share [seed, layer, head] averaged down to the statistic's shape
+    ([anchor, layer, head], [anchor, layer] or [layer]); NaN without it."""
     shape = kinds[scope][f"{key}_estimate"].shape
     if scope != "same_layer" or "content" not in kinds:
         return {column: np.full(shape, np.nan) for column in CONTENT_COLUMNS}
     content, null = kinds["content"], kinds["content_null"]
-    columns = {}
+    share = content.get("head_share")
+    columns = {"content_share": np.full(shape, np.nan) if share is None else share.mean(axis=SHARE_AXES[len(shape)])}
     for part, estimate, replicates in (
         ("", content[f"{key}_estimate"], content[key]),
         ("_null", null[f"{key}_estimate"], null[key]),

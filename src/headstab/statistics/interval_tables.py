@@ -7,7 +7,8 @@ trained refits' stability, of the prompt-permutation null and of the same refits
 - ci_low, ci_high: percentile interval of the statistic; n_boot resamples; resampled says what:
   "refits+prompts" (same-layer) or "refits" (cross-layer: its matches search every layer, and
   per-group tensors of all layer pairs would cost n_layers times the memory);
-- null, null_ci_low, null_ci_high: the same statistic under the prompt-permutation null (same-layer);
+- null, null_ci_low, null_ci_high: the same statistic under the prompt-permutation null (same-layer, and
+  cross-layer where the pair-similarity file holds its null: `headstab.statistics.cross_layer_null`);
 - above_null (stability - null) with its interval, and effect_size: mean / s.d. (ddof 1) of the
   paired differences best_match - null_best_match over the pairs (and heads) averaged (Cohen's d_z),
   NaN where that s.d. is within the rounding of the inputs' dtype (no spread to measure against);
@@ -26,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from headstab.matching import one_to_one_assignment
+from headstab.statistics import cross_layer_null
 from headstab.statistics.bootstrap import (
     Resamples,
     draw_resamples,
@@ -36,6 +38,7 @@ from headstab.statistics.bootstrap import (
 from headstab.statistics.controls import (
     COMMONNESS_NULL_COLUMNS,
     CONTENT_COLUMNS,
+    attach_content_share,
     commonness_null_columns,
     content_columns,
     entropy_column,
@@ -60,7 +63,8 @@ __all__ = [
 
 INTERVAL = ["ci_low", "ci_high", "n_boot", "resampled"]
 CHANCE = ["null", "null_ci_low", "null_ci_high", "above_null", "above_null_ci_low", "above_null_ci_high"]
-CHANCE += ["effect_size", "init", "init_ci_low", "init_ci_high"]
+CHANCE += ["effect_size", "init", "init_ci_low", "init_ci_high", *cross_layer_null.TEST_COLUMNS]
+NULL_KINDS = {"same_layer": "null", "cross_layer": "cross_layer_null"}
 # One-to-one stability's interval and chance columns (its estimate is head/layer_stability's stability_one_to_one).
 ONE_TO_ONE = ["ci_low", "ci_high", "null", "null_ci_low", "null_ci_high", "above_null", "above_null_ci_low"]
 ONE_TO_ONE = [f"one_to_one_{name}" for name in (*ONE_TO_ONE, "above_null_ci_high", "init")]
@@ -129,9 +133,9 @@ def _chance_columns(
     (None: no effect_size, NaN)."""
     observed = kinds[scope]
     shape = observed[f"{key}_estimate"].shape
-    if scope != "same_layer":
+    if NULL_KINDS[scope] not in kinds:
         return {column: np.full(shape, np.nan) for column in CHANCE}
-    null = kinds["null"]
+    null = kinds[NULL_KINDS[scope]]
     columns = {"null": null[f"{key}_estimate"]}
     low, high = percentile_interval(null[key], confidence)
     columns.update(null_ci_low=low, null_ci_high=high)
@@ -145,7 +149,8 @@ def _chance_columns(
         magnitudes = np.maximum(np.abs(observed["pair_best"]), np.abs(null["pair_best"]))
         pairs, axes = reduce_pairs(differences)
         columns["effect_size"] = effect_size(pairs, reduce_pairs(magnitudes)[0], axes, eps)
-    if "init" in kinds:
+    columns.update(cross_layer_null.cross_layer_test_columns(null, shape))
+    if "init" in kinds and scope == "same_layer":
         columns["init"] = kinds["init"][f"{key}_estimate"]
         low, high = percentile_interval(kinds["init"][key], confidence)
         columns.update(init_ci_low=low, init_ci_high=high)
@@ -227,7 +232,7 @@ def layer_interval_table(
     """LAYER_INTERVAL_COLUMNS: per (scope, anchor_seed, layer), the anchor's mean over heads, as
     layer_stability.csv (entropy: the mean over the layer's heads)."""
     per_anchor = {
-        kind: {"layer": reps, "layer_estimate": estimate, "pair_best": values["pair_best"]}
+        kind: {**values, "layer": reps, "layer_estimate": estimate}
         for kind, values in kinds.items()
         for reps, estimate in [_anchor_layer(values)]
     }
@@ -277,12 +282,6 @@ def pooled_layer_table(
     return pd.concat(frames, ignore_index=True)[POOLED_COLUMNS]
 
 
-def cross_layer_best(similarity: np.ndarray) -> np.ndarray:
-    """[seed_a, seed_b, layer_a, head_a, layer_b, head_b] -> [seed_a, seed_b, layer, head]: best match over every layer's heads."""
-    n_seeds, _, n_layers, n_heads = similarity.shape[:4]
-    return similarity.reshape(n_seeds, n_seeds, n_layers, n_heads, -1).max(axis=-1)
-
-
 def interval_tables(
     similarity: np.ndarray,
     grouped,
@@ -293,6 +292,7 @@ def interval_tables(
     confidence: float,
     init=None,
     permutations: int = 1000,
+    null_similarity=None,
 ) -> dict[str, pd.DataFrame]:
     """Intervals, null, step-0 baseline and controls of one prompt set: {"head", "layer", "pooled", "gap",
     "commonness"} tables.
@@ -300,7 +300,8 @@ def interval_tables(
     similarity: the pair-similarity tensor (Eq. 2) of the refits `grouped.seeds`; grouped, init:
     `GroupedSimilarity` of the trained refits and of the same refits at step 0 (or None). The
     same-layer point estimates from `grouped` must equal those of `similarity` (the same caches): a
-    mismatch raises instead of mixing two runs. permutations: of the layer-label null of ΔS.
+    mismatch raises instead of mixing two runs. permutations: of the layer-label null of ΔS and of the sign-flip
+    test of the cross-layer null; null_similarity: (S0, partners) of `read_pair_similarity_null`, or None.
     """
     seeds = list(grouped.seeds)
     n_groups = len(grouped.group_sizes)
@@ -321,12 +322,14 @@ def interval_tables(
         grouped.observed,
         grouped.null,
         grouped.group_sizes,
-        cross_layer_best(similarity),
+        cross_layer_null.cross_layer_best(similarity),
         init=None if init is None else init.observed,
         init_group_sizes=None if init is None else init.group_sizes,
         assignments=assignments,
         content=(grouped.content_observed, grouped.content_null) if grouped.has_content else None,
     )
+    attach_content_share(kinds, grouped.content_share)
+    cross_layer_null.add_cross_layer_null(kinds, resamples, null_similarity, grouped, permutations, seed)
     _check_same_caches(kinds["same_layer"]["pair_best"], similarity, grouped.lengths, promptset)
     gap = gap_interval_table(kinds, promptset, confidence)
     gap = pd.concat(
