@@ -4,8 +4,8 @@ real data's dependence (calibration/simulate.py), through the workflow's own `in
 `stability_along_training`.
 
 Each dataset is one study of n refits: 20 prompt groups of 5 prompts, 2 layers (a broad one and a sharp one) of
-4 heads, observed and null tensors, the content variant and step-0 refits; the bootstrap draws 400 resamples
-(200 at 50 refits, where 300 datasets are simulated instead of 1,000). Every case of a scenario reads the same
+4 heads, observed and null tensors, the content variant and step-0 refits (at 50 refits 3 heads and 10 groups of
+10 prompts); the bootstrap draws 400 resamples (200 at 50 refits); 500 datasets per n (200 at 50 refits). Every case of a scenario reads the same
 datasets (`shared_draws`): one interval per dataset, of anchor seed 1's head 0 for the per-anchor tables.
 """
 
@@ -32,7 +32,8 @@ from headstab.statistics.interval_tables import interval_tables
 from headstab.statistics.jackknife import jackknife_parts, jackknife_t_interval, leave_one_group_out
 
 N_BOOT = {50: 200}  # default 400
-REPS_BY_N = ((50, 400),)
+REPS = 500
+REPS_BY_N = ((50, 200),)
 LAYERS = {"broad_layer": 0, "sharp_layer": 1}
 
 
@@ -133,7 +134,14 @@ def _case(method: str, scenario: str, quantity: str, layer: int, study) -> Case:
 
     where = next((name for name, index in LAYERS.items() if index == layer), "layers")
     return Case(
-        method, f"{scenario}/{quantity}/{where}", "coverage", simulate, quick_n=4, quick_reps=30, reps_by_n=REPS_BY_N
+        method,
+        f"{scenario}/{quantity}/{where}",
+        "coverage",
+        simulate,
+        reps=REPS,
+        quick_n=4,
+        quick_reps=30,
+        reps_by_n=REPS_BY_N,
     )
 
 
