@@ -311,3 +311,43 @@ def test_optimizer_rows_are_each_members_bootstrap_the_permutation_test_and_welc
     assert row["layer"] == -1 and row["test"] == "tost" and row["n_resamples"] == 0
     assert (row["n_adam"], row["n_adamw"]) == (4, 3)
     assert row["equivalent"] is bool(max(p_lower, p_upper) < 0.1)  # alpha = 1 - confidence
+
+
+def test_pairing_problems_name_what_differs_and_none_is_returned_for_true_twins():
+    from headstab.sections.optimizer_tests import pairing_problem
+
+    adam, adamw = twins(np.random.default_rng(10))
+    assert pairing_problem(adam, adamw) is None
+    other = dataclasses.replace(adamw, seeds=[1, 2, 3, 4, 5, 7])
+    assert pairing_problem(adam, other) == (
+        "the members have other refits (seeds [1, 2, 3, 4, 5, 6] and [1, 2, 3, 4, 5, 7])"
+    )
+    two = [dataclasses.replace(m, seeds=[1, 2]) for m in (adam, adamw)]
+    assert pairing_problem(*two) == "per-seed pseudo-values need at least 3 refits; the members have 2"
+    three = [dataclasses.replace(m, seeds=[1, 2, 3]) for m in (adam, adamw)]
+    assert pairing_problem(*three) is None
+    message = "the members' prompt groups differ (other token lengths or group sizes)"
+    assert pairing_problem(adam, dataclasses.replace(adamw, group_sizes=adamw.group_sizes[::-1])) == message
+    assert pairing_problem(adam, dataclasses.replace(adamw, lengths=adamw.lengths + 1)) == message
+
+
+def test_perplexities_given_as_arrays_follow_the_seeds_and_without_entropy_the_partial_r_is_nan():
+    adam, adamw = twins(np.random.default_rng(11), shift=0.0)
+    adam, adamw = (dataclasses.replace(m, entropy=None) for m in (adam, adamw))
+    ppl = np.array([20.0, 24.0, 19.0, 27.0, 22.0, 25.0])
+    table = optimizer_tests(adam, adamw, ppl, ppl[::-1].copy(), n_boot=20, permutations=99, seed=0,
+                            confidence=0.9, perplexity_margin=0.02, paired=True)  # fmt: skip
+    by_series = optimizer_tests(adam, adamw, pd.Series(ppl, index=SEEDS), pd.Series(ppl[::-1], index=SEEDS),
+                                n_boot=20, permutations=99, seed=0, confidence=0.9, perplexity_margin=0.02,
+                                paired=True)  # fmt: skip
+    pd.testing.assert_frame_equal(table, by_series)
+    row = table[table["statistic"] == "perplexity"].iloc[0]
+    d = ppl[::-1] - ppl  # seed by seed
+    assert row["difference"] == pytest.approx(d.mean()) and row["n_pairs"] == 6
+    assert row["margin"] == pytest.approx(0.02 * ppl.mean())
+    layers = table[table["statistic"] != "perplexity"]
+    assert layers[["optimizer_r", "optimizer_partial_r", "optimizer_partial_r_ci_low"]].isna().all().all()
+    assert layers[["entropy_adam", "entropy_adamw"]].isna().all().all()
+    unpaired = optimizer_tests(adam, adamw, ppl, ppl[:5], n_boot=20, permutations=99, seed=0, confidence=0.9,
+                               perplexity_margin=0.02, paired=False)  # fmt: skip
+    assert unpaired[unpaired["statistic"] == "perplexity"]["n_adamw"].iloc[0] == 5  # an array of other length
