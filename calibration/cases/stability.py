@@ -167,8 +167,9 @@ def above_null_parts(grouped) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _power_above_null(rng: np.random.Generator, n: int, effect: float) -> float:
-    """0 when the pooled jackknife-t interval of above_null (layer 1, the sharp layer) excludes 0, else 1: the
-    trained refits' population is the null's raised by `effect` (exchangeable candidates, the same refits)."""
+    """p of the pooled jackknife-t test of above_null = 0 in layer 1 (the sharp layer), the test its interval
+    makes (0 outside the interval exactly when p < 0.05): the trained refits' population is the null's raised by
+    `effect` (exchangeable candidates, the same refits)."""
     null = at_refits(SCENARIOS["exchangeable_candidates"], n).null
     refits = draw_refits(rng, null, n)
     observed, permuted = (simulate_grouped(rng, model, refits) for model in (null.shifted(effect), null))
@@ -176,7 +177,7 @@ def _power_above_null(rng: np.random.Generator, n: int, effect: float) -> float:
     grouped = GroupedSimilarity(observed, permuted, sizes, list(range(n)), np.zeros(0, int), np.zeros(0, int))
     parts = jackknife_parts(*above_null_parts(grouped), "pooled")
     interval = jackknife_t_interval(parts["estimate"], parts["refit_var"], parts["refit_df"], parts["groups"], 0.95)
-    return 0.0 if interval["ci_low"][1] > 0 or interval["ci_high"][1] < 0 else 1.0
+    return float(interval["p_value"][1])
 
 
 POWER = [

@@ -69,8 +69,10 @@ def test_a_small_shift_shared_by_every_seed_is_found_paired_and_missed_unpaired(
     layers = table[table["statistic"] == "layer_stability"].set_index("layer")
     atol = reduction_atol(np.float32, 6 + len(SEEDS))
     np.testing.assert_allclose(layers["difference"], 0.02, atol=atol)
-    assert (layers["test"] == "sign_flip").all() and (layers["n_pairs"] == 6).all()
-    np.testing.assert_allclose(layers["p_value"], 2 / 64)  # every per-seed difference 0.02: the extreme 2 of 64
+    assert (layers["test"] == "jackknife_t").all() and (layers["n_pairs"] == 6).all()
+    np.testing.assert_allclose(layers["sign_flip_p_value"], 2 / 64)  # every per-seed difference 0.02: 2 of 64 signs
+    # the members' groups differ by the same 0.02 too: nothing varies but the shift, so the jackknife-t p is 0
+    np.testing.assert_allclose(layers["p_value"], 0.0, atol=1e-12)
     assert (layers["ci_low"] > 0.015).all()  # the paired interval: seed levels cancel
     assert (layers["unpaired_p_value"] > 0.3).all() and (layers["unpaired_ci_low"] < 0).all()
     above = table[table["statistic"] == "layer_above_null"].set_index("layer")
@@ -99,7 +101,7 @@ def test_the_paired_interval_uses_the_same_resamples_for_both_members():
     np.testing.assert_allclose(layers["ci_low"], low, atol=2 * atol)
     np.testing.assert_allclose(layers["ci_high"], high, atol=2 * atol)
     pseudo = [pair_pseudo_values(r["pair_best"].mean(axis=-1)) for r in reps]
-    np.testing.assert_allclose(layers["p_value"], sign_flip_test(pseudo[1] - pseudo[0], 99, 4)["p_value"])
+    np.testing.assert_allclose(layers["sign_flip_p_value"], sign_flip_test(pseudo[1] - pseudo[0], 99, 4)["p_value"])
 
 
 def test_twins_that_cannot_be_paired_are_tested_unpaired_and_say_why(caplog):
@@ -110,8 +112,9 @@ def test_twins_that_cannot_be_paired_are_tested_unpaired_and_say_why(caplog):
                                 permutations=99, seed=0, confidence=0.9, perplexity_margin=0.02, paired=True)  # fmt: skip
     assert (table["design"] == "unpaired").all() and "other refits" in caplog.text
     layers = table[table["statistic"] == "layer_stability"]
-    assert (layers["test"] == "permutation").all() and (layers["n_pairs"] == 0).all()
+    assert (layers["test"] == "jackknife_welch").all() and (layers["n_pairs"] == 0).all()
     np.testing.assert_array_equal(layers["p_value"], layers["unpaired_p_value"])
+    assert layers["sign_flip_p_value"].isna().all() and layers["permutation_p_value"].notna().all()
     assert table[table["statistic"] == "perplexity"]["test"].iloc[0] == "tost"
 
 
@@ -151,9 +154,11 @@ def test_q_values_are_benjamini_hochberg_within_the_pairs_layer_tests_and_labels
     assert np.isnan(ppl_row["q_value"]) and np.isnan(ppl_row["unpaired_q_value"])  # an equivalence test: no family
     expected = {
         "ci_calibration": ("multibootstrap_paired_difference", "tost_paired"),
-        "p_calibration": ("sign_flip_paired", "tost_paired"),
+        "p_calibration": ("jackknife_paired_p", "tost_paired"),
+        "sign_flip_calibration": ("sign_flip_paired", None),
+        "permutation_calibration": ("permutation_unpaired", None),
         "unpaired_ci_calibration": ("multibootstrap_unpaired_difference", "tost_welch"),
-        "unpaired_p_calibration": ("permutation_unpaired", "tost_welch"),
+        "unpaired_p_calibration": ("jackknife_unpaired_p", "tost_welch"),
         "jackknife_calibration": ("jackknife_paired_difference", None),
         "partial_r_calibration": ("partial_r_optimizer", None),
     }
@@ -168,8 +173,9 @@ def test_q_values_are_benjamini_hochberg_within_the_pairs_layer_tests_and_labels
                                seed=0, confidence=0.95, perplexity_margin=0.02, paired=True)  # fmt: skip
     rows = unpaired[unpaired["statistic"] != "perplexity"]
     assert set(rows["ci_calibration"]) == {calibration_label("multibootstrap_unpaired_difference", 6)}
-    assert set(rows["p_calibration"]) == {calibration_label("permutation_unpaired", 6)}
+    assert set(rows["p_calibration"]) == {calibration_label("jackknife_unpaired_p", 6)}
     assert set(rows["jackknife_calibration"]) == {calibration_label("jackknife_unpaired_difference", 6)}
+    assert rows["sign_flip_calibration"].isna().all()  # no sign-flip test without pairs
     assert unpaired[unpaired["statistic"] == "perplexity"]["p_calibration"].iloc[0] == calibration_label(
         "tost_welch", 6
     )
@@ -199,6 +205,8 @@ def test_the_paired_jackknife_interval_is_the_t_interval_of_the_seed_differences
     np.testing.assert_allclose(layers["jackknife"], corrected, atol=atol)
     np.testing.assert_allclose(layers["jackknife_ci_low"], corrected - half, atol=atol)
     np.testing.assert_allclose(layers["jackknife_ci_high"], corrected + half, atol=atol)
+    se = np.sqrt(refit_var + group_var)
+    np.testing.assert_allclose(layers["p_value"], 2 * stats.t.sf(np.abs(corrected) / se, df), rtol=1e-6)
     # unpaired: each member's pseudo-values, Welch's degrees, the same groups left out of both
     variances = [pair_pseudo_values(b.mean(axis=-1)).var(axis=0, ddof=1) / 6 for b in best]
     df = sum(variances) ** 2 / sum(v**2 / 5 for v in variances)
@@ -206,6 +214,9 @@ def test_the_paired_jackknife_interval_is_the_t_interval_of_the_seed_differences
     df = total**2 / (sum(variances) ** 2 / df + group_var**2 / 2)
     half = stats.t.ppf(0.95, df) * np.sqrt(total)
     np.testing.assert_allclose(layers["unpaired_jackknife_ci_high"], corrected + half, atol=atol)
+    np.testing.assert_allclose(
+        layers["unpaired_p_value"], 2 * stats.t.sf(np.abs(corrected) / np.sqrt(total), df), rtol=1e-6
+    )
 
 
 FOUR_SEEDS = [3, 5, 8, 13]
@@ -244,7 +255,8 @@ def test_optimizer_tests_find_a_layer_difference_and_equivalent_perplexities():
     assert layers.loc[0, "difference"] == pytest.approx(0.0, abs=1e-6)
     assert layers.loc[1, "difference"] == pytest.approx(0.4, abs=1e-5)
     assert layers.loc[1, "ci_low"] > 0.3 and layers.loc[0, "ci_low"] <= 0 <= layers.loc[0, "ci_high"]
-    assert layers.loc[1, "p_value"] == pytest.approx(2 / 70, abs=0.02)  # 4 vs 4 refits: the most extreme split
+    assert layers.loc[1, "permutation_p_value"] == pytest.approx(2 / 70, abs=0.02)  # 4 vs 4: the most extreme split
+    assert layers.loc[1, "p_value"] < 1e-3 and layers.loc[0, "p_value"] > 0.05  # jackknife-t, unpaired: Welch
     perplexity = table[table["statistic"] == "perplexity"].iloc[0]
     assert (
         perplexity["test"] == "tost"
@@ -287,14 +299,17 @@ def test_optimizer_rows_are_each_members_bootstrap_the_permutation_test_and_welc
     # the refits' pseudo-values are the permuted units, not the per-anchor means that share partners
     units = [pair_pseudo_values(member["pair_best"].mean(axis=-1)) for member in members]
     expected = permutation_test(units[0], units[1], 99, 5)["p_value"]
-    np.testing.assert_array_equal(layers["p_value"], expected)
+    np.testing.assert_array_equal(layers["permutation_p_value"], expected)
+    np.testing.assert_array_equal(layers["p_value"], layers["unpaired_p_value"])  # unpaired: the Welch jackknife-t
     assert (
-        layers["test"].eq("permutation").all() and layers["equivalent"].isna().all() and layers["margin"].isna().all()
+        layers["test"].eq("jackknife_welch").all()
+        and layers["equivalent"].isna().all()
+        and layers["margin"].isna().all()
     )
     assert layers["confidence"].eq(0.9).all() and layers["n_resamples"].eq(30).all()
     assert layers["n_adam"].eq(4).all() and layers["n_adamw"].eq(3).all() and list(layers["layer"]) == [0, 1]
 
-    assert layers["p_value"].iloc[1] < layers["p_value"].iloc[0]  # the permutation test is per layer
+    assert layers["permutation_p_value"].iloc[1] < layers["permutation_p_value"].iloc[0]  # per layer
     row = table[table["statistic"] == "perplexity"].iloc[0]
     ppl_adam, ppl_adamw = ppl_adam.astype(np.float64), ppl_adamw.astype(np.float64)
     margin = 0.03 * ppl_adam.mean()

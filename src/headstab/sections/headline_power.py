@@ -19,9 +19,8 @@ __all__ = ["CLAIM_UNITS", "detectable_rows"]
 
 # claim -> (table argument of headline_table, its column of units)
 CLAIM_UNITS = {
-    "layer stability above its null": ("pooled", "n_refits"),
-    "AdamW - Adam above the null (sign-flip test)": ("tests", "n_pairs"),
-    "AdamW - Adam above the null (jackknife-t interval)": ("tests", "n_pairs"),
+    "layer stability above its null (jackknife-t interval)": ("pooled", "n_refits"),
+    "AdamW - Adam in layer stability above the null (jackknife-t test)": ("tests", "n_pairs"),
 }
 
 

@@ -7,12 +7,16 @@ order (`headstab.plan.spec.paired_twins`), so the comparison is paired by seed:
   pooled layer statistic (`headstab.statistics.hypothesis.pair_pseudo_values`); the d_s average to the
   pooled difference, and their spread carries the variance of a mean over pairs of refits (a refit's
   mean over its own pairs would understate it and make the test anti-conservative);
-- a sign-flip permutation test of the d_s, and a paired multi-bootstrap interval (the same resampled
-  seeds, pairs and prompt groups for both members, MultiBERTs' paired_seeds);
+- the test: a jackknife-t test of the d_s and the prompt groups together (`headstab.statistics.jackknife`;
+  the same prompts in both members, left out of both at once), since how the members answer the prompts
+  differs and a test over seeds alone, prompts fixed (the sign-flip test, kept beside it), rejects a true
+  "no difference" far too often once the seeds are many; a paired multi-bootstrap interval (the same resampled
+  seeds, pairs and prompt groups for both members, MultiBERTs' paired_seeds) and the jackknife-t interval;
 - perplexity parity as a paired TOST (one-sample t-tests of the per-seed differences).
 
-The unpaired tests (independent multi-bootstraps, a permutation test of the optimizer labels of the
-refits, Welch TOST) are the secondary `unpaired_*` columns; they are primary for twins that are not
+The unpaired tests (independent multi-bootstraps, the jackknife-t test of each member's pseudo-values with
+Welch's degrees of freedom, Welch TOST; the permutation test of the refits' optimizer labels beside them) are
+the secondary `unpaired_*` columns; they are primary for twins that are not
 paired (refits trained elsewhere, or other seeds). Each layer statistic is tested raw, above its
 prompt-permutation null, and in the content variant (raw and above its own null). Per layer, the
 partial correlation of head stability with the optimizer given head entropy says whether a difference
@@ -58,18 +62,20 @@ LABELS = {
         "unpaired": ("multibootstrap_unpaired_difference", "tost_welch"),
     },
     "p_calibration": {
-        "paired": ("sign_flip_paired", "tost_paired"),
-        "unpaired": ("permutation_unpaired", "tost_welch"),
+        "paired": ("jackknife_paired_p", "tost_paired"),
+        "unpaired": ("jackknife_unpaired_p", "tost_welch"),
     },
     "unpaired_ci_calibration": dict.fromkeys(
         ("paired", "unpaired"), ("multibootstrap_unpaired_difference", "tost_welch")
     ),
-    "unpaired_p_calibration": dict.fromkeys(("paired", "unpaired"), ("permutation_unpaired", "tost_welch")),
+    "unpaired_p_calibration": dict.fromkeys(("paired", "unpaired"), ("jackknife_unpaired_p", "tost_welch")),
     "jackknife_calibration": {
         "paired": ("jackknife_paired_difference", None),
         "unpaired": ("jackknife_unpaired_difference", None),
     },
     "partial_r_calibration": dict.fromkeys(("paired", "unpaired"), ("partial_r_optimizer", None)),
+    "sign_flip_calibration": {"paired": ("sign_flip_paired", None), "unpaired": (None, None)},
+    "permutation_calibration": dict.fromkeys(("paired", "unpaired"), ("permutation_unpaired", None)),
 }
 LABEL_COLUMNS = list(LABELS)
 OPTIMIZER_TEST_COLUMNS = [
@@ -97,6 +103,8 @@ OPTIMIZER_TEST_COLUMNS = [
     "unpaired_p_value",
     "unpaired_q_value",
     "unpaired_equivalent",
+    "sign_flip_p_value",
+    "permutation_p_value",
     "jackknife",
     "jackknife_ci_low",
     "jackknife_ci_high",
@@ -183,20 +191,13 @@ def _partial_columns(adam, adamw, heads: Sequence[np.ndarray], paired: bool, n_b
 
 
 def _jackknife_columns(statistic: str, members, unpaired_adamw, paired: bool, confidence: float) -> dict:
-    """The jackknife-t intervals of AdamW - Adam (`headstab.statistics.jackknife`): refits by their pseudo-values
-    (paired: the per-seed differences, N - 1 degrees of freedom; unpaired: each member's, Welch's degrees) and
-    prompt groups left out of both members at once (NaN when the members' groups differ or a member has < 3)."""
+    """The jackknife-t intervals and tests of AdamW - Adam (`headstab.statistics.jackknife`): refits by their
+    pseudo-values (paired: the per-seed differences, N - 1 degrees of freedom; unpaired: each member's, Welch's
+    degrees) and prompt groups left out of both members at once (NaN when the members' groups differ or a member
+    has < 3 refits); p_value, unpaired_p_value: their two-sided t tests of no difference."""
     n_layers = len(members[0].statistic(statistic)["layer_estimate"])
-    columns = dict.fromkeys(
-        (
-            "jackknife",
-            "jackknife_ci_low",
-            "jackknife_ci_high",
-            "unpaired_jackknife_ci_low",
-            "unpaired_jackknife_ci_high",
-        ),
-        np.full(n_layers, np.nan),
-    )
+    names = ("jackknife", "jackknife_ci_low", "jackknife_ci_high", "p_value")
+    columns = {name: np.full(n_layers, np.nan) for name in (*names, *(f"unpaired_{n}" for n in names[1:]))}
     sizes = [member.grouped.group_sizes for member in (members[0], unpaired_adamw)]
     seeds = [len(member.grouped.seeds) for member in (members[0], unpaired_adamw)]
     if not np.array_equal(sizes[0], sizes[1]) or len(sizes[0]) < 2 or min(seeds) < 3:
@@ -210,17 +211,14 @@ def _jackknife_columns(statistic: str, members, unpaired_adamw, paired: bool, co
     with np.errstate(divide="ignore", invalid="ignore"):  # no spread in either member: NaN degrees, zero width
         df = sum(variances) ** 2 / sum(v**2 / (n - 1) for v, n in zip(variances, seeds, strict=True))
     unpaired = jackknife_t_interval(difference, sum(variances), df, groups, confidence)
-    columns.update(unpaired_jackknife_ci_low=unpaired["ci_low"], unpaired_jackknife_ci_high=unpaired["ci_high"])
     primary = unpaired
     if paired:
         pseudo = [pair_pseudo_values(m.statistic(statistic)["pair_best"].mean(axis=-1)) for m in members]
-        n = len(pseudo[0])
-        primary = jackknife_t_interval(
-            difference, (pseudo[1] - pseudo[0]).var(axis=0, ddof=1) / n, n - 1, groups, confidence
-        )
-    columns.update(
-        jackknife=primary["estimate"], jackknife_ci_low=primary["ci_low"], jackknife_ci_high=primary["ci_high"]
-    )
+        d = pseudo[1] - pseudo[0]
+        primary = jackknife_t_interval(difference, d.var(axis=0, ddof=1) / len(d), len(d) - 1, groups, confidence)
+    keys = ("estimate", "ci_low", "ci_high", "p_value")
+    columns.update({name: primary[key] for name, key in zip(names, keys, strict=True)})
+    columns.update({f"unpaired_{name}": unpaired[key] for name, key in zip(names[1:], keys[1:], strict=True)})
     return columns
 
 
@@ -235,10 +233,10 @@ def _layer_rows(statistic, members, unpaired_adamw, paired, options) -> pd.DataF
     other = unpaired_adamw.statistic(statistic)
     unpaired_low, unpaired_high = percentile_interval(other["layer"] - adam["layer"], confidence)
     # Refits as units: each member's pseudo-values (its per-anchor means share their partners, so are not units).
-    unpaired_p = np.full(n_layers, np.nan)
+    permuted, flipped = np.full(n_layers, np.nan), np.full(n_layers, np.nan)
     if min(len(adam["pair_best"]), len(other["pair_best"])) >= 3:
         units = [pair_pseudo_values(member["pair_best"].mean(axis=-1)) for member in (adam, other)]
-        unpaired_p = permutation_test(units[0], units[1], options["permutations"], options["seed"])["p_value"]
+        permuted = permutation_test(units[0], units[1], options["permutations"], options["seed"])["p_value"]
     row = {
         "statistic": statistic,
         "layer": np.arange(n_layers),
@@ -248,17 +246,18 @@ def _layer_rows(statistic, members, unpaired_adamw, paired, options) -> pd.DataF
         "confidence": confidence,
         "unpaired_ci_low": unpaired_low,
         "unpaired_ci_high": unpaired_high,
-        "unpaired_test": "permutation",
-        "unpaired_p_value": unpaired_p,
+        "unpaired_test": "jackknife_welch",
+        "test": "jackknife_t" if paired else "jackknife_welch",
+        **_jackknife_columns(statistic, members, unpaired_adamw, paired, confidence),
     }
     if paired:
         low, high = percentile_interval(adamw["layer"] - adam["layer"], confidence)
         pseudo = [pair_pseudo_values(member["pair_best"].mean(axis=-1)) for member in (adam, adamw)]
-        flips = sign_flip_test(pseudo[1] - pseudo[0], options["permutations"], options["seed"])
-        row.update(ci_low=low, ci_high=high, test="sign_flip", p_value=flips["p_value"])
+        flipped = sign_flip_test(pseudo[1] - pseudo[0], options["permutations"], options["seed"])["p_value"]
+        row.update(ci_low=low, ci_high=high)
     else:
-        row.update(ci_low=unpaired_low, ci_high=unpaired_high, test="permutation", p_value=unpaired_p)
-    row.update(_jackknife_columns(statistic, members, unpaired_adamw, paired, confidence))
+        row.update(ci_low=unpaired_low, ci_high=unpaired_high)
+    row.update(sign_flip_p_value=flipped, permutation_p_value=permuted)
     heads = [adam["head_estimate"], (adamw if paired else other)["head_estimate"]]
     partial = _partial_columns(
         members[0].grouped, members[1].grouped, heads, paired, options["n_boot"], options["seed"], confidence
@@ -336,8 +335,10 @@ def optimizer_tests(
     is used when the prompt groups allow it too (`pairing_problem`), and `design` says which was.
     Rows: each statistic of TESTED_STATISTICS per layer (the content rows when both members have the
     content variant): pooled values of each member, difference AdamW - Adam; paired: paired multi-bootstrap
-    interval and sign-flip p-value of the per-seed pseudo-value differences; unpaired_*: independent
-    multi-bootstraps (seeds seed, seed + 1) and the permutation test of the refits' optimizer labels.
+    interval, jackknife-t interval and p-value of the per-seed pseudo-value differences and the prompt groups
+    (sign_flip_p_value: the sign-flip test of the differences, prompts fixed); unpaired_*: independent
+    multi-bootstraps (seeds seed, seed + 1) and the Welch jackknife-t test (permutation_p_value: the permutation
+    test of the refits' pseudo-values, prompts fixed); q_value and the labels (`_families_and_labels`).
     Statistic "perplexity" (layer -1): paired TOST (unpaired: Welch TOST) within +-perplexity_margin x
     the Adam mean at alpha = 1 - confidence, its (1 - 2 alpha) interval; Welch TOST in unpaired_*.
     """

@@ -79,9 +79,14 @@ _INTERVALS = {
     "partial_r_optimizer": "seed-bootstrap interval of the partial r of head stability with the optimizer given entropy",
 }
 _P_VALUES = {
+    "jackknife_paired_p": "two-sided jackknife-t test of AdamW - Adam over the per-seed pseudo-value differences and "
+    "prompt groups (optimizer_tests.csv p_value)",
+    "jackknife_unpaired_p": "two-sided jackknife-t test of AdamW - Adam, each member's pseudo-values, Welch's degrees "
+    "(unpaired_p_value)",
     "tost_paired": "paired TOST of per-seed perplexity differences: p_value and its (1 - 2 alpha) t interval",
     "tost_welch": "Welch TOST of the members' perplexities: unpaired_p_value and its (1 - 2 alpha) interval",
-    "permutation_unpaired": "two-sided permutation test of the optimizer labels of the refits' pseudo-values (unpaired_p_value)",
+    "permutation_unpaired": "two-sided permutation test of the optimizer labels of the refits' pseudo-values, prompts "
+    "fixed (permutation_p_value)",
 }
 # min_n as measured by make calibration (docs/statistics.md, "Calibration").
 _MIN_N: dict[str, int | None] = {}
@@ -98,8 +103,9 @@ METHODS: dict[str, Method] = {
             "sign_flip_paired",
             "p_value",
             "refits",
-            5,
-            "two-sided sign-flip test of per-seed jackknife pseudo-value differences (optimizer_tests.csv p_value)",
+            None,
+            "two-sided sign-flip test of per-seed jackknife pseudo-value differences, prompts fixed "
+            "(optimizer_tests.csv sign_flip_p_value)",
         ),
         *STABILITY_METHODS,
     )

@@ -101,8 +101,9 @@ def jackknife_t_interval(
     """The two-sample jackknife-t interval of the module docstring.
 
     estimate [...]: the statistic on all data; refit_var [...] and refit_df: its refit part; groups [group, ...]:
-    the statistic without each group. Returns "estimate" (bias-corrected over groups), "ci_low", "ci_high", "se"
-    and "df"; an interval of zero width where neither part varies.
+    the statistic without each group. Returns "estimate" (bias-corrected over groups), "ci_low", "ci_high", "se",
+    "df" and "p_value", the two-sided t test of a true value of 0 (the interval at level 1 - p just reaches 0); an
+    interval of zero width where neither part varies, and there p is 1 for an estimate of 0, else 0.
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"config key 'statistics.confidence' must be in (0, 1); got {confidence}")
@@ -115,12 +116,14 @@ def jackknife_t_interval(
     with np.errstate(divide="ignore", invalid="ignore"):
         df = total**2 / (refit_var**2 / refit_df + group_var**2 / (n_groups - 1))
         half = np.where(total > 0, stats.t.ppf((1.0 + confidence) / 2.0, df) * np.sqrt(total), 0.0)
+        p_value = np.where(total > 0, 2.0 * stats.t.sf(np.abs(corrected) / np.sqrt(total), df), 1.0 * (corrected == 0))
     return {
         "estimate": corrected,
         "ci_low": corrected - half,
         "ci_high": corrected + half,
         "se": np.sqrt(total),
         "df": df,
+        "p_value": p_value,
     }
 
 
