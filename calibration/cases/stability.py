@@ -108,6 +108,7 @@ def _study(scenario):
     return shared_draws(one_thread(study))
 
 
+LEVELS = ("pooled", "anchor_layer", "anchor_head")
 # method -> the quantities its cases cover
 METHOD_QUANTITIES = {
     "multibootstrap_pooled": ["pooled"],
@@ -120,10 +121,8 @@ METHOD_QUANTITIES = {
     "multibootstrap_one_to_one": ["one_to_one"],
     "multibootstrap_content": ["content", "content_above_null"],
     "multibootstrap_along_training": ["along_training_final", "along_training_final_null", "along_training_step0"],
-    **{
-        f"jackknife_{level}": [f"jackknife_{prefix}{level}" for prefix in ("", "null_", "above_null_")]
-        for level in ("pooled", "anchor_layer", "anchor_head")
-    },
+    **{f"jackknife_{level}": [f"jackknife_{level}", f"jackknife_null_{level}"] for level in LEVELS},
+    **{f"jackknife_above_null_{level}": [f"jackknife_above_null_{level}"] for level in LEVELS},
 }
 GAP_STATISTICS = ("delta_s", "s_max", "r_max")
 
@@ -181,6 +180,6 @@ def _power_above_null(rng: np.random.Generator, n: int, effect: float) -> float:
 
 
 POWER = [
-    PowerCase("jackknife_pooled", "layer stability above its null (jackknife-t interval)", "stability",
+    PowerCase("jackknife_above_null_pooled", "layer stability above its null (jackknife-t interval)", "stability",
               _power_above_null, (0.0025, 0.005, 0.01, 0.02, 0.04, 0.08), reps=200),
 ]  # fmt: skip

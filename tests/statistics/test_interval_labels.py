@@ -18,6 +18,9 @@ def registry(monkeypatch):
     methods["multibootstrap_anchor_head"] = Method("multibootstrap_anchor_head", "interval", "refits", 5, "")
     methods["multibootstrap_cross_layer"] = Method("multibootstrap_cross_layer", "interval", "refits", 12, "")
     methods["jackknife_anchor_head"] = Method("jackknife_anchor_head", "interval", "refits", 4, "")
+    methods["jackknife_above_null_anchor_head"] = Method(
+        "jackknife_above_null_anchor_head", "interval", "refits", 5, ""
+    )
     monkeypatch.setattr(calibration, "METHODS", methods)
 
 
@@ -29,7 +32,7 @@ def listed(labels: pd.Series) -> list:
 def rows():
     values = {column: [0.1, 0.1, np.nan] for column in ["ci_low", "null_ci_low", "above_null_ci_low", "init_ci_low"]}
     values.update({"one_to_one_ci_low": [0.2, np.nan, np.nan], "stability_content_ci_low": [np.nan] * 3})
-    values["jackknife_ci_low"] = [0.3, np.nan, np.nan]
+    values["jackknife_ci_low"] = values["above_null_jackknife_ci_low"] = [0.3, np.nan, np.nan]
     return pd.DataFrame({"scope": ["same_layer", "cross_layer", "cross_layer"], **values})
 
 
@@ -40,7 +43,11 @@ def test_each_interval_gets_its_methods_label_at_the_rows_refits_and_none_where_
     assert listed(table["null_ci_calibration"]) == ["descriptive", None, None]  # no null for cross-layer rows
     assert listed(table["one_to_one_calibration"]) == ["descriptive", None, None]
     assert table["content_calibration"].isna().all() and listed(table["jackknife_calibration"])[0] == "calibrated"
-    assert listed(interval_labels(rows(), "head", 4)["ci_calibration"]) == ["descriptive", "descriptive", None]
+    at_4 = interval_labels(rows(), "head", 4)
+    assert listed(at_4["ci_calibration"]) == ["descriptive", "descriptive", None]
+    assert listed(at_4["jackknife_calibration"]) == ["calibrated", None, None]  # each interval its own method
+    assert listed(at_4["above_null_jackknife_calibration"]) == ["descriptive", None, None]
+    assert listed(table["above_null_jackknife_calibration"]) == ["calibrated", None, None]
     assert listed(interval_labels(rows(), "head", 12)["ci_calibration"])[:2] == ["calibrated", "calibrated"]
     pooled = interval_labels(rows(), "pooled", 50)  # multibootstrap_pooled: descriptive at every n here
     assert listed(pooled["ci_calibration"])[0] == "descriptive" and pooled["jackknife_calibration"][0] == "descriptive"

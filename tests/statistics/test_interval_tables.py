@@ -369,6 +369,8 @@ def test_jackknife_columns_and_calibration_labels_sit_beside_each_tables_interva
         method = {"head": "anchor_head", "layer": "anchor_layer", "pooled": "pooled"}[level]
         assert set(same["ci_calibration"]) == {calibration_label(f"multibootstrap_{method}", 4)}
         assert set(same["jackknife_calibration"]) == {calibration_label(f"jackknife_{method}", 4)}
+        expected_above = calibration_label(f"jackknife_above_null_{method}", 4)
+        assert set(same["above_null_jackknife_calibration"]) == {expected_above}
         assert set(cross["ci_calibration"]) == {calibration_label("multibootstrap_cross_layer", 4)}
         assert set(same["init_ci_calibration"]) == {calibration_label("multibootstrap_init", 4)}
         assert cross["null_ci_calibration"].isna().all() and cross["jackknife_calibration"].isna().all()

@@ -69,9 +69,14 @@ _INTERVALS = {
     "multibootstrap_content": "percentile multi-bootstrap intervals of the content variant (stability_content_*)",
     "multibootstrap_gap": "percentile interval of ΔS and its extreme layers from the pooled replicates (stability_gap_intervals.csv)",
     "multibootstrap_along_training": "percentile multi-bootstrap interval of stability and null per step (stability_along_training.csv)",
-    "jackknife_pooled": "jackknife-t interval over refits and prompt groups of pooled stability, null and above_null",
-    "jackknife_anchor_layer": "jackknife-t interval over pair refits and prompt groups of an anchor's layer stability",
-    "jackknife_anchor_head": "jackknife-t interval over pair refits and prompt groups of an anchor's head stability",
+    "jackknife_pooled": "jackknife-t interval over refits and prompt groups of pooled stability and its null",
+    "jackknife_anchor_layer": "jackknife-t interval over pair refits and prompt groups of an anchor's layer stability "
+    "and its null",
+    "jackknife_anchor_head": "jackknife-t interval over pair refits and prompt groups of an anchor's head stability "
+    "and its null",
+    "jackknife_above_null_pooled": "jackknife-t interval of pooled stability - null (above_null_jackknife_*)",
+    "jackknife_above_null_anchor_layer": "jackknife-t interval of an anchor's layer stability - null",
+    "jackknife_above_null_anchor_head": "jackknife-t interval of an anchor's head stability - null",
     "multibootstrap_paired_difference": "paired multi-bootstrap interval of AdamW - Adam (optimizer_tests.csv ci_*)",
     "multibootstrap_unpaired_difference": "independent multi-bootstraps' interval of AdamW - Adam (unpaired_ci_*)",
     "jackknife_paired_difference": "jackknife-t interval of AdamW - Adam: per-seed pseudo-value differences and prompt groups",
@@ -89,7 +94,14 @@ _P_VALUES = {
     "fixed (permutation_p_value)",
 }
 # min_n as measured by make calibration (docs/statistics.md, "Calibration").
-_MIN_N: dict[str, int | None] = {}
+_MIN_N: dict[str, int | None] = {
+    "jackknife_pooled": 12,
+    "jackknife_anchor_layer": 12,
+    "jackknife_anchor_head": 4,
+    "jackknife_above_null_pooled": 4,
+    "jackknife_above_null_anchor_layer": 4,
+    "jackknife_above_null_anchor_head": 4,
+}
 STABILITY_METHODS = [
     Method(name, kind, "refits", _MIN_N.get(name), statistic)
     for kind, described in (("interval", _INTERVALS), ("p_value", _P_VALUES))
@@ -127,7 +139,13 @@ def calibration_label(method: str, n: int) -> str:
 
 # The effect each claim's test detects with 80% power at a study's n (make calibration's power.csv; inf: the
 # test cannot reach ALPHA there), by claim: (method, the unit of the effect, {n: effect}).
-DETECTABLE_EFFECTS: dict[str, tuple[str, str, dict[int, float]]] = {}
+DETECTABLE_EFFECTS: dict[str, tuple[str, str, dict[int, float]]] = {
+    "layer stability above its null (jackknife-t interval)": (
+        "jackknife_above_null_pooled",
+        "stability",
+        {4: 0.04, 5: 0.04, 50: 0.02},
+    ),
+}
 
 
 def detectable_effect(claim: str, n: int) -> float:

@@ -23,6 +23,7 @@ _LABELS = {
     "one_to_one_calibration": ("one_to_one_ci_low", "multibootstrap_one_to_one", None),
     "content_calibration": ("stability_content_ci_low", "multibootstrap_content", None),
     "jackknife_calibration": ("jackknife_ci_low", "jackknife_{level}", None),
+    "above_null_jackknife_calibration": ("above_null_jackknife_ci_low", "jackknife_above_null_{level}", None),
 }
 LABEL_COLUMNS = list(_LABELS)
 # stability_gap_intervals.csv: the statistics whose interval is a multi-bootstrap of the pooled layer replicates.
