@@ -27,7 +27,8 @@ class Case:
     (e.g. "iid", "refit_layer_offsets", "sharp_and_broad_layers"); kind: "size" or "coverage";
     simulate(rng, n) -> p-value (size) or (low, high, truth) (coverage) of one dataset of n units;
     level: the interval's nominal coverage; quick_n, quick_reps: the fast form run by make test;
-    reps: the full study's datasets per n; ns: the n to calibrate at (default: every CALIBRATION_NS).
+    reps: the full study's datasets per n; ns: the n to calibrate at (default: every CALIBRATION_NS);
+    reps_by_n: ((n, reps), ...) where a large n costs too much for `reps` datasets.
     """
 
     method: str
@@ -40,12 +41,17 @@ class Case:
     quick_reps: int = 200
     ns: tuple[int, ...] | None = None
     notes: str = field(default="", compare=False)
+    reps_by_n: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"case {self.scenario!r}: unknown method {self.method!r}")
         if self.kind not in ("size", "coverage"):
             raise ValueError(f"case {self.method}/{self.scenario}: kind must be 'size' or 'coverage'")
+
+    def reps_for(self, n: int) -> int:
+        """The full study's datasets at n."""
+        return dict(self.reps_by_n).get(n, self.reps)
 
 
 @dataclass(frozen=True)

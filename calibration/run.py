@@ -38,7 +38,7 @@ def run_cases(methods: list[str], quick: bool, seed: int) -> pd.DataFrame:
         ns = (case.quick_n,) if quick else (case.ns or CALIBRATION_NS)
         for n in ns:
             start = time.monotonic()
-            outcome = evaluate(case, n, case.quick_reps if quick else case.reps, seed)
+            outcome = evaluate(case, n, case.quick_reps if quick else case.reps_for(n), seed)
             print(
                 f"{case.method:40s} {case.scenario:28s} n={n:3d} {case.kind:8s} rate {outcome.rate:.3f} "
                 f"(bound {outcome.bound:.3f}) {'pass' if outcome.passed else 'FAIL'} [{outcome.label}] "

@@ -76,7 +76,7 @@ def test_headline_reads_each_number_from_its_table_and_names_where_the_paper_rep
         0.2, 0.25, "§4.6, Fig. 7"]  # fmt: skip
     assert table.loc[("relative depth of the least stable layer", -1), "estimate"] == 1.0
     assert table.loc[("AdamW - Adam layer stability", 0), ["estimate", "p_value", "interval"]].tolist() == [
-        0.02, 0.03, "permutation 95%"]  # fmt: skip
+        0.02, 0.03, "permutation 95%; p small: differ"]  # fmt: skip
     assert table.loc[("weight-norm r with layer stability (W_Q)", -1), "paper_source"].startswith("§4.4.1; Table B.5")
     assert table.loc[("weight-norm r with layer stability (W_Q)", -1), "estimate"] == -0.9
     assert table.loc[("final training loss", -1), ["estimate", "ci_low", "ci_high", "interval"]].tolist() == [

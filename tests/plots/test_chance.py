@@ -43,3 +43,22 @@ def test_seeds_needed_figure_names_the_largest_need(tmp_path, assert_written, mo
     assert_written(tmp_path / "seeds.png")
     assert drawn is curve
     assert titles == ["l2_h8: refits needed for width ≤ 0.01: 64 (extrapolated)"]  # 4 x (0.04 / 0.01)^2
+
+
+def test_the_interval_level_and_its_calibration_label_are_the_tables_not_a_fixed_95(tmp_path, monkeypatch):
+    texts = []
+    for name in ("set_title", "set_ylabel"):
+        monkeypatch.setattr(f"matplotlib.axes.Axes.{name}", lambda ax, text, **kw: texts.append(text))
+    monkeypatch.setattr("matplotlib.figure.Figure.suptitle", lambda fig, text, **kw: texts.append(text))
+    labels = []
+    monkeypatch.setattr(
+        "matplotlib.axes.Axes.legend", lambda ax, *a, **kw: labels.extend(ax.get_legend_handles_labels()[1])
+    )
+    summary = pooled("a", 2).assign(ci_calibration="descriptive")
+    plot_stability_against_chance(summary, tmp_path / "chance.png", "primary", confidence=0.9)
+    assert "a (4 refits, interval descriptive)" in texts and "trained (90% CI)" in labels
+    assert any("multi-bootstrap 90% intervals" in text for text in texts) and not any("95%" in t for t in texts)
+    curve = pd.DataFrame({"statistic": "layer_stability", "layer": 0, "n_refits": [3, 4], "ci_width": [0.03, 0.02],
+                          "ci_width_sd": 0.001, "n_subsets": 5, "n_boot": 100})  # fmt: skip
+    plot_seeds_needed(curve, seeds_needed(curve, 0.01), tmp_path / "seeds.png", "a", confidence=0.8)
+    assert "80% interval width" in texts

@@ -14,69 +14,12 @@ from scipy import stats
 from headstab.sections.optimizer_tests import OPTIMIZER_TEST_COLUMNS, optimizer_tests
 from headstab.similarity.prompt_groups import GroupedSimilarity
 from headstab.statistics.bootstrap import draw_resamples, stability_replicates
-from headstab.statistics.hypothesis import pair_pseudo_values, paired_tost, sign_flip_test
+from headstab.statistics.calibration import calibration_label
+from headstab.statistics.hypothesis import pair_pseudo_values, permutation_test, sign_flip_test
+from headstab.statistics.jackknife import leave_one_group_out
 from headstab.statistics.resampling import partial_correlation
 
 SEEDS = [1, 2, 3, 4, 5, 6]
-
-
-def test_pseudo_values_average_to_the_pair_mean_and_leave_one_refit_out_by_hand():
-    values = np.array([[0.0, 1.0, 2.0], [3.0, 0.0, 5.0], [6.0, 7.0, 0.0]])  # the diagonal is never read
-    pseudo = pair_pseudo_values(values + np.diag([9.0, 9.0, 9.0]))
-    mean = (1 + 2 + 3 + 5 + 6 + 7) / 6
-    without = {0: (5 + 7) / 2, 1: (2 + 6) / 2, 2: (1 + 3) / 2}  # mean over the pairs left without refit s
-    np.testing.assert_allclose(
-        pseudo, [3 * mean - 2 * without[s] for s in range(3)], atol=reduction_atol(np.float64, 6, 7)
-    )
-    assert pseudo.mean() == pytest.approx(mean, abs=reduction_atol(np.float64, 6, 7))
-    with pytest.raises(ValueError, match="at least 3 refits"):
-        pair_pseudo_values(np.ones((2, 2)))
-
-
-def test_sign_flip_enumerates_every_sign_vector_when_they_are_few():
-    out = sign_flip_test(np.array([1.0, 1.0, 1.0]), 999, seed=0)
-    assert out["n_signs"] == 8 and out["p_value"] == pytest.approx(2 / 8)  # all +, all -
-    out = sign_flip_test(np.array([[1.0, 1.0], [1.0, -1.0], [1.0, 0.0]]), 999, seed=0)
-    assert out["p_value"].tolist() == pytest.approx([2 / 8, 1.0])  # trailing axes tested separately
-    out = sign_flip_test(np.full(12, 0.5), 999, seed=1)  # 4,096 sign vectors > 999: Monte Carlo
-    assert out["n_signs"] == 999 and out["p_value"] == pytest.approx(1 / 1000, abs=2 / 1000)
-    with pytest.raises(ValueError, match="at least two paired differences"):
-        sign_flip_test(np.array([1.0]), 99, seed=0)
-
-
-def test_sign_flip_of_pseudo_values_holds_its_level_where_per_anchor_means_do_not():
-    """Null model: each refit's agreement = its anchor effect + its partner's effect + noise, both members
-    drawn alike, the pairing shared. Per-anchor means share the partners and reject too often."""
-    rng = np.random.default_rng(0)
-    n, sims, off = 8, 300, ~np.eye(8, dtype=bool)
-    rejected = {"anchor": 0, "pseudo": 0}
-    for sim in range(sims):
-        shared = rng.normal(size=n)
-        members = []
-        for _ in range(2):
-            anchor, partner = 0.5 * shared + rng.normal(size=n), 0.5 * shared + rng.normal(size=n)
-            members.append(anchor[:, None] + partner[None, :] + 0.5 * rng.normal(size=(n, n)))
-        per_anchor = [np.where(off, m, 0).sum(axis=1) / (n - 1) for m in members]
-        pseudo = [pair_pseudo_values(m) for m in members]
-        rejected["anchor"] += sign_flip_test(per_anchor[1] - per_anchor[0], 256, sim)["p_value"] < 0.05
-        rejected["pseudo"] += sign_flip_test(pseudo[1] - pseudo[0], 256, sim)["p_value"] < 0.05
-    assert 0.02 <= rejected["pseudo"] / sims <= 0.09  # binomial 95% range of a 5% test over 300 datasets
-    assert rejected["anchor"] / sims > 0.09
-
-
-def test_paired_tost_is_two_one_sample_t_tests_of_the_differences():
-    x = np.array([20.0, 25.0, 18.0, 30.0, 22.0])
-    y = x + np.array([0.1, -0.05, 0.08, 0.02, 0.0])
-    out = paired_tost(x, y, margin=0.4, alpha=0.05)
-    d = y - x
-    p_lower = stats.ttest_1samp(d + 0.4, 0.0, alternative="greater").pvalue
-    p_upper = stats.ttest_1samp(d - 0.4, 0.0, alternative="less").pvalue
-    interval = stats.ttest_1samp(d, 0.0).confidence_interval(0.9)
-    rtol = reduction_rtol(np.float64, 16)
-    assert out["p_value"] == pytest.approx(max(p_lower, p_upper), rel=rtol) and out["equivalent"]
-    assert (out["ci_low"], out["ci_high"]) == pytest.approx((interval.low, interval.high), rel=rtol)
-    with pytest.raises(ValueError, match="two equal-length series"):
-        paired_tost(x, y[:-1], margin=0.4)
 
 
 def test_partial_correlation_removes_what_the_control_explains():
@@ -126,8 +69,10 @@ def test_a_small_shift_shared_by_every_seed_is_found_paired_and_missed_unpaired(
     layers = table[table["statistic"] == "layer_stability"].set_index("layer")
     atol = reduction_atol(np.float32, 6 + len(SEEDS))
     np.testing.assert_allclose(layers["difference"], 0.02, atol=atol)
-    assert (layers["test"] == "sign_flip").all() and (layers["n_pairs"] == 6).all()
-    np.testing.assert_allclose(layers["p_value"], 2 / 64)  # every per-seed difference 0.02: the extreme 2 of 64
+    assert (layers["test"] == "jackknife_t").all() and (layers["n_pairs"] == 6).all()
+    np.testing.assert_allclose(layers["sign_flip_p_value"], 2 / 64)  # every per-seed difference 0.02: 2 of 64 signs
+    # the members' groups differ by the same 0.02 too: nothing varies but the shift, so the jackknife-t p is 0
+    np.testing.assert_allclose(layers["p_value"], 0.0, atol=1e-12)
     assert (layers["ci_low"] > 0.015).all()  # the paired interval: seed levels cancel
     assert (layers["unpaired_p_value"] > 0.3).all() and (layers["unpaired_ci_low"] < 0).all()
     above = table[table["statistic"] == "layer_above_null"].set_index("layer")
@@ -156,7 +101,7 @@ def test_the_paired_interval_uses_the_same_resamples_for_both_members():
     np.testing.assert_allclose(layers["ci_low"], low, atol=2 * atol)
     np.testing.assert_allclose(layers["ci_high"], high, atol=2 * atol)
     pseudo = [pair_pseudo_values(r["pair_best"].mean(axis=-1)) for r in reps]
-    np.testing.assert_allclose(layers["p_value"], sign_flip_test(pseudo[1] - pseudo[0], 99, 4)["p_value"])
+    np.testing.assert_allclose(layers["sign_flip_p_value"], sign_flip_test(pseudo[1] - pseudo[0], 99, 4)["p_value"])
 
 
 def test_twins_that_cannot_be_paired_are_tested_unpaired_and_say_why(caplog):
@@ -167,8 +112,9 @@ def test_twins_that_cannot_be_paired_are_tested_unpaired_and_say_why(caplog):
                                 permutations=99, seed=0, confidence=0.9, perplexity_margin=0.02, paired=True)  # fmt: skip
     assert (table["design"] == "unpaired").all() and "other refits" in caplog.text
     layers = table[table["statistic"] == "layer_stability"]
-    assert (layers["test"] == "permutation").all() and (layers["n_pairs"] == 0).all()
+    assert (layers["test"] == "jackknife_welch").all() and (layers["n_pairs"] == 0).all()
     np.testing.assert_array_equal(layers["p_value"], layers["unpaired_p_value"])
+    assert layers["sign_flip_p_value"].isna().all() and layers["permutation_p_value"].notna().all()
     assert table[table["statistic"] == "perplexity"]["test"].iloc[0] == "tost"
 
 
@@ -191,3 +137,232 @@ def test_optimizer_partial_r_given_entropy_drops_a_difference_that_sharpness_exp
     assert (layers["optimizer_partial_r"].abs() < 0.3).all()  # ... as far as their sharpness says
     assert (layers["optimizer_partial_r_ci_low"] <= layers["optimizer_partial_r"] + 1e-12).all()
     assert (layers["entropy_adamw"] < layers["entropy_adam"]).all()
+
+
+def test_q_values_are_benjamini_hochberg_within_the_pairs_layer_tests_and_labels_follow_the_design():
+    adam, adamw = twins(np.random.default_rng(8), shift=0.01)
+    ppl = pd.Series(np.array([20.0, 24.0, 19.0, 27.0, 22.0, 25.0]), index=SEEDS)
+    table = optimizer_tests(adam, adamw, ppl, ppl + 0.05, n_boot=40, permutations=999, seed=0, confidence=0.95,
+                            perplexity_margin=0.02, paired=True)  # fmt: skip
+    layers = table[table["statistic"] != "perplexity"]
+    assert len(layers) == 8  # 4 statistics x 2 layers: one family
+    np.testing.assert_allclose(layers["q_value"], stats.false_discovery_control(layers["p_value"]), rtol=1e-12)
+    np.testing.assert_allclose(
+        layers["unpaired_q_value"], stats.false_discovery_control(layers["unpaired_p_value"]), rtol=1e-12
+    )
+    ppl_row = table[table["statistic"] == "perplexity"].iloc[0]
+    assert np.isnan(ppl_row["q_value"]) and np.isnan(ppl_row["unpaired_q_value"])  # an equivalence test: no family
+    expected = {
+        "ci_calibration": ("multibootstrap_paired_difference", "tost_paired"),
+        "p_calibration": ("jackknife_paired_p", "tost_paired"),
+        "sign_flip_calibration": ("sign_flip_paired", None),
+        "permutation_calibration": ("permutation_unpaired", None),
+        "unpaired_ci_calibration": ("multibootstrap_unpaired_difference", "tost_welch"),
+        "unpaired_p_calibration": ("jackknife_unpaired_p", "tost_welch"),
+        "jackknife_calibration": ("jackknife_paired_difference", None),
+        "partial_r_calibration": ("partial_r_optimizer", None),
+    }
+    for column, (layer_method, ppl_method) in expected.items():
+        assert set(layers[column]) == {calibration_label(layer_method, 6)}, column
+        if ppl_method is None:
+            assert pd.isna(ppl_row[column]), column  # no such interval on the perplexity row
+        else:
+            assert ppl_row[column] == calibration_label(ppl_method, 6), column
+    other = dataclasses.replace(adamw, seeds=[1, 2, 3, 4, 5, 7])  # unpaired: every label of the unpaired methods
+    unpaired = optimizer_tests(adam, other, ppl, ppl.set_axis(other.seeds) + 0.05, n_boot=20, permutations=99,
+                               seed=0, confidence=0.95, perplexity_margin=0.02, paired=True)  # fmt: skip
+    rows = unpaired[unpaired["statistic"] != "perplexity"]
+    assert set(rows["ci_calibration"]) == {calibration_label("multibootstrap_unpaired_difference", 6)}
+    assert set(rows["p_calibration"]) == {calibration_label("jackknife_unpaired_p", 6)}
+    assert set(rows["jackknife_calibration"]) == {calibration_label("jackknife_unpaired_difference", 6)}
+    assert rows["sign_flip_calibration"].isna().all()  # no sign-flip test without pairs
+    assert unpaired[unpaired["statistic"] == "perplexity"]["p_calibration"].iloc[0] == calibration_label(
+        "tost_welch", 6
+    )
+
+
+def test_the_paired_jackknife_interval_is_the_t_interval_of_the_seed_differences_with_the_groups_left_out():
+    adam, adamw = twins(np.random.default_rng(9), shift=0.02, refit_sd=0.02)
+    adamw = dataclasses.replace(adamw, observed=adamw.observed + np.float32(0.01) * adam.observed)
+    table = optimizer_tests(adam, adamw, np.full(6, 20.0), np.full(6, 20.0), n_boot=20, permutations=99, seed=0,
+                            confidence=0.9, perplexity_margin=0.02, paired=True)  # fmt: skip
+    layers = table[table["statistic"] == "layer_stability"].set_index("layer")
+    sizes = adam.group_sizes
+    best = [
+        np.tensordot(sizes / sizes.sum(), g.observed.astype(np.float64), axes=1).max(axis=-1) for g in (adam, adamw)
+    ]
+    loo = [leave_one_group_out(g.observed, sizes) for g in (adam, adamw)]
+    off = ~np.eye(6, dtype=bool)
+    pooled_loo = [np.stack([x[off].mean(axis=(0, 2)) for x in groups]) for groups in loo]  # [group, layer]
+    d = pair_pseudo_values(best[1].mean(axis=-1)) - pair_pseudo_values(best[0].mean(axis=-1))
+    difference = best[1][off].mean(axis=(0, 2)) - best[0][off].mean(axis=(0, 2))
+    groups = pooled_loo[1] - pooled_loo[0]
+    corrected = difference - 2 * (groups.mean(axis=0) - difference)  # 3 groups: (G - 1) = 2
+    refit_var, group_var = d.var(axis=0, ddof=1) / 6, 2 / 3 * ((groups - groups.mean(axis=0)) ** 2).sum(axis=0)
+    df = (refit_var + group_var) ** 2 / (refit_var**2 / 5 + group_var**2 / 2)
+    half = stats.t.ppf(0.95, df) * np.sqrt(refit_var + group_var)
+    atol = reduction_atol(np.float32, 6 * 6 * 3)
+    np.testing.assert_allclose(layers["jackknife"], corrected, atol=atol)
+    np.testing.assert_allclose(layers["jackknife_ci_low"], corrected - half, atol=atol)
+    np.testing.assert_allclose(layers["jackknife_ci_high"], corrected + half, atol=atol)
+    se = np.sqrt(refit_var + group_var)
+    np.testing.assert_allclose(layers["p_value"], 2 * stats.t.sf(np.abs(corrected) / se, df), rtol=1e-6)
+    # unpaired: each member's pseudo-values, Welch's degrees, the same groups left out of both
+    variances = [pair_pseudo_values(b.mean(axis=-1)).var(axis=0, ddof=1) / 6 for b in best]
+    df = sum(variances) ** 2 / sum(v**2 / 5 for v in variances)
+    total = sum(variances) + group_var
+    df = total**2 / (sum(variances) ** 2 / df + group_var**2 / 2)
+    half = stats.t.ppf(0.95, df) * np.sqrt(total)
+    np.testing.assert_allclose(layers["unpaired_jackknife_ci_high"], corrected + half, atol=atol)
+    np.testing.assert_allclose(
+        layers["unpaired_p_value"], 2 * stats.t.sf(np.abs(corrected) / np.sqrt(total), df), rtol=1e-6
+    )
+
+
+FOUR_SEEDS = [3, 5, 8, 13]
+
+
+def grouped_and_pair_tensor(rng, n_groups=5, n_layers=2, n_heads=3, scale=1.0):
+    n = len(FOUR_SEEDS)
+    observed = rng.random((n_groups, n, n, n_layers, n_heads, n_heads)).astype(np.float32) * scale
+    observed = (observed + observed.transpose(0, 2, 1, 3, 5, 4)) / 2
+    sizes = np.arange(1, n_groups + 1)
+    mean = np.tensordot(sizes / sizes.sum(), observed.astype(np.float64), axes=1).astype(np.float32)
+    pair = rng.random((n, n, n_layers, n_heads, n_layers, n_heads)).astype(np.float32) * 0.1
+    for layer in range(n_layers):
+        pair[:, :, layer, :, layer, :] = mean[:, :, layer]
+    lengths = np.full(sizes.sum(), 6)
+    grouped = GroupedSimilarity(
+        observed, observed * 0.5, sizes, FOUR_SEEDS, np.roll(np.arange(lengths.size), 1), lengths
+    )
+    return grouped, pair
+
+
+def quantiles(replicates, confidence):
+    alpha = (1 - confidence) / 2
+    return np.quantile(replicates, alpha, axis=0), np.quantile(replicates, 1 - alpha, axis=0)
+
+
+def test_optimizer_tests_find_a_layer_difference_and_equivalent_perplexities():
+    rng = np.random.default_rng(2)
+    adam, _ = grouped_and_pair_tensor(rng, scale=0.5)
+    shifted = adam.observed.copy()
+    shifted[:, :, :, 1] += 0.4  # AdamW's second layer more stable, first unchanged
+    adamw = GroupedSimilarity(shifted, adam.null, adam.group_sizes, FOUR_SEEDS, adam.partners, adam.lengths)
+    table = optimizer_tests(adam, adamw, np.array([20.0, 20.2, 19.9, 20.1]), np.array([20.1, 20.0, 20.2, 20.0]),
+                            n_boot=200, permutations=999, seed=0, confidence=0.95, perplexity_margin=0.02)  # fmt: skip
+    layers = table[table["statistic"] == "layer_stability"].set_index("layer")
+    assert layers.loc[0, "difference"] == pytest.approx(0.0, abs=1e-6)
+    assert layers.loc[1, "difference"] == pytest.approx(0.4, abs=1e-5)
+    assert layers.loc[1, "ci_low"] > 0.3 and layers.loc[0, "ci_low"] <= 0 <= layers.loc[0, "ci_high"]
+    assert layers.loc[1, "permutation_p_value"] == pytest.approx(2 / 70, abs=0.02)  # 4 vs 4: the most extreme split
+    assert layers.loc[1, "p_value"] < 1e-3 and layers.loc[0, "p_value"] > 0.05  # jackknife-t, unpaired: Welch
+    perplexity = table[table["statistic"] == "perplexity"].iloc[0]
+    assert (
+        perplexity["test"] == "tost"
+        and perplexity["equivalent"]
+        and perplexity["margin"] == pytest.approx(0.02 * 20.05)
+    )
+
+
+def grouped_of(rng, n_seeds, sizes, layer1_shift=0.0):
+    values = rng.random((len(sizes), n_seeds, n_seeds, 2, 3, 3)).astype(np.float32)
+    values = (values + values.transpose(0, 2, 1, 3, 5, 4)) / 2
+    values[:, :, :, 1] += np.float32(layer1_shift)
+    lengths = np.full(sizes.sum(), 4)
+    return GroupedSimilarity(values, values, sizes, list(range(n_seeds)), np.roll(np.arange(lengths.size), 1), lengths)
+
+
+def test_optimizer_rows_are_each_members_bootstrap_the_permutation_test_and_welch_tost():
+    rng = np.random.default_rng(9)
+    sizes = np.array([2, 1, 3])
+    adam, adamw = grouped_of(rng, 4, sizes), grouped_of(rng, 3, sizes, layer1_shift=0.3)  # layers differ
+    # float32 perplexities: the table averages them in float64
+    ppl_adam, ppl_adamw = np.array([20.0, 20.3, 19.8, 20.1], np.float32), np.array([20.4, 20.1, 20.5], np.float32)
+    table = optimizer_tests(adam, adamw, ppl_adam, ppl_adamw, n_boot=30, permutations=99, seed=5, confidence=0.9,
+                            perplexity_margin=0.03)  # fmt: skip
+    assert list(table.columns) == OPTIMIZER_TEST_COLUMNS
+    members = [
+        stability_replicates(draw_resamples(30, 4, 3, 5), adam.observed, sizes),
+        stability_replicates(draw_resamples(30, 3, 3, 6), adamw.observed, sizes),  # its own stream: seed + 1
+    ]
+    layers = table[table["statistic"] == "layer_stability"]
+    atol = reduction_atol(np.float32, 3 + 4)
+    for name, grouped in (("adam", adam), ("adamw", adamw)):
+        n = len(grouped.seeds)
+        best = np.tensordot(sizes / sizes.sum(), grouped.observed.astype(np.float64), axes=1).max(axis=-1)
+        np.testing.assert_allclose(layers[name], best[~np.eye(n, dtype=bool)].mean(axis=(0, 2)), atol=atol)
+    np.testing.assert_allclose(layers["difference"], layers["adamw"] - layers["adam"], atol=atol)
+    low, high = quantiles(members[1]["layer"] - members[0]["layer"], 0.9)
+    np.testing.assert_allclose(layers["ci_low"], low, atol=2 * atol)
+    np.testing.assert_allclose(layers["ci_high"], high, atol=2 * atol)
+    # the refits' pseudo-values are the permuted units, not the per-anchor means that share partners
+    units = [pair_pseudo_values(member["pair_best"].mean(axis=-1)) for member in members]
+    expected = permutation_test(units[0], units[1], 99, 5)["p_value"]
+    np.testing.assert_array_equal(layers["permutation_p_value"], expected)
+    np.testing.assert_array_equal(layers["p_value"], layers["unpaired_p_value"])  # unpaired: the Welch jackknife-t
+    assert (
+        layers["test"].eq("jackknife_welch").all()
+        and layers["equivalent"].isna().all()
+        and layers["margin"].isna().all()
+    )
+    assert layers["confidence"].eq(0.9).all() and layers["n_resamples"].eq(30).all()
+    assert layers["n_adam"].eq(4).all() and layers["n_adamw"].eq(3).all() and list(layers["layer"]) == [0, 1]
+
+    assert layers["permutation_p_value"].iloc[1] < layers["permutation_p_value"].iloc[0]  # per layer
+    row = table[table["statistic"] == "perplexity"].iloc[0]
+    ppl_adam, ppl_adamw = ppl_adam.astype(np.float64), ppl_adamw.astype(np.float64)
+    margin = 0.03 * ppl_adam.mean()
+    # TOST by scipy's Welch t-tests of the difference shifted by -margin and +margin
+    p_lower = stats.ttest_ind(ppl_adamw + margin, ppl_adam, equal_var=False, alternative="greater").pvalue
+    p_upper = stats.ttest_ind(ppl_adamw - margin, ppl_adam, equal_var=False, alternative="less").pvalue
+    interval = stats.ttest_ind(ppl_adamw, ppl_adam, equal_var=False).confidence_interval(0.8)  # 1 - 2 alpha
+    rtol = reduction_rtol(np.float64, 16)
+    assert row["p_value"] == pytest.approx(max(p_lower, p_upper), rel=rtol)
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((interval.low, interval.high), rel=rtol)
+    assert (row["adam"], row["adamw"]) == pytest.approx((ppl_adam.mean(), ppl_adamw.mean()), rel=rtol)
+    assert row["difference"] == pytest.approx(ppl_adamw.mean() - ppl_adam.mean(), rel=rtol)
+    assert row["margin"] == pytest.approx(margin, rel=rtol) and row["confidence"] == pytest.approx(0.8, rel=rtol)
+    assert row["layer"] == -1 and row["test"] == "tost" and row["n_resamples"] == 0
+    assert (row["n_adam"], row["n_adamw"]) == (4, 3)
+    assert row["equivalent"] is bool(max(p_lower, p_upper) < 0.1)  # alpha = 1 - confidence
+
+
+def test_pairing_problems_name_what_differs_and_none_is_returned_for_true_twins():
+    from headstab.sections.optimizer_tests import pairing_problem
+
+    adam, adamw = twins(np.random.default_rng(10))
+    assert pairing_problem(adam, adamw) is None
+    other = dataclasses.replace(adamw, seeds=[1, 2, 3, 4, 5, 7])
+    assert pairing_problem(adam, other) == (
+        "the members have other refits (seeds [1, 2, 3, 4, 5, 6] and [1, 2, 3, 4, 5, 7])"
+    )
+    two = [dataclasses.replace(m, seeds=[1, 2]) for m in (adam, adamw)]
+    assert pairing_problem(*two) == "per-seed pseudo-values need at least 3 refits; the members have 2"
+    three = [dataclasses.replace(m, seeds=[1, 2, 3]) for m in (adam, adamw)]
+    assert pairing_problem(*three) is None
+    message = "the members' prompt groups differ (other token lengths or group sizes)"
+    assert pairing_problem(adam, dataclasses.replace(adamw, group_sizes=adamw.group_sizes[::-1])) == message
+    assert pairing_problem(adam, dataclasses.replace(adamw, lengths=adamw.lengths + 1)) == message
+
+
+def test_perplexities_given_as_arrays_follow_the_seeds_and_without_entropy_the_partial_r_is_nan():
+    adam, adamw = twins(np.random.default_rng(11), shift=0.0)
+    adam, adamw = (dataclasses.replace(m, entropy=None) for m in (adam, adamw))
+    ppl = np.array([20.0, 24.0, 19.0, 27.0, 22.0, 25.0])
+    table = optimizer_tests(adam, adamw, ppl, ppl[::-1].copy(), n_boot=20, permutations=99, seed=0,
+                            confidence=0.9, perplexity_margin=0.02, paired=True)  # fmt: skip
+    by_series = optimizer_tests(adam, adamw, pd.Series(ppl, index=SEEDS), pd.Series(ppl[::-1], index=SEEDS),
+                                n_boot=20, permutations=99, seed=0, confidence=0.9, perplexity_margin=0.02,
+                                paired=True)  # fmt: skip
+    pd.testing.assert_frame_equal(table, by_series)
+    row = table[table["statistic"] == "perplexity"].iloc[0]
+    d = ppl[::-1] - ppl  # seed by seed
+    assert row["difference"] == pytest.approx(d.mean()) and row["n_pairs"] == 6
+    assert row["margin"] == pytest.approx(0.02 * ppl.mean())
+    layers = table[table["statistic"] != "perplexity"]
+    assert layers[["optimizer_r", "optimizer_partial_r", "optimizer_partial_r_ci_low"]].isna().all().all()
+    assert layers[["entropy_adam", "entropy_adamw"]].isna().all().all()
+    unpaired = optimizer_tests(adam, adamw, ppl, ppl[:5], n_boot=20, permutations=99, seed=0, confidence=0.9,
+                               perplexity_margin=0.02, paired=False)  # fmt: skip
+    assert unpaired[unpaired["statistic"] == "perplexity"]["n_adamw"].iloc[0] == 5  # an array of other length

@@ -94,3 +94,17 @@ def test_intervals_are_reproducible_and_narrow_with_the_confidence():
     assert wide.index.tolist() == [0, 1, 2, 3]
     narrow = stability_along_training(steps, "primary", 200, 4, 0.5)
     assert (wide["ci_low"] < narrow["ci_low"]).all() and (narrow["ci_high"] < wide["ci_high"]).all()
+
+
+def test_every_row_carries_the_label_of_its_percentile_intervals_at_the_refits_number(monkeypatch):
+    from headstab.statistics import calibration
+
+    methods = dict(calibration.METHODS)
+    methods["multibootstrap_along_training"] = calibration.Method(
+        "multibootstrap_along_training", "interval", "refits", 4, ""
+    )
+    monkeypatch.setattr(calibration, "METHODS", methods)
+    steps = {0: grouped([0.3, 0.2], n_seeds=3), 9: grouped([0.6, 0.4], n_seeds=3)}
+    assert set(stability_along_training(steps, "primary", 20, 0, 0.95)["ci_calibration"]) == {"descriptive"}
+    steps = {0: grouped([0.3, 0.2], n_seeds=4), 9: grouped([0.6, 0.4], n_seeds=4)}
+    assert set(stability_along_training(steps, "primary", 20, 0, 0.95)["ci_calibration"]) == {"calibrated"}

@@ -170,6 +170,25 @@ def test_best_matches_come_in_consecutive_batches_of_the_resamples():
     np.testing.assert_allclose(got, expected, atol=reduction_atol(np.float32, 3))
 
 
+def test_by_default_small_tensors_go_in_one_batch_and_large_ones_in_batches_of_at_least_16(monkeypatch):
+    from headstab.statistics import bootstrap
+
+    rng = np.random.default_rng(8)
+    grouped, sizes = symmetric_groups(rng, 3, 2, 1, 2), np.array([1, 2, 3])
+    per_resample = grouped[0].size  # 2 x 2 refits, 1 layer, 2 x 2 heads
+    draws = draw_resamples(40, 2, 3, seed=9)
+    assert [(p.start, p.stop) for p, _ in replicate_best_matches(grouped, sizes, draws.prompt_counts)] == [(0, 40)]
+    monkeypatch.setattr(bootstrap, "BATCH_ELEMENTS", per_resample * 5)  # room for 5 resamples: 16, the floor, rules
+    parts = [(p.start, p.stop) for p, _ in replicate_best_matches(grouped, sizes, draws.prompt_counts)]
+    assert parts == [(0, 16), (16, 32), (32, 40)]
+    monkeypatch.setattr(bootstrap, "BATCH_ELEMENTS", per_resample * 20 + 1)
+    parts = [(p.start, p.stop) for p, _ in replicate_best_matches(grouped, sizes, draws.prompt_counts)]
+    assert parts == [(0, 20), (20, 40)]
+    one = stability_replicates(draws, grouped, sizes)
+    many = stability_replicates(draws, grouped, sizes, batch_size=3)
+    np.testing.assert_allclose(one["layer"], many["layer"], atol=reduction_atol(np.float32, 3))
+
+
 def test_replicates_need_grouped_with_sizes_or_best():
     grouped = np.ones((2, 3, 3, 1, 2, 2), dtype=np.float32)
     with pytest.raises(ValueError, match="^give either grouped and group_sizes, or best$"):
@@ -209,6 +228,19 @@ def test_pair_weights_are_products_of_refit_counts_without_self_pairs():
 def test_prompt_weights_are_count_times_size_normalised():
     weights = prompt_weights(np.array([[2, 0, 1], [0, 3, 0]]), np.array([1, 2, 3]))
     np.testing.assert_allclose(weights, [[2 / 5, 0, 3 / 5], [0, 1, 0]], rtol=reduction_rtol(np.float64, 3))
+
+
+def test_percentile_interval_without_nans_is_the_nan_aware_interval():
+    replicates = np.random.default_rng(4).random((37, 3, 2))
+    for confidence in (0.5, 0.9, 0.95):
+        fast = percentile_interval(replicates, confidence)
+        slow = np.nanquantile(replicates, [(1 - confidence) / 2, (1 + confidence) / 2], axis=0)
+        np.testing.assert_array_equal(fast[0], slow[0])
+        np.testing.assert_array_equal(fast[1], slow[1])
+    with_nan = replicates.copy()
+    with_nan[0, 0, 0] = np.nan
+    low, _ = percentile_interval(with_nan, 0.9)
+    assert low[0, 0] == np.quantile(replicates[1:, 0, 0], 0.05) and np.isfinite(low).all()
 
 
 def test_percentile_interval_is_the_tail_quantiles_ignoring_nans():

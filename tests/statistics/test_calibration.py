@@ -62,3 +62,60 @@ def test_the_fast_form_of_every_case_passes_where_the_workflow_calls_it_calibrat
     outcome = evaluate(case, case.quick_n, case.quick_reps, seed=20261128)
     assert outcome.consistent, outcome
     assert np.isfinite(outcome.rate)
+
+
+def test_simulated_similarity_is_symmetric_and_a_large_study_estimates_the_true_stability():
+    from dataclasses import replace
+
+    from calibration.simulate import SCENARIOS, draw_refits, simulate_grouped, true_one_to_one, true_stability
+
+    rng = np.random.default_rng(3)
+    model = SCENARIOS["exchangeable_candidates"].observed
+    grouped = simulate_grouped(rng, model, draw_refits(rng, model, 5))
+    assert grouped.shape == (20, 5, 5, 2, 4, 4) and grouped.dtype == np.float32
+    np.testing.assert_array_equal(grouped, grouped.transpose(0, 2, 1, 3, 5, 4))  # s[a, b, i, j] = s[b, a, j, i]
+    # exchangeable: the floor plus E max of 4 partner head levels (s.d. 0.01); clear: the floor plus the diagonal
+    np.testing.assert_allclose(true_stability(model)["layer"], np.array(model.floors) + 0.01 * 1.0293753730039637)
+    clear = SCENARIOS["clear_best_match"].observed
+    np.testing.assert_allclose(true_stability(clear)["layer"], np.array(clear.floors) + 0.1, atol=1e-6)
+    np.testing.assert_allclose(true_one_to_one(clear), np.array(clear.floors) + 0.1)
+    many = replace(model, n_groups=200)  # 1,000 prompts: the max of the prompt means close to the max of the truths
+    n = 30
+    refits = draw_refits(rng, many, n)
+    mean = simulate_grouped(rng, many, refits).astype(np.float64).mean(axis=0).max(axis=-1)  # [a, b, layer, head]
+    pooled = mean[~np.eye(n, dtype=bool)].mean(axis=(0, 2))
+    truth = true_stability(many, refits)
+    # refit effects (s.d. 0.01 each side, offsets up to 0.015) spread a 30-refit mean by about 0.006
+    np.testing.assert_allclose(pooled, truth["layer"], atol=0.02)
+    anchor = mean[0, 1:].mean(axis=(0, 2))  # anchor 0 against 29 partners
+    np.testing.assert_allclose(anchor, truth["anchor_layer"][0], atol=0.02)
+
+
+def test_shared_draws_compute_each_dataset_once_and_leave_the_generator_as_a_draw_would():
+    from calibration.simulate import shared_draws
+
+    calls = []
+
+    def study(rng, n):
+        calls.append(n)
+        return float(rng.random()) + n
+
+    shared = shared_draws(study)
+    first = [shared(rng, 4) for rng in [np.random.default_rng(0)] for _ in range(3)]
+    again = [shared(rng, 4) for rng in [np.random.default_rng(0)] for _ in range(3)]
+    plain = [study(rng, 4) for rng in [np.random.default_rng(0)] for _ in range(3)]
+    assert first == again == plain and calls == [4, 4, 4, 4, 4, 4]  # 3 computed, 3 repeats, 3 plain
+    assert shared(np.random.default_rng(0), 5) == study(np.random.default_rng(0), 5)  # another n: its own draw
+
+
+def test_coarser_studies_keep_the_prompts_and_the_noise_per_prompt():
+    from calibration.simulate import LARGE_N, SCENARIOS, at_refits, coarser
+
+    model = SCENARIOS["clear_best_match"].observed
+    small = coarser(model)
+    assert (small.n_heads, small.n_groups, small.group_size) == (3, 10, 10)
+    assert small.n_groups * small.group_size == model.n_groups * model.group_size
+    np.testing.assert_allclose(np.array(small.cell_sd) * np.sqrt(10), np.array(model.cell_sd) * np.sqrt(5))
+    scenario = SCENARIOS["clear_best_match"]
+    assert at_refits(scenario, LARGE_N - 1) is scenario
+    assert at_refits(scenario, LARGE_N).init.n_heads == 3 and at_refits(scenario, LARGE_N).null.n_groups == 10

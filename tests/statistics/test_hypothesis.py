@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers.tolerances import reduction_rtol
+from helpers.tolerances import reduction_atol, reduction_rtol
 from scipy import stats
 
-from headstab.statistics.hypothesis import gap_replicates, permutation_test, tost
+from headstab.statistics.hypothesis import (
+    benjamini_hochberg,
+    gap_replicates,
+    pair_pseudo_values,
+    paired_tost,
+    permutation_test,
+    sign_flip_test,
+    tost,
+)
 
 
 def test_permutation_p_value_is_uniform_under_the_null():
@@ -149,3 +157,93 @@ def test_tost_claims_equivalence_only_below_alpha():
     p_value = tost(x, y, margin=0.8)["p_value"]
     assert not tost(x, y, margin=0.8, alpha=p_value)["equivalent"]  # p < alpha, strictly
     assert tost(x, y, margin=0.8, alpha=np.nextafter(p_value, 1.0))["equivalent"]
+
+
+def test_benjamini_hochberg_by_hand_leaves_nan_out_of_the_family():
+    p = np.array([0.01, 0.04, np.nan, 0.03, 0.2])
+    # four tests: sorted 0.01, 0.03, 0.04, 0.2 -> p * 4 / rank = 0.04, 0.06, 0.0533, 0.2, then the running minimum
+    # from the top: 0.04, 0.0533, 0.0533, 0.2
+    q = benjamini_hochberg(p)
+    np.testing.assert_allclose(q, [0.04, 0.16 / 3, np.nan, 0.16 / 3, 0.2], rtol=1e-12)
+    assert np.isnan(benjamini_hochberg(np.array([np.nan, np.nan]))).all()
+    np.testing.assert_allclose(benjamini_hochberg(np.array([0.5, 0.9])), [0.9, 0.9])  # q = max over ranks above
+    assert benjamini_hochberg(np.array([])).shape == (0,)
+
+
+def test_pseudo_values_average_to_the_pair_mean_and_leave_one_refit_out_by_hand():
+    values = np.array([[0.0, 1.0, 2.0], [3.0, 0.0, 5.0], [6.0, 7.0, 0.0]])  # the diagonal is never read
+    pseudo = pair_pseudo_values(values + np.diag([9.0, 9.0, 9.0]))
+    mean = (1 + 2 + 3 + 5 + 6 + 7) / 6
+    without = {0: (5 + 7) / 2, 1: (2 + 6) / 2, 2: (1 + 3) / 2}  # mean over the pairs left without refit s
+    np.testing.assert_allclose(
+        pseudo, [3 * mean - 2 * without[s] for s in range(3)], atol=reduction_atol(np.float64, 6, 7)
+    )
+    assert pseudo.mean() == pytest.approx(mean, abs=reduction_atol(np.float64, 6, 7))
+    with pytest.raises(ValueError, match="at least 3 refits"):
+        pair_pseudo_values(np.ones((2, 2)))
+
+
+def test_sign_flip_enumerates_every_sign_vector_when_they_are_few():
+    out = sign_flip_test(np.array([1.0, 1.0, 1.0]), 999, seed=0)
+    assert out["n_signs"] == 8 and out["p_value"] == pytest.approx(2 / 8)  # all +, all -
+    out = sign_flip_test(np.array([[1.0, 1.0], [1.0, -1.0], [1.0, 0.0]]), 999, seed=0)
+    assert out["p_value"].tolist() == pytest.approx([2 / 8, 1.0])  # trailing axes tested separately
+    out = sign_flip_test(np.full(12, 0.5), 999, seed=1)  # 4,096 sign vectors > 999: Monte Carlo
+    assert out["n_signs"] == 999 and out["p_value"] == pytest.approx(1 / 1000, abs=2 / 1000)
+    with pytest.raises(ValueError, match="at least two paired differences"):
+        sign_flip_test(np.array([1.0]), 99, seed=0)
+
+
+def test_sign_flip_of_pseudo_values_holds_its_level_where_per_anchor_means_do_not():
+    """Null model: each refit's agreement = its anchor effect + its partner's effect + noise, both members
+    drawn alike, the pairing shared. Per-anchor means share the partners and reject too often."""
+    rng = np.random.default_rng(0)
+    n, sims, off = 8, 300, ~np.eye(8, dtype=bool)
+    rejected = {"anchor": 0, "pseudo": 0}
+    for sim in range(sims):
+        shared = rng.normal(size=n)
+        members = []
+        for _ in range(2):
+            anchor, partner = 0.5 * shared + rng.normal(size=n), 0.5 * shared + rng.normal(size=n)
+            members.append(anchor[:, None] + partner[None, :] + 0.5 * rng.normal(size=(n, n)))
+        per_anchor = [np.where(off, m, 0).sum(axis=1) / (n - 1) for m in members]
+        pseudo = [pair_pseudo_values(m) for m in members]
+        rejected["anchor"] += sign_flip_test(per_anchor[1] - per_anchor[0], 256, sim)["p_value"] < 0.05
+        rejected["pseudo"] += sign_flip_test(pseudo[1] - pseudo[0], 256, sim)["p_value"] < 0.05
+    assert 0.02 <= rejected["pseudo"] / sims <= 0.09  # binomial 95% range of a 5% test over 300 datasets
+    assert rejected["anchor"] / sims > 0.09
+
+
+def test_paired_tost_is_two_one_sample_t_tests_of_the_differences():
+    x = np.array([20.0, 25.0, 18.0, 30.0, 22.0])
+    y = x + np.array([0.1, -0.05, 0.08, 0.02, 0.0])
+    out = paired_tost(x, y, margin=0.4, alpha=0.05)
+    d = y - x
+    p_lower = stats.ttest_1samp(d + 0.4, 0.0, alternative="greater").pvalue
+    p_upper = stats.ttest_1samp(d - 0.4, 0.0, alternative="less").pvalue
+    interval = stats.ttest_1samp(d, 0.0).confidence_interval(0.9)
+    rtol = reduction_rtol(np.float64, 16)
+    assert out["p_value"] == pytest.approx(max(p_lower, p_upper), rel=rtol) and out["equivalent"]
+    assert (out["ci_low"], out["ci_high"]) == pytest.approx((interval.low, interval.high), rel=rtol)
+    with pytest.raises(ValueError, match="two equal-length series"):
+        paired_tost(x, y[:-1], margin=0.4)
+
+
+def test_permutation_of_pseudo_values_holds_its_level_where_per_anchor_means_do_not():
+    """Two independent members of one population (refits trained elsewhere): each refit's agreement = its
+    anchor effect + its partner's effect + noise. Per-anchor means of one member share their partners, so the
+    permuted labels split dependent units and reject too often; the refits' pseudo-values are the units."""
+    rng = np.random.default_rng(7)
+    n, sims, off = 8, 300, ~np.eye(8, dtype=bool)
+    rejected = {"anchor": 0, "pseudo": 0}
+    for sim in range(sims):
+        members = []
+        for _ in range(2):
+            effect = rng.normal(size=n)
+            members.append(effect[:, None] + effect[None, :] + 0.5 * rng.normal(size=(n, n)))
+        per_anchor = [np.where(off, m, 0).sum(axis=1) / (n - 1) for m in members]
+        pseudo = [pair_pseudo_values(m) for m in members]
+        rejected["anchor"] += permutation_test(per_anchor[0], per_anchor[1], 999, sim)["p_value"] < 0.05
+        rejected["pseudo"] += permutation_test(pseudo[0], pseudo[1], 999, sim)["p_value"] < 0.05
+    assert 0.02 <= rejected["pseudo"] / sims <= 0.09  # binomial 95% range of a 5% test over 300 datasets
+    assert rejected["anchor"] / sims > 0.15

@@ -6,13 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers.tolerances import reduction_atol, reduction_rtol
-from scipy import stats
 
-from headstab.sections.optimizer_tests import OPTIMIZER_TEST_COLUMNS, optimizer_tests
 from headstab.similarity.prompt_groups import GroupedSimilarity
 from headstab.stability import stability_tables
 from headstab.statistics.bootstrap import draw_resamples, stability_replicates
-from headstab.statistics.hypothesis import permutation_test
 from headstab.statistics.interval_tables import (
     HEAD_INTERVAL_COLUMNS,
     POOLED_COLUMNS,
@@ -71,27 +68,6 @@ def test_prompt_groups_from_other_caches_are_refused():
     grouped, pair = grouped_and_pair_tensor(np.random.default_rng(1))
     with pytest.raises(ValueError, match="different caches.*forcerun"):
         interval_tables(pair * 0.9, grouped, "primary", n_boot=10, seed=0, confidence=0.95)
-
-
-def test_optimizer_tests_find_a_layer_difference_and_equivalent_perplexities():
-    rng = np.random.default_rng(2)
-    adam, _ = grouped_and_pair_tensor(rng, scale=0.5)
-    shifted = adam.observed.copy()
-    shifted[:, :, :, 1] += 0.4  # AdamW's second layer more stable, first unchanged
-    adamw = GroupedSimilarity(shifted, adam.null, adam.group_sizes, SEEDS, adam.partners, adam.lengths)
-    table = optimizer_tests(adam, adamw, np.array([20.0, 20.2, 19.9, 20.1]), np.array([20.1, 20.0, 20.2, 20.0]),
-                            n_boot=200, permutations=999, seed=0, confidence=0.95, perplexity_margin=0.02)  # fmt: skip
-    layers = table[table["statistic"] == "layer_stability"].set_index("layer")
-    assert layers.loc[0, "difference"] == pytest.approx(0.0, abs=1e-6)
-    assert layers.loc[1, "difference"] == pytest.approx(0.4, abs=1e-5)
-    assert layers.loc[1, "ci_low"] > 0.3 and layers.loc[0, "ci_low"] <= 0 <= layers.loc[0, "ci_high"]
-    assert layers.loc[1, "p_value"] == pytest.approx(2 / 70, abs=0.02)  # 4 vs 4 refits: the most extreme split
-    perplexity = table[table["statistic"] == "perplexity"].iloc[0]
-    assert (
-        perplexity["test"] == "tost"
-        and perplexity["equivalent"]
-        and perplexity["margin"] == pytest.approx(0.02 * 20.05)
-    )
 
 
 def random_grouped(rng, sizes, n_layers=2, n_heads=3):
@@ -394,60 +370,33 @@ def test_step0_groups_of_other_seeds_and_mismatched_tensors_are_refused_with_the
         interval_tables(moved, grouped, "primary", n_boot=10, seed=0, confidence=0.95)
 
 
-def grouped_of(rng, n_seeds, sizes, layer1_shift=0.0):
-    values = rng.random((len(sizes), n_seeds, n_seeds, 2, 3, 3)).astype(np.float32)
-    values = (values + values.transpose(0, 2, 1, 3, 5, 4)) / 2
-    values[:, :, :, 1] += np.float32(layer1_shift)
-    lengths = np.full(sizes.sum(), 4)
-    return GroupedSimilarity(values, values, sizes, list(range(n_seeds)), np.roll(np.arange(lengths.size), 1), lengths)
+def test_jackknife_columns_and_calibration_labels_sit_beside_each_tables_intervals():
+    from headstab.statistics.calibration import calibration_label
+    from headstab.statistics.jackknife import JACKKNIFE_COLUMNS, jackknife_columns
 
-
-def test_optimizer_rows_are_each_members_bootstrap_the_permutation_test_and_welch_tost():
-    rng = np.random.default_rng(9)
-    sizes = np.array([2, 1, 3])
-    adam, adamw = grouped_of(rng, 4, sizes), grouped_of(rng, 3, sizes, layer1_shift=0.3)  # layers differ
-    # float32 perplexities: the table averages them in float64
-    ppl_adam, ppl_adamw = np.array([20.0, 20.3, 19.8, 20.1], np.float32), np.array([20.4, 20.1, 20.5], np.float32)
-    table = optimizer_tests(adam, adamw, ppl_adam, ppl_adamw, n_boot=30, permutations=99, seed=5, confidence=0.9,
-                            perplexity_margin=0.03)  # fmt: skip
-    assert list(table.columns) == OPTIMIZER_TEST_COLUMNS
-    members = [
-        stability_replicates(draw_resamples(30, 4, 3, 5), adam.observed, sizes),
-        stability_replicates(draw_resamples(30, 3, 3, 6), adamw.observed, sizes),  # its own stream: seed + 1
-    ]
-    layers = table[table["statistic"] == "layer_stability"]
-    atol = reduction_atol(np.float32, 3 + 4)
-    for name, grouped in (("adam", adam), ("adamw", adamw)):
-        n = len(grouped.seeds)
-        best = np.tensordot(sizes / sizes.sum(), grouped.observed.astype(np.float64), axes=1).max(axis=-1)
-        np.testing.assert_allclose(layers[name], best[~np.eye(n, dtype=bool)].mean(axis=(0, 2)), atol=atol)
-    np.testing.assert_allclose(layers["difference"], layers["adamw"] - layers["adam"], atol=atol)
-    low, high = quantiles(members[1]["layer"] - members[0]["layer"], 0.9)
-    np.testing.assert_allclose(layers["ci_low"], low, atol=2 * atol)
-    np.testing.assert_allclose(layers["ci_high"], high, atol=2 * atol)
-    per_anchor = [member["head_estimate"].mean(axis=-1) for member in members]
-    expected = permutation_test(per_anchor[0], per_anchor[1], 99, 5)["p_value"]
-    np.testing.assert_array_equal(layers["p_value"], expected)
-    assert (
-        layers["test"].eq("permutation").all() and layers["equivalent"].isna().all() and layers["margin"].isna().all()
-    )
-    assert layers["confidence"].eq(0.9).all() and layers["n_resamples"].eq(30).all()
-    assert layers["n_adam"].eq(4).all() and layers["n_adamw"].eq(3).all() and list(layers["layer"]) == [0, 1]
-
-    assert layers["p_value"].iloc[1] < layers["p_value"].iloc[0]  # the permutation test is per layer
-    row = table[table["statistic"] == "perplexity"].iloc[0]
-    ppl_adam, ppl_adamw = ppl_adam.astype(np.float64), ppl_adamw.astype(np.float64)
-    margin = 0.03 * ppl_adam.mean()
-    # TOST by scipy's Welch t-tests of the difference shifted by -margin and +margin
-    p_lower = stats.ttest_ind(ppl_adamw + margin, ppl_adam, equal_var=False, alternative="greater").pvalue
-    p_upper = stats.ttest_ind(ppl_adamw - margin, ppl_adam, equal_var=False, alternative="less").pvalue
-    interval = stats.ttest_ind(ppl_adamw, ppl_adam, equal_var=False).confidence_interval(0.8)  # 1 - 2 alpha
-    rtol = reduction_rtol(np.float64, 16)
-    assert row["p_value"] == pytest.approx(max(p_lower, p_upper), rel=rtol)
-    assert (row["ci_low"], row["ci_high"]) == pytest.approx((interval.low, interval.high), rel=rtol)
-    assert (row["adam"], row["adamw"]) == pytest.approx((ppl_adam.mean(), ppl_adamw.mean()), rel=rtol)
-    assert row["difference"] == pytest.approx(ppl_adamw.mean() - ppl_adam.mean(), rel=rtol)
-    assert row["margin"] == pytest.approx(margin, rel=rtol) and row["confidence"] == pytest.approx(0.8, rel=rtol)
-    assert row["layer"] == -1 and row["test"] == "tost" and row["n_resamples"] == 0
-    assert (row["n_adam"], row["n_adamw"]) == (4, 3)
-    assert row["equivalent"] is bool(max(p_lower, p_upper) < 0.1)  # alpha = 1 - confidence
+    tables, reps, _ = chance_case(confidence=0.9)
+    rng = np.random.default_rng(7)  # chance_case's draws, in its order
+    sizes = np.array([1, 2, 3, 4, 5])
+    observed, null = random_grouped(rng, sizes), random_grouped(rng, sizes) * 0.5
+    grouped = GroupedSimilarity(observed, null, sizes, SEEDS, np.zeros(15, int), np.full(15, 5))
+    best = {"observed": reps["same_layer"]["pair_best"], "null": reps["null"]["pair_best"]}
+    expected = jackknife_columns(grouped, best, 0.9)
+    for level, key in (("head", "head"), ("layer", "layer"), ("pooled", "pooled")):
+        table = tables[level]
+        same, cross = table[table["scope"] == "same_layer"], table[table["scope"] == "cross_layer"]
+        for column in JACKKNIFE_COLUMNS:
+            np.testing.assert_allclose(
+                same[column], np.ravel(expected[key][column]), atol=reduction_atol(np.float32, 5)
+            )
+            assert cross[column].isna().all()
+        method = {"head": "anchor_head", "layer": "anchor_layer", "pooled": "pooled"}[level]
+        assert set(same["ci_calibration"]) == {calibration_label(f"multibootstrap_{method}", 4)}
+        assert set(same["jackknife_calibration"]) == {calibration_label(f"jackknife_{method}", 4)}
+        expected_above = calibration_label(f"jackknife_above_null_{method}", 4)
+        assert set(same["above_null_jackknife_calibration"]) == {expected_above}
+        assert set(cross["ci_calibration"]) == {calibration_label("multibootstrap_cross_layer", 4)}
+        assert set(same["init_ci_calibration"]) == {calibration_label("multibootstrap_init", 4)}
+        assert cross["null_ci_calibration"].isna().all() and cross["jackknife_calibration"].isna().all()
+    gap = tables["gap"].set_index("statistic")
+    assert gap.loc["delta_s", "ci_calibration"] == calibration_label("multibootstrap_gap", 4)
+    assert pd.isna(gap.loc["delta_s_layer_null", "ci_calibration"]) and gap["p_calibration"].isna().all()

@@ -143,3 +143,21 @@ def test_needed_per_statistic_and_layer_in_curve_order_from_unsorted_sizes():
     for bad in (0.0, -0.1):
         with pytest.raises(ValueError, match=rf"statistics.seeds_needed_tolerance.*got {bad}"):
             seeds_needed(curve, bad)
+
+
+def test_widths_carry_the_label_of_the_interval_they_measure_at_each_subsets_refits(monkeypatch):
+    from headstab.statistics import calibration
+
+    methods = dict(calibration.METHODS)
+    methods["multibootstrap_pooled"] = calibration.Method("multibootstrap_pooled", "interval", "refits", 5, "")
+    monkeypatch.setattr(calibration, "METHODS", methods)
+    rng = np.random.default_rng(2)
+    grouped = rng.random((4, 6, 6, 1, 2, 2)).astype(np.float32)
+    curve = seeds_needed_curve(grouped, np.full(4, 3), n_boot=20, n_subsets=2, seed=0, confidence=0.9)
+    layer = curve[curve["statistic"] == "layer_stability"]
+    expected = ["calibrated" if n >= 5 else "descriptive" for n in layer["n_refits"]]
+    assert layer["ci_calibration"].tolist() == expected and "calibrated" in expected and "descriptive" in expected
+    assert set(curve[curve["statistic"] == "delta_s"]["ci_calibration"]) == {"descriptive"}  # the gap's own method
+    needed = seeds_needed(curve, 0.5).set_index("statistic")
+    assert needed.loc["layer_stability", "ci_calibration"] == "calibrated"  # at the 6 refits available
+    assert needed.loc["delta_s", "ci_calibration"] == "descriptive"

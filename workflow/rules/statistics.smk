@@ -134,6 +134,7 @@ rule stability_against_chance:
         architectures=ARCHITECTURES,
         facts=ARCHITECTURE_FACTS,
         promptset=PRIMARY,
+        confidence=STATISTICS["confidence"],
     script:
         "../scripts/stability_against_chance.py"
 

@@ -23,7 +23,7 @@ def main():
     curve.to_csv(snakemake.output.curve, index=False)
     needed.to_csv(snakemake.output.needed, index=False)
     logging.info("refits needed:\n%s", needed.to_string(index=False))
-    plot_seeds_needed(curve, needed, snakemake.output.figure, snakemake.wildcards.arch)
+    plot_seeds_needed(curve, needed, snakemake.output.figure, snakemake.wildcards.arch, options["confidence"])
 
 
 run_job(main, "seeds_needed", snakemake.log[0])

@@ -21,7 +21,7 @@ def main():
         tables[key] = pd.concat(frames, ignore_index=True)
     tables["pooled"].to_csv(snakemake.output.summary, index=False)
     tables["gap"].to_csv(snakemake.output.gap, index=False)
-    plot_stability_against_chance(tables["pooled"], snakemake.output.figure, params.promptset)
+    plot_stability_against_chance(tables["pooled"], snakemake.output.figure, params.promptset, params.confidence)
 
 
 run_job(main, "stability_against_chance", snakemake.log[0])

@@ -23,9 +23,12 @@ def _band(ax, x, table: pd.DataFrame, prefix: str, colour: str, label: str, styl
     ax.plot(x, centre, style, color=colour, marker="o", markersize=3, label=label)
 
 
-def plot_stability_against_chance(summary: pd.DataFrame, path: str | Path, promptset: str) -> pd.DataFrame:
-    """One panel per architecture: same-layer layer stability (pooled over refits) with its 95%
-    interval, the prompt-permutation null and the step-0 baseline with theirs.
+def plot_stability_against_chance(
+    summary: pd.DataFrame, path: str | Path, promptset: str, confidence: float = 0.95
+) -> pd.DataFrame:
+    """One panel per architecture: same-layer layer stability (pooled over refits) with its `confidence`
+    interval, the prompt-permutation null and the step-0 baseline with theirs; each panel's title gives the
+    refits and, where the table has it, how the study labels its interval there (ci_calibration).
 
     summary: rows of layer_stability_pooled.csv with an architecture column (scope same_layer used).
     Returns the drawn rows.
@@ -41,25 +44,29 @@ def plot_stability_against_chance(summary: pd.DataFrame, path: str | Path, promp
     for ax, arch in zip(axes, architectures):
         table = rows[rows["architecture"] == arch].sort_values("layer")
         x = table["layer"].to_numpy() + 1
-        _band(ax, x, table, "", "tab:blue", "trained (95% CI)")
+        _band(ax, x, table, "", "tab:blue", f"trained ({confidence:.0%} CI)")
         _band(ax, x, table, "null_", "grey", "prompt-permutation null", "--")
         _band(ax, x, table, "init_", "tab:red", "step 0, untrained", ":")
-        ax.set_title(f"{arch} ({int(table['n_refits'].iloc[0])} refits)", fontsize=9)
+        label = f", interval {table['ci_calibration'].iloc[0]}" if "ci_calibration" in table.columns else ""
+        ax.set_title(f"{arch} ({int(table['n_refits'].iloc[0])} refits{label})", fontsize=9)
         layer_ticks(ax, len(x))
     for ax in axes[len(architectures) :]:
         ax.set_visible(False)
     axes[0].set_ylabel(STABILITY_LABEL)
     axes[0].legend(fontsize=7, loc="lower left")
     figure.suptitle(
-        f"Stability against chance (prompts: {promptset}): multi-bootstrap 95% intervals over refits and prompts"
+        f"Stability against chance (prompts: {promptset}): multi-bootstrap {confidence:.0%} intervals over refits and "
+        "prompts"
     )
     save_figure(figure, path)
     return rows
 
 
-def plot_seeds_needed(curve: pd.DataFrame, needed: pd.DataFrame, path: str | Path, arch: str) -> pd.DataFrame:
-    """Interval width of layer stability (one line per layer) and of ΔS against the number of refits,
-    log-log with a 1/sqrt(n) guide and the tolerance. Returns the drawn curve."""
+def plot_seeds_needed(
+    curve: pd.DataFrame, needed: pd.DataFrame, path: str | Path, arch: str, confidence: float = 0.95
+) -> pd.DataFrame:
+    """Width of the `confidence` interval of layer stability (one line per layer) and of ΔS against the number
+    of refits, log-log with a 1/sqrt(n) guide and the tolerance. Returns the drawn curve."""
     figure = new_figure((6.4, 4.2))
     ax = figure.subplots()
     for (statistic, layer), part in curve.groupby(["statistic", "layer"], sort=False):
@@ -84,7 +91,7 @@ def plot_seeds_needed(curve: pd.DataFrame, needed: pd.DataFrame, path: str | Pat
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("refits used")
-    ax.set_ylabel("95% interval width")
+    ax.set_ylabel(f"{confidence:.0%} interval width")
     ax.legend(fontsize=7)
     worst = needed.loc[needed["n_refits_needed"].idxmax()]
     ax.set_title(

@@ -14,7 +14,8 @@ paper reports each statistic; `paper_text` and `authors_notebooks` hold the pape
 numbers its authors' notebooks printed (resources/paper_values.yaml), which disagree in places.
 
 Each input table is read by one row builder (HEADLINE_SECTIONS); a section that adds headline numbers adds a
-builder there and its statistic to PAPER_SOURCES.
+builder there and its statistic to PAPER_SOURCES. The power rows close the table (`headline_power`), and
+ci_calibration, p_calibration carry each row's labels from its table (`headstab.statistics.calibration`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from headstab.sections.headline_power import detectable_rows
 from headstab.sections.stability_gap import stability_gap_table
 
 __all__ = [
@@ -40,7 +42,7 @@ __all__ = [
 # Where the paper's numbers come from (the keys of resources/paper_values.yaml), each a column of the headline.
 PAPER_ORIGINS = ("paper_text", "authors_notebooks")
 HEADLINE_COLUMNS = ["architecture", "statistic", "layer", "estimate", "ci_low", "ci_high", "interval", "null", "init"]
-HEADLINE_COLUMNS += ["p_value", "anchor_estimate", *PAPER_ORIGINS, "paper_source"]
+HEADLINE_COLUMNS += ["p_value", "ci_calibration", "p_calibration", "anchor_estimate", *PAPER_ORIGINS, "paper_source"]
 # Where the paper reports each statistic (its figure, table or section), for the reader to compare.
 PAPER_SOURCES = {
     "layer stability": "§4.1, Fig. 2",
@@ -90,6 +92,7 @@ def _rows(frame: pd.DataFrame, statistic: str, interval: str | pd.Series, **colu
             out[column] = frame[source] if source in frame.columns else np.nan
         else:
             out[column] = source
+    out = out.assign(**{c: frame[c] for c in ("ci_calibration", "p_calibration") if c in frame.columns})
     return out.assign(statistic=statistic, interval=interval)
 
 
@@ -203,7 +206,9 @@ def _optimizer_tests(inputs: HeadlineInputs) -> list[pd.DataFrame]:
         ("perplexity", "AdamW - Adam validation perplexity"),
     ):
         rows = tests[tests["statistic"] == statistic]
-        label = rows["test"].astype(str) + " " + (100 * rows["confidence"]).round().astype(int).astype(str) + "%"
+        percent, tost = (100 * rows["confidence"]).round().astype(int).astype(str), rows["test"].str.endswith("tost")
+        meaning = np.where(tost, "%; p small: within the margin", "%; p small: differ")
+        label = rows["test"].astype(str) + " " + percent + meaning
         part = _rows(
             rows,
             name,
@@ -316,6 +321,7 @@ def headline_table(
     present = {name: table for name, table in tables.items() if table is not None}
     inputs = HeadlineInputs(arch, promptset, f"{confidence:.0%} bootstrap", anchor_seed, present, anchors)
     parts = [part for name, build in HEADLINE_SECTIONS.items() if name in present for part in build(inputs)]
+    parts += detectable_rows(present)
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=HEADLINE_COLUMNS)
     table["architecture"] = arch
     base = table["statistic"].str.replace(r" \(.*\)$", "", regex=True)

@@ -7,12 +7,16 @@ order (`headstab.plan.spec.paired_twins`), so the comparison is paired by seed:
   pooled layer statistic (`headstab.statistics.hypothesis.pair_pseudo_values`); the d_s average to the
   pooled difference, and their spread carries the variance of a mean over pairs of refits (a refit's
   mean over its own pairs would understate it and make the test anti-conservative);
-- a sign-flip permutation test of the d_s, and a paired multi-bootstrap interval (the same resampled
-  seeds, pairs and prompt groups for both members, MultiBERTs' paired_seeds);
+- the test: a jackknife-t test of the d_s and the prompt groups together (`headstab.statistics.jackknife`;
+  the same prompts in both members, left out of both at once), since how the members answer the prompts
+  differs and a test over seeds alone, prompts fixed (the sign-flip test, kept beside it), rejects a true
+  "no difference" far too often once the seeds are many; a paired multi-bootstrap interval (the same resampled
+  seeds, pairs and prompt groups for both members, MultiBERTs' paired_seeds) and the jackknife-t interval;
 - perplexity parity as a paired TOST (one-sample t-tests of the per-seed differences).
 
-The unpaired tests (independent multi-bootstraps, a permutation test of the optimizer labels of the
-refits, Welch TOST) are the secondary `unpaired_*` columns; they are primary for twins that are not
+The unpaired tests (independent multi-bootstraps, the jackknife-t test of each member's pseudo-values with
+Welch's degrees of freedom, Welch TOST; the permutation test of the refits' optimizer labels beside them) are
+the secondary `unpaired_*` columns; they are primary for twins that are not
 paired (refits trained elsewhere, or other seeds). Each layer statistic is tested raw, above its
 prompt-permutation null, and in the content variant (raw and above its own null). Per layer, the
 partial correlation of head stability with the optimizer given head entropy says whether a difference
@@ -28,7 +32,16 @@ import numpy as np
 import pandas as pd
 
 from headstab.statistics.bootstrap import draw_resamples, percentile_interval, stability_replicates
-from headstab.statistics.hypothesis import pair_pseudo_values, paired_tost, permutation_test, sign_flip_test, tost
+from headstab.statistics.calibration import calibration_label
+from headstab.statistics.hypothesis import (
+    benjamini_hochberg,
+    pair_pseudo_values,
+    paired_tost,
+    permutation_test,
+    sign_flip_test,
+    tost,
+)
+from headstab.statistics.jackknife import jackknife_parts, jackknife_t_interval, leave_one_group_out
 from headstab.statistics.resampling import partial_correlation
 
 log = logging.getLogger(__name__)
@@ -42,6 +55,29 @@ TESTED_STATISTICS = {
     "layer_stability_content": ("content_observed", None),
     "layer_content_above_null": ("content_observed", "content_null"),
 }
+# label column -> method by design (layer rows, perplexity row); the labels are taken at the design's seeds.
+LABELS = {
+    "ci_calibration": {
+        "paired": ("multibootstrap_paired_difference", "tost_paired"),
+        "unpaired": ("multibootstrap_unpaired_difference", "tost_welch"),
+    },
+    "p_calibration": {
+        "paired": ("jackknife_paired_p", "tost_paired"),
+        "unpaired": ("jackknife_unpaired_p", "tost_welch"),
+    },
+    "unpaired_ci_calibration": dict.fromkeys(
+        ("paired", "unpaired"), ("multibootstrap_unpaired_difference", "tost_welch")
+    ),
+    "unpaired_p_calibration": dict.fromkeys(("paired", "unpaired"), ("jackknife_unpaired_p", "tost_welch")),
+    "jackknife_calibration": {
+        "paired": ("jackknife_paired_difference", None),
+        "unpaired": ("jackknife_unpaired_difference", None),
+    },
+    "partial_r_calibration": dict.fromkeys(("paired", "unpaired"), ("partial_r_optimizer", None)),
+    "sign_flip_calibration": {"paired": ("sign_flip_paired", None), "unpaired": (None, None)},
+    "permutation_calibration": dict.fromkeys(("paired", "unpaired"), ("permutation_unpaired", None)),
+}
+LABEL_COLUMNS = list(LABELS)
 OPTIMIZER_TEST_COLUMNS = [
     "statistic",
     "layer",
@@ -53,6 +89,7 @@ OPTIMIZER_TEST_COLUMNS = [
     "confidence",
     "test",
     "p_value",
+    "q_value",
     "equivalent",
     "margin",
     "design",
@@ -64,13 +101,22 @@ OPTIMIZER_TEST_COLUMNS = [
     "unpaired_ci_high",
     "unpaired_test",
     "unpaired_p_value",
+    "unpaired_q_value",
     "unpaired_equivalent",
+    "sign_flip_p_value",
+    "permutation_p_value",
+    "jackknife",
+    "jackknife_ci_low",
+    "jackknife_ci_high",
+    "unpaired_jackknife_ci_low",
+    "unpaired_jackknife_ci_high",
     "entropy_adam",
     "entropy_adamw",
     "optimizer_r",
     "optimizer_partial_r",
     "optimizer_partial_r_ci_low",
     "optimizer_partial_r_ci_high",
+    *LABEL_COLUMNS,
 ]
 
 
@@ -89,7 +135,7 @@ class _Member:
     """One member's replicates, per prompt-group tensor, under one set of resamples (computed on demand)."""
 
     def __init__(self, grouped, resamples):
-        self.grouped, self.resamples, self._cache = grouped, resamples, {}
+        self.grouped, self.resamples, self._cache, self._loo = grouped, resamples, {}, {}
 
     def kind(self, name: str) -> dict[str, np.ndarray]:
         if name not in self._cache:
@@ -99,11 +145,21 @@ class _Member:
 
     def statistic(self, statistic: str) -> dict[str, np.ndarray]:
         """layer_estimate [layer], layer [boot, layer], head_estimate [anchor, layer, head], pair_best."""
-        main, subtracted = TESTED_STATISTICS[statistic]
-        out = {key: self.kind(main)[key] for key in ("layer_estimate", "layer", "head_estimate", "pair_best")}
-        if subtracted is not None:
-            out = {key: value - self.kind(subtracted)[key] for key, value in out.items()}
-        return out
+        if statistic not in self._cache:
+            main, subtracted = TESTED_STATISTICS[statistic]
+            out = {key: self.kind(main)[key] for key in ("layer_estimate", "layer", "head_estimate", "pair_best")}
+            if subtracted is not None:
+                out = {key: value - self.kind(subtracted)[key] for key, value in out.items()}
+            self._cache[statistic] = out
+        return self._cache[statistic]
+
+    def leave_one_group_out(self, statistic: str) -> np.ndarray:
+        """[group, seed_a, seed_b, layer, head] best matches of the statistic without each prompt group."""
+        names = [name for name in TESTED_STATISTICS[statistic] if name is not None]
+        for name in names:
+            if name not in self._loo:
+                self._loo[name] = leave_one_group_out(getattr(self.grouped, name), self.grouped.group_sizes)
+        return self._loo[names[0]] - (self._loo[names[1]] if len(names) > 1 else 0.0)
 
 
 def _partial_columns(adam, adamw, heads: Sequence[np.ndarray], paired: bool, n_boot: int, seed: int, confidence):
@@ -134,6 +190,38 @@ def _partial_columns(adam, adamw, heads: Sequence[np.ndarray], paired: bool, n_b
     return columns
 
 
+def _jackknife_columns(statistic: str, members, unpaired_adamw, paired: bool, confidence: float) -> dict:
+    """The jackknife-t intervals and tests of AdamW - Adam (`headstab.statistics.jackknife`): refits by their
+    pseudo-values (paired: the per-seed differences, N - 1 degrees of freedom; unpaired: each member's, Welch's
+    degrees) and prompt groups left out of both members at once (NaN when the members' groups differ or a member
+    has < 3 refits); p_value, unpaired_p_value: their two-sided t tests of no difference."""
+    n_layers = len(members[0].statistic(statistic)["layer_estimate"])
+    names = ("jackknife", "jackknife_ci_low", "jackknife_ci_high", "p_value")
+    columns = {name: np.full(n_layers, np.nan) for name in (*names, *(f"unpaired_{n}" for n in names[1:]))}
+    sizes = [member.grouped.group_sizes for member in (members[0], unpaired_adamw)]
+    seeds = [len(member.grouped.seeds) for member in (members[0], unpaired_adamw)]
+    if not np.array_equal(sizes[0], sizes[1]) or len(sizes[0]) < 2 or min(seeds) < 3:
+        return columns
+    parts = [
+        jackknife_parts(member.statistic(statistic)["pair_best"], member.leave_one_group_out(statistic), "pooled")
+        for member in (members[0], unpaired_adamw)
+    ]
+    difference, groups = parts[1]["estimate"] - parts[0]["estimate"], parts[1]["groups"] - parts[0]["groups"]
+    variances = [part["refit_var"] for part in parts]
+    with np.errstate(divide="ignore", invalid="ignore"):  # no spread in either member: NaN degrees, zero width
+        df = sum(variances) ** 2 / sum(v**2 / (n - 1) for v, n in zip(variances, seeds, strict=True))
+    unpaired = jackknife_t_interval(difference, sum(variances), df, groups, confidence)
+    primary = unpaired
+    if paired:
+        pseudo = [pair_pseudo_values(m.statistic(statistic)["pair_best"].mean(axis=-1)) for m in members]
+        d = pseudo[1] - pseudo[0]
+        primary = jackknife_t_interval(difference, d.var(axis=0, ddof=1) / len(d), len(d) - 1, groups, confidence)
+    keys = ("estimate", "ci_low", "ci_high", "p_value")
+    columns.update({name: primary[key] for name, key in zip(names, keys, strict=True)})
+    columns.update({f"unpaired_{name}": unpaired[key] for name, key in zip(names[1:], keys[1:], strict=True)})
+    return columns
+
+
 def _bincount_rows(draws: np.ndarray, n: int) -> np.ndarray:
     return np.stack([np.bincount(row, minlength=n) for row in draws]).astype(np.float64)
 
@@ -144,8 +232,11 @@ def _layer_rows(statistic, members, unpaired_adamw, paired, options) -> pd.DataF
     confidence, n_layers = options["confidence"], len(adam["layer_estimate"])
     other = unpaired_adamw.statistic(statistic)
     unpaired_low, unpaired_high = percentile_interval(other["layer"] - adam["layer"], confidence)
-    per_anchor = [adam["head_estimate"].mean(axis=-1), adamw["head_estimate"].mean(axis=-1)]
-    unpaired_p = permutation_test(per_anchor[0], per_anchor[1], options["permutations"], options["seed"])["p_value"]
+    # Refits as units: each member's pseudo-values (its per-anchor means share their partners, so are not units).
+    permuted, flipped = np.full(n_layers, np.nan), np.full(n_layers, np.nan)
+    if min(len(adam["pair_best"]), len(other["pair_best"])) >= 3:
+        units = [pair_pseudo_values(member["pair_best"].mean(axis=-1)) for member in (adam, other)]
+        permuted = permutation_test(units[0], units[1], options["permutations"], options["seed"])["p_value"]
     row = {
         "statistic": statistic,
         "layer": np.arange(n_layers),
@@ -155,16 +246,18 @@ def _layer_rows(statistic, members, unpaired_adamw, paired, options) -> pd.DataF
         "confidence": confidence,
         "unpaired_ci_low": unpaired_low,
         "unpaired_ci_high": unpaired_high,
-        "unpaired_test": "permutation",
-        "unpaired_p_value": unpaired_p,
+        "unpaired_test": "jackknife_welch",
+        "test": "jackknife_t" if paired else "jackknife_welch",
+        **_jackknife_columns(statistic, members, unpaired_adamw, paired, confidence),
     }
     if paired:
         low, high = percentile_interval(adamw["layer"] - adam["layer"], confidence)
         pseudo = [pair_pseudo_values(member["pair_best"].mean(axis=-1)) for member in (adam, adamw)]
-        flips = sign_flip_test(pseudo[1] - pseudo[0], options["permutations"], options["seed"])
-        row.update(ci_low=low, ci_high=high, test="sign_flip", p_value=flips["p_value"])
+        flipped = sign_flip_test(pseudo[1] - pseudo[0], options["permutations"], options["seed"])["p_value"]
+        row.update(ci_low=low, ci_high=high)
     else:
-        row.update(ci_low=unpaired_low, ci_high=unpaired_high, test="permutation", p_value=unpaired_p)
+        row.update(ci_low=unpaired_low, ci_high=unpaired_high)
+    row.update(sign_flip_p_value=flipped, permutation_p_value=permuted)
     heads = [adam["head_estimate"], (adamw if paired else other)["head_estimate"]]
     partial = _partial_columns(
         members[0].grouped, members[1].grouped, heads, paired, options["n_boot"], options["seed"], confidence
@@ -242,8 +335,10 @@ def optimizer_tests(
     is used when the prompt groups allow it too (`pairing_problem`), and `design` says which was.
     Rows: each statistic of TESTED_STATISTICS per layer (the content rows when both members have the
     content variant): pooled values of each member, difference AdamW - Adam; paired: paired multi-bootstrap
-    interval and sign-flip p-value of the per-seed pseudo-value differences; unpaired_*: independent
-    multi-bootstraps (seeds seed, seed + 1) and the permutation test of the refits' optimizer labels.
+    interval, jackknife-t interval and p-value of the per-seed pseudo-value differences and the prompt groups
+    (sign_flip_p_value: the sign-flip test of the differences, prompts fixed); unpaired_*: independent
+    multi-bootstraps (seeds seed, seed + 1) and the Welch jackknife-t test (permutation_p_value: the permutation
+    test of the refits' pseudo-values, prompts fixed); q_value and the labels (`_families_and_labels`).
     Statistic "perplexity" (layer -1): paired TOST (unpaired: Welch TOST) within +-perplexity_margin x
     the Adam mean at alpha = 1 - confidence, its (1 - 2 alpha) interval; Welch TOST in unpaired_*.
     """
@@ -275,4 +370,22 @@ def optimizer_tests(
     )
     table = pd.concat([table, pd.DataFrame([ppl])], ignore_index=True)
     table["design"] = "paired" if design_paired else "unpaired"
-    return table[OPTIMIZER_TEST_COLUMNS]
+    return _families_and_labels(table, design_paired, min(len(adam.seeds), len(adamw.seeds)))[OPTIMIZER_TEST_COLUMNS]
+
+
+def _families_and_labels(table: pd.DataFrame, paired: bool, n_unpaired: int) -> pd.DataFrame:
+    """q_value, unpaired_q_value: Benjamini-Hochberg within the pair's family of layer tests (every layer and
+    statistic; the perplexity row is an equivalence test, outside it); LABEL_COLUMNS at the design's seeds."""
+    layer_rows = table["statistic"] != "perplexity"
+    for p_column, q_column in (("p_value", "q_value"), ("unpaired_p_value", "unpaired_q_value")):
+        table[q_column] = np.nan
+        table.loc[layer_rows, q_column] = benjamini_hochberg(table.loc[layer_rows, p_column].to_numpy(np.float64))
+    design = "paired" if paired else "unpaired"
+    for column, methods in LABELS.items():
+        n = int(table["n_pairs"].iloc[0]) if paired and not column.startswith("unpaired") else n_unpaired
+        labels = pd.Series(None, index=table.index, dtype=object)
+        for rows, method in zip((layer_rows, ~layer_rows), methods[design], strict=True):
+            if method is not None:
+                labels[rows] = calibration_label(method, n)
+        table[column] = labels
+    return table

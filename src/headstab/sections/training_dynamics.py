@@ -15,6 +15,7 @@ import pandas as pd
 
 from headstab.similarity.prompt_groups import GroupedSimilarity
 from headstab.statistics.bootstrap import draw_resamples, percentile_interval, stability_replicates
+from headstab.statistics.calibration import calibration_label
 
 __all__ = ["TRAINING_DYNAMICS_COLUMNS", "stability_along_training"]
 
@@ -29,6 +30,7 @@ TRAINING_DYNAMICS_COLUMNS = [
     "null_ci_low",
     "null_ci_high",
     "n_boot",
+    "ci_calibration",
 ]
 
 
@@ -55,7 +57,8 @@ def stability_along_training(
     [group, seed_a, seed_b, layer, head_a, head_b]. stability: pooled layer stability (mean over ordered
     pairs of distinct refits and heads of the best-match similarity, Eq. 3-5); ci_low/ci_high: the
     `confidence` percentile interval of `n_boot` resamples of refits and prompt groups; null and its
-    interval: the same from the prompt-permuted similarity (chance level).
+    interval: the same from the prompt-permuted similarity (chance level). ci_calibration: how the study
+    labels these percentile intervals at the refits' number (`headstab.statistics.calibration`).
     """
     _check_steps(grouped)
     first = next(iter(grouped.values()))
@@ -70,7 +73,14 @@ def stability_along_training(
             columns |= {name: kinds["layer_estimate"], f"{prefix}ci_low": low, f"{prefix}ci_high": high}
         frames.append(
             pd.DataFrame(
-                {"step": step, "promptset": promptset, "layer": np.arange(n_layers), **columns, "n_boot": n_boot}
+                {
+                    "step": step,
+                    "promptset": promptset,
+                    "layer": np.arange(n_layers),
+                    **columns,
+                    "n_boot": n_boot,
+                    "ci_calibration": calibration_label("multibootstrap_along_training", n_seeds),
+                }
             )
         )
     return pd.concat(frames, ignore_index=True)[TRAINING_DYNAMICS_COLUMNS]

@@ -37,6 +37,7 @@ __all__ = [
     "GroupedSimilarity",
     "GroupedSimilarityError",
     "check_partners",
+    "check_matches_pair_tensor",
     "group_mean",
     "grouped_arrays_from_caches",
     "grouped_similarity_from_caches",
@@ -340,4 +341,25 @@ def _check_shapes(path: Path, grouped: GroupedSimilarity) -> None:
         raise GroupedSimilarityError(
             f"{path}: shapes {expected} do not match its groups and seeds; "
             f"{rebuild_hint(path, 'prompt_group_similarity')}"
+        )
+
+
+def check_matches_pair_tensor(
+    pair_best: np.ndarray, similarity: np.ndarray, lengths: np.ndarray, promptset: str
+) -> None:
+    """The prompt groups' full-data best matches pair_best [seed_a, seed_b, layer, head] must be the same-layer
+    best matches of the pair-similarity tensor [seed_a, seed_b, layer_a, head_a, layer_b, head_b] (the same caches);
+    raises ValueError naming the prompt set and the rebuild otherwise."""
+    same_layer_blocks = np.moveaxis(np.diagonal(similarity, axis1=2, axis2=4), -1, 2)
+    expected = same_layer_blocks.max(axis=-1).astype(np.float64)
+    # Both are float32 dot products of unit vectors over a prompt's lower-triangle entries: rounding
+    # grows like sqrt(entries) ulps.
+    entries = int(np.max(lengths * (lengths + 1) // 2))
+    tolerance = 16 * np.finfo(np.float32).eps * (np.sqrt(entries) + 4)
+    if not np.allclose(pair_best, expected, rtol=0, atol=tolerance):
+        worst = float(np.max(np.abs(pair_best - expected)))
+        raise ValueError(
+            f"prompt set {promptset!r}: the prompt-group similarity and the pair-similarity tensor disagree "
+            f"(best matches differ by up to {worst:.3g}); they were built from different caches. Rebuild both "
+            "(snakemake --forcerun pair_similarity prompt_group_similarity)"
         )

@@ -26,6 +26,7 @@ from headstab.matching import assigned_values
 from headstab.similarity.prompt_groups import group_mean
 
 __all__ = [
+    "BATCH_ELEMENTS",
     "Resamples",
     "best_match",
     "draw_resamples",
@@ -35,6 +36,10 @@ __all__ = [
     "replicate_best_matches",
     "stability_replicates",
 ]
+
+
+# Similarities mixed per batch of resamples: small tensors go in few batches, large ones stay within 64 MiB.
+BATCH_ELEMENTS = 2**24
 
 
 @dataclass(frozen=True)
@@ -95,15 +100,18 @@ def best_match(similarity: np.ndarray) -> np.ndarray:
 
 
 def replicate_best_matches(
-    grouped: np.ndarray, group_sizes: np.ndarray, prompt_counts: np.ndarray, batch_size: int = 16
+    grouped: np.ndarray, group_sizes: np.ndarray, prompt_counts: np.ndarray, batch_size: int | None = None
 ):
     """Yield (resample slice, float32 [batch, seed_a, seed_b, layer, head_a]) best matches of the
-    prompt-resampled similarity; grouped: [group, seed_a, seed_b, layer, head_a, head_b]."""
+    prompt-resampled similarity; grouped: [group, seed_a, seed_b, layer, head_a, head_b]. batch_size: resamples
+    per batch (None: as many as fill BATCH_ELEMENTS similarities, at least 16)."""
     import torch
 
     n_groups = grouped.shape[0]
     flat = torch.from_numpy(np.ascontiguousarray(grouped, dtype=np.float32).reshape(n_groups, -1))
     weights = prompt_weights(prompt_counts, group_sizes).astype(np.float32)
+    if batch_size is None:
+        batch_size = max(16, BATCH_ELEMENTS // max(flat.shape[1], 1))
     for start in range(0, weights.shape[0], batch_size):
         stop = min(start + batch_size, weights.shape[0])
         mixed = (torch.from_numpy(weights[start:stop]) @ flat).reshape(stop - start, *grouped.shape[1:])
@@ -125,7 +133,7 @@ def stability_replicates(
     grouped: np.ndarray | None = None,
     group_sizes: np.ndarray | None = None,
     best: np.ndarray | None = None,
-    batch_size: int = 16,
+    batch_size: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Bootstrap replicates of head stability (per anchor) and pooled layer stability.
 
@@ -166,7 +174,11 @@ def stability_replicates(
 
 
 def one_to_one_replicates(
-    resamples: Resamples, grouped: np.ndarray, group_sizes: np.ndarray, assignment: np.ndarray, batch_size: int = 16
+    resamples: Resamples,
+    grouped: np.ndarray,
+    group_sizes: np.ndarray,
+    assignment: np.ndarray,
+    batch_size: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Bootstrap replicates of one-to-one stability, as `stability_replicates` returns them.
 
@@ -184,5 +196,8 @@ def percentile_interval(replicates: np.ndarray, confidence: float = 0.95) -> tup
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"config key 'statistics.confidence' must be in (0, 1); got {confidence}")
     alpha = (1.0 - confidence) / 2.0
-    low, high = np.nanquantile(replicates, [alpha, 1.0 - alpha], axis=0)
+    replicates = np.asarray(replicates)
+    # nanquantile sorts column by column; without NaNs the vectorised quantile gives the same values.
+    quantile = np.nanquantile if np.isnan(replicates).any() else np.quantile
+    low, high = quantile(replicates, [alpha, 1.0 - alpha], axis=0)
     return low, high

@@ -19,9 +19,11 @@ __all__ = [
     "CALIBRATED",
     "CALIBRATION_NS",
     "DESCRIPTIVE",
+    "DETECTABLE_EFFECTS",
     "METHODS",
     "Method",
     "calibration_label",
+    "detectable_effect",
     "is_calibrated",
 ]
 
@@ -53,6 +55,59 @@ class Method:
             raise ValueError(f"method {self.name!r}: min_n {self.min_n} is not a calibrated n of {CALIBRATION_NS}")
 
 
+# The multi-bootstrap and jackknife intervals of stability's tables and the Adam vs AdamW tests
+# (calibration/cases/stability.py and optimizer.py).
+_INTERVALS = {
+    "multibootstrap_pooled": "percentile multi-bootstrap interval of pooled layer stability (layer_stability_pooled.csv)",
+    "multibootstrap_cross_layer": "percentile interval over resampled refits of cross-layer stability (cross_layer rows)",
+    "multibootstrap_anchor_head": "percentile multi-bootstrap interval of an anchor's head stability (head_stability.csv)",
+    "multibootstrap_anchor_layer": "percentile multi-bootstrap interval of an anchor's layer stability (layer_stability.csv)",
+    "multibootstrap_null": "percentile multi-bootstrap interval of the prompt-permutation null (null_ci_low, null_ci_high)",
+    "multibootstrap_above_null": "percentile interval of the paired stability - null replicates (above_null_ci_*)",
+    "multibootstrap_init": "percentile multi-bootstrap interval of the same refits at step 0 (init_ci_low, init_ci_high)",
+    "multibootstrap_one_to_one": "percentile interval of one-to-one stability, assignment fixed (one_to_one_*)",
+    "multibootstrap_content": "percentile multi-bootstrap intervals of the content variant (stability_content_*)",
+    "multibootstrap_gap": "percentile interval of ΔS and its extreme layers from the pooled replicates (stability_gap_intervals.csv)",
+    "multibootstrap_along_training": "percentile multi-bootstrap interval of stability and null per step (stability_along_training.csv)",
+    "jackknife_pooled": "jackknife-t interval over refits and prompt groups of pooled stability and its null",
+    "jackknife_anchor_layer": "jackknife-t interval over pair refits and prompt groups of an anchor's layer stability "
+    "and its null",
+    "jackknife_anchor_head": "jackknife-t interval over pair refits and prompt groups of an anchor's head stability "
+    "and its null",
+    "jackknife_above_null_pooled": "jackknife-t interval of pooled stability - null (above_null_jackknife_*)",
+    "jackknife_above_null_anchor_layer": "jackknife-t interval of an anchor's layer stability - null",
+    "jackknife_above_null_anchor_head": "jackknife-t interval of an anchor's head stability - null",
+    "multibootstrap_paired_difference": "paired multi-bootstrap interval of AdamW - Adam (optimizer_tests.csv ci_*)",
+    "multibootstrap_unpaired_difference": "independent multi-bootstraps' interval of AdamW - Adam (unpaired_ci_*)",
+    "jackknife_paired_difference": "jackknife-t interval of AdamW - Adam: per-seed pseudo-value differences and prompt groups",
+    "jackknife_unpaired_difference": "jackknife-t interval of AdamW - Adam from each member's pseudo-values and prompt groups",
+    "partial_r_optimizer": "seed-bootstrap interval of the partial r of head stability with the optimizer given entropy",
+}
+_P_VALUES = {
+    "jackknife_paired_p": "two-sided jackknife-t test of AdamW - Adam over the per-seed pseudo-value differences and "
+    "prompt groups (optimizer_tests.csv p_value)",
+    "jackknife_unpaired_p": "two-sided jackknife-t test of AdamW - Adam, each member's pseudo-values, Welch's degrees "
+    "(unpaired_p_value)",
+    "tost_paired": "paired TOST of per-seed perplexity differences: p_value and its (1 - 2 alpha) t interval",
+    "tost_welch": "Welch TOST of the members' perplexities: unpaired_p_value and its (1 - 2 alpha) interval",
+    "permutation_unpaired": "two-sided permutation test of the optimizer labels of the refits' pseudo-values, prompts "
+    "fixed (permutation_p_value)",
+}
+# min_n as measured by make calibration (docs/statistics.md, "Calibration").
+_MIN_N: dict[str, int | None] = {
+    "jackknife_pooled": 12,
+    "jackknife_anchor_layer": 12,
+    "jackknife_anchor_head": 4,
+    "jackknife_above_null_pooled": 4,
+    "jackknife_above_null_anchor_layer": 4,
+    "jackknife_above_null_anchor_head": 4,
+}
+STABILITY_METHODS = [
+    Method(name, kind, "refits", _MIN_N.get(name), statistic)
+    for kind, described in (("interval", _INTERVALS), ("p_value", _P_VALUES))
+    for name, statistic in described.items()
+]
+
 METHODS: dict[str, Method] = {
     method.name: method
     for method in (
@@ -60,8 +115,9 @@ METHODS: dict[str, Method] = {
             "sign_flip_paired",
             "p_value",
             "refits",
-            5,
-            "two-sided sign-flip test of per-seed jackknife pseudo-value differences (optimizer_tests.csv p_value)",
+            None,
+            "two-sided sign-flip test of per-seed jackknife pseudo-value differences, prompts fixed "
+            "(optimizer_tests.csv sign_flip_p_value)",
         ),
         Method(
             "commonness_prompt_groups",
@@ -136,6 +192,7 @@ METHODS: dict[str, Method] = {
             "one-sided sign-flip test over an anchor's pair refits of the cross-layer best match against the same "
             "maximum on the prompt-permutation null (head_stability.csv, layer_stability.csv cross-layer p_value)",
         ),
+        *STABILITY_METHODS,
     )
 }
 
@@ -151,3 +208,24 @@ def is_calibrated(method: str, n: int) -> bool:
 def calibration_label(method: str, n: int) -> str:
     """CALIBRATED or DESCRIPTIVE: how a table reports `method` at n units."""
     return CALIBRATED if is_calibrated(method, n) else DESCRIPTIVE
+
+
+# The effect each claim's test detects with 80% power at a study's n (make calibration's power.csv; inf: the
+# test cannot reach ALPHA there), by claim: (method, the unit of the effect, {n: effect}).
+DETECTABLE_EFFECTS: dict[str, tuple[str, str, dict[int, float]]] = {
+    "layer stability above its null (jackknife-t interval)": (
+        "jackknife_above_null_pooled",
+        "stability",
+        {4: 0.04, 5: 0.04, 50: 0.02},
+    ),
+}
+
+
+def detectable_effect(claim: str, n: int) -> float:
+    """The effect `claim`'s test detects with 80% power at n units: the one measured at the largest measured n
+    not above n (fewer units detect no less); NaN below the smallest measured n."""
+    if claim not in DETECTABLE_EFFECTS:
+        raise KeyError(f"no power measured for claim {claim!r}; known: {sorted(DETECTABLE_EFFECTS)}")
+    measured = DETECTABLE_EFFECTS[claim][2]
+    below = [m for m in measured if m <= n]
+    return measured[max(below)] if below else float("nan")

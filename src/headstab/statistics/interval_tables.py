@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from headstab.matching import one_to_one_assignment
+from headstab.similarity.prompt_groups import check_matches_pair_tensor
 from headstab.statistics import cross_layer_null
 from headstab.statistics.bootstrap import (
     Resamples,
@@ -46,6 +47,8 @@ from headstab.statistics.controls import (
 )
 from headstab.statistics.effect_size import effect_size, similarity_rounding
 from headstab.statistics.hypothesis import gap_replicates
+from headstab.statistics.interval_labels import LABEL_COLUMNS, gap_labels, interval_labels
+from headstab.statistics.jackknife import JACKKNIFE_COLUMNS, jackknife_columns, jackknife_scope
 from headstab.statistics.resampling import commonness_replicates
 
 __all__ = [
@@ -68,11 +71,12 @@ NULL_KINDS = {"same_layer": "null", "cross_layer": "cross_layer_null"}
 # One-to-one stability's interval and chance columns (its estimate is head/layer_stability's stability_one_to_one).
 ONE_TO_ONE = ["ci_low", "ci_high", "null", "null_ci_low", "null_ci_high", "above_null", "above_null_ci_low"]
 ONE_TO_ONE = [f"one_to_one_{name}" for name in (*ONE_TO_ONE, "above_null_ci_high", "init")]
-CONTROLS = ["entropy", *CONTENT_COLUMNS]
+CONTROLS = ["entropy", *CONTENT_COLUMNS, *JACKKNIFE_COLUMNS, *LABEL_COLUMNS]
 HEAD_INTERVAL_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", "head", *INTERVAL, *CHANCE, *ONE_TO_ONE]
 HEAD_INTERVAL_COLUMNS += CONTROLS
 LAYER_INTERVAL_COLUMNS = ["promptset", "scope", "anchor_seed", "layer", *INTERVAL, *CHANCE, *ONE_TO_ONE, *CONTROLS]
 GAP_INTERVAL_COLUMNS = ["promptset", "statistic", "estimate", "ci_low", "ci_high", "n_boot", "p_value"]
+GAP_LABELLED_COLUMNS = [*GAP_INTERVAL_COLUMNS, "ci_calibration", "p_calibration"]
 POOLED_COLUMNS = ["promptset", "scope", "layer", "stability", *INTERVAL, *CHANCE, "n_refits"]
 POOLED_COLUMNS += ["stability_one_to_one", *ONE_TO_ONE, *CONTROLS]
 COMMONNESS_INTERVAL_COLUMNS = ["promptset", "seed", "layer", "head", "ci_low", "ci_high", "n_boot"]
@@ -199,10 +203,11 @@ def head_interval_table(
     confidence: float,
     eps: float,
     entropy: np.ndarray | None = None,
+    jackknife: dict[str, np.ndarray] | None = None,
 ) -> pd.DataFrame:
     """HEAD_INTERVAL_COLUMNS: one row per (scope, anchor_seed, layer, head), as head_stability.csv; eps: the
     machine epsilon of the similarities' dtype (effect_size); entropy [seed, layer, head] of the prompt groups
-    (NaN without)."""
+    (NaN without); jackknife: the "head" level of `jackknife_columns` (NaN without); calibration labels at N."""
     frames = []
     for scope in ("same_layer", "cross_layer"):
         estimate = kinds[scope]["head_estimate"]
@@ -213,8 +218,9 @@ def head_interval_table(
         columns.update(_one_to_one_columns(kinds, scope, "head", confidence))
         columns["entropy"] = entropy_column(entropy, estimate.shape)
         columns.update(content_columns(kinds, scope, "head", confidence))
+        columns.update(jackknife_scope(jackknife, scope, estimate.shape))
         frames.append(_frame(base, columns, kinds[scope]["head"].shape[0], scope, promptset))
-    return pd.concat(frames, ignore_index=True)[HEAD_INTERVAL_COLUMNS]
+    return interval_labels(pd.concat(frames, ignore_index=True), "head", len(seeds))[HEAD_INTERVAL_COLUMNS]
 
 
 def _anchor_layer(kinds_scope: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -228,9 +234,10 @@ def layer_interval_table(
     confidence: float,
     eps: float,
     entropy: np.ndarray | None = None,
+    jackknife: dict[str, np.ndarray] | None = None,
 ) -> pd.DataFrame:
     """LAYER_INTERVAL_COLUMNS: per (scope, anchor_seed, layer), the anchor's mean over heads, as
-    layer_stability.csv (entropy: the mean over the layer's heads)."""
+    layer_stability.csv (entropy: the mean over the layer's heads; jackknife: the "layer" level)."""
     per_anchor = {
         kind: {**values, "layer": reps, "layer_estimate": estimate}
         for kind, values in kinds.items()
@@ -248,15 +255,21 @@ def layer_interval_table(
         columns.update(_one_to_one_columns(per_anchor, scope, "layer", confidence))
         columns["entropy"] = entropy_column(entropy, estimate.shape, (2,))
         columns.update(content_columns(per_anchor, scope, "layer", confidence))
+        columns.update(jackknife_scope(jackknife, scope, estimate.shape))
         frames.append(_frame(base, columns, per_anchor[scope]["layer"].shape[0], scope, promptset))
-    return pd.concat(frames, ignore_index=True)[LAYER_INTERVAL_COLUMNS]
+    return interval_labels(pd.concat(frames, ignore_index=True), "layer", len(seeds))[LAYER_INTERVAL_COLUMNS]
 
 
 def pooled_layer_table(
-    kinds: StabilityReplicates, promptset: str, confidence: float, eps: float, entropy: np.ndarray | None = None
+    kinds: StabilityReplicates,
+    promptset: str,
+    confidence: float,
+    eps: float,
+    entropy: np.ndarray | None = None,
+    jackknife: dict[str, np.ndarray] | None = None,
 ) -> pd.DataFrame:
     """POOLED_COLUMNS: per (scope, layer), stability averaged over ordered pairs of distinct refits and heads
-    (entropy: over refits and heads)."""
+    (entropy: over refits and heads; jackknife: the "pooled" level)."""
     frames = []
     for scope in ("same_layer", "cross_layer"):
         estimate = kinds[scope]["layer_estimate"]
@@ -276,10 +289,11 @@ def pooled_layer_table(
         columns.update(_one_to_one_columns(kinds, scope, "layer", confidence))
         columns["entropy"] = entropy_column(entropy, estimate.shape, (0, 2))
         columns.update(content_columns(kinds, scope, "layer", confidence))
+        columns.update(jackknife_scope(jackknife, scope, estimate.shape))
         frame = _frame(base, columns, kinds[scope]["layer"].shape[0], scope, promptset)
         frame["n_refits"] = n_seeds
         frames.append(frame)
-    return pd.concat(frames, ignore_index=True)[POOLED_COLUMNS]
+    return interval_labels(pd.concat(frames, ignore_index=True), "pooled", n_seeds)[POOLED_COLUMNS]
 
 
 def interval_tables(
@@ -330,37 +344,22 @@ def interval_tables(
     )
     attach_content_share(kinds, grouped.content_share)
     cross_layer_null.add_cross_layer_null(kinds, resamples, null_similarity, grouped, permutations, seed)
-    _check_same_caches(kinds["same_layer"]["pair_best"], similarity, grouped.lengths, promptset)
+    check_matches_pair_tensor(kinds["same_layer"]["pair_best"], similarity, grouped.lengths, promptset)
     gap = gap_interval_table(kinds, promptset, confidence)
     gap = pd.concat(
         [gap, pd.DataFrame(gap_control_rows(kinds, promptset, confidence, permutations, seed), columns=gap.columns)],
         ignore_index=True,
     )
     eps = similarity_rounding(np.result_type(grouped.observed, grouped.null), grouped.lengths)  # for effect_size
+    best = {"observed": kinds["same_layer"]["pair_best"], "null": kinds["null"]["pair_best"]}
+    jackknife = jackknife_columns(grouped, best, confidence)
     return {
-        "head": head_interval_table(kinds, seeds, promptset, confidence, eps, grouped.entropy),
-        "layer": layer_interval_table(kinds, seeds, promptset, confidence, eps, grouped.entropy),
-        "pooled": pooled_layer_table(kinds, promptset, confidence, eps, grouped.entropy),
-        "gap": gap,
+        "head": head_interval_table(kinds, seeds, promptset, confidence, eps, grouped.entropy, jackknife["head"]),
+        "layer": layer_interval_table(kinds, seeds, promptset, confidence, eps, grouped.entropy, jackknife["layer"]),
+        "pooled": pooled_layer_table(kinds, promptset, confidence, eps, grouped.entropy, jackknife["pooled"]),
+        "gap": gap_labels(gap, len(seeds))[GAP_LABELLED_COLUMNS],
         "commonness": commonness_interval_table(grouped, resamples, promptset, confidence),
     }
-
-
-def _check_same_caches(pair_best: np.ndarray, similarity: np.ndarray, lengths: np.ndarray, promptset: str) -> None:
-    """The prompt groups' full-data best matches must be the pair-similarity tensor's (the same caches)."""
-    same_layer_blocks = np.moveaxis(np.diagonal(similarity, axis1=2, axis2=4), -1, 2)
-    expected = same_layer_blocks.max(axis=-1).astype(np.float64)
-    # Both are float32 dot products of unit vectors over a prompt's lower-triangle entries: rounding
-    # grows like sqrt(entries) ulps.
-    entries = int(np.max(lengths * (lengths + 1) // 2))
-    tolerance = 16 * np.finfo(np.float32).eps * (np.sqrt(entries) + 4)
-    if not np.allclose(pair_best, expected, rtol=0, atol=tolerance):
-        worst = float(np.max(np.abs(pair_best - expected)))
-        raise ValueError(
-            f"prompt set {promptset!r}: the prompt-group similarity and the pair-similarity tensor disagree "
-            f"(best matches differ by up to {worst:.3g}); they were built from different caches. Rebuild both "
-            "(snakemake --forcerun pair_similarity prompt_group_similarity)"
-        )
 
 
 def commonness_interval_table(grouped, resamples: Resamples, promptset: str, confidence: float) -> pd.DataFrame:

@@ -16,11 +16,14 @@ import numpy as np
 import pandas as pd
 
 from headstab.statistics.bootstrap import draw_resamples, percentile_interval, stability_replicates
+from headstab.statistics.calibration import calibration_label
 from headstab.statistics.hypothesis import gap_replicates
 
 __all__ = ["CURVE_COLUMNS", "NEEDED_COLUMNS", "seeds_needed", "seeds_needed_curve", "subset_sizes"]
 
-CURVE_COLUMNS = ["statistic", "layer", "n_refits", "ci_width", "ci_width_sd", "n_subsets", "n_boot"]
+CURVE_COLUMNS = ["statistic", "layer", "n_refits", "ci_width", "ci_width_sd", "n_subsets", "n_boot", "ci_calibration"]
+# The interval whose width is measured: the pooled multi-bootstrap of layer stability, and of ΔS from its replicates.
+WIDTH_METHODS = {"layer_stability": "multibootstrap_pooled", "delta_s": "multibootstrap_gap"}
 NEEDED_COLUMNS = [
     "statistic",
     "layer",
@@ -29,6 +32,7 @@ NEEDED_COLUMNS = [
     "extrapolated",
     "n_refits_available",
     "ci_width_at_available",
+    "ci_calibration",
 ]
 
 
@@ -48,7 +52,8 @@ def seeds_needed_curve(
     seed: int,
     confidence: float,
 ) -> pd.DataFrame:
-    """CURVE_COLUMNS: per statistic ("layer_stability" per layer, "delta_s" with layer -1) and subset size.
+    """CURVE_COLUMNS: per statistic ("layer_stability" per layer, "delta_s" with layer -1) and subset size;
+    ci_calibration: how the study labels the interval whose width this is, at the subset's refits.
 
     grouped: [group, seed_a, seed_b, layer, head_a, head_b] (same-layer, per prompt group).
     """
@@ -72,15 +77,17 @@ def seeds_needed_curve(
         widths = np.array(widths)
         n_layers = grouped.shape[3]
         for index, layer_index in enumerate([*range(n_layers), -1]):
+            statistic = "layer_stability" if layer_index >= 0 else "delta_s"
             rows.append(
                 (
-                    "layer_stability" if layer_index >= 0 else "delta_s",
+                    statistic,
                     layer_index,
                     size,
                     widths[:, index].mean(),
                     widths[:, index].std(ddof=1) if len(widths) > 1 else 0.0,
                     len(subsets),
                     n_boot,
+                    calibration_label(WIDTH_METHODS[statistic], size),
                 )
             )
     return pd.DataFrame(rows, columns=CURVE_COLUMNS)
@@ -89,7 +96,7 @@ def seeds_needed_curve(
 def seeds_needed(curve: pd.DataFrame, tolerance: float) -> pd.DataFrame:
     """NEEDED_COLUMNS: per statistic and layer, the smallest subset size from which every measured mean
     width is <= tolerance; when the full set's width w_N is above it, n* = N (w_N / tolerance)^2
-    (extrapolated True)."""
+    (extrapolated True); ci_calibration: the label of the interval whose width ci_width_at_available is."""
     if tolerance <= 0:
         raise ValueError(f"config key 'statistics.seeds_needed_tolerance' must be > 0; got {tolerance}")
     rows = []
@@ -103,5 +110,6 @@ def seeds_needed(curve: pd.DataFrame, tolerance: float) -> pd.DataFrame:
             needed, extrapolated = int(later["n_refits"].iloc[0]), False
         else:
             needed, extrapolated = int(np.ceil(available * (width / tolerance) ** 2)), True
-        rows.append((statistic, layer, tolerance, needed, extrapolated, available, width))
+        label = calibration_label(WIDTH_METHODS[statistic], available)
+        rows.append((statistic, layer, tolerance, needed, extrapolated, available, width, label))
     return pd.DataFrame(rows, columns=NEEDED_COLUMNS)
