@@ -45,7 +45,6 @@ def main():
             seed=options["seed"],
             confidence=options["confidence"],
             init=None if init_path is None else read_grouped_similarity(init_path),
-            permutations=options["permutations"],
         )
         for name, interval_name in (
             ("head_stability", "head"),

@@ -292,7 +292,6 @@ def interval_tables(
     seed: int,
     confidence: float,
     init=None,
-    permutations: int = 1000,
 ) -> dict[str, pd.DataFrame]:
     """Intervals, null, step-0 baseline and controls of one prompt set: {"head", "layer", "pooled", "gap",
     "commonness"} tables.
@@ -300,7 +299,7 @@ def interval_tables(
     similarity: the pair-similarity tensor (Eq. 2) of the refits `grouped.seeds`; grouped, init:
     `GroupedSimilarity` of the trained refits and of the same refits at step 0 (or None). The
     same-layer point estimates from `grouped` must equal those of `similarity` (the same caches): a
-    mismatch raises instead of mixing two runs. permutations: of the layer-label null of ΔS.
+    mismatch raises instead of mixing two runs.
     """
     seeds = list(grouped.seeds)
     n_groups = len(grouped.group_sizes)
@@ -330,7 +329,7 @@ def interval_tables(
     _check_same_caches(kinds["same_layer"]["pair_best"], similarity, grouped.lengths, promptset)
     gap = gap_interval_table(kinds, promptset, confidence)
     gap = pd.concat(
-        [gap, pd.DataFrame(gap_control_rows(kinds, promptset, confidence, permutations, seed), columns=gap.columns)],
+        [gap, pd.DataFrame(gap_control_rows(kinds, promptset, confidence), columns=gap.columns)],
         ignore_index=True,
     )
     eps = float(np.finfo(np.result_type(grouped.observed, grouped.null)).eps)  # the similarities' stored dtype
