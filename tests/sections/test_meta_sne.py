@@ -8,6 +8,7 @@ from helpers.tolerances import reduction_rtol
 from scipy.spatial.distance import pdist
 
 from headstab.sections.meta_sne import (
+    MANTEL_TABLE_COLUMNS,
     depth_mantel_table,
     head_descriptions,
     mantel_refits,
@@ -18,6 +19,7 @@ from headstab.sections.meta_sne import (
     scale_normalised,
     token_mean_head_output,
 )
+from headstab.statistics.mantel import MANTEL_COLUMNS
 
 rng = np.random.default_rng(0)
 
@@ -429,6 +431,7 @@ def test_a_depth_order_made_by_output_scale_alone_leaves_the_normalised_descript
     assert table.loc["raw", "mantel_r"] > 0.3 and table.loc["raw", "p_value"] == 1 / 200
     assert table.loc["scale_normalised", "p_value"] > 0.05
     # only the 4-layer architecture's 3 refits enter: a 2-layer refit's depth has no order
+    assert list(table.reset_index().columns) == [*MANTEL_TABLE_COLUMNS, *MANTEL_COLUMNS, "calibration", "note"]
     assert (table["strata"] == "refit").all() and (table["blocks"] == "layer").all()
     assert (table["n_strata"] == 3).all() and (table["n_blocks"] == 12).all() and (table["n_architectures"] == 1).all()
     assert (table["calibration"] == "descriptive").all()  # 3 refits: below every calibrated n
@@ -462,6 +465,7 @@ def test_without_refits_of_three_layers_the_mantel_test_is_nan_and_says_why():
     two_layers = {refit: desc for refit, desc in _planted("shape").items() if refit[0] != "l4_h8_attn"}
     table = depth_mantel_table(two_layers, FACTS, n_permutations=20, seed=0)
     assert table["description"].tolist() == ["raw", "scale_normalised"]
+    assert list(table.columns) == [*MANTEL_TABLE_COLUMNS, *MANTEL_COLUMNS, "calibration", "note"]
     assert table["mantel_r"].isna().all() and table["p_value"].isna().all() and (table["n_refits"] == 0).all()
     assert (table["note"] == "needs refits of at least 3 layers for a depth order; the run's have [2]").all()
     assert (table["calibration"] == "descriptive").all() and (table["n_permutations"] == 20).all()

@@ -233,7 +233,12 @@ def stats_bh(p: np.ndarray) -> np.ndarray:
 
 def test_layer_tests_of_too_few_refits_are_nan_with_the_reason():
     grouped = _planted_grouped(np.random.default_rng(1), 2, np.full(4, 0.1), np.full(4, 0.3))
-    tests = layer_tests_table({"l4": layer_pseudo_values(grouped)}, {"l4": FACTS_L4}, 100, 0)
+    pseudo = layer_pseudo_values(grouped)
+    assert pseudo.index.tolist() == list(range(16))  # 2 statistics x 2 refits x 4 layers
+    first = pseudo[pseudo["statistic"] == "layer_stability"]
+    assert first["layer"].tolist() == [0, 1, 2, 3] * 2 and first["seed"].tolist() == [1] * 4 + [2] * 4
+    assert first["relative_depth"].tolist() == [0.25, 0.5, 0.75, 1.0] * 2  # (layer + 1) / L
+    tests = layer_tests_table({"l4": pseudo}, {"l4": FACTS_L4}, 100, 0)
     assert tests["estimate"].isna().all() and tests["p_value"].isna().all() and (tests["n_refits"] == 2).all()
     assert (tests["note"] == "per-refit pseudo-values need at least 3 refits; this architecture has 2").all()
 
@@ -275,3 +280,13 @@ def test_a_dip_that_does_not_grow_with_depth_is_not_called_deeper():
     assert trend.loc["mid_depth_dip", "p_value"] > 0.5
     alone = gap_depth_table(summary, 999, 0)
     assert set(alone["quantity"]) == {"delta_s"} and alone["p_value"].isna().all()
+
+
+def test_three_refits_are_enough_and_a_missing_pseudo_value_of_more_is_refused():
+    grouped = _planted_grouped(np.random.default_rng(4), 3, np.full(4, 0.1), np.full(4, 0.3))
+    pseudo = layer_pseudo_values(grouped)
+    tests = layer_tests_table({"l4": pseudo}, {"l4": FACTS_L4}, 100, 0)
+    assert tests["estimate"].notna().all() and (tests["n_refits"] == 3).all() and (tests["n_signs"] > 0).sum() == 2
+    pseudo.loc[5, "pseudo_value"] = np.nan
+    with pytest.raises(ValueError, match=r"pseudo-values must be a finite \[refit, layer\] array"):
+        layer_tests_table({"l4": pseudo}, {"l4": FACTS_L4}, 100, 0)

@@ -290,6 +290,7 @@ def depth_mantel_table(
     from headstab.statistics.calibration import DESCRIPTIVE, calibration_label
     from headstab.statistics.mantel import MANTEL_COLUMNS, mantel_test
 
+    columns = [*MANTEL_TABLE_COLUMNS, *MANTEL_COLUMNS, "calibration", "note"]
     refits = mantel_refits(descriptions, max_heads, seed)
     base = {"predictor": "abs_delta_relative_depth", "strata": "refit", "blocks": "layer", "n_refits": len(refits)}
     base["n_architectures"] = len({arch for arch, _ in refits})
@@ -298,7 +299,7 @@ def depth_mantel_table(
         note = f"needs refits of at least {MANTEL_MIN_LAYERS} layers for a depth order; the run's have {depths}"
         empty = dict.fromkeys(MANTEL_COLUMNS, np.nan) | {"n_permutations": n_permutations}
         rows = [{"description": d, **base, **empty, "calibration": DESCRIPTIVE, "note": note} for d in DESCRIPTIONS]
-        return pd.DataFrame(rows)
+        return pd.DataFrame(rows)[columns]
     frame, features = meta_sne_frame({refit: descriptions[refit] for refit in refits}, facts)
     strata = (frame["architecture"].astype(str) + "/" + frame["seed"].astype(str)).to_numpy()
     blocks = strata + "/" + frame["layer"].astype(str).to_numpy()
@@ -316,4 +317,4 @@ def depth_mantel_table(
             result["mantel_r"],
             result["p_value"],
         )
-    return pd.DataFrame(out)
+    return pd.DataFrame(out)[columns]
