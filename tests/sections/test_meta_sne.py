@@ -433,6 +433,7 @@ def test_a_depth_order_made_by_output_scale_alone_leaves_the_normalised_descript
     # only the 4-layer architecture's 3 refits enter: a 2-layer refit's depth has no order
     assert list(table.reset_index().columns) == [*MANTEL_TABLE_COLUMNS, *MANTEL_COLUMNS, "calibration", "note"]
     assert (table["strata"] == "refit").all() and (table["blocks"] == "layer").all()
+    assert (table["predictor"] == "abs_delta_relative_depth").all()
     assert (table["n_strata"] == 3).all() and (table["n_blocks"] == 12).all() and (table["n_architectures"] == 1).all()
     assert (table["calibration"] == "descriptive").all()  # 3 refits: below every calibrated n
 
@@ -446,6 +447,8 @@ def test_the_mantel_test_keeps_whole_refits_while_they_fit_in_max_heads():
     table = depth_mantel_table(_planted("shape"), FACTS, n_permutations=20, seed=0, max_heads=50)
     # a 4-layer refit has 24 heads: two fit in 50, a third would not
     assert (table["n_objects"] == 48).all() and (table["n_refits"] == 2).all() and (table["n_permutations"] == 20).all()
+    exact = depth_mantel_table(_planted("shape"), FACTS, n_permutations=20, seed=0, max_heads=48)
+    assert (exact["n_refits"] == 2).all()  # 48 heads fit in 48
     one = depth_mantel_table(_planted("shape"), FACTS, n_permutations=20, seed=0, max_heads=3)
     assert (one["n_objects"] == 24).all()  # at least one refit, whole
 

@@ -149,3 +149,28 @@ def test_q_values_are_benjamini_hochberg_over_the_finite_p_values():
     q = q_values(np.array([0.01, np.nan, 0.04, 0.03]))
     np.testing.assert_allclose(q, [0.03, np.nan, 0.04, 0.04])
     assert np.isnan(q_values(np.array([np.nan, np.nan]))).all()
+
+
+def test_the_smallest_cases_two_refits_one_sign_vector_and_orders_exactly_at_the_budget():
+    signs, exact = sign_vectors(2, 4, seed=0)
+    assert exact and len(signs) == 4
+    one, exact = sign_vectors(5, 1, seed=0)
+    assert not exact and one.shape == (1, 5)
+    exact_orders = depth_trend_test(np.array([2, 4, 8]), np.array([0.1, 0.2, 0.3]), 6, seed=0)
+    assert exact_orders["n_orders"] == 6 and exact_orders["p_value"] == pytest.approx(1 / 6)  # 3! = 6: enumerated
+    random_orders = depth_trend_test(np.array([2, 4, 8]), np.array([0.1, 0.2, 0.3]), 5, seed=0)
+    assert random_orders["n_orders"] == 5 and random_orders["p_value"] >= 1 / 6  # (1 + #) / (1 + 5)
+
+
+def test_mid_depth_counts_random_sign_vectors_with_the_add_one_rule():
+    psi = np.column_stack([np.ones(14), np.zeros(14), np.ones(14)]) * np.linspace(1.0, 2.0, 14)[:, None]
+    result = mid_depth_test(psi, 100, seed=0)
+    assert result["n_signs"] == 100 and result["min_p"] == pytest.approx(1 / 101)
+    assert result["p_value"] == pytest.approx(1 / 101)  # every dip positive: no random flip reaches their mean
+
+
+def test_a_constant_or_single_depth_trend_is_nan_with_no_orders():
+    result = depth_trend_test(np.array([4, 4, 4]), np.array([0.1, 0.2, 0.3]), 100, 0)
+    assert np.isnan(result["rho"]) and result["n_orders"] == 0 and result["n_units"] == 3
+    result = depth_trend_test(np.array([2, 4, 8, 12]), np.array([0.2, 0.2, 0.2, np.nan]), 100, 0)
+    assert np.isnan(result["p_value"]) and result["n_units"] == 3

@@ -77,6 +77,13 @@ def test_structure_shared_by_a_stratum_is_not_taken_for_a_depth_effect():
 def test_a_constant_distance_gives_no_r_and_bad_shapes_are_named():
     result = mantel_test(_distances(np.arange(5.0)), np.ones(5), np.zeros(5), n_permutations=5, seed=0)
     assert np.isnan(result["mantel_r"]) and np.isnan(result["p_value"])
+    assert np.isnan(result["null_mean"]) and np.isnan(result["null_sd"])
+    flat = mantel_test(1.0 - np.eye(5), np.arange(5.0), np.zeros(5), n_permutations=5, seed=0)  # response constant
+    assert np.isnan(flat["mantel_r"]) and np.isnan(flat["p_value"])
+    # three points at equal distances: a constant, nonzero predictor
+    triangle = np.array([[0.0, 0.0], [1.0, 0.0], [0.5, np.sqrt(3) / 2]])
+    equilateral = mantel_test(_distances(np.arange(3.0)), triangle, np.zeros(3), 5, 0)
+    assert np.isnan(equilateral["mantel_r"]) and np.isnan(equilateral["null_mean"])
     with pytest.raises(ValueError, match=r"square \[n >= 3, n\] distance matrix, got shape \(2, 3\)"):
         mantel_test(np.zeros((2, 3)), np.zeros(2), np.zeros(2), 5, 0)
     with pytest.raises(ValueError, match=r"strata must be \[n\] = \(4,\) labels"):

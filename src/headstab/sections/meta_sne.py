@@ -255,8 +255,13 @@ def mantel_refits(
     by_arch: dict[str, list[tuple[str, int]]] = {}
     for refit in eligible:
         by_arch.setdefault(refit[0], []).append(refit)
-    shuffled = [[refits[i] for i in rng.permutation(len(refits))] for refits in by_arch.values()]
-    order = [refits[k] for k in range(max(map(len, shuffled), default=0)) for refits in shuffled if k < len(refits)]
+    # (rank within its architecture, architecture, refit): sorted, the first of every architecture come first
+    ranked = [
+        (rank, i, refits[k])
+        for i, refits in enumerate(by_arch.values())
+        for rank, k in enumerate(rng.permutation(len(refits)))
+    ]
+    order = [refit for *_, refit in sorted(ranked)]
     chosen, heads = [], 0
     for refit in order:
         size = int(np.prod(np.shape(descriptions[refit])[:2]))
@@ -301,8 +306,8 @@ def depth_mantel_table(
         rows = [{"description": d, **base, **empty, "calibration": DESCRIPTIVE, "note": note} for d in DESCRIPTIONS]
         return pd.DataFrame(rows)[columns]
     frame, features = meta_sne_frame({refit: descriptions[refit] for refit in refits}, facts)
-    strata = (frame["architecture"].astype(str) + "/" + frame["seed"].astype(str)).to_numpy()
-    blocks = strata + "/" + frame["layer"].astype(str).to_numpy()
+    strata = frame.groupby(["architecture", "seed"]).ngroup().to_numpy()
+    blocks = frame.groupby(["architecture", "seed", "layer"]).ngroup().to_numpy()
     depth = frame["relative_depth"].to_numpy(dtype=np.float64)
     label = calibration_label("mantel_layer_blocks", len(refits))
     out = []

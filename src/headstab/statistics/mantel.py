@@ -50,11 +50,11 @@ def _blocks(points: np.ndarray, strata: np.ndarray, blocks: np.ndarray | None) -
 
 def _block_pair_weights(response: np.ndarray, index: np.ndarray, n_blocks: int) -> np.ndarray:
     """float64 [block * block, 2]: per ordered pair of blocks, half the number of object pairs i != j between them
-    and half the sum of their responses. Any block order's predictor is constant on such a cell, so its sums over
-    the pairs i < j are these weights times the cells' predictor values."""
-    off_diagonal = response - np.diag(np.diag(response))
+    and half the sum of their responses. Any block order's predictor is constant on such a cell (0 on the
+    diagonal cells: the pairs within a block), so its sums over the pairs i < j are these weights times the
+    cells' predictor values; the response's own diagonal (i = j) lands in a diagonal cell and never counts."""
     cell = (index[:, None] * n_blocks + index[None, :]).ravel()
-    response_sums = np.bincount(cell, weights=off_diagonal.ravel(), minlength=n_blocks**2)
+    response_sums = np.bincount(cell, weights=response.ravel(), minlength=n_blocks**2)
     sizes = np.bincount(index, minlength=n_blocks).astype(np.float64)
     pair_counts = np.outer(sizes, sizes) - np.diag(sizes)
     return np.stack([pair_counts.ravel(), response_sums], axis=1) / 2
@@ -105,8 +105,8 @@ def mantel_test(
         moved = block_points[orders]  # [order, block, k]
         distance = np.sqrt(((moved[:, :, None, :] - moved[:, None, :, :]) ** 2).sum(axis=-1)).reshape(len(orders), -1)
         y_mean, cross = (distance @ weights).T
-        y_sd = np.sqrt(np.maximum(distance**2 @ weights[:, 0] - y_mean**2, 0.0))
-        constant = (x_sd == 0) | (y_sd <= 1e-12 * np.maximum(np.abs(y_mean), 1.0))
+        y_sd = np.sqrt((distance - y_mean[:, None]) ** 2 @ weights[:, 0])  # centred first: a constant gives 0
+        constant = (x_sd == 0) | (y_sd <= 1e-12 * np.abs(y_mean))
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(constant, np.nan, (cross - x_mean * y_mean) / (x_sd * y_sd))
 
