@@ -472,3 +472,13 @@ def test_without_refits_of_three_layers_the_mantel_test_is_nan_and_says_why():
     assert table["mantel_r"].isna().all() and table["p_value"].isna().all() and (table["n_refits"] == 0).all()
     assert (table["note"] == "needs refits of at least 3 layers for a depth order; the run's have [2]").all()
     assert (table["calibration"] == "descriptive").all() and (table["n_permutations"] == 20).all()
+
+
+def test_the_mantel_test_is_calibrated_from_four_refits():
+    generator = np.random.default_rng(12)
+    facts = {"l3": {"n_layers": 3, "n_heads": 2, "optimizer": "Adam", "attention_only": False}}
+    descriptions = {("l3", seed): generator.normal(size=(3, 2, 5)) for seed in range(1, 5)}
+    table = depth_mantel_table(descriptions, facts, n_permutations=20, seed=0)
+    assert (table["n_refits"] == 4).all() and (table["calibration"] == "calibrated").all()
+    fewer = depth_mantel_table(dict(list(descriptions.items())[:3]), facts, n_permutations=20, seed=0)
+    assert (fewer["calibration"] == "descriptive").all()
