@@ -106,7 +106,8 @@ def test_null_source_gaps_are_each_columns_range_per_anchor_and_nan_without_it(l
             layer_stability({1: [0.0, 0.0, 0.0]}, scope="cross_layer").assign(null=9.0, above_null=9.0),
         ]
     )
-    gaps = null_source_gaps(layers).set_index("anchor_seed")
+    gaps = null_source_gaps(layers.iloc[::-1]).set_index("anchor_seed")
+    assert gaps.index.tolist() == [1, 2]  # in anchor order whatever the row order
     assert gaps.loc[1, "delta_s_prompt_null"] == pytest.approx(0.3) and gaps.loc[2, "delta_s_prompt_null"] == 0
     assert gaps.loc[1, "delta_s_above_null"] == pytest.approx(0.6) and gaps.loc[
         2, "delta_s_above_null"
@@ -114,6 +115,14 @@ def test_null_source_gaps_are_each_columns_range_per_anchor_and_nan_without_it(l
     assert gaps[["delta_s_content", "delta_s_content_above_null"]].isna().all().all()
     summary = stability_gap_summary({"l3": layers}, {"l3": FACTS_L3}, "primary")
     assert summary["delta_s_prompt_null"].tolist() == pytest.approx([0.3, 0.0])
+    other = pd.concat(
+        [layers, layer_stability({1: [0.1, 0.2, 0.3]}, promptset="len5").assign(null=[1, 5, 2], above_null=0)]
+    )
+    len5 = stability_gap_summary({"l3": other}, {"l3": FACTS_L3}, "len5")  # whole numbers, as a CSV gives them
+    assert len5["delta_s_prompt_null"].tolist() == [4.0] and len5["delta_s_prompt_null"].dtype == np.float64
+    assert null_source_gaps(other, "len5")["delta_s_prompt_null"].dtype == np.float64
+    with pytest.raises(ValueError, match=r"^layer stability has no rows with promptset = 'len9'"):
+        null_source_gaps(other, "len9")
 
 
 FACTS_L3 = {"n_layers": 3, "n_heads": 2, "optimizer": "Adam", "attention_only": True}
@@ -206,13 +215,19 @@ def test_layer_test_rows_test_above_the_null_and_describe_raw_stability():
         {"l4": layer_pseudo_values(grouped), "l2": layer_pseudo_values(two_layers)}, facts, 100, 0
     )
     assert list(tests.columns) == LAYER_TEST_COLUMNS and len(tests) == 2 * 2 * 2
+    # in the order of the architectures and of the pseudo-values' statistics
+    assert (
+        tests["statistic"].tolist()
+        == ["layer_stability"] * 2 + ["layer_above_null"] * 2 + ["layer_stability"] * 2 + ["layer_above_null"] * 2
+    )
+    assert tests["n_layers"].tolist() == [4] * 4 + [2] * 4 and (tests["n_heads"] == 3).all()
     tests = tests.set_index(["architecture", "statistic", "test"])
     raw = tests.xs(("l4", "layer_stability"), level=("architecture", "statistic"))
     assert raw["p_value"].isna().all() and (raw["calibration"] == "descriptive").all()
     assert raw["note"].str.startswith("raw stability: the layers' chance floors differ").all()
     spread = tests.loc[("l4", "layer_above_null", "layers_differ")]
     assert spread["n_refits"] == 6 and spread["n_signs"] == 64 and spread["min_p"] == pytest.approx(2 / 64)
-    assert 0 < spread["chance"] < spread["estimate"] and spread["calibration"] == "calibrated"
+    assert 0 < spread["chance"] < spread["estimate"] and spread["calibration"] == "calibrated" and spread["note"] == ""
     dip = tests.loc[("l4", "layer_above_null", "mid_depth_dip")]
     assert dip["chance"] == 0 and dip["min_p"] == pytest.approx(1 / 64) and dip["p_value"] == pytest.approx(1 / 64)
     short = tests.loc[("l2", "layer_above_null", "mid_depth_dip")]
@@ -240,17 +255,22 @@ def test_layer_tests_of_too_few_refits_are_nan_with_the_reason():
     assert first["relative_depth"].tolist() == [0.25, 0.5, 0.75, 1.0] * 2  # (layer + 1) / L
     tests = layer_tests_table({"l4": pseudo}, {"l4": FACTS_L4}, 100, 0)
     assert tests["estimate"].isna().all() and tests["p_value"].isna().all() and (tests["n_refits"] == 2).all()
+    assert tests["test"].tolist() == ["layers_differ", "mid_depth_dip"] * 2 and (tests["n_signs"] == 0).all()
+    assert (tests["calibration"] == "descriptive").all() and tests[["chance", "min_p", "q_value"]].isna().all().all()
+    assert pseudo["pseudo_value"].dtype == np.float64
     assert (tests["note"] == "per-refit pseudo-values need at least 3 refits; this architecture has 2").all()
 
 
 def _depth_case(rng, dip_per_layer: float):
     """10 architectures of 3-12 layers (plus one of 2), 5 refits each, the dip dip_per_layer x (L - 3)."""
     pseudo, facts, summary = {}, {}, []
-    for k, n_layers in enumerate((2, 3, 4, 6, 8, 12, 3, 4, 6, 8, 12)):
+    for k, n_layers in enumerate((12, 2, 3, 4, 6, 8, 3, 4, 6, 8, 12)):
         above = np.full(n_layers, 0.2)
         above[1:-1] -= dip_per_layer * (n_layers - 3)
         name = f"a{k}"
-        pseudo[name] = layer_pseudo_values(_planted_grouped(rng, 5, above, np.full(n_layers, 0.3), spread=0.01))
+        floors = np.full(n_layers, 0.3)
+        floors[[0, -1]] = 0.5  # sharper end layers: the raw dip is 0.2 above the dip above the null
+        pseudo[name] = layer_pseudo_values(_planted_grouped(rng, 5, above, floors, spread=0.01))
         facts[name] = {**FACTS_L4, "n_layers": n_layers}
         summary.append({"architecture": name, "n_layers": n_layers, "anchor_seed": 1, "delta_s": 0.01 * n_layers})
     return pd.DataFrame(summary), layer_tests_table(pseudo, facts, 1000, 0)
@@ -269,17 +289,44 @@ def test_deeper_models_dipping_more_is_found_and_only_the_dip_is_tested():
         assert np.isnan(trend.loc[quantity, "p_value"]) and trend.loc[quantity, "calibration"] == "descriptive"
     assert trend.loc["delta_s", "spearman_rho"] == pytest.approx(1.0)  # ranges grow with L: described, not tested
     assert trend.loc["delta_s", "note"].startswith("a range over L layer means grows with L")
+    assert trend.loc["mid_depth_dip_raw", "note"].startswith("raw stability: the layers' chance floors differ")
+    # per depth: mean and s.d. (ddof 0) over the architectures' dips above the null
+    above = tests[(tests["test"] == "mid_depth_dip") & (tests["statistic"] == "layer_above_null")]
+    twelve = above[above["n_layers"] == 12]["estimate"].to_numpy()
+    row = dips[dips["n_layers"] == 12].iloc[0]
+    assert row["mean"] == pytest.approx(twelve.mean()) and row["sd"] == pytest.approx(np.abs(np.diff(twelve))[0] / 2)
+    raw = table[(table["quantity"] == "mid_depth_dip_raw") & (table["n_layers"] == 12)]["mean"].iloc[0]
+    assert raw == pytest.approx(twelve.mean() + 0.2, abs=0.02)
+    assert table[table["quantity"] == "delta_s"]["n_layers"].tolist() == [2, 3, 4, 6, 8, 12]  # the 2-layer range too
 
 
 def test_a_dip_that_does_not_grow_with_depth_is_not_called_deeper():
     summary, tests = _depth_case(np.random.default_rng(3), 0.0)
     trend = gap_depth_table(summary, 999, 0, layer_tests=tests).drop_duplicates("quantity").set_index("quantity")
     assert trend.loc["mid_depth_dip", "p_value"] > 0.05
+    summary, tests = _depth_case(np.random.default_rng(2), 0.03)
     falling = tests.assign(estimate=-tests["estimate"])  # deeper models dip less: one-sided, no evidence
     trend = gap_depth_table(summary, 999, 0, layer_tests=falling).drop_duplicates("quantity").set_index("quantity")
-    assert trend.loc["mid_depth_dip", "p_value"] > 0.5
+    assert trend.loc["mid_depth_dip", "spearman_rho"] < -0.8 and trend.loc["mid_depth_dip", "p_value"] > 0.99
     alone = gap_depth_table(summary, 999, 0)
     assert set(alone["quantity"]) == {"delta_s"} and alone["p_value"].isna().all()
+
+
+def test_random_signs_and_orders_repeat_with_the_seed_and_keep_the_architectures_order():
+    from headstab.statistics.layer_tests import depth_trend_test
+
+    summary, tests = _depth_case(np.random.default_rng(5), 0.0)
+    depth = [gap_depth_table(summary, 99, seed, layer_tests=tests) for seed in (0, 0, 1)]
+    p = [table.set_index("quantity").loc["mid_depth_dip", "p_value"].iloc[0] for table in depth]
+    assert p[0] == p[1] != p[2]
+    above = tests[(tests["test"] == "mid_depth_dip") & (tests["statistic"] == "layer_above_null")]
+    expected = depth_trend_test(above["n_layers"], above["estimate"], 99, 0, alternative="greater")["p_value"]
+    assert p[0] == expected  # the dips in the order of the summary's architectures
+    grouped = _planted_grouped(np.random.default_rng(6), 12, np.full(4, 0.1), np.full(4, 0.3))
+    pseudo = {"l4": layer_pseudo_values(grouped)}
+    runs = [layer_tests_table(pseudo, {"l4": FACTS_L4}, 100, seed)["p_value"].to_numpy() for seed in (0, 0, 1)]
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert not np.array_equal(runs[0][np.isfinite(runs[0])], runs[2][np.isfinite(runs[2])])
 
 
 def test_three_refits_are_enough_and_a_missing_pseudo_value_of_more_is_refused():

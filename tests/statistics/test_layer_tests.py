@@ -22,7 +22,8 @@ def test_sign_vectors_enumerate_every_vector_once_identity_first_when_few():
     assert exact and signs.shape == (8, 3) and (signs[0] == 1).all()
     assert {tuple(row) for row in signs} == set(itertools.product([-1.0, 1.0], repeat=3))
     drawn, exact = sign_vectors(4, 15, seed=1)
-    assert not exact and drawn.shape == (15, 4) and set(np.unique(drawn)) == {-1.0, 1.0}
+    assert not exact and drawn.shape == (16, 4) and set(np.unique(drawn[1:])) == {-1.0, 1.0}
+    assert (drawn[0] == 1).all()  # the observed signs, then 15 random vectors
     np.testing.assert_array_equal(drawn, sign_vectors(4, 15, seed=1)[0])
     assert not np.array_equal(drawn, sign_vectors(4, 15, seed=2)[0])
     assert sign_vectors(4, 16, seed=1)[1]  # 2**4 = 16 vectors: enumerated
@@ -96,14 +97,17 @@ def test_mid_depth_is_one_sided_a_planted_peak_is_no_dip():
 
 def test_mid_depth_averages_the_interior_and_the_two_ends():
     psi = np.array([[3.0, 0.0, 2.0, 1.0], [1.0, 1.0, 1.0, 5.0], [2.0, 4.0, 0.0, 2.0]])
-    dips = np.array([(3 + 1) / 2 - (0 + 2) / 2, (1 + 5) / 2 - 1.0, (2 + 2) / 2 - 2.0])
+    dips = np.array([(3 + 1) / 2 - (0 + 2) / 2, (1 + 5) / 2 - 1.0, (2 + 2) / 2 - 2.0])  # 1, 2, 0
     assert mid_depth_test(psi, 1000, seed=0)["dip"] == pytest.approx(dips.mean())
+    # flipped sums e1 + 2 e2 reach the observed 3 for both signs of the third refit's 0: p = 2 / 8
+    assert mid_depth_test(psi, 1000, seed=0)["p_value"] == pytest.approx(2 / 8)
     assert mid_depth_test(psi + 7.0, 1000, seed=0)["p_value"] == mid_depth_test(psi, 1000, seed=0)["p_value"]
 
 
 def test_mid_depth_needs_three_layers_and_says_so():
     result = mid_depth_test(np.ones((5, 2)), 1000, seed=0)
     assert np.isnan(result["dip"]) and np.isnan(result["p_value"]) and result["n_signs"] == 0
+    assert np.isnan(result["min_p"])
     assert result["note"] == "needs at least 3 layers (two ends and an interior); this architecture has 2"
 
 
@@ -115,39 +119,46 @@ def test_pseudo_values_must_be_a_finite_refit_by_layer_array():
 
 
 def test_depth_trend_by_hand_every_order_of_three_architectures():
-    result = depth_trend_test(np.array([2, 4, 8]), np.array([0.1, 0.2, 0.3]), 1000, seed=0)
+    result = depth_trend_test(np.array([2, 4, 8]), np.array([0.1, 0.2, 0.3]), 1000, seed=0, alternative="greater")
     assert result["rho"] == pytest.approx(1.0) and result["n_orders"] == 6 and result["n_units"] == 3
     assert result["p_value"] == pytest.approx(1 / 6)  # only the observed order reaches rho = 1
-    two_sided = depth_trend_test(np.array([2, 4, 8]), np.array([0.1, 0.2, 0.3]), 1000, 0, "two-sided")
+    two_sided = depth_trend_test(np.array([2, 4, 8]), np.array([0.1, 0.2, 0.3]), 1000, 0, alternative="two-sided")
     assert two_sided["p_value"] == pytest.approx(2 / 6)  # rho = -1 is as extreme
-    falling = depth_trend_test(np.array([2, 4, 8]), np.array([0.3, 0.2, 0.1]), 1000, seed=0)
+    falling = depth_trend_test(np.array([2, 4, 8]), np.array([0.3, 0.2, 0.1]), 1000, seed=0, alternative="greater")
     assert falling["rho"] == pytest.approx(-1.0) and falling["p_value"] == pytest.approx(1.0)
 
 
 def test_depth_trend_uses_average_ranks_drops_missing_values_and_needs_two_depths():
     depth = np.array([4, 4, 8, 8, 12, 3])
     values = np.array([0.0, 0.1, 0.2, 0.15, 0.4, np.nan])
-    result = depth_trend_test(depth, values, 1000, seed=0)
+    result = depth_trend_test(depth, values, 1000, seed=0, alternative="greater")
     assert result["rho"] == pytest.approx(stats.spearmanr(depth[:5], values[:5]).statistic)
     assert result["n_units"] == 5 and result["n_orders"] == 120
-    assert np.isnan(depth_trend_test(np.array([4, 4, 4]), np.array([0.1, 0.2, 0.3]), 100, 0)["p_value"])
-    assert np.isnan(depth_trend_test(np.array([2, 4, 8]), np.full(3, 0.2), 100, 0)["rho"])
+    assert np.isnan(
+        depth_trend_test(np.array([4, 4, 4]), np.array([0.1, 0.2, 0.3]), 100, 0, alternative="greater")["p_value"]
+    )
+    assert np.isnan(depth_trend_test(np.array([2, 4, 8]), np.full(3, 0.2), 100, 0, alternative="greater")["rho"])
     with pytest.raises(ValueError, match="alternative must be 'greater' or 'two-sided'; got 'less'"):
-        depth_trend_test(depth, values, 100, 0, "less")
+        depth_trend_test(depth, values, 100, 0, alternative="less")
 
 
 def test_depth_trend_draws_random_orders_for_many_architectures():
     rng = np.random.default_rng(6)
     depth = np.repeat([2, 4, 8, 12], 3)
-    planted = depth_trend_test(depth, depth * 0.01 + rng.normal(scale=0.005, size=12), 999, seed=0)
+    planted = depth_trend_test(
+        depth, depth * 0.01 + rng.normal(scale=0.005, size=12), 999, seed=0, alternative="greater"
+    )
     assert planted["n_orders"] == 999 and planted["p_value"] == pytest.approx(1 / 1000)
-    p = [depth_trend_test(depth, rng.normal(size=12), 199, seed=k)["p_value"] for k in range(200)]
+    p = [
+        depth_trend_test(depth, rng.normal(size=12), 199, seed=k, alternative="greater")["p_value"] for k in range(200)
+    ]
     assert np.mean(np.array(p) <= 0.05) <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 200)
 
 
 def test_q_values_are_benjamini_hochberg_over_the_finite_p_values():
     q = q_values(np.array([0.01, np.nan, 0.04, 0.03]))
     np.testing.assert_allclose(q, [0.03, np.nan, 0.04, 0.04])
+    np.testing.assert_allclose(q_values(np.array([0.01, None, 0.04, 0.03], dtype=object)), q)  # a table's column
     assert np.isnan(q_values(np.array([np.nan, np.nan]))).all()
 
 
@@ -155,10 +166,10 @@ def test_the_smallest_cases_two_refits_one_sign_vector_and_orders_exactly_at_the
     signs, exact = sign_vectors(2, 4, seed=0)
     assert exact and len(signs) == 4
     one, exact = sign_vectors(5, 1, seed=0)
-    assert not exact and one.shape == (1, 5)
-    exact_orders = depth_trend_test(np.array([2, 4, 8]), np.array([0.1, 0.2, 0.3]), 6, seed=0)
+    assert not exact and one.shape == (2, 5)
+    exact_orders = depth_trend_test(np.array([2, 4, 8]), np.array([0.1, 0.2, 0.3]), 6, seed=0, alternative="greater")
     assert exact_orders["n_orders"] == 6 and exact_orders["p_value"] == pytest.approx(1 / 6)  # 3! = 6: enumerated
-    random_orders = depth_trend_test(np.array([2, 4, 8]), np.array([0.1, 0.2, 0.3]), 5, seed=0)
+    random_orders = depth_trend_test(np.array([2, 4, 8]), np.array([0.1, 0.2, 0.3]), 5, seed=0, alternative="greater")
     assert random_orders["n_orders"] == 5 and random_orders["p_value"] >= 1 / 6  # (1 + #) / (1 + 5)
 
 
@@ -170,7 +181,50 @@ def test_mid_depth_counts_random_sign_vectors_with_the_add_one_rule():
 
 
 def test_a_constant_or_single_depth_trend_is_nan_with_no_orders():
-    result = depth_trend_test(np.array([4, 4, 4]), np.array([0.1, 0.2, 0.3]), 100, 0)
+    result = depth_trend_test(np.array([4, 4, 4]), np.array([0.1, 0.2, 0.3]), 100, 0, alternative="greater")
     assert np.isnan(result["rho"]) and result["n_orders"] == 0 and result["n_units"] == 3
-    result = depth_trend_test(np.array([2, 4, 8, 12]), np.array([0.2, 0.2, 0.2, np.nan]), 100, 0)
+    result = depth_trend_test(np.array([2, 4, 8, 12]), np.array([0.2, 0.2, 0.2, np.nan]), 100, 0, alternative="greater")
     assert np.isnan(result["p_value"]) and result["n_units"] == 3
+
+
+def test_random_sign_vectors_and_orders_repeat_with_the_seed_only():
+    rng = np.random.default_rng(10)
+    psi = rng.normal(size=(16, 4)) + np.array([0.0, 0.2, 0.2, 0.0])
+    depth, values = np.repeat([3, 4, 6, 8, 12], 2), rng.normal(size=10)
+    for test in (
+        lambda seed: layer_heterogeneity_test(psi, 300, seed)["p_value"],
+        lambda seed: mid_depth_test(psi, 300, seed)["p_value"],
+        lambda seed: depth_trend_test(depth, values, 300, seed, alternative="greater")["p_value"],
+    ):
+        assert test(0) == test(0) and len({test(seed) for seed in range(5)}) > 1
+
+
+def test_two_distinct_depths_are_enough_for_a_trend():
+    result = depth_trend_test(
+        np.array([2, 2, 4, 4]), np.array([0.1, 0.2, 0.3, 0.4]), 1000, seed=0, alternative="greater"
+    )
+    assert result["rho"] == pytest.approx(stats.spearmanr([2, 2, 4, 4], [0.1, 0.2, 0.3, 0.4]).statistic)
+    assert result["n_orders"] == 24 and result["p_value"] == pytest.approx(4 / 24)  # the two 2s and two 4s swapped
+
+
+def test_float32_pseudo_values_are_computed_in_float64():
+    psi = 1000.0 + np.array([[0.0, 1e-3, 0.0], [1e-3, 0.0, 2e-3], [0.0, 0.0, 1e-3]] * 4, dtype=np.float32)
+    exact = psi.astype(np.float64)
+    assert layer_heterogeneity_test(psi, 100, 0)["delta_s"] == layer_heterogeneity_test(exact, 100, 0)["delta_s"]
+    assert mid_depth_test(psi, 100, 0)["dip"] == mid_depth_test(exact, 100, 0)["dip"]
+
+
+def test_random_orders_are_permutations_so_only_the_observed_order_reaches_rho_one():
+    # 10! orders: 9,999 random ones hold the identity with probability 0.003; a draw that repeated units would
+    # beat rho = 1 about once in 1,500
+    result = depth_trend_test(np.arange(10), np.arange(10) * 0.1, 9999, seed=0, alternative="greater")
+    assert result["rho"] == pytest.approx(1.0) and result["p_value"] == pytest.approx(1 / 10000)
+
+
+def test_the_chance_level_is_the_mean_range_over_the_random_flips_alone():
+    psi = np.random.default_rng(11).normal(size=(14, 3))
+    result = layer_heterogeneity_test(psi, 50, seed=3)
+    signs, exact = sign_vectors(14, 50, seed=3)
+    assert not exact and result["n_signs"] == 50
+    assert result["chance"] == pytest.approx(np.ptp(signs[1:] @ psi / 14, axis=1).mean(), rel=1e-12)
+    assert result["delta_s"] == pytest.approx(np.ptp(psi.mean(axis=0)), rel=1e-12)

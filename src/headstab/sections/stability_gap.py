@@ -68,7 +68,7 @@ def stability_gap_table(
     table = select_rows(layer_stability, "layer stability", promptset=promptset, scope=scope)
     rows = []
     for anchor, group in table.groupby("anchor_seed", sort=True):
-        layers = group["layer"].to_numpy(int)
+        layers = group["layer"].to_numpy()
         if sorted(layers) != list(range(n_layers)):
             raise ValueError(f"anchor {anchor} has layers {sorted(layers)} but the architecture has {n_layers}")
         means = group.set_index("layer")["mean"].sort_index().to_numpy(float)
@@ -94,12 +94,12 @@ def null_source_gaps(layer_stability: pd.DataFrame, promptset: str | None = "pri
     NaN where the table lacks it. layer_stability: promptset, scope, anchor_seed, layer and those columns."""
     layers = select_rows(layer_stability, "layer stability", promptset=promptset, scope="same_layer")
     rows = []
-    for anchor, group in layers.groupby("anchor_seed", sort=True):
+    for anchor, group in layers.groupby("anchor_seed"):
         row = {"anchor_seed": anchor}
         for name, column in NULL_SOURCES.items():
             row[name] = np.ptp(group[column].to_numpy(float)) if column in group else np.nan
         rows.append(row)
-    return pd.DataFrame(rows, columns=["anchor_seed", *NULL_SOURCES])
+    return pd.DataFrame(rows)
 
 
 def stability_gap_summary(
@@ -110,7 +110,8 @@ def stability_gap_summary(
     frames = []
     for arch, table in layer_stability.items():
         frame = stability_gap_table(table, facts[arch]["n_layers"], promptset=promptset)
-        frame = frame.merge(null_source_gaps(table, promptset), on="anchor_seed", how="left", validate="one_to_one")
+        gaps = null_source_gaps(table, promptset).set_index("anchor_seed").loc[frame["anchor_seed"]]
+        frame[list(NULL_SOURCES)] = gaps.to_numpy()
         frames.append(frame.assign(architecture=arch, **facts[arch]))
     return pd.concat(frames, ignore_index=True)[SUMMARY_COLUMNS]
 
@@ -123,12 +124,11 @@ def layer_pseudo_values(grouped) -> pd.DataFrame:
 
     grouped: `headstab.similarity.prompt_groups.GroupedSimilarity` ([group, seed_a, seed_b, layer, head, head]).
     """
-    n_seeds, n_layers = grouped.observed.shape[1], grouped.observed.shape[3]
+    n_seeds, n_layers = len(grouped.seeds), grouped.observed.shape[3]
     seed, layer = np.meshgrid(np.asarray(grouped.seeds), np.arange(n_layers), indexing="ij")
     frames = []
-    for statistic, (main, subtracted) in TESTED_STATISTICS.items():
-        if getattr(grouped, main) is None or (subtracted is not None and getattr(grouped, subtracted) is None):
-            continue
+    for statistic in [name for name in TESTED_STATISTICS if "content" not in name or grouped.has_content]:
+        main, subtracted = TESTED_STATISTICS[statistic]
         psi = np.full((n_seeds, n_layers), np.nan)
         if n_seeds >= 3:
             values = best_match(grouped.mean(main)).mean(axis=-1)  # [seed_a, seed_b, layer]
@@ -151,14 +151,14 @@ def layer_pseudo_values(grouped) -> pd.DataFrame:
 
 def _test_rows(psi: np.ndarray, statistic: str, permutations: int, seed: int) -> list[dict[str, Any]]:
     """The layers_differ and mid_depth_dip rows of one statistic's psi [refit, layer] (LAYER_TEST_COLUMNS
-    without the facts and q_value)."""
+    without the facts and q_value; a column a row leaves out is NaN in the table)."""
     n_refits = len(psi)
     tested = statistic in ABOVE_NULL.values()
-    base = {"statistic": statistic, "n_refits": n_refits, "chance": np.nan, "p_value": np.nan, "min_p": np.nan}
-    base.update(n_signs=0, calibration=DESCRIPTIVE, note="" if tested else RAW_NOTE)
+    base = {"statistic": statistic, "n_refits": n_refits, "n_signs": 0, "calibration": DESCRIPTIVE}
+    base["note"] = "" if tested else RAW_NOTE
     if n_refits < 3:  # layer_pseudo_values leaves them NaN; any other NaN is refused by the tests
         note = f"per-refit pseudo-values need at least 3 refits; this architecture has {n_refits}"
-        return [{**base, "test": test, "estimate": np.nan, "note": note} for test in LAYER_TEST_METHODS]
+        return [{**base, "test": test, "note": note} for test in LAYER_TEST_METHODS]
     spread = layer_heterogeneity_test(psi, permutations, seed)
     dip = mid_depth_test(psi, permutations, seed)
     rows = [
@@ -193,13 +193,11 @@ def layer_tests_table(
     rows = []
     for arch, table in pseudo_values.items():
         for statistic, group in table.groupby("statistic", sort=False):
-            psi = group.pivot(index="seed", columns="layer", values="pseudo_value").sort_index(axis=1).to_numpy(float)
+            psi = group.pivot(index="seed", columns="layer", values="pseudo_value").sort_index(axis=1).to_numpy()
             for row in _test_rows(psi, str(statistic), permutations, seed):
                 rows.append({"architecture": arch, **{key: facts[arch][key] for key in FACT_COLUMNS[1:]}, **row})
     out = pd.DataFrame(rows, columns=LAYER_TEST_COLUMNS)
-    for test in LAYER_TEST_METHODS:
-        chosen = out["test"] == test
-        out.loc[chosen, "q_value"] = q_values(out.loc[chosen, "p_value"].to_numpy(float))
+    out["q_value"] = out.groupby("test")["p_value"].transform(q_values)
     return out
 
 
@@ -213,7 +211,7 @@ def _per_architecture(summary: pd.DataFrame, layer_tests: pd.DataFrame | None) -
         dips = layer_tests[layer_tests["test"] == "mid_depth_dip"]
         for quantity, statistic in DIP_QUANTITIES.items():
             values = dips[dips["statistic"] == statistic].set_index("architecture")["estimate"]
-            per_arch[quantity] = per_arch.index.map(values).astype(float)
+            per_arch[quantity] = per_arch.index.map(values)
     return per_arch
 
 
@@ -229,16 +227,16 @@ def gap_depth_table(
     differs and the raw dip carries the chance floors, so their rho is descriptive (p NaN, note says why).
     """
     per_arch = _per_architecture(summary, layer_tests)
-    depth = per_arch["n_layers"].to_numpy(float)
+    depth = per_arch["n_layers"].to_numpy()
     rows = []
     for quantity in per_arch.columns.drop("n_layers"):
-        values = per_arch[quantity].to_numpy(float)
+        values = per_arch[quantity].to_numpy()
         tested = quantity == "mid_depth_dip"
-        trend = depth_trend_test(depth, values, permutations, seed, "greater" if tested else "two-sided")
+        trend = depth_trend_test(depth, values, permutations, seed, alternative="greater")
         p_value = trend["p_value"] if tested else np.nan
         label = calibration_label("dip_depth_permutation", trend["n_units"]) if np.isfinite(p_value) else DESCRIPTIVE
         note = "" if tested else (RAW_NOTE if quantity in DIP_QUANTITIES else RANGE_NOTE)
-        for n_layers, group in per_arch.dropna(subset=[quantity]).groupby("n_layers", sort=True):
+        for n_layers, group in per_arch.dropna(subset=[quantity]).groupby("n_layers"):
             rows.append(
                 (
                     quantity,
