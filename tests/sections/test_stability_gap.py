@@ -7,6 +7,7 @@ import pytest
 
 from headstab.sections.stability_gap import (
     LAYER_TEST_COLUMNS,
+    NULL_SOURCES,
     PSEUDO_VALUE_COLUMNS,
     SUMMARY_COLUMNS,
     gap_depth_table,
@@ -121,6 +122,9 @@ def test_null_source_gaps_are_each_columns_range_per_anchor_and_nan_without_it(l
     len5 = stability_gap_summary({"l3": other}, {"l3": FACTS_L3}, "len5")  # whole numbers, as a CSV gives them
     assert len5["delta_s_prompt_null"].tolist() == [4.0] and len5["delta_s_prompt_null"].dtype == np.float64
     assert null_source_gaps(other, "len5")["delta_s_prompt_null"].dtype == np.float64
+    whole = layer_stability({1: [1, 2, 3]}).assign(null=[1, 5, 2], above_null=0)  # every column whole numbers
+    gaps = null_source_gaps(whole)
+    assert gaps["delta_s_prompt_null"].tolist() == [4.0] and (gaps.dtypes[list(NULL_SOURCES)] == np.float64).all()
     with pytest.raises(ValueError, match=r"^layer stability has no rows with promptset = 'len9'"):
         null_source_gaps(other, "len9")
 
