@@ -26,7 +26,7 @@ def stratified_permutation(strata: np.ndarray, rng: np.random.Generator, count: 
     # Both orders list each stratum's members in one block, blocks in the same order: the second shuffled within
     # (a code plus a uniform in [0, 1) sorts by code first, then at random).
     base = np.argsort(codes, kind="stable")
-    shuffled = np.argsort(codes + rng.random((1 if count is None else count, len(codes))), axis=1, kind="stable")
+    shuffled = np.argsort(codes + rng.random((1 if count is None else count, len(codes))))
     order = np.empty_like(shuffled)
     order[:, base] = shuffled
     return order[0] if count is None else order
@@ -54,8 +54,9 @@ def _block_pair_weights(response: np.ndarray, index: np.ndarray, n_blocks: int) 
     diagonal cells: the pairs within a block), so its sums over the pairs i < j are these weights times the
     cells' predictor values; the response's own diagonal (i = j) lands in a diagonal cell and never counts."""
     cell = (index[:, None] * n_blocks + index[None, :]).ravel()
-    response_sums = np.bincount(cell, weights=response.ravel(), minlength=n_blocks**2)
-    sizes = np.bincount(index, minlength=n_blocks).astype(np.float64)
+    # every block index occurs, so both counts cover every block and cell (the last block's own cell included)
+    response_sums = np.bincount(cell, weights=response.ravel())
+    sizes = np.bincount(index)
     pair_counts = np.outer(sizes, sizes) - np.diag(sizes)
     return np.stack([pair_counts.ravel(), response_sums], axis=1) / 2
 
@@ -84,7 +85,7 @@ def mantel_test(
     n = response.shape[0]
     if response.shape != (n, n) or n < 3:
         raise ValueError(f"response must be a square [n >= 3, n] distance matrix, got shape {response.shape}")
-    points = np.asarray(points, dtype=np.float64).reshape(n, -1)
+    points = np.asarray(points).reshape(n, -1)
     strata = np.asarray(strata)
     if strata.shape != (n,):
         raise ValueError(f"strata must be [n] = ({n},) labels, got shape {strata.shape}")
@@ -106,7 +107,7 @@ def mantel_test(
         distance = np.sqrt(((moved[:, :, None, :] - moved[:, None, :, :]) ** 2).sum(axis=-1)).reshape(len(orders), -1)
         y_mean, cross = (distance @ weights).T
         y_sd = np.sqrt((distance - y_mean[:, None]) ** 2 @ weights[:, 0])  # centred first: a constant gives 0
-        constant = (x_sd == 0) | (y_sd <= 1e-12 * np.abs(y_mean))
+        constant = np.logical_or(x_sd == 0, y_sd <= 1e-12 * np.abs(y_mean))
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(constant, np.nan, (cross - x_mean * y_mean) / (x_sd * y_sd))
 
