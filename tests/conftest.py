@@ -67,6 +67,7 @@ LONG_UNITS = (
     "tests/workflow/test_plan.py",
     "tests/workflow/test_slurm_plan.py",
     "tests/workflow/test_planted_heads.py",
+    "tests/workflow/test_exchangeable_layers.py",
 )
 
 

@@ -55,9 +55,14 @@ def test_meta_sne_titles_name_the_descriptions_and_their_mantel_test(tmp_path, m
     table = pd.DataFrame({"architecture": "l2_h8", "seed": 1, "relative_depth": [0.5, 1.0, 1.0], "optimizer": "Adam",
                           "tsne_x": [0.0, 1.0, 2.0], "tsne_y": [0.0, 1.0, 0.0]})  # fmt: skip
     mantel = pd.DataFrame({"description": ["raw", "scale_normalised"], "mantel_r": [0.41, 0.12],
-                           "p_value": [0.001, 0.2], "n_permutations": [999, 999]})  # fmt: skip
+                           "p_value": [0.001, 0.2], "n_permutations": [999, 999], "n_refits": 4,
+                           "calibration": ["calibrated", "descriptive"], "note": ""})  # fmt: skip
     plot_meta_sne(table.assign(description="scale_normalised"), tmp_path / "n.png", mantel=mantel)
     title = saved[-1]._suptitle.get_text()
     assert "divided by their norms" in title and "Mantel r = 0.12" in title and "p = 0.2 " in title
+    assert "4 refits, 999 permutations of their layers; descriptive" in title
+    two_layers = mantel.assign(mantel_r=np.nan, p_value=np.nan, note="needs refits of at least 3 layers")
+    plot_meta_sne(table, tmp_path / "t.png", mantel=two_layers)
+    assert saved[-1]._suptitle.get_text().endswith("\nno Mantel test of depth: needs refits of at least 3 layers")
     plot_meta_sne(table, tmp_path / "r.png")
     assert "\n" not in saved[-1]._suptitle.get_text()  # the paper's figure alone: one line

@@ -1,5 +1,6 @@
 """headstab.plots.stability_gap: §4.6 figures: stability gap and depth of the extreme layers."""
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -39,19 +40,16 @@ def test_stability_gap_and_extreme_layer_depth(tmp_path, layer_stability, assert
         plot_stability_gap(summary.drop(columns="n_heads"), tmp_path / "x.png")
 
 
-def test_stability_gap_draws_the_no_layer_difference_range_beside_each_architecture(
-    tmp_path, layer_stability, monkeypatch
-):
+def test_stability_gap_draws_the_chance_floors_range_beside_each_architecture(tmp_path, layer_stability, monkeypatch):
     import headstab.plots.stability_gap as module
 
-    summary = _gap_summary(layer_stability).assign(
-        delta_s_layer_null=0.05, delta_s_layer_null_ci_low=0.02, delta_s_layer_null_ci_high=0.09
-    )
+    summary = _gap_summary(layer_stability)
+    summary["delta_s_prompt_null"] = np.where(summary["anchor_seed"] == summary["anchor_seed"].min(), 0.02, 0.09)
     figures = []
     monkeypatch.setattr(module, "save_figure", lambda figure, path: figures.append(figure))
     plot_stability_gap(summary, tmp_path / "stability_gap.png")
     ax = figures[0].axes[0]
     bars = [line for line in ax.get_lines() if list(line.get_ydata()) == [0.02, 0.09]]
-    assert len(bars) == summary["architecture"].nunique()
+    assert len(bars) == summary["architecture"].nunique()  # smallest to largest anchor's ΔS of the null
     labels = [text.get_text() for text in figures[0].legends[0].get_texts()]
-    assert "ΔS if no layer differed" in labels
+    assert "ΔS of the prompt-permutation null" in labels

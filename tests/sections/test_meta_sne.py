@@ -8,8 +8,10 @@ from helpers.tolerances import reduction_rtol
 from scipy.spatial.distance import pdist
 
 from headstab.sections.meta_sne import (
+    MANTEL_TABLE_COLUMNS,
     depth_mantel_table,
     head_descriptions,
+    mantel_refits,
     meta_sne_embedding,
     meta_sne_frame,
     meta_sne_table,
@@ -17,6 +19,7 @@ from headstab.sections.meta_sne import (
     scale_normalised,
     token_mean_head_output,
 )
+from headstab.statistics.mantel import MANTEL_COLUMNS
 
 rng = np.random.default_rng(0)
 
@@ -427,7 +430,12 @@ def test_a_depth_order_made_by_output_scale_alone_leaves_the_normalised_descript
     table = depth_mantel_table(_planted("scale"), FACTS, n_permutations=199, seed=0).set_index("description")
     assert table.loc["raw", "mantel_r"] > 0.3 and table.loc["raw", "p_value"] == 1 / 200
     assert table.loc["scale_normalised", "p_value"] > 0.05
-    assert (table["strata"] == "refit").all() and (table["n_strata"] == 9).all()
+    # only the 4-layer architecture's 3 refits enter: a 2-layer refit's depth has no order
+    assert list(table.reset_index().columns) == [*MANTEL_TABLE_COLUMNS, *MANTEL_COLUMNS, "calibration", "note"]
+    assert (table["strata"] == "refit").all() and (table["blocks"] == "layer").all()
+    assert (table["predictor"] == "abs_delta_relative_depth").all()
+    assert (table["n_strata"] == 3).all() and (table["n_blocks"] == 12).all() and (table["n_architectures"] == 1).all()
+    assert (table["calibration"] == "descriptive").all()  # 3 refits: below every calibrated n
 
 
 def test_a_depth_order_in_the_shape_of_the_descriptions_survives_normalisation():
@@ -435,6 +443,42 @@ def test_a_depth_order_in_the_shape_of_the_descriptions_survives_normalisation()
     assert table.loc["scale_normalised", "mantel_r"] > 0.3 and table.loc["scale_normalised", "p_value"] == 1 / 200
 
 
-def test_the_mantel_test_draws_at_most_max_heads_heads():
-    table = depth_mantel_table(_planted("shape"), FACTS, n_permutations=20, seed=0, max_heads=40)
-    assert (table["n_objects"] == 40).all() and (table["n_permutations"] == 20).all()
+def test_the_mantel_test_keeps_whole_refits_while_they_fit_in_max_heads():
+    table = depth_mantel_table(_planted("shape"), FACTS, n_permutations=20, seed=0, max_heads=50)
+    # a 4-layer refit has 24 heads: two fit in 50, a third would not
+    assert (table["n_objects"] == 48).all() and (table["n_refits"] == 2).all() and (table["n_permutations"] == 20).all()
+    exact = depth_mantel_table(_planted("shape"), FACTS, n_permutations=20, seed=0, max_heads=48)
+    assert (exact["n_refits"] == 2).all()  # 48 heads fit in 48
+    one = depth_mantel_table(_planted("shape"), FACTS, n_permutations=20, seed=0, max_heads=3)
+    assert (one["n_objects"] == 24).all()  # at least one refit, whole
+
+
+def test_mantel_refits_take_one_refit_of_every_architecture_before_a_second():
+    descriptions = {(arch, seed): np.zeros((n_layers, 2, 3)) for arch, n_layers in (("a", 3), ("b", 4), ("c", 2))
+                    for seed in (1, 2, 3)}  # fmt: skip
+    chosen = mantel_refits(descriptions, max_heads=14, seed=0)
+    assert len(chosen) == 2 and {arch for arch, _ in chosen} == {"a", "b"}  # 6 + 8 heads; "c" has 2 layers
+    everything = mantel_refits(descriptions, max_heads=None, seed=0)
+    assert sorted(everything) == [(a, s) for a in "ab" for s in (1, 2, 3)]
+    assert {arch for arch, _ in everything[:2]} == {"a", "b"}
+    assert mantel_refits(descriptions, max_heads=None, seed=1) != everything  # the order is drawn with the seed
+
+
+def test_without_refits_of_three_layers_the_mantel_test_is_nan_and_says_why():
+    two_layers = {refit: desc for refit, desc in _planted("shape").items() if refit[0] != "l4_h8_attn"}
+    table = depth_mantel_table(two_layers, FACTS, n_permutations=20, seed=0)
+    assert table["description"].tolist() == ["raw", "scale_normalised"]
+    assert list(table.columns) == [*MANTEL_TABLE_COLUMNS, *MANTEL_COLUMNS, "calibration", "note"]
+    assert table["mantel_r"].isna().all() and table["p_value"].isna().all() and (table["n_refits"] == 0).all()
+    assert (table["note"] == "needs refits of at least 3 layers for a depth order; the run's have [2]").all()
+    assert (table["calibration"] == "descriptive").all() and (table["n_permutations"] == 20).all()
+
+
+def test_the_mantel_test_is_calibrated_from_four_refits():
+    generator = np.random.default_rng(12)
+    facts = {"l3": {"n_layers": 3, "n_heads": 2, "optimizer": "Adam", "attention_only": False}}
+    descriptions = {("l3", seed): generator.normal(size=(3, 2, 5)) for seed in range(1, 5)}
+    table = depth_mantel_table(descriptions, facts, n_permutations=20, seed=0)
+    assert (table["n_refits"] == 4).all() and (table["calibration"] == "calibrated").all()
+    fewer = depth_mantel_table(dict(list(descriptions.items())[:3]), facts, n_permutations=20, seed=0)
+    assert (fewer["calibration"] == "descriptive").all()

@@ -1,4 +1,4 @@
-"""Controls beside stability: entropy, the content variant, commonness against its null, ΔS against its nulls."""
+"""Controls beside stability: entropy, the content variant, commonness against its null, ΔS of the nulls."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from helpers.tolerances import reduction_atol
 
 from headstab.similarity.prompt_groups import GroupedSimilarity
 from headstab.statistics.bootstrap import draw_resamples, stability_replicates
-from headstab.statistics.controls import CONTENT_COLUMNS, entropy_column, layer_label_null
+from headstab.statistics.controls import CONTENT_COLUMNS, entropy_column
 from headstab.statistics.interval_tables import interval_tables
 
 SEEDS = [2, 4, 6, 9]
@@ -213,49 +213,25 @@ def test_one_head_layers_have_no_commonness_without_self_and_two_head_layers_the
     np.testing.assert_allclose(tables["commonness"]["commonness_excl_self_above_null"], expected.ravel(), atol=atol)
 
 
-def test_layer_label_null_keeps_each_refits_values_and_by_hand_gives_the_range_of_two_values():
-    head = np.array([[[0.0], [1.0]]])  # one anchor, two layers of one head: every permutation has range 1
-    means = layer_label_null(head, 50, seed=0)
-    assert means.shape == (50, 1, 2)
-    np.testing.assert_array_equal(np.sort(means, axis=-1), np.broadcast_to([0.0, 1.0], means.shape))
-    rng = np.random.default_rng(0)
-    values = rng.random((3, 4, 2))
-    permuted = layer_label_null(values, 20, seed=1) * 2  # sums of each layer's two heads
-    np.testing.assert_allclose(permuted.sum(axis=-1), np.broadcast_to(values.sum(axis=(1, 2)), (20, 3)))
-    with pytest.raises(ValueError, match="statistics.permutations"):
-        layer_label_null(values, 0, seed=0)
-
-
-def test_the_expected_range_under_no_layer_difference_grows_with_depth():
-    rng = np.random.default_rng(5)
-    expected = []
-    for n_layers in (2, 4, 8):
-        head = rng.normal(0.8, 0.05, size=(1, n_layers, 8))  # no layer differs
-        means = layer_label_null(head, 2000, seed=2)[:, 0]
-        expected.append((means.max(axis=-1) - means.min(axis=-1)).mean())
-    assert expected[0] < expected[1] < expected[2]
-
-
-def test_gap_rows_test_the_observed_range_against_the_layer_label_null():
+def test_gap_rows_give_the_range_of_each_control_with_its_interval_and_no_p_value():
     grouped, tables = controls_case()
     gap = tables["gap"].set_index("statistic")
-    pooled_null = tables["pooled"][tables["pooled"]["scope"] == "same_layer"]["null"]
+    same = tables["pooled"][tables["pooled"]["scope"] == "same_layer"]
     atol = reduction_atol(np.float32, 16)
-    assert gap.loc["delta_s_prompt_null", "estimate"] == pytest.approx(np.ptp(pooled_null), abs=atol)
-    assert gap.loc["delta_s_excess", "estimate"] == pytest.approx(
-        gap.loc["delta_s", "estimate"] - gap.loc["delta_s_layer_null", "estimate"], abs=atol
-    )
-    assert gap.loc["delta_s_layer_null", "n_boot"] == 1000 and 0 < gap.loc["delta_s_layer_null", "p_value"] <= 1
-    # a planted layer difference: layer 0's heads match far better than the others'
+    assert gap.loc["delta_s_prompt_null", "estimate"] == pytest.approx(np.ptp(same["null"]), abs=atol)
+    assert gap.loc["delta_s_above_null", "estimate"] == pytest.approx(np.ptp(same["above_null"]), abs=atol)
+    controls = gap.loc[["delta_s_prompt_null", "delta_s_above_null", "delta_s_content", "delta_s_content_above_null"]]
+    assert (controls["n_boot"] == 30).all() and controls["p_value"].isna().all()
+    assert (controls["ci_low"] <= controls["ci_high"]).all()
+    assert "delta_s_layer_null" not in gap.index and "delta_s_excess" not in gap.index
+    # a planted difference above the null: layer 0's heads match far better than the others'
     planted = grouped.observed.copy()
     planted[:, :, :, 0] += 2.0
     shifted = dataclasses.replace(grouped, observed=planted)
     tables = interval_tables(
         _pair_tensor(planted, grouped.group_sizes), shifted, "p", n_boot=30, seed=1, confidence=0.9
     )
-    gap = tables["gap"].set_index("statistic")
-    assert gap.loc["delta_s_layer_null", "p_value"] < 0.01
-    assert gap.loc["delta_s_excess", "ci_low"] > 1.0
+    assert tables["gap"].set_index("statistic").loc["delta_s_above_null", "ci_low"] > 1.0
 
 
 def test_the_content_share_sits_beside_the_content_variant_averaged_over_heads_and_refits():

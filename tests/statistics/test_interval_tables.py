@@ -60,7 +60,7 @@ def test_point_estimates_equal_the_stability_tables_and_the_columns_are_complete
     pooled = tables["pooled"]
     assert list(pooled.columns) == POOLED_COLUMNS and (pooled["n_refits"] == 4).all()
     assert set(tables["gap"]["statistic"]) == {"s_max", "s_min", "delta_s", "r_max", "r_min"} | {
-        f"delta_s_{control}" for control in ("prompt_null", "above_null", "layer_null", "excess")
+        f"delta_s_{control}" for control in ("prompt_null", "above_null")
     }  # no content variant in these groups: no delta_s_content rows
 
 
@@ -197,8 +197,7 @@ def test_gap_and_commonness_tables_are_intervals_of_their_replicates():
     for statistic, values in replicates.items():
         low, high = quantiles(values, confidence)
         assert gap.loc[statistic, ["ci_low", "ci_high"]].tolist() == pytest.approx([low, high], abs=2 * atol)
-    bootstrapped = gap.drop(index="delta_s_layer_null")  # that row counts permutations
-    assert (bootstrapped["n_boot"] == 40).all() and (gap["promptset"] == "p").all()
+    assert (gap["n_boot"] == 40).all() and (gap["promptset"] == "p").all() and gap["p_value"].isna().all()
 
     rng = np.random.default_rng(7)  # chance_case's trained groups, drawn again
     sizes = np.array([1, 2, 3, 4, 5])
@@ -399,4 +398,4 @@ def test_jackknife_columns_and_calibration_labels_sit_beside_each_tables_interva
         assert cross["null_ci_calibration"].isna().all() and cross["jackknife_calibration"].isna().all()
     gap = tables["gap"].set_index("statistic")
     assert gap.loc["delta_s", "ci_calibration"] == calibration_label("multibootstrap_gap", 4)
-    assert pd.isna(gap.loc["delta_s_layer_null", "ci_calibration"]) and gap["p_calibration"].isna().all()
+    assert gap["ci_calibration"].notna().all() and gap["p_calibration"].isna().all()  # no p-value in the gap rows

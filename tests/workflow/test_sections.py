@@ -88,6 +88,7 @@ def test_demo_plans_one_job_per_section_rule_and_architecture_and_one_comparison
         "effective_rank",
         "layer_drop_swap",
         "layer_robustness",
+        "layer_pseudo_values",
     )
     assert {rule: counts.get(rule) for rule in per_architecture} == dict.fromkeys(per_architecture, 4)
     # l2_h8_attn is the demo's one architecture with a _wd twin

@@ -1,7 +1,8 @@
 # Paper §4.9, Fig. 11: meta-SNE of every head of every refit of every architecture.
 #
 #   meta_sne  {RESULTS}/summary/tables/meta_sne.csv, summary/figures/meta_sne.png; the same with scale-normalised
-#             descriptions (meta_sne_scale_normalised), and meta_sne_mantel.csv (description distance vs |Δ depth|)
+#             descriptions (meta_sne_scale_normalised), and meta_sne_mantel.csv (description distance vs |Δ depth|,
+#             each refit's layers permuted as blocks; refits of 3 or more layers)
 #
 # Library: headstab.sections.meta_sne, headstab.plots.meta_sne.
 
@@ -31,7 +32,8 @@ rule meta_sne:
     all heads, coloured by relative depth, Adam and AdamW in separate panels. Optimizer and
     attention-only come from each architecture's spec. Controls for "clustered by depth" being "clustered by
     output norm": the same map of the descriptions divided by their norms, and a Mantel test of description
-    distance against ``|Δ relative depth|``, heads permuted within their refit (docs/statistics.md)."""
+    distance against ``|Δ relative depth|``, each refit's layers permuted as whole blocks (refits of 3 or more
+    layers; docs/statistics.md)."""
     input:
         caches=META_SNE_CACHES,
     output:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
@@ -93,8 +94,12 @@ def _description_line(table: pd.DataFrame, mantel: pd.DataFrame | None) -> str:
     rows = None if mantel is None else mantel[mantel["description"] == description]
     if rows is not None and len(rows):
         row = rows.iloc[0]
-        parts.append(
-            f"Mantel r = {row['mantel_r']:.2f} with |Δ relative depth|, p = {row['p_value']:.3g} "
-            f"({int(row['n_permutations'])} permutations within refits)"
-        )
+        if np.isfinite(row["p_value"]):
+            parts.append(
+                f"Mantel r = {row['mantel_r']:.2f} with |Δ relative depth|, p = {row['p_value']:.3g} "
+                f"({int(row['n_refits'])} refits, {int(row['n_permutations'])} permutations of their layers; "
+                f"{row['calibration']})"
+            )
+        else:
+            parts.append(f"no Mantel test of depth: {row['note']}")
     return ("\n" + "; ".join(parts)) if parts else ""

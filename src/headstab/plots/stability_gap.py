@@ -43,15 +43,14 @@ def _depth_encoding(summary: pd.DataFrame) -> tuple[dict, dict]:
 
 
 def _null_marks(ax, summary: pd.DataFrame, x_of: dict, offsets: dict) -> None:
-    """Per architecture, ΔS when no layer differs: the mean over anchors of the layer-label null's mean
-    and interval, a grey bar beside the architecture's marker."""
+    """Per architecture, ΔS of the prompt-permutation null (the range of the layers' chance floors): a grey bar
+    from its smallest to its largest anchor beside the architecture's marker, a tick at its mean."""
     keys = ["architecture", "n_layers", "n_heads", "optimizer", "attention_only"]
-    columns = ["delta_s_layer_null", "delta_s_layer_null_ci_low", "delta_s_layer_null_ci_high"]
-    for row in summary.groupby(keys)[columns].mean().reset_index().itertuples(index=False):
+    chance = summary.groupby(keys)["delta_s_prompt_null"].agg(["mean", "min", "max"]).reset_index()
+    for row in chance.itertuples(index=False):
         x = x_of[row.n_layers] + offsets[(row.n_layers, row.n_heads, row.optimizer, row.attention_only)] + 0.05
-        low, high = row.delta_s_layer_null_ci_low, row.delta_s_layer_null_ci_high
-        ax.plot([x, x], [low, high], color="0.55", linewidth=1.6, solid_capstyle="butt", zorder=1)
-        ax.plot([x], [row.delta_s_layer_null], marker="_", color="0.3", markersize=8, zorder=1)
+        ax.plot([x, x], [row.min, row.max], color="0.55", linewidth=1.6, solid_capstyle="butt", zorder=1)
+        ax.plot([x], [row.mean], marker="_", color="0.3", markersize=8, zorder=1)
 
 
 def _depth_panel(
@@ -129,7 +128,9 @@ def _depth_legend(figure: Figure, summary: pd.DataFrame, colours: dict, null: bo
     )
     if null:
         handles.append(
-            Line2D([], [], marker="_", linestyle="-", color="0.45", markersize=8, label="ΔS if no layer differed")
+            Line2D(
+                [], [], marker="_", linestyle="-", color="0.45", markersize=8, label="ΔS of the prompt-permutation null"
+            )
         )
     figure.legend(handles=handles, loc="outside right center", fontsize=7, frameon=False)
 
@@ -149,12 +150,12 @@ def plot_stability_gap(summary: pd.DataFrame, path: str | Path) -> pd.DataFrame:
     summary: `stability_gap_table` rows of all architectures with architecture, n_layers, n_heads,
     optimizer ('Adam' | 'AdamW'), attention_only added. Marker: MLP (circle) or attention-only
     (triangle); hue: number of heads; shade: optimizer (dark Adam, light AdamW). With the
-    delta_s_layer_null columns, a grey bar beside each architecture: ΔS when no layer differs (mean
-    over anchors of the layer-label null's mean and interval).
+    delta_s_prompt_null column, a grey bar beside each architecture: ΔS of the prompt-permutation null, the
+    part of ΔS the layers' chance floors give (mean and range over anchors).
     Returns per architecture: mean, std, n of delta_s.
     """
     _check_summary(summary, _SUMMARY_COLUMNS + ("delta_s",))
-    null = "delta_s_layer_null" in summary.columns and summary["delta_s_layer_null"].notna().any()
+    null = "delta_s_prompt_null" in summary.columns and summary["delta_s_prompt_null"].notna().any()
     colours, offsets = _depth_encoding(summary)
     figure = new_figure((8.5, 4.2))
     ax = figure.add_subplot()

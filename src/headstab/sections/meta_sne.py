@@ -8,7 +8,8 @@ Controls for "heads cluster by relative depth" (docs/statistics.md, "meta-SNE: d
 whose outputs are c times larger has every distance c times larger, and output norms grow with depth, so
 depth clusters may be norm clusters. `scale_normalised` divides each description by its norm (its shape
 kept, its scale removed) for a second embedding, and `depth_mantel_table` tests description distance against
-|Δ relative depth| with heads permuted within their refit (so within their architecture), no t-SNE involved.
+|Δ relative depth| with each refit's layers permuted as whole blocks (refits of 3 or more layers), no t-SNE
+involved.
 """
 
 from __future__ import annotations
@@ -239,6 +240,38 @@ def meta_sne_table(
     return frame.assign(tsne_x=xy[:, 0], tsne_y=xy[:, 1], embedding=embedding, description=description)
 
 
+MANTEL_MIN_LAYERS = 3  # with 2 layers a refit's depth has no order: a block permutation can only swap them
+MANTEL_TABLE_COLUMNS = ["description", "predictor", "strata", "blocks", "n_refits", "n_architectures"]
+
+
+def mantel_refits(
+    descriptions: Mapping[tuple[str, int], np.ndarray], max_heads: int | None, seed: int
+) -> list[tuple[str, int]]:
+    """The refits of at least MANTEL_MIN_LAYERS layers whose heads enter the Mantel test: all of them, or whole
+    refits in a seeded random order that takes one refit of every architecture before a second of any, while
+    their heads fit in max_heads (at least one refit)."""
+    eligible = [refit for refit, desc in descriptions.items() if np.shape(desc)[0] >= MANTEL_MIN_LAYERS]
+    rng = np.random.default_rng(seed)
+    by_arch: dict[str, list[tuple[str, int]]] = {}
+    for refit in eligible:
+        by_arch.setdefault(refit[0], []).append(refit)
+    # (rank within its architecture, architecture, refit): sorted, the first of every architecture come first
+    ranked = [
+        (rank, i, refits[k])
+        for i, refits in enumerate(by_arch.values())
+        for rank, k in enumerate(rng.permutation(len(refits)))
+    ]
+    order = [refit for *_, refit in sorted(ranked)]
+    chosen, heads = [], 0
+    for refit in order:
+        size = int(np.prod(np.shape(descriptions[refit])[:2]))
+        if chosen and max_heads is not None and heads + size > max_heads:
+            break
+        chosen.append(refit)
+        heads += size
+    return chosen
+
+
 def depth_mantel_table(
     descriptions: Mapping[tuple[str, int], np.ndarray],
     facts: Mapping[str, Mapping[str, Any]],
@@ -246,31 +279,47 @@ def depth_mantel_table(
     seed: int,
     max_heads: int | None = None,
 ) -> pd.DataFrame:
-    """Mantel test of description distance against |Δ relative depth|, heads permuted within their refit.
+    """Mantel test of description distance against |Δ relative depth|, layers permuted as blocks within refits.
 
     For the raw and the scale-normalised descriptions (DESCRIPTIONS): Euclidean distances between the heads'
     descriptions against the distance of their relative depths (layer + 1) / L, one-sided (far in depth, far in
-    description), `headstab.statistics.mantel.mantel_test` with strata = refit (architecture, seed): each
-    permutation shuffles depths among the heads of one refit, so what separates architectures or refits is
-    held fixed. max_heads: at most this many heads, drawn at random with `seed` (None: all), since the test
-    holds an n x n distance matrix. Returns description, predictor, strata, then MANTEL_COLUMNS.
+    description), `headstab.statistics.mantel.mantel_test` with strata = refit (architecture, seed) and blocks =
+    layer: each permutation gives each refit's layers a random order, all heads of a layer moving together, so
+    what separates architectures or refits and what the heads of one layer share are held fixed; what is tested
+    is the depth order. Only refits of at least MANTEL_MIN_LAYERS layers enter (`mantel_refits`; max_heads bounds
+    the n x n distance matrix, whole refits kept). Returns MANTEL_TABLE_COLUMNS, MANTEL_COLUMNS, calibration and
+    note (why r and p are NaN when no refit has 3 layers).
     """
     from scipy.spatial.distance import pdist, squareform
 
-    from headstab.statistics.mantel import mantel_test
+    from headstab.statistics.calibration import DESCRIPTIVE, calibration_label
+    from headstab.statistics.mantel import MANTEL_COLUMNS, mantel_test
 
-    frame, features = meta_sne_frame(descriptions, facts)
-    rows = np.arange(len(frame))
-    if max_heads is not None and len(rows) > max_heads:
-        rows = np.sort(np.random.default_rng(seed).choice(rows, size=max_heads, replace=False))
-    strata = (frame["architecture"].astype(str) + "/" + frame["seed"].astype(str)).to_numpy()[rows]
-    depth = frame["relative_depth"].to_numpy(dtype=np.float64)[rows]
+    columns = [*MANTEL_TABLE_COLUMNS, *MANTEL_COLUMNS, "calibration", "note"]
+    refits = mantel_refits(descriptions, max_heads, seed)
+    base = {"predictor": "abs_delta_relative_depth", "strata": "refit", "blocks": "layer", "n_refits": len(refits)}
+    base["n_architectures"] = len({arch for arch, _ in refits})
+    if not refits:
+        depths = sorted({int(np.shape(desc)[0]) for desc in descriptions.values()})
+        note = f"needs refits of at least {MANTEL_MIN_LAYERS} layers for a depth order; the run's have {depths}"
+        empty = dict.fromkeys(MANTEL_COLUMNS, np.nan) | {"n_permutations": n_permutations}
+        rows = [{"description": d, **base, **empty, "calibration": DESCRIPTIVE, "note": note} for d in DESCRIPTIONS]
+        return pd.DataFrame(rows)[columns]
+    frame, features = meta_sne_frame({refit: descriptions[refit] for refit in refits}, facts)
+    strata = frame.groupby(["architecture", "seed"]).ngroup().to_numpy()
+    blocks = frame.groupby(["architecture", "seed", "layer"]).ngroup().to_numpy()
+    depth = frame["relative_depth"].to_numpy(dtype=np.float64)
+    label = calibration_label("mantel_layer_blocks", len(refits))
     out = []
     for description in DESCRIPTIONS:
-        chosen = features[rows] if description == "raw" else scale_normalised(features[rows])
-        result = mantel_test(squareform(pdist(chosen)), depth, strata, n_permutations, seed)
-        out.append({"description": description, "predictor": "abs_delta_relative_depth", "strata": "refit", **result})
+        chosen = features if description == "raw" else scale_normalised(features)
+        result = mantel_test(squareform(pdist(chosen)), depth, strata, n_permutations, seed, blocks=blocks)
+        out.append({"description": description, **base, **result, "calibration": label, "note": ""})
         log.info(
-            "Mantel, %s descriptions vs |Δ depth|: r %.3f, p %.4g", description, result["mantel_r"], result["p_value"]
+            "Mantel, %s descriptions vs |Δ depth| (%d refits): r %.3f, p %.4g",
+            description,
+            len(refits),
+            result["mantel_r"],
+            result["p_value"],
         )
-    return pd.DataFrame(out)
+    return pd.DataFrame(out)[columns]

@@ -1,13 +1,14 @@
-"""Stability gap and depth of the extreme layers across architectures (paper §4.6, Fig. 7-8).
+"""Stability gap and depth of the extreme layers across architectures (paper §4.6, Fig. 7-8), and the layer tests.
 
-Per architecture and anchor: ΔS = S(l_max) - S(l_min) between its most and least stable layer, and
-their relative depths r = l / L (l counted from 1, as the paper does).
+Per architecture and anchor: ΔS = S(l_max) - S(l_min) between its most and least stable layer, and their
+relative depths r = l / L (l counted from 1, as the paper does), with ΔS of the prompt-permutation null, of
+stability above it and of the content variant beside it.
 
-ΔS is a range over L layer means, so it grows with L even when no layer differs. Beside it: its
-expectation when no layer differs (the anchor's head stabilities permuted over its layers' slots,
-`headstab.statistics.controls.layer_label_null`), the excess over that, and ΔS of the prompt-permutation
-null, of stability above it and of the content variant. "ΔS widens with depth" is tested across
-architectures on ΔS and on the excess (`gap_depth_table`).
+ΔS is a range over L layer means, so it grows with L even when no layer differs, and the raw layer means carry
+the layers' chance floors. The claims are tested with refits as units (`headstab.statistics.layer_tests`) on
+each refit's pseudo-values of pooled layer stability above its null (`layer_pseudo_values`): do the layers
+differ beyond chance, is the dip at mid-depth (interior layers below the two end layers), and do deeper models
+dip more (architectures as units, `gap_depth_table`).
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
-from headstab.statistics.bootstrap import percentile_interval
-from headstab.statistics.controls import layer_label_null
+from headstab.sections.optimizer_tests import TESTED_STATISTICS
+from headstab.statistics.bootstrap import best_match
+from headstab.statistics.calibration import DESCRIPTIVE, calibration_label
+from headstab.statistics.hypothesis import pair_pseudo_values
+from headstab.statistics.layer_tests import depth_trend_test, layer_heterogeneity_test, mid_depth_test, q_values
 from headstab.table_rows import select_rows
 
 GAP_COLUMNS = ["anchor_seed", "s_max", "s_min", "delta_s", "l_max", "l_min", "r_max", "r_min"]
-SUMMARY_COLUMNS = ["architecture", "n_layers", "n_heads", "optimizer", "attention_only", *GAP_COLUMNS]
+FACT_COLUMNS = ["architecture", "n_layers", "n_heads", "optimizer", "attention_only"]
 # ΔS of these layer_stability columns: the prompt-permutation null, stability above it, the content variant.
 NULL_SOURCES = {
     "delta_s_prompt_null": "null",
@@ -32,11 +35,22 @@ NULL_SOURCES = {
     "delta_s_content": "stability_content",
     "delta_s_content_above_null": "stability_content_above_null",
 }
-LAYER_NULL_COLUMNS = ["delta_s_layer_null", "delta_s_layer_null_ci_low", "delta_s_layer_null_ci_high"]
-LAYER_NULL_COLUMNS += ["delta_s_layer_null_p", "delta_s_excess"]
-GAP_NULL_COLUMNS = [*NULL_SOURCES, *LAYER_NULL_COLUMNS]
-DEPTH_COLUMNS = ["quantity", "n_layers", "mean", "sd", "n_architectures", "spearman_rho", "p_value", "n_permutations"]
-DEPTH_QUANTITIES = ("delta_s", "delta_s_layer_null", "delta_s_excess", "delta_s_above_null", "delta_s_content")
+SUMMARY_COLUMNS = [*FACT_COLUMNS, *GAP_COLUMNS, *NULL_SOURCES]
+PSEUDO_VALUE_COLUMNS = ["statistic", "seed", "layer", "relative_depth", "pseudo_value"]
+# Raw statistic -> its version above the prompt-permutation null: only the latter is tested, since the raw
+# layer means differ by their chance floors alone.
+ABOVE_NULL = {"layer_stability": "layer_above_null", "layer_stability_content": "layer_content_above_null"}
+LAYER_TEST_COLUMNS = [*FACT_COLUMNS, "statistic", "test", "estimate", "chance", "p_value", "q_value", "min_p"]
+LAYER_TEST_COLUMNS += ["n_refits", "n_signs", "calibration", "note"]
+# test -> the calibration method of its p-value (headstab.statistics.calibration)
+LAYER_TEST_METHODS = {"layers_differ": "layer_heterogeneity_sign_flip", "mid_depth_dip": "mid_depth_sign_flip"}
+DEPTH_COLUMNS = ["quantity", "n_layers", "mean", "sd", "n_architectures", "spearman_rho", "p_value"]
+DEPTH_COLUMNS += ["n_permutations", "calibration", "note"]
+RANGE_QUANTITIES = ("delta_s", "delta_s_prompt_null", "delta_s_above_null", "delta_s_content")
+# quantity -> the layer_tests statistic whose mid-depth dip it is; only the one above the null is tested
+DIP_QUANTITIES = {"mid_depth_dip": "layer_above_null", "mid_depth_dip_raw": "layer_stability"}
+RAW_NOTE = "raw stability: the layers' chance floors differ, so this describes and does not test"
+RANGE_NOTE = "a range over L layer means grows with L when no layer differs: rho describes, it does not test"
 
 
 def stability_gap_table(
@@ -54,7 +68,7 @@ def stability_gap_table(
     table = select_rows(layer_stability, "layer stability", promptset=promptset, scope=scope)
     rows = []
     for anchor, group in table.groupby("anchor_seed", sort=True):
-        layers = group["layer"].to_numpy(int)
+        layers = group["layer"].to_numpy()
         if sorted(layers) != list(range(n_layers)):
             raise ValueError(f"anchor {anchor} has layers {sorted(layers)} but the architecture has {n_layers}")
         means = group.set_index("layer")["mean"].sort_index().to_numpy(float)
@@ -75,82 +89,154 @@ def stability_gap_table(
     return pd.DataFrame(rows, columns=GAP_COLUMNS)
 
 
-def gap_null_table(
-    layer_stability: pd.DataFrame,
-    head_stability: pd.DataFrame,
-    *,
-    promptset: str | None = "primary",
-    permutations: int,
-    seed: int,
-    confidence: float,
-) -> pd.DataFrame:
-    """anchor_seed and GAP_NULL_COLUMNS: per anchor, ΔS of the layer columns of NULL_SOURCES (NaN where the
-    table lacks them) and the layer-label null of ΔS (mean, percentile interval and p = share of permuted ΔS
-    at least the observed, over `permutations` shuffles of the anchor's head stabilities over its layers)
-    with the excess ΔS - its mean.
-
-    layer_stability: columns promptset, scope, anchor_seed, layer, mean and those of NULL_SOURCES;
-    head_stability: promptset, scope, anchor_seed, layer, head, stability (same-layer rows are read).
-    """
+def null_source_gaps(layer_stability: pd.DataFrame, promptset: str | None = "primary") -> pd.DataFrame:
+    """anchor_seed and NULL_SOURCES: per anchor, ΔS (max - min over layers) of each layer column of NULL_SOURCES,
+    NaN where the table lacks it. layer_stability: promptset, scope, anchor_seed, layer and those columns."""
     layers = select_rows(layer_stability, "layer stability", promptset=promptset, scope="same_layer")
-    heads = select_rows(head_stability, "head stability", promptset=promptset, scope="same_layer")
     rows = []
-    for anchor, group in heads.groupby("anchor_seed", sort=True):
-        values = group.pivot(index="layer", columns="head", values="stability").sort_index().to_numpy(float)
+    for anchor, group in layers.groupby("anchor_seed"):
         row = {"anchor_seed": anchor}
-        layer_rows = layers[layers["anchor_seed"] == anchor].sort_values("layer")
         for name, column in NULL_SOURCES.items():
-            row[name] = np.ptp(layer_rows[column].to_numpy(float)) if column in layer_rows else np.nan
-        observed = np.ptp(values.mean(axis=1))
-        means = layer_label_null(values[None], permutations, seed)[:, 0]
-        permuted = means.max(axis=-1) - means.min(axis=-1)
-        low, high = percentile_interval(permuted, confidence)
-        p_value = (1.0 + np.sum(permuted >= observed - 8 * np.finfo(np.float64).eps)) / (1.0 + permutations)
-        row.update(zip(LAYER_NULL_COLUMNS, (permuted.mean(), low, high, p_value, observed - permuted.mean())))
+            row[name] = np.ptp(group[column].to_numpy(float)) if column in group else np.nan
         rows.append(row)
-    return pd.DataFrame(rows, columns=["anchor_seed", *GAP_NULL_COLUMNS])
+    return pd.DataFrame(rows)
 
 
 def stability_gap_summary(
-    layer_stability: Mapping[str, pd.DataFrame],
-    facts: Mapping[str, Mapping[str, Any]],
-    promptset: str,
-    head_stability: Mapping[str, pd.DataFrame] | None = None,
-    nulls: Mapping[str, Any] | None = None,
+    layer_stability: Mapping[str, pd.DataFrame], facts: Mapping[str, Mapping[str, Any]], promptset: str
 ) -> pd.DataFrame:
     """SUMMARY_COLUMNS of every architecture: layer_stability maps architecture -> its table, facts
-    architecture -> `headstab.sections.architecture_facts`. With head_stability (architecture -> its
-    table) and nulls ({permutations, seed, confidence}), GAP_NULL_COLUMNS follow (`gap_null_table`)."""
+    architecture -> `headstab.sections.architecture_facts`."""
     frames = []
     for arch, table in layer_stability.items():
         frame = stability_gap_table(table, facts[arch]["n_layers"], promptset=promptset)
-        if head_stability is not None:
-            extra = gap_null_table(table, head_stability[arch], promptset=promptset, **(nulls or {}))
-            frame = frame.merge(extra, on="anchor_seed", how="left", validate="one_to_one")
+        gaps = null_source_gaps(table, promptset).set_index("anchor_seed").loc[frame["anchor_seed"]]
+        frame[list(NULL_SOURCES)] = gaps.to_numpy()
         frames.append(frame.assign(architecture=arch, **facts[arch]))
-    columns = SUMMARY_COLUMNS + (GAP_NULL_COLUMNS if head_stability is not None else [])
-    return pd.concat(frames, ignore_index=True)[columns]
+    return pd.concat(frames, ignore_index=True)[SUMMARY_COLUMNS]
 
 
-def gap_depth_table(summary: pd.DataFrame, permutations: int, seed: int) -> pd.DataFrame:
-    """DEPTH_COLUMNS: does a quantity of DEPTH_QUANTITIES (those in `summary`) widen with depth?
+def layer_pseudo_values(grouped) -> pd.DataFrame:
+    """PSEUDO_VALUE_COLUMNS: per statistic of TESTED_STATISTICS that `grouped` holds, refit (seed) and layer, the
+    jackknife pseudo-value of pooled layer stability (`pair_pseudo_values`): the per-pair value is the mean over
+    the layer's heads of the best match (minus the subtracted tensor's best match) from the full-data prompt-group
+    means. With fewer than 3 refits pseudo-values are undefined: the rows are there, pseudo_value NaN.
 
-    Each architecture counts once, with its mean over anchors. Per quantity and depth: mean and s.d.
-    (ddof 0) over architectures; per quantity: Spearman's rho of the architecture means with n_layers
-    and its two-sided permutation p-value, the means shuffled over architectures (NaN with one depth).
+    grouped: `headstab.similarity.prompt_groups.GroupedSimilarity` ([group, seed_a, seed_b, layer, head, head]).
     """
-    quantities = [q for q in DEPTH_QUANTITIES if q in summary.columns and summary[q].notna().any()]
+    n_seeds, n_layers = len(grouped.seeds), grouped.observed.shape[3]
+    seed, layer = np.meshgrid(np.asarray(grouped.seeds), np.arange(n_layers), indexing="ij")
+    frames = []
+    for statistic in [name for name in TESTED_STATISTICS if "content" not in name or grouped.has_content]:
+        main, subtracted = TESTED_STATISTICS[statistic]
+        psi = np.full((n_seeds, n_layers), np.nan)
+        if n_seeds >= 3:
+            values = best_match(grouped.mean(main)).mean(axis=-1)  # [seed_a, seed_b, layer]
+            if subtracted is not None:
+                values = values - best_match(grouped.mean(subtracted)).mean(axis=-1)
+            psi = pair_pseudo_values(values)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "statistic": statistic,
+                    "seed": seed.ravel(),
+                    "layer": layer.ravel(),
+                    "relative_depth": (layer.ravel() + 1) / n_layers,
+                    "pseudo_value": psi.ravel(),
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)[PSEUDO_VALUE_COLUMNS]
+
+
+def _test_rows(psi: np.ndarray, statistic: str, permutations: int, seed: int) -> list[dict[str, Any]]:
+    """The layers_differ and mid_depth_dip rows of one statistic's psi [refit, layer] (LAYER_TEST_COLUMNS
+    without the facts and q_value; a column a row leaves out is NaN in the table)."""
+    n_refits = len(psi)
+    tested = statistic in ABOVE_NULL.values()
+    base = {"statistic": statistic, "n_refits": n_refits, "n_signs": 0, "calibration": DESCRIPTIVE}
+    base["note"] = "" if tested else RAW_NOTE
+    if n_refits < 3:  # layer_pseudo_values leaves them NaN; any other NaN is refused by the tests
+        note = f"per-refit pseudo-values need at least 3 refits; this architecture has {n_refits}"
+        return [{**base, "test": test, "note": note} for test in LAYER_TEST_METHODS]
+    spread = layer_heterogeneity_test(psi, permutations, seed)
+    dip = mid_depth_test(psi, permutations, seed)
+    rows = [
+        {**base, "test": "layers_differ", "estimate": spread["delta_s"]},
+        {**base, "test": "mid_depth_dip", "estimate": dip["dip"], "note": dip["note"] or base["note"]},
+    ]
+    if tested:
+        rows[0].update({key: spread[key] for key in ("chance", "p_value", "min_p", "n_signs")})
+        rows[1].update({key: dip[key] for key in ("p_value", "min_p", "n_signs")})
+        rows[1]["chance"] = 0.0 if np.isfinite(dip["dip"]) else np.nan  # a contrast of layers: 0 when none differs
+        for row in rows:
+            if np.isfinite(row["p_value"]):
+                row["calibration"] = calibration_label(LAYER_TEST_METHODS[row["test"]], n_refits)
+    return rows
+
+
+def layer_tests_table(
+    pseudo_values: Mapping[str, pd.DataFrame], facts: Mapping[str, Mapping[str, Any]], permutations: int, seed: int
+) -> pd.DataFrame:
+    """LAYER_TEST_COLUMNS: per architecture and statistic of its pseudo-values (`layer_pseudo_values` tables by
+    architecture), with refits as units (`headstab.statistics.layer_tests`):
+
+    - layers_differ: estimate ΔS of the pooled layer means, chance its mean under sign flips of each refit's
+      centred layer vector, p_value the share of flipped ranges at least ΔS;
+    - mid_depth_dip: estimate the mean of the end layers minus the interior layers' (> 0: a dip), chance 0,
+      p_value one-sided over sign flips of the per-refit dips; NaN with fewer than 3 layers.
+
+    Raw statistics (without the null subtracted) are described: no p-value. min_p is the smallest p the test can
+    give with these refits; q_value the Benjamini-Hochberg q within each test over the table; calibration from
+    `headstab.statistics.calibration` at n_refits; note says why a value is missing or only descriptive.
+    """
+    rows = []
+    for arch, table in pseudo_values.items():
+        for statistic, group in table.groupby("statistic", sort=False):
+            psi = group.pivot(index="seed", columns="layer", values="pseudo_value").sort_index(axis=1).to_numpy()
+            for row in _test_rows(psi, str(statistic), permutations, seed):
+                rows.append({"architecture": arch, **{key: facts[arch][key] for key in FACT_COLUMNS[1:]}, **row})
+    out = pd.DataFrame(rows, columns=LAYER_TEST_COLUMNS)
+    out["q_value"] = out.groupby("test")["p_value"].transform(q_values)
+    return out
+
+
+def _per_architecture(summary: pd.DataFrame, layer_tests: pd.DataFrame | None) -> pd.DataFrame:
+    """Per architecture: n_layers, the mean over anchors of each range quantity, and its mid-depth dips."""
+    quantities = [q for q in RANGE_QUANTITIES if q in summary.columns and summary[q].notna().any()]
     per_arch = summary.groupby("architecture", sort=False).agg(
         n_layers=("n_layers", "first"), **{q: (q, "mean") for q in quantities}
     )
-    depth = per_arch["n_layers"].to_numpy(float)
-    rng = np.random.default_rng(seed)
-    orders = np.argsort(rng.random((permutations, len(per_arch))), axis=1)
+    if layer_tests is not None:
+        dips = layer_tests[layer_tests["test"] == "mid_depth_dip"]
+        for quantity, statistic in DIP_QUANTITIES.items():
+            values = dips[dips["statistic"] == statistic].set_index("architecture")["estimate"]
+            per_arch[quantity] = per_arch.index.map(values)
+    return per_arch
+
+
+def gap_depth_table(
+    summary: pd.DataFrame, permutations: int, seed: int, layer_tests: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """DEPTH_COLUMNS: each quantity against depth, architectures as units (each with its mean over anchors).
+
+    Per quantity and depth: mean and s.d. (ddof 0) over architectures. Per quantity: Spearman's rho of the
+    architectures' values with n_layers (`depth_trend_test`). Only "mid_depth_dip" (of stability above its null,
+    from `layer_tests`) is tested: "deeper models dip more", one-sided, its values permuted over the
+    architectures that have one (at least 3 layers). The ranges of RANGE_QUANTITIES grow with L when no layer
+    differs and the raw dip carries the chance floors, so their rho is descriptive (p NaN, note says why).
+    """
+    per_arch = _per_architecture(summary, layer_tests)
+    depth = per_arch["n_layers"].to_numpy()
     rows = []
-    for quantity in quantities:
-        values = per_arch[quantity].to_numpy(float)
-        rho, p_value = _spearman_permutation(depth, values, orders)
-        for n_layers, group in per_arch.groupby("n_layers", sort=True):
+    for quantity in per_arch.columns.drop("n_layers"):
+        values = per_arch[quantity].to_numpy()
+        tested = quantity == "mid_depth_dip"
+        trend = depth_trend_test(depth, values, permutations, seed, alternative="greater")
+        p_value = trend["p_value"] if tested else np.nan
+        label = calibration_label("dip_depth_permutation", trend["n_units"]) if np.isfinite(p_value) else DESCRIPTIVE
+        note = "" if tested else (RAW_NOTE if quantity in DIP_QUANTITIES else RANGE_NOTE)
+        for n_layers, group in per_arch.dropna(subset=[quantity]).groupby("n_layers"):
             rows.append(
                 (
                     quantity,
@@ -158,25 +244,11 @@ def gap_depth_table(summary: pd.DataFrame, permutations: int, seed: int) -> pd.D
                     group[quantity].mean(),
                     group[quantity].std(ddof=0),
                     len(group),
-                    rho,
+                    trend["rho"],
                     p_value,
-                    permutations,
+                    trend["n_orders"],
+                    label,
+                    note,
                 )
             )
     return pd.DataFrame(rows, columns=DEPTH_COLUMNS)
-
-
-def _spearman_permutation(depth: np.ndarray, values: np.ndarray, orders: np.ndarray) -> tuple[float, float]:
-    """Spearman's rho of values with depth (ties: average ranks) and its permutation p over `orders`."""
-    keep = np.isfinite(values)
-    if len(np.unique(depth[keep])) < 2 or np.ptp(values[keep]) == 0:
-        return np.nan, np.nan
-    ranks_x, ranks_y = stats.rankdata(depth[keep]), stats.rankdata(values[keep])
-    rho = np.corrcoef(ranks_x, ranks_y)[0, 1]
-    kept_orders = np.argsort(np.argsort(orders[:, keep], axis=1), axis=1)  # permutations of the kept units
-    permuted = ranks_y[kept_orders]
-    centred_x = ranks_x - ranks_x.mean()
-    centred = permuted - permuted.mean(axis=1, keepdims=True)
-    rhos = centred @ centred_x / np.sqrt((centred**2).sum(axis=1) * (centred_x**2).sum())
-    extreme = np.sum(np.abs(rhos) >= abs(rho) - 8 * np.finfo(np.float64).eps)
-    return float(rho), float((1.0 + extreme) / (1.0 + len(orders)))

@@ -192,6 +192,38 @@ METHODS: dict[str, Method] = {
             "one-sided sign-flip test over an anchor's pair refits of the cross-layer best match against the same "
             "maximum on the prompt-permutation null (head_stability.csv, layer_stability.csv cross-layer p_value)",
         ),
+        Method(
+            "layer_heterogeneity_sign_flip",
+            "p_value",
+            "refits",
+            4,
+            "ΔS above the null against sign flips of each refit's centred layer pseudo-values "
+            "(layer_tests.csv, test layers_differ)",
+        ),
+        Method(
+            "mid_depth_sign_flip",
+            "p_value",
+            "refits",
+            4,
+            "end layers minus interior layers of stability above the null, one-sided sign flip over refits "
+            "(layer_tests.csv, test mid_depth_dip)",
+        ),
+        Method(
+            "dip_depth_permutation",
+            "p_value",
+            "architectures",
+            4,
+            "Spearman's rho of the mid-depth dip with depth, one-sided, dips permuted over architectures "
+            "(stability_gap_depth.csv, quantity mid_depth_dip)",
+        ),
+        Method(
+            "mantel_layer_blocks",
+            "p_value",
+            "refits",
+            4,
+            "Mantel r of head-description distance with |Δ relative depth|, layers permuted as blocks within "
+            "refits (meta_sne_mantel.csv)",
+        ),
         *STABILITY_METHODS,
     )
 }

@@ -7,8 +7,7 @@
 - commonness (Eq. 10) and commonness without the head itself under the prompt-permutation null: each
   head against its peers of the same refit on the partner prompts, the partner construction of the
   stability null within one refit;
-- the stability gap of §4.6 from the null, from stability above the null and from the content variant,
-  and its expectation when no layer differs: the layer labels of a refit's heads permuted.
+- the stability gap of §4.6 from the null, from stability above the null and from the content variant.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ __all__ = [
     "content_columns",
     "entropy_column",
     "gap_control_rows",
-    "layer_label_null",
 ]
 
 CONTENT = "stability_content"
@@ -141,32 +139,13 @@ def _nan_interval(replicates: np.ndarray, confidence: float) -> tuple[np.ndarray
     return percentile_interval(replicates, confidence)
 
 
-def layer_label_null(head: np.ndarray, n_permutations: int, seed: int) -> np.ndarray:
-    """Layer means when no layer differs: each refit's head values shuffled over its layers' slots.
-
-    head: [anchor, layer, head] values (head stability of every anchor refit). Each permutation draws, for
-    every anchor independently, a random order of its layer x head values and cuts it into layers of
-    n_heads. Returns float64 [permutation, anchor, layer]: the permuted layer means.
-    """
-    head = np.asarray(head, dtype=np.float64)
-    n_anchors, n_layers, n_heads = head.shape
-    if n_permutations < 1:
-        raise ValueError(f"config key 'statistics.permutations' must be >= 1; got {n_permutations}")
-    flat = head.reshape(n_anchors, n_layers * n_heads)
-    order = np.argsort(np.random.default_rng(seed).random((n_permutations, n_anchors, flat.shape[1])), axis=-1)
-    permuted = np.take_along_axis(np.broadcast_to(flat, order.shape), order, axis=-1)
-    return permuted.reshape(n_permutations, n_anchors, n_layers, n_heads).mean(axis=-1)
-
-
 def gap_control_rows(
-    kinds: dict, promptset: str, confidence: float, n_permutations: int, seed: int
+    kinds: dict, promptset: str, confidence: float
 ) -> list[tuple[str, str, float, float, float, int, float]]:
     """Rows of the gap interval table (GAP_INTERVAL_COLUMNS) for ΔS of pooled same-layer stability under
     the controls: of the null (delta_s_prompt_null), of stability above it (delta_s_above_null), of the
-    content variant and its excess over its null (delta_s_content, delta_s_content_above_null), and the
-    layer-label null: delta_s_layer_null (mean and percentile interval over permutations of each refit's
-    head stabilities across its layers, p_value the share of permuted ΔS at least the observed) and
-    delta_s_excess (observed - that mean, with the bootstrap interval shifted by it)."""
+    content variant and its excess over its null (delta_s_content, delta_s_content_above_null), each with its
+    bootstrap interval and no p-value (the layer tests, with refits as units, are rule stability_gap's)."""
     same, null = kinds["same_layer"], kinds["null"]
     sources = [("prompt_null", null["layer_estimate"], null["layer"])]
     sources.append(("above_null", same["layer_estimate"] - null["layer_estimate"], same["layer"] - null["layer"]))
@@ -183,34 +162,6 @@ def gap_control_rows(
     rows = []
     for name, estimate, replicates in sources:
         low, high = percentile_interval(gap_replicates(replicates)["delta_s"], confidence)
-        rows.append(
-            (
-                promptset,
-                f"delta_s_{name}",
-                float(gap_replicates(estimate)["delta_s"]),
-                low,
-                high,
-                len(replicates),
-                np.nan,
-            )
-        )
-    observed = float(gap_replicates(same["layer_estimate"])["delta_s"])
-    permuted = gap_replicates(layer_label_null(same["head_estimate"], n_permutations, seed).mean(axis=1))["delta_s"]
-    low, high = percentile_interval(permuted, confidence)
-    p_value = (1.0 + np.sum(permuted >= observed - 8 * np.finfo(np.float64).eps)) / (1.0 + n_permutations)
-    rows.append((promptset, "delta_s_layer_null", float(permuted.mean()), low, high, n_permutations, p_value))
-    excess_low, excess_high = percentile_interval(
-        gap_replicates(same["layer"])["delta_s"] - permuted.mean(), confidence
-    )
-    rows.append(
-        (
-            promptset,
-            "delta_s_excess",
-            observed - float(permuted.mean()),
-            excess_low,
-            excess_high,
-            len(same["layer"]),
-            p_value,
-        )
-    )
-    return [(p, s, e, float(lo), float(hi), int(n), float(pv)) for p, s, e, lo, hi, n, pv in rows]
+        estimate_gap = float(gap_replicates(estimate)["delta_s"])
+        rows.append((promptset, f"delta_s_{name}", estimate_gap, float(low), float(high), len(replicates), np.nan))
+    return rows

@@ -314,8 +314,8 @@ def interval_tables(
     similarity: the pair-similarity tensor (Eq. 2) of the refits `grouped.seeds`; grouped, init:
     `GroupedSimilarity` of the trained refits and of the same refits at step 0 (or None). The
     same-layer point estimates from `grouped` must equal those of `similarity` (the same caches): a
-    mismatch raises instead of mixing two runs. permutations: of the layer-label null of ΔS and of the sign-flip
-    test of the cross-layer null; null_similarity: (S0, partners) of `read_pair_similarity_null`, or None.
+    mismatch raises instead of mixing two runs. permutations: of the sign-flip test of the cross-layer null;
+    null_similarity: (S0, partners) of `read_pair_similarity_null`, or None.
     """
     seeds = list(grouped.seeds)
     n_groups = len(grouped.group_sizes)
@@ -347,7 +347,7 @@ def interval_tables(
     check_matches_pair_tensor(kinds["same_layer"]["pair_best"], similarity, grouped.lengths, promptset)
     gap = gap_interval_table(kinds, promptset, confidence)
     gap = pd.concat(
-        [gap, pd.DataFrame(gap_control_rows(kinds, promptset, confidence, permutations, seed), columns=gap.columns)],
+        [gap, pd.DataFrame(gap_control_rows(kinds, promptset, confidence), columns=gap.columns)],
         ignore_index=True,
     )
     eps = similarity_rounding(np.result_type(grouped.observed, grouped.null), grouped.lengths)  # for effect_size
