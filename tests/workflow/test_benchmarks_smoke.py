@@ -377,3 +377,22 @@ def test_the_gpu_stage_runs_its_variants_on_toy_shapes(tmp_path):
     spec = bench.paper_spec("l8_h8")
     # 6 x (8 layers x 3,145,728 + 512 x 48,262) + 12 x 8 x 1,024 x 512
     assert bench.flops_per_token(spec) == 6 * (25_165_824 + 24_710_144) + 12 * 8 * 1024 * 512
+
+
+def test_gpu_check_runs_on_the_cpu_and_names_what_it_did_not_measure(tmp_path):
+    """`make gpu-check DEVICE=cpu`: the gpu-marked tests pass (the CUDA-only ones skip), the toy training benchmark
+    runs, and summary.json lists every GPU line as unmeasured."""
+    import gpu_check
+
+    assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    tests = summary["pytest_gpu"]
+    assert summary["device"] == "cpu" and tests["device"] == "cpu" and not tests["failed"]
+    assert "test_the_stack_computes_each_refit_as_a_job_of_one" in tests["passed"]
+    assert set(tests["skipped"]) == {
+        "test_the_inductor_compiled_loss_equals_eager",
+        "test_a_training_step_makes_no_synchronising_call",
+    }
+    assert summary["bench"]["quick"] is True and summary["bench"]["train_stack_speedup_k2"] > 0
+    assert summary["unmeasured"] == [*gpu_check.NOT_YET_MEASURED, *gpu_check.CUDA_ONLY]
+    assert "Unmeasured in this run:" in (tmp_path / "summary.md").read_text()
