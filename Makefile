@@ -3,6 +3,7 @@
 #   make demo-circuits  the induction control (config/demo_circuits.yaml): refits trained through the phase change
 #   make test   style checks (make lint), unit + integration tests (and the real-Slurm test when Slurm is installed)
 #   make bench  side-by-side benchmarks -> results/bench/summary.json
+#   make gpu-check  the device checks of the training path on CUDA (DEVICE=cpu: toy sizes) -> results/gpu-check/
 #   make calibration  size and coverage of every reported p-value and interval -> results/calibration/summary.csv
 #   make mutation  mutation testing of the scientific modules -> results/mutation/summary.json (not part of make test)
 
@@ -13,7 +14,7 @@ STAMP := $(VENV)/.headstab-installed
 CORES ?= all
 TEST_WORKERS ?= 2
 
-.PHONY: demo demo-circuits run-config test lint bench calibration mutation venv clean-demo
+.PHONY: demo demo-circuits run-config test lint bench gpu-check calibration mutation venv clean-demo
 
 venv: $(STAMP)
 
@@ -55,6 +56,9 @@ test: $(STAMP) lint
 
 bench: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/run_all.py
+
+gpu-check: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/gpu_check.py --device $(or $(DEVICE),cuda)
 
 calibration: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python calibration/run.py $(if $(METHODS),--methods $(METHODS))

@@ -1,11 +1,12 @@
 """Activation-cache benchmarks: what the cache stage costs beyond the model's own forward passes.
 
 The model is the demo's l4_h8 architecture (config/demo.yaml: 4 layers, d_model 64, 8 heads of 8,
-d_mlp 256, n_ctx 256, vocab 1024) at its seeded random initialisation; the prompts are every demo
-prompt set (resources/prompts/primary.json and length_sweep.json, 220 prompts, BOS prepended); the
-tokenizer is the demo's byte-level BPE when `results/demo/tokenizers/demo_bpe` exists, else one trained
-here on the synthetic corpus (same recipe, temporary directory). Torch runs the demo's
-`compute.cache_threads` threads.
+d_mlp 256, n_ctx 256, vocab 1024) at its seeded random initialisation; the prompts are the demo config's
+`prompt_sets`, loaded as the cache rule loads them (resources/prompts/demo_synthetic.json and
+length_sweep.json, 220 prompts, BOS prepended; --quick keeps 10 per set at evenly spaced ranks of their
+token length, the longest included); the tokenizer is the demo's byte-level BPE when
+`results/demo/tokenizers/demo_bpe` exists, else one trained here on the synthetic corpus (same recipe,
+temporary directory). Torch runs the demo's `compute.cache_threads` threads.
 
 - `bench_cache`: `cache_overhead` = wall time of `headstab.activations.writer.cache_activations` for one
   demo refit with the demo config's cache options (tokenizing, the forward passes with their hooks,
@@ -71,15 +72,28 @@ def demo_model(tokenizer: Any, architecture: str = "l4_h8", seed: int = 1) -> An
     return build_model(spec, seed, tokenizer=tokenizer)
 
 
-def demo_prompt_sets(n_prompts: int | None = None) -> dict[str, list[str]]:
-    """Every demo prompt set ({name: prompts}), the first `n_prompts` of each when given."""
-    from headstab.prompts.loading import load_prompt_file
+def demo_prompt_sets(tokenizer: Any, n_prompts: int | None = None) -> dict[str, list[str]]:
+    """The demo config's prompt sets ({name: prompts}) as rule cache_activations loads them; with `n_prompts`,
+    that many of each set at evenly spaced ranks of their token length (BOS included), the longest among them."""
+    from headstab.activations.capture import tokenize_prompts
+    from headstab.plan.config import load_config
+    from headstab.prompts.loading import load_prompt_sets
 
-    prompt_sets = {
-        **load_prompt_file("primary", common.REPO / "resources" / "prompts" / "primary.json"),
-        **load_prompt_file("len", common.REPO / "resources" / "prompts" / "length_sweep.json"),
+    config = load_config(common.REPO / "config" / "demo.yaml")
+    prompt_sets = load_prompt_sets({key: common.REPO / path for key, path in config["prompt_sets"].items()})
+    if not n_prompts:
+        return prompt_sets
+    return {
+        name: spread_by_length(prompts, [len(ids) for ids in tokenize_prompts(tokenizer, prompts, True)], n_prompts)
+        for name, prompts in prompt_sets.items()
     }
-    return {name: prompts[:n_prompts] if n_prompts else prompts for name, prompts in prompt_sets.items()}
+
+
+def spread_by_length(prompts: list[str], lengths: list[int], n_prompts: int) -> list[str]:
+    """`n_prompts` of `prompts` at evenly spaced ranks of `lengths` (the shortest and the longest), in file order."""
+    by_length = np.argsort(lengths, kind="stable")
+    ranks = np.unique(np.linspace(0, len(prompts) - 1, min(n_prompts, len(prompts))).round().astype(int))
+    return [prompts[i] for i in sorted(by_length[ranks])]
 
 
 def forward_batches(tokenizer: Any, prompt_sets: dict[str, list[str]], batch_size: int) -> list[Any]:
@@ -154,8 +168,8 @@ def bench_cache(work_dir: Path, repeats: int = 6, n_prompts: int | None = None) 
     config = load_config(common.REPO / "config" / "demo.yaml")
     options = {key: config["cache"][key] for key in ("batch_size", "dtype", "compression_level")}
     torch.set_num_threads(int(config["compute"]["cache_threads"]))
-    prompt_sets = demo_prompt_sets(n_prompts)
     tokenizer, tokenizer_source = demo_tokenizer(work_dir)
+    prompt_sets = demo_prompt_sets(tokenizer, n_prompts)
     model = demo_model(tokenizer)
     model.eval()
     batches = forward_batches(tokenizer, prompt_sets, options["batch_size"])
@@ -214,8 +228,8 @@ def bench_checksum_overhead(work_dir: Path, repeats: int = 6, n_prompts: int | N
     from headstab.fileio import sha256_file, write_json_atomic
     from headstab.refits.models import load_verified_state_dict, save_weights
 
-    prompt_sets = demo_prompt_sets(n_prompts)
     tokenizer, _ = demo_tokenizer(work_dir)
+    prompt_sets = demo_prompt_sets(tokenizer, n_prompts)
     model = demo_model(tokenizer)
     weights = work_dir / "checkpoint" / "final.pt"
     save_weights(model, weights)
@@ -253,7 +267,9 @@ def bench_checksum_overhead(work_dir: Path, repeats: int = 6, n_prompts: int | N
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="10 prompts per set, few repeats (smoke test)")
+    parser.add_argument(
+        "--quick", action="store_true", help="10 prompts per set (the longest among them), few repeats (smoke test)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     work_dir = Path(tempfile.mkdtemp(prefix="headstab-bench-"))

@@ -12,7 +12,9 @@ import torch
 from headstab.training import TrainingOptions
 from headstab.training.model import StackedTransformer
 
-PERIOD = np.array([5, 17, 3, 29, 11, 2, 23, 8, 14, 30, 1, 19, 26, 7, 12, 21])  # a fixed cycle: learnable
+# A fixed cycle of 17 distinct tokens: learnable, and one token longer than the tests' 16-token windows, so
+# consecutive windows start 1 token further along it and differ (a 16-token cycle made every window the same).
+PERIOD = np.array([5, 17, 3, 29, 11, 2, 23, 8, 14, 30, 1, 19, 26, 7, 12, 21, 9])
 
 
 @pytest.fixture(autouse=True)
@@ -31,8 +33,8 @@ def write_shards(directory: Path, arrays, dtype=np.uint16) -> list[Path]:
 
 @pytest.fixture
 def cyclic_shards(tmp_path):
-    """Two shards of a repeating 16-token cycle: 40 + 24 windows of 16 tokens."""
-    return write_shards(tmp_path, [np.tile(PERIOD, 40), np.tile(PERIOD, 24)])
+    """Two shards of a repeating 17-token cycle: 40 + 24 windows of 16 tokens, 17 distinct ones."""
+    return write_shards(tmp_path, [np.resize(PERIOD, 40 * 16), np.resize(PERIOD, 24 * 16)])
 
 
 def read_log(path: Path) -> list[dict[str, str]]:

@@ -6,13 +6,15 @@ import json
 import math
 import re
 
+import numpy as np
 import pytest
 import torch
+from helpers.tolerances import reduction_atol
 
 from headstab.training import DivergenceError, NonFiniteLossError, train_refit
 from headstab.training.checkpoint import load_latest_state
 
-from .conftest import final_state, patch_loss, quiet, read_log, states_equal
+from .conftest import final_state, patch_loss, quiet, read_log, states_equal, write_shards
 
 
 def test_loss_goes_down_and_outputs_are_written(tiny_spec, cyclic_shards, tmp_path):
@@ -126,3 +128,22 @@ def test_following_the_divergence_advice_gives_a_healthy_model(tiny_spec, cyclic
     assert max(t.abs().max().item() for t in weights.values()) < 100
     train_refit(spec, 1, cyclic_shards, tmp_path / "fresh", quiet())
     assert states_equal(final_state(tmp_path / "fresh"), weights)
+
+
+def test_padded_and_unpadded_vocabularies_train_the_same_loss_curve_and_final_shapes(tiny_spec, tmp_path):
+    """The tiny vocabulary of 32 padded to 128 inside the model, or not: the same train_log.csv to its 6 decimals plus
+    the rounding of a mean over the batch of log-sum-exps, and final.pt of the same names and shapes."""
+    rng = np.random.default_rng(5)
+    shards = write_shards(tmp_path, [rng.integers(0, 32, 64 * 16)])
+    spec = tiny_spec(n_tokens=10 * 4 * 16, log_every=1, checkpoint_every=5, optimizer="adamw", weight_decay=0.1)
+    for multiple in (128, 1):
+        meta = train_refit(spec, 1, shards, tmp_path / f"x{multiple}", quiet(vocab_multiple=multiple))
+        assert meta["training"]["vocab_multiple"] == multiple
+    padded, unpadded = (read_log(tmp_path / f"x{m}" / "train_log.csv") for m in (128, 1))
+    losses = np.array([[float(row["loss"]) for row in log] for log in (padded, unpadded)])
+    assert losses.shape == (2, 10)
+    atol = 1e-6 + reduction_atol(np.float32, spec.d_vocab + 4 * 15, float(losses.max()))
+    np.testing.assert_allclose(losses[0], losses[1], rtol=0, atol=atol)
+    a, b = final_state(tmp_path / "x128"), final_state(tmp_path / "x1")
+    assert list(a) == list(b) and all(a[name].shape == b[name].shape for name in a)
+    assert a["embed.weight"].shape == (32, 16) and a["unembed.weight"].shape == (32, 16)

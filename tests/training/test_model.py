@@ -307,3 +307,59 @@ def test_tf32_is_fp32_on_the_cpu_and_leaves_the_global_setting_alone(tiny_spec):
     assert torch.get_float32_matmul_precision() == before
     assert torch.equal(found[0], expected[0])
     assert all(torch.equal(g, h) for g, h in zip(found[2], expected[2], strict=True))
+
+
+# ---------------------------------------------------------------- the padded vocabulary
+def test_a_padded_vocabulary_computes_the_unpadded_models_numbers_and_exports_its_shapes(tiny_spec):
+    spec = tiny_spec(optimizer="adamw", weight_decay=0.1)  # vocab 32 -> 128 inside the model
+    padded, unpadded = (StackedTransformer(spec, 2, vocab_multiple=multiple) for multiple in (128, 1))
+    for model in (padded, unpadded):
+        for i in range(2):
+            model.load_seed_state_dict(i, perturbed_state(spec, seed=i))
+    assert padded.W_E.shape == (2, 128, 16) and padded.W_U.shape == (2, 16, 128) and unpadded.W_U.shape == (2, 16, 32)
+    shapes = {name: t.shape for name, t in unpadded.seed_state_dict(1).items()}
+    assert {name: t.shape for name, t in padded.seed_state_dict(1).items()} == shapes
+    tokens = random_tokens(spec, 2, 3, spec.n_ctx)
+    expected, found = forward_backward(unpadded, tokens), forward_backward(padded, tokens)
+    assert found[0].shape == expected[0].shape == (2, 3, spec.n_ctx, 32)
+    scale = expected[0].abs().max().item()
+    torch.testing.assert_close(found[0], expected[0], rtol=0, atol=reduction_atol(np.float32, spec.d_model, scale))
+    atol = reduction_atol(np.float32, loss_terms(spec, 3, spec.n_ctx), scale)
+    torch.testing.assert_close(found[1], expected[1], rtol=0, atol=atol)
+    assert torch.count_nonzero(padded.W_E.grad[:, 32:]) == torch.count_nonzero(padded.W_U.grad[:, :, 32:]) == 0
+    for i in range(2):
+        for name, gradient in stack_gradients(padded, i).items():
+            reference = stack_gradients(unpadded, i)[name]
+            largest = reference.abs().max().item()
+            atol = reduction_atol(np.float32, gradient_terms(spec, 3, spec.n_ctx), largest)
+            torch.testing.assert_close(gradient, reference, rtol=0, atol=atol, msg=name)
+
+
+def test_the_padding_stays_zero_under_adamw_and_states_hold_the_real_vocabulary(tiny_spec):
+    from headstab.training.options import TrainingOptions
+    from headstab.training.stack import RefitState, assemble, split
+
+    spec = tiny_spec(optimizer="adamw", weight_decay=0.1)
+    states = [RefitState(perturbed_state(spec, seed=i)) for i in range(2)]
+    model, optimizer = assemble(spec, states, TrainingOptions(device="cpu"), torch.device("cpu"))
+    tokens = random_tokens(spec, 2, 3, spec.n_ctx)
+    for _ in range(3):
+        optimizer.zero_grad(set_to_none=True)
+        model.backward(model.loss(tokens))
+        optimizer.step()
+    assert torch.count_nonzero(model.W_E[:, 32:]) == torch.count_nonzero(model.W_U[:, :, 32:]) == 0
+    state = split(model, optimizer, [1])[0]
+    assert state.moments["exp_avg"]["W_E"].shape == (32, 16) and state.moments["exp_avg_sq"]["W_U"].shape == (16, 32)
+    assert state.weights["unembed.weight"].shape == (32, 16) and state.weights["unembed.weight"].is_contiguous()
+    again, again_optimizer = assemble(
+        spec, split(model, optimizer, [0, 1]), TrainingOptions(device="cpu"), torch.device("cpu")
+    )
+    for p, q in zip(model.parameters(), again.parameters(), strict=True):
+        assert torch.equal(p, q)
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(optimizer.state[p][key], again_optimizer.state[q][key])
+
+
+def test_vocab_multiple_below_one_is_refused(tiny_spec):
+    with pytest.raises(ConfigError, match="vocab_multiple 0 must be a positive integer"):
+        StackedTransformer(tiny_spec(), 1, vocab_multiple=0)

@@ -245,6 +245,44 @@ def test_a_shared_data_order_trains_every_refit_on_the_one_fixed_order(tiny_spec
     assert not states_equal(final_state(tmp_path / "shared/seed1"), final_state(tmp_path / "per_seed"))
 
 
+@pytest.fixture
+def distinct_windows(tmp_path) -> list[Path]:
+    """One shard of 64 windows of 16 random tokens, no two alike: a refit trained on another's order ends elsewhere."""
+    windows = np.random.default_rng(7).integers(0, 32, size=(64, 16))
+    assert len({row.tobytes() for row in windows}) == len(windows)
+    return write_shards(tmp_path, [windows.ravel()])
+
+
+def test_each_refit_of_a_stack_reads_its_own_windows(tiny_spec, distinct_windows, tmp_path, monkeypatch):
+    """On windows that all differ, the stack of 1, 2 and 3-5 equals the three trained alone; the control, the same
+    stack with the data orders of refits 1 and 2 swapped, ends apart from both, so the comparison sees the order."""
+    spec, names = job_spec(tiny_spec), (1, 2, "3-5")
+    for name in names:
+        train_refit(spec, name, distinct_windows, tmp_path / "alone" / f"seed{name}", quiet())
+    train_job(spec, distinct_windows, tmp_path / "stack", names=names)
+    for name in names:
+        assert_same_refit(tmp_path / "stack" / f"seed{name}", tmp_path / "alone" / f"seed{name}")
+
+    real_prepare, prepared = loop.prepare_refit, {}
+
+    def swapping_orders(*args, **kwargs):
+        refit = real_prepare(*args, **kwargs)
+        prepared[refit.name] = refit
+        if refit.name == 2:  # refit 1 was prepared first: the two trade their window orders
+            prepared[1].order, refit.order = refit.order, prepared[1].order
+        return refit
+
+    monkeypatch.setattr(loop, "prepare_refit", swapping_orders)
+    train_job(spec, distinct_windows, tmp_path / "swapped", names=names)
+    for name in (1, 2):
+        swapped, alone = (final_state(tmp_path / run / f"seed{name}") for run in ("swapped", "alone"))
+        assert not states_equal(swapped, alone), name
+    assert states_equal(final_state(tmp_path / "swapped/seed3-5"), final_state(tmp_path / "alone/seed3-5"))
+    # refit 1 on refit 2's order is the grid refit of init seed 1 and data seed 2: the order is all that moved
+    train_refit(spec, "1-2", distinct_windows, tmp_path / "grid", quiet())
+    assert states_equal(final_state(tmp_path / "swapped/seed1"), final_state(tmp_path / "grid"))
+
+
 @pytest.mark.parametrize("optimizer, weight_decay", [("adam", 0.0), ("adamw", 0.1)])
 def test_adam_is_fused_on_cuda_only(tiny_spec, optimizer, weight_decay):
     spec = tiny_spec(optimizer=optimizer, weight_decay=weight_decay)

@@ -3,6 +3,7 @@ the plain loop of tests/helpers/reference.py. They assert agreement and structur
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -72,14 +73,29 @@ def test_child_peak_rss_is_the_childs_own():
     assert 0.28 < peak_gb < 1.0 < parent.nbytes / 2**30
 
 
-def test_cache_benchmark_stores_what_the_loop_computes(tmp_path):
-    bench_cache = pytest.importorskip("bench_cache")
-    result = bench_cache.bench_cache(tmp_path, repeats=1, n_prompts=3)
-    assert result["cache_max_abs_diff"] <= 1e-6
+def test_make_bench_quick_runs_the_cache_stage_on_the_demo_prompt_sets(tmp_path):
+    """`run_all.py --quick --only cache`: the stage that reads the shipped prompt sets, each set's longest prompt
+    among its quick ones (a 297-token prompt over n_ctx 256 once stopped `make bench` here); what the cache stores
+    is what one forward pass per prompt computes."""
+    out = tmp_path / "summary.json"
+    assert run_all.main(["--quick", "--only", "cache", "--out", str(out)]) == 0
+    summary = json.loads(out.read_text())
+    result = summary["details"]["cache"]
+    assert summary["cache_max_abs_diff"] <= 1e-6
     for hook, entry in result["cache_max_abs_diff_by_hook"].items():  # a few float32 ulps of the hook's scale
         assert entry["max_abs_diff"] <= 16 * np.finfo(np.float32).eps * entry["max_abs_value"], hook
-    assert result["cache_overhead"] > 0 and result["cache_overhead_gzip1"] > 0
-    assert all(len(runs) == 1 for runs in result["cache_seconds"].values())
+    assert summary["cache_overhead"] > 0 and result["cache_overhead_gzip1"] > 0
+    assert summary["cache_published_l8_h16_seconds"] > 0 and summary["cache_checksum_overhead"] > -1
+    assert "primary, len5, len10, len20, len30, len40, len50 (70 prompts" in result["cache_setup"]
+
+
+def test_quick_prompts_are_spread_over_the_lengths_and_keep_the_longest():
+    import bench_cache
+
+    prompts, lengths = list("abcdefg"), [5, 90, 7, 3, 40, 300, 12]
+    # length ranks 0, 3 and 6: the shortest (3), the median (12) and the longest (300), in file order
+    assert bench_cache.spread_by_length(prompts, lengths, 3) == ["d", "f", "g"]
+    assert bench_cache.spread_by_length(prompts, lengths, 20) == prompts
 
 
 def test_paper_scale_benchmark_runs_both_jobs(tmp_path):
@@ -361,3 +377,22 @@ def test_the_gpu_stage_runs_its_variants_on_toy_shapes(tmp_path):
     spec = bench.paper_spec("l8_h8")
     # 6 x (8 layers x 3,145,728 + 512 x 48,262) + 12 x 8 x 1,024 x 512
     assert bench.flops_per_token(spec) == 6 * (25_165_824 + 24_710_144) + 12 * 8 * 1024 * 512
+
+
+def test_gpu_check_runs_on_the_cpu_and_names_what_it_did_not_measure(tmp_path):
+    """`make gpu-check DEVICE=cpu`: the gpu-marked tests pass (the CUDA-only ones skip), the toy training benchmark
+    runs, and summary.json lists every GPU line as unmeasured."""
+    import gpu_check
+
+    assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    tests = summary["pytest_gpu"]
+    assert summary["device"] == "cpu" and tests["device"] == "cpu" and not tests["failed"]
+    assert "test_the_stack_computes_each_refit_as_a_job_of_one" in tests["passed"]
+    assert set(tests["skipped"]) == {
+        "test_the_inductor_compiled_loss_equals_eager",
+        "test_a_training_step_makes_no_synchronising_call",
+    }
+    assert summary["bench"]["quick"] is True and summary["bench"]["train_stack_speedup_k2"] > 0
+    assert summary["unmeasured"] == [*gpu_check.NOT_YET_MEASURED, *gpu_check.CUDA_ONLY]
+    assert "Unmeasured in this run:" in (tmp_path / "summary.md").read_text()

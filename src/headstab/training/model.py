@@ -12,6 +12,12 @@ name (`embed.weight`, `blocks.{layer}.attn.q.weight`, ...) to a [seed, *bridge s
 parameters; `seed_state_dict(i)` and `load_seed_state_dict(i, state)` go through it, so a refit's
 checkpoint is the bridge's state dict, which `headstab.refits.models.load_trained_model` reads unchanged.
 
+The vocabulary is padded inside the model to a multiple of `vocab_multiple` (128: aligned rows for the largest
+GEMM, the unembedding); the padded embedding rows are never read, the padded logits are -inf in the loss, so
+their weights get no gradient and stay zero, and `bridge_tensors` views only the real vocabulary: checkpoints
+hold the real shapes. The loss never stores the [seed, batch, pos, vocab] logits: `chunked_cross_entropy`
+(headstab.training.cross_entropy) reduces them chunk by chunk.
+
 Switches (plain arguments): precision `fp32`, `tf32` (TF32 matmuls on CUDA; the same as fp32 on the
 CPU) or `bf16` (autocast to bfloat16, float32 master weights and loss); attention `materialised`
 (scores and softmax as tensors) or `sdpa` (torch's fused scaled_dot_product_attention).
@@ -29,6 +35,7 @@ from torch import nn
 
 from headstab.plan.spec import ArchitectureSpec, ConfigError
 from headstab.refits.models import shape_mismatch
+from headstab.training.cross_entropy import chunked_cross_entropy
 from headstab.training.initial_weights import INIT_MODES, NORMS_WITH_BIAS, NORMS_WITH_WEIGHT, initial_state_dict
 
 EPS = 1e-5  # TransformerBridgeConfig's eps, of every norm
@@ -43,6 +50,8 @@ NORMALIZATIONS = ("LN", "LNPre", "RMS", "RMSPre")
 POSITIONAL_EMBEDDINGS = ("standard", "rotary")
 PRECISIONS = ("fp32", "tf32", "bf16")
 ATTENTION_KERNELS = ("materialised", "sdpa")
+VOCAB_MULTIPLE = 128  # padded vocabulary: GEMM rows aligned to what tensor cores tile
+VOCAB_AXES = {"W_E": -2, "W_U": -1}  # parameter name -> its vocabulary axis, padded inside the model
 
 
 def check_trainable(spec: ArchitectureSpec) -> None:
@@ -186,20 +195,30 @@ class StackedTransformer(nn.Module):
     backward pass gives each seed the gradient of its own loss (seeds share no parameter).
     """
 
-    def __init__(self, spec: ArchitectureSpec, n_seeds: int, attention: str = "materialised", precision: str = "fp32"):
+    def __init__(
+        self,
+        spec: ArchitectureSpec,
+        n_seeds: int,
+        attention: str = "materialised",
+        precision: str = "fp32",
+        vocab_multiple: int = VOCAB_MULTIPLE,
+    ):
         super().__init__()
         check_trainable(spec)
         for name, value, allowed in (("attention", attention, ATTENTION_KERNELS), ("precision", precision, PRECISIONS)):
             if value not in allowed:
                 raise ConfigError(f"training model {name} {value!r} is unknown; use one of {', '.join(allowed)}")
+        if vocab_multiple < 1:
+            raise ConfigError(f"training model vocab_multiple {vocab_multiple} must be a positive integer")
         self.spec, self.n_seeds, self.attention, self.precision = spec, n_seeds, attention, precision
-        self.W_E = nn.Parameter(torch.zeros(n_seeds, spec.d_vocab, spec.d_model))
+        self.d_vocab_padded = -(-spec.d_vocab // vocab_multiple) * vocab_multiple
+        self.W_E = nn.Parameter(torch.zeros(n_seeds, self.d_vocab_padded, spec.d_model))
         standard = spec.positional_embedding_type == "standard"
         self.W_pos = nn.Parameter(torch.zeros(n_seeds, spec.n_ctx, spec.d_model)) if standard else None
         self.rotary = None if standard else Rotary(spec)
         self.blocks = nn.ModuleList(Block(spec, n_seeds) for _ in range(spec.n_layers))
         self.ln_final = Norm(spec.normalization_type, n_seeds, spec.d_model)
-        self.W_U = nn.Parameter(torch.zeros(n_seeds, spec.d_model, spec.d_vocab))
+        self.W_U = nn.Parameter(torch.zeros(n_seeds, spec.d_model, self.d_vocab_padded))
         self.register_buffer("b_U", torch.zeros(n_seeds, spec.d_vocab))  # the bridge's unembed.bias: 0, never trained
         mask = torch.full((spec.n_ctx, spec.n_ctx), float("-inf")).triu(diagonal=1)
         self.register_buffer("causal_mask", mask, persistent=False)
@@ -220,24 +239,39 @@ class StackedTransformer(nn.Module):
         The unembed bias is zero and not added. Under precision bf16 the logits are bfloat16.
         """
         n_seeds, batch, pos = tokens.shape
-        d_vocab, d_model = self.spec.d_vocab, self.spec.d_model
         with self._matmul_precision(), torch.autocast(tokens.device.type, torch.bfloat16, self.precision == "bf16"):
-            # Seed s reads rows s * d_vocab ... of the flattened [seed * d_vocab, d_model] embedding.
-            offsets = torch.arange(0, n_seeds * d_vocab, d_vocab, device=tokens.device)
-            x = F.embedding((tokens + offsets[:, None, None]).view(n_seeds, -1), self.W_E.view(-1, d_model))
-            if self.W_pos is not None:
-                x = (x.view(n_seeds, batch, pos, d_model) + self.W_pos[:, None, :pos]).view(n_seeds, -1, d_model)
-            mask = self.causal_mask[:pos, :pos]
-            for block in self.blocks:
-                x = block(x, batch, self.attention, mask, self.rotary)
-            return torch.bmm(self.ln_final(x), self.W_U).view(n_seeds, batch, pos, d_vocab)
+            logits = torch.bmm(self._final_residual(tokens), self.W_U)[..., : self.spec.d_vocab]
+            return logits.reshape(n_seeds, batch, pos, self.spec.d_vocab)
+
+    def _final_residual(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [seed, batch, pos] -> ln_final of the residual stream, [seed, batch * pos, d_model] (call in autocast)."""
+        n_seeds, batch, pos = tokens.shape
+        d_vocab, d_model = self.d_vocab_padded, self.spec.d_model
+        # Seed s reads rows s * d_vocab ... of the flattened [seed * d_vocab, d_model] embedding.
+        offsets = torch.arange(0, n_seeds * d_vocab, d_vocab, device=tokens.device)
+        x = F.embedding((tokens + offsets[:, None, None]).view(n_seeds, -1), self.W_E.view(-1, d_model))
+        if self.W_pos is not None:
+            x = (x.view(n_seeds, batch, pos, d_model) + self.W_pos[:, None, :pos]).view(n_seeds, -1, d_model)
+        mask = self.causal_mask[:pos, :pos]
+        for block in self.blocks:
+            x = block(x, batch, self.attention, mask, self.rotary)
+        return self.ln_final(x)
 
     def loss(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Mean next-token cross entropy of each seed's batch, [seed], float32 (TransformerLens's formula)."""
-        log_probs = self(tokens).float().log_softmax(dim=-1)
-        predicted = log_probs[:, :, :-1].gather(-1, tokens[:, :, 1:, None])[..., 0]  # [seed, batch, pos - 1]
+        """Mean next-token cross entropy of each seed's batch, [seed], float32 (TransformerLens's formula), from
+        `chunked_cross_entropy` over the real vocabulary: the logits of every position but the last."""
+        n_seeds, batch, pos = tokens.shape
+        with self._matmul_precision(), torch.autocast(tokens.device.type, torch.bfloat16, self.precision == "bf16"):
+            h = (
+                self._final_residual(tokens)
+                .view(n_seeds, batch, pos, -1)[:, :, :-1]
+                .reshape(n_seeds, -1, self.spec.d_model)
+            )
+            dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32  # what autocast's bmm would take
+            targets = tokens[:, :, 1:].reshape(n_seeds, -1)
+            losses = chunked_cross_entropy(h.to(dtype), self.W_U.to(dtype), targets, self.spec.d_vocab)
         # Positions, then batch: one sum over both would be split across threads when k = 1 (a single output).
-        return -predicted.sum(dim=-1).sum(dim=-1) / predicted[0].numel()
+        return losses.view(n_seeds, batch, pos - 1).sum(dim=-1).sum(dim=-1) / (batch * (pos - 1))
 
     def matmul_precision(self) -> contextlib.AbstractContextManager[None]:
         """The precision's float32 matmul setting for code that calls this model compiled (see `_matmul_precision`)."""
@@ -269,7 +303,7 @@ class StackedTransformer(nn.Module):
     def bridge_tensors(self) -> dict[str, torch.Tensor]:
         """Every TransformerBridge state-dict name -> a [seed, *bridge shape] view of this stack's tensors."""
         d_attn = self.spec.n_heads * self.spec.d_head
-        views = {"embed.weight": self.W_E}
+        views = {"embed.weight": self.W_E[:, : self.spec.d_vocab]}
         if self.W_pos is not None:
             views["pos_embed.weight"] = self.W_pos
 
@@ -297,9 +331,22 @@ class StackedTransformer(nn.Module):
                 views[f"{prefix}.mlp.out.weight"] = block.mlp.W_out.transpose(1, 2)
                 views[f"{prefix}.mlp.out.bias"] = block.mlp.b_out
         norm("ln_final", self.ln_final)
-        views["unembed.weight"] = self.W_U.transpose(1, 2)
+        views["unembed.weight"] = self.W_U[:, :, : self.spec.d_vocab].transpose(1, 2)
         views["unembed.bias"] = self.b_U
         return views
+
+    def real_vocabulary(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """A tensor shaped like parameter `name` (with or without the seed axis) cut to the real vocabulary."""
+        if name not in VOCAB_AXES:
+            return tensor
+        return tensor.narrow(VOCAB_AXES[name], 0, self.spec.d_vocab)
+
+    def padded_vocabulary(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """A tensor shaped like parameter `name` over the real vocabulary, zero-padded to the model's vocabulary."""
+        if name not in VOCAB_AXES:
+            return tensor
+        pad = [0, 0] * (-VOCAB_AXES[name] - 1) + [0, self.d_vocab_padded - self.spec.d_vocab]
+        return F.pad(tensor, pad)
 
     def seed_state_dict(self, i: int) -> dict[str, torch.Tensor]:
         """Refit i's weights as a TransformerBridge state dict (bridge names and shapes, no seed axis), copied."""

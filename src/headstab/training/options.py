@@ -3,7 +3,8 @@
 `precision` changes the weights a refit ends with (bfloat16 rounds every matmul's inputs), so it is in the
 train rule's params and in every full state's identity: changing it retrains. The others only change how
 fast the same numbers are computed (up to float rounding, for `attention` and `compile`): the refits
-trained together (`seeds_per_job` in the config), the attention kernel, torch.compile, the device.
+trained together (`seeds_per_job` in the config), the attention kernel, torch.compile, the device, the padding
+of the vocabulary inside the training model.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from headstab.plan.spec import ConfigError
-from headstab.training.model import ATTENTION_KERNELS, PRECISIONS
+from headstab.training.model import ATTENTION_KERNELS, PRECISIONS, VOCAB_MULTIPLE
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ class TrainingOptions:
 
     precision: fp32 | tf32 (TF32 matmuls on CUDA, fp32 elsewhere) | bf16 (autocast; float32 master weights,
     optimiser state and loss). attention: materialised | sdpa. compile: torch.compile the loss (forward and
-    backward). device: auto | cpu | cuda. threads: torch CPU threads (None: torch's default).
+    backward). device: auto | cpu | cuda. threads: torch CPU threads (None: torch's default). vocab_multiple:
+    the training model pads its vocabulary to a multiple of this (1: no padding; checkpoints never see it).
     keep_checkpoints: full states kept per refit while training. on_step_end(step): called after each step's
     checkpoint (tests raise in it to simulate a kill).
     """
@@ -58,6 +60,7 @@ class TrainingOptions:
     threads: int | None = None
     keep_checkpoints: int = 2
     progress: bool = True
+    vocab_multiple: int = VOCAB_MULTIPLE
     on_step_end: Callable[[int], None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -76,6 +79,7 @@ class TrainingOptions:
             "compile": self.compile,
             "device": self.device,
             "threads": self.threads,
+            "vocab_multiple": self.vocab_multiple,
         }
 
 

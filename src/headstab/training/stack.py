@@ -1,8 +1,8 @@
 """Stacks of refits: the training model and optimiser of k refits, built from each refit's own state and split back.
 
 A refit's state is its weights (a TransformerBridge state dict) and, after step 0, its Adam moments: the
-training model's parameter names mapped to that refit's slice of `exp_avg` and `exp_avg_sq`, and the step
-count. Adam updates every number on its own, so moments stacked from k refits at the same step and
+training model's parameter names mapped to that refit's slice of `exp_avg` and `exp_avg_sq` over the real
+vocabulary (so a state does not depend on the model's padding), and the step count. Adam updates every number on its own, so moments stacked from k refits at the same step and
 stepped together equal each refit's stepped alone, bit for bit on the CPU (tests/training/test_loop.py);
 a stack can therefore be re-formed whenever its membership changes (a refit joins at its resume step, a
 diverged one is dropped) without changing any refit's numbers.
@@ -54,7 +54,13 @@ def assemble(
     spec: ArchitectureSpec, states: Sequence[RefitState], options: TrainingOptions, device: torch.device
 ) -> tuple[StackedTransformer, torch.optim.Optimizer]:
     """The training model and optimiser of the refits `states`, in order; all at step 0 or all at one step."""
-    model = StackedTransformer(spec, len(states), attention=options.attention, precision=options.precision)
+    model = StackedTransformer(
+        spec,
+        len(states),
+        attention=options.attention,
+        precision=options.precision,
+        vocab_multiple=options.vocab_multiple,
+    )
     for i, state in enumerate(states):
         model.load_seed_state_dict(i, state.weights)
     model.to(device).train()
@@ -73,7 +79,10 @@ def _load_moments(model: StackedTransformer, optimizer: torch.optim.Optimizer, m
     for index, (name, _) in enumerate(model.named_parameters()):
         if name not in moments[0]["exp_avg"]:
             continue  # a parameter Adam never stepped (no gradient yet)
-        entry = {key: torch.stack([refit[key][name] for refit in moments]) for key in MOMENTS}
+        # A refit's moments cover the real vocabulary; the padding's are zero (its weights never get a gradient).
+        entry = {
+            key: model.padded_vocabulary(name, torch.stack([refit[key][name] for refit in moments])) for key in MOMENTS
+        }
         state[index] = {"step": torch.tensor(float(moments[0]["step"])), **entry}
     # load_state_dict moves the moments to the parameters' device and the step where the kernel wants it.
     optimizer.load_state_dict({"state": state, "param_groups": optimizer.state_dict()["param_groups"]})
@@ -95,7 +104,12 @@ def split(model: StackedTransformer, optimizer: torch.optim.Optimizer, indices: 
             moments = {"step": step}
             for key in MOMENTS:
                 moments[key] = {
-                    name: optimizer.state[p][key][i].detach().cpu().clone() for name, p in named if p in optimizer.state
+                    name: model.real_vocabulary(name, optimizer.state[p][key][i])
+                    .detach()
+                    .cpu()
+                    .clone(memory_format=torch.contiguous_format)
+                    for name, p in named
+                    if p in optimizer.state
                 }
         states.append(RefitState(weights, moments))
     return states
