@@ -7,7 +7,7 @@ import pytest
 from helpers.tolerances import reduction_rtol
 from scipy import stats
 
-from headstab.statistics.hypothesis import gap_replicates, permutation_test, tost
+from headstab.statistics.hypothesis import benjamini_hochberg, gap_replicates, permutation_test, tost
 
 
 def test_permutation_p_value_is_uniform_under_the_null():
@@ -149,3 +149,14 @@ def test_tost_claims_equivalence_only_below_alpha():
     p_value = tost(x, y, margin=0.8)["p_value"]
     assert not tost(x, y, margin=0.8, alpha=p_value)["equivalent"]  # p < alpha, strictly
     assert tost(x, y, margin=0.8, alpha=np.nextafter(p_value, 1.0))["equivalent"]
+
+
+def test_benjamini_hochberg_by_hand_leaves_nan_out_of_the_family():
+    p = np.array([0.01, 0.04, np.nan, 0.03, 0.2])
+    # four tests: sorted 0.01, 0.03, 0.04, 0.2 -> p * 4 / rank = 0.04, 0.06, 0.0533, 0.2, then the running minimum
+    # from the top: 0.04, 0.0533, 0.0533, 0.2
+    q = benjamini_hochberg(p)
+    np.testing.assert_allclose(q, [0.04, 0.16 / 3, np.nan, 0.16 / 3, 0.2], rtol=1e-12)
+    assert np.isnan(benjamini_hochberg(np.array([np.nan, np.nan]))).all()
+    np.testing.assert_allclose(benjamini_hochberg(np.array([0.5, 0.9])), [0.9, 0.9])  # q = max over ranks above
+    assert benjamini_hochberg(np.array([])).shape == (0,)

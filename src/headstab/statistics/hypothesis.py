@@ -6,6 +6,7 @@
 - `tost`: two one-sided Welch t-tests of |mean_b - mean_a| < margin (Schuirmann's TOST); equivalence
   is claimed at level alpha when both one-sided p-values are below alpha, i.e. when the
   (1 - 2 alpha) Welch interval of the difference lies inside (-margin, margin).
+- `benjamini_hochberg`: q-values of a family of p-values (false discovery rate), NaN where p is NaN.
 - paired designs (refit s of both optimizers starts from the same weights and sees the same data):
   `sign_flip_test` of per-seed differences, `paired_tost` (one-sample t-tests of the differences), and
   `pair_pseudo_values`, the per-seed jackknife pseudo-values of a mean over ordered pairs of refits.
@@ -16,7 +17,15 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-__all__ = ["gap_replicates", "pair_pseudo_values", "paired_tost", "permutation_test", "sign_flip_test", "tost"]
+__all__ = [
+    "benjamini_hochberg",
+    "gap_replicates",
+    "pair_pseudo_values",
+    "paired_tost",
+    "permutation_test",
+    "sign_flip_test",
+    "tost",
+]
 
 
 def permutation_test(x: np.ndarray, y: np.ndarray, n_permutations: int, seed: int) -> dict[str, float]:
@@ -157,3 +166,14 @@ def _tost_result(difference: float, se: float, dof: float, margin: float, alpha:
         "margin": float(margin),
         "alpha": float(alpha),
     }
+
+
+def benjamini_hochberg(p_values: np.ndarray) -> np.ndarray:
+    """Benjamini-Hochberg q-values of one family of p-values (`scipy.stats.false_discovery_control`), computed
+    over the finite p-values only: a NaN p (no test) stays NaN and does not enlarge the family."""
+    p_values = np.asarray(p_values, dtype=np.float64)
+    q_values = np.full(p_values.shape, np.nan)
+    finite = np.isfinite(p_values)
+    if finite.any():
+        q_values[finite] = stats.false_discovery_control(p_values[finite], method="bh")
+    return q_values
