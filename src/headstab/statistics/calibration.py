@@ -67,6 +67,28 @@ METHODS: dict[str, Method] = {
 }
 
 
+# The p-values and intervals of the other sections (Table B.5, §4.5's perplexity, §4.7, §4.8 and the analyses
+# beyond the paper): docs/statistics.md, "Calibration of the section statistics".
+_SECTION_METHODS = (
+    Method(
+        "welch_t_perplexity",
+        "p_value",
+        "refits per optimizer",
+        4,
+        "Welch two-sided t-test of the Adam and AdamW refits' validation perplexities (perplexity.csv welch_p)",
+    ),
+    Method(
+        "brunner_munzel_perplexity",
+        "p_value",
+        "refits per optimizer",
+        4,
+        "two-sided studentized permutation Brunner-Munzel test of the same perplexities (perplexity.csv "
+        "brunner_munzel_p)",
+    ),
+)
+METHODS.update({method.name: method for method in _SECTION_METHODS})
+
+
 def is_calibrated(method: str, n: int) -> bool:
     """Whether `method` is calibrated at n units: n >= its min_n (never when min_n is None)."""
     if method not in METHODS:
