@@ -85,6 +85,35 @@ _SECTION_METHODS = (
         "two-sided studentized permutation Brunner-Munzel test of the same perplexities (perplexity.csv "
         "brunner_munzel_p)",
     ),
+    Method(
+        "permutation_pearson_ablation_heads",
+        "p_value",
+        "heads",
+        4,
+        "two-sided permutation p of Pearson's r over one layer's heads, head stability against ΔPPL "
+        "(ablation_correlation.csv p_value)",
+    ),
+    Method(
+        "permutation_spearman_ablation_heads",
+        "p_value",
+        "heads",
+        4,
+        "two-sided permutation p of Spearman's rho over the same heads (ablation_correlation.csv spearman_p)",
+    ),
+    Method(
+        "linregress_trend_ablation",
+        "p_value",
+        "layers",
+        None,
+        "t-test p of the slope of the per-layer r against layer index (ablation_correlation.csv trend_p_value)",
+    ),
+    Method(
+        "head_bootstrap_pearson_ablation",
+        "interval",
+        "heads",
+        None,
+        "percentile interval of Pearson's r over one layer's heads resampled (ablation_correlation.csv ci_*)",
+    ),
 )
 METHODS.update({method.name: method for method in _SECTION_METHODS})
 
