@@ -58,7 +58,7 @@ def _p(key: str, draw: Callable) -> Callable[[np.random.Generator, int, float], 
 
 
 CASES = [
-    Case(method, scenario, "size", _p(key, draw), reps=1000, quick_n=5, quick_reps=200)
+    Case(method, scenario, "size", _p(key, draw), reps=1000, quick_n=5, quick_reps=150)
     for method, key in (("welch_t_perplexity", "welch_p"), ("brunner_munzel_perplexity", "brunner_munzel_p"))
     for scenario, draw in SCENARIOS.items()
 ]

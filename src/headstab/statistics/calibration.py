@@ -86,6 +86,14 @@ _SECTION_METHODS = (
         "brunner_munzel_p)",
     ),
     Method(
+        "pearson_t_weight_norm_layers",
+        "p_value",
+        "layers",
+        None,
+        "Pearson t-test p over one anchor's layers of a weight norm against layer stability "
+        "(weight_norm_correlation.csv p_value, summary first_anchor_p)",
+    ),
+    Method(
         "permutation_pearson_ablation_heads",
         "p_value",
         "heads",
@@ -113,6 +121,22 @@ _SECTION_METHODS = (
         "heads",
         None,
         "percentile interval of Pearson's r over one layer's heads resampled (ablation_correlation.csv ci_*)",
+    ),
+    Method(
+        "anchor_bootstrap_mean_r_weight_norm",
+        "interval",
+        "anchors",
+        None,
+        "percentile interval of the mean over anchors of the weight-norm r, anchors resampled "
+        "(summary weight_norm_correlation.csv mean_pearson_r_ci_*)",
+    ),
+    Method(
+        "anchor_bootstrap_partial_r_weight_norm",
+        "interval",
+        "anchors",
+        50,
+        "percentile interval of the partial r over every anchor's heads given entropy, anchors resampled "
+        "(weight_norm_partial.csv partial_r_ci_*)",
     ),
 )
 METHODS.update({method.name: method for method in _SECTION_METHODS})
