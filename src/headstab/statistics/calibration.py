@@ -116,6 +116,14 @@ _SECTION_METHODS = (
         "t-test p of the slope of the per-layer r against layer index (ablation_correlation.csv trend_p_value)",
     ),
     Method(
+        "pair_refit_bootstrap_residual_cka",
+        "interval",
+        "refits",
+        50,
+        "percentile interval of the mean CKA over distinct refit pairs, refits resampled, trained and at step 0 "
+        "(residual_cka_layers.csv ci_*, init_ci_*)",
+    ),
+    Method(
         "head_bootstrap_pearson_ablation",
         "interval",
         "heads",
