@@ -146,6 +146,14 @@ _SECTION_METHODS = (
         "percentile interval of the partial r over every anchor's heads given entropy, anchors resampled "
         "(weight_norm_partial.csv partial_r_ci_*)",
     ),
+    Method(
+        "range_final_loss",
+        "interval",
+        "refits",
+        None,
+        "min and max of the refits' final training losses (headline.csv final training loss): a range of the "
+        "values, not a confidence interval",
+    ),
 )
 METHODS.update({method.name: method for method in _SECTION_METHODS})
 
