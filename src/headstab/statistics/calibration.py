@@ -147,6 +147,21 @@ _SECTION_METHODS = (
         "(weight_norm_partial.csv partial_r_ci_*)",
     ),
     Method(
+        "refit_bootstrap_mean_layer_robustness",
+        "interval",
+        "refits",
+        None,
+        "percentile interval of a robustness metric's mean over refits, refits resampled (layer_robustness.csv)",
+    ),
+    Method(
+        "refit_bootstrap_pearson_layer_robustness",
+        "interval",
+        "refits",
+        None,
+        "percentile interval of Pearson's r over (refit, layer) rows, refits resampled "
+        "(layer_robustness_correlation.csv across_refits)",
+    ),
+    Method(
         "range_final_loss",
         "interval",
         "refits",
