@@ -147,6 +147,22 @@ _SECTION_METHODS = (
         "(weight_norm_partial.csv partial_r_ci_*)",
     ),
     Method(
+        "refit_bootstrap_mean_effective_rank",
+        "interval",
+        "refits",
+        12,
+        "percentile interval of the mean PR over heads and refits, refits resampled "
+        "(effective_rank_correlation.csv pr_mean, pr_uncentred_mean)",
+    ),
+    Method(
+        "refit_bootstrap_pearson_effective_rank",
+        "interval",
+        "refits",
+        12,
+        "percentile interval of Pearson's r over head (or head-pair) rows, refits resampled "
+        "(effective_rank_correlation.csv pr_vs_stability, pr_anchor_vs_match, pr_uncentred_vs_stability)",
+    ),
+    Method(
         "refit_bootstrap_mean_layer_robustness",
         "interval",
         "refits",
