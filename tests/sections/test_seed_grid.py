@@ -286,3 +286,41 @@ def test_a_grid_without_twins_has_no_floor_rows():
     pairs = _hand_pairs({"shares_init": 0.8, "shares_data": 0.6, "shares_neither": 0.3})
     table = seed_grid_table(pairs, n_boot=10, seed=0, confidence=0.9)
     assert not set(table["statistic"]) & {BOTH, *FLOOR_FRACTIONS}
+
+
+def test_means_and_fractions_are_labelled_at_the_grids_cells_a_twin_counting_as_its_cell():
+    from headstab.statistics.calibration import calibration_label
+
+    values = {"shares_init": 0.8, "shares_data": 0.6, "shares_neither": 0.3, BOTH: 0.9}
+    refits = grid_refits(INITS, DATAS, ulp_twins=["1-1", "3-3"])  # 9 cells, 11 refits
+    rows = [(a, b, 0, values[pair_kind(a, b)], pair_kind(a, b)) for a in refits for b in refits
+            if a != b and pair_kind(a, b) is not None]  # fmt: skip
+    pairs = pd.DataFrame(rows, columns=["anchor_seed", "pair_seed", "layer", "stability", "kind"])
+    table = seed_grid_table(pairs, n_boot=10, seed=0, confidence=0.9).set_index("statistic")
+    assert table.columns[-1] == "calibration"
+    means = list(KINDS) + [BOTH]
+    assert (table.loc[means, "calibration"] == calibration_label("refit_bootstrap_seed_grid_means", 9)).all()
+    fractions = table.drop(index=means)
+    assert len(fractions) == 5
+    assert (fractions["calibration"] == calibration_label("refit_bootstrap_seed_grid_fractions", 9)).all()
+
+
+def _min_n(monkeypatch, method, min_n):
+    """Set `method`'s min_n in the registry the section reads."""
+    from dataclasses import replace
+
+    from headstab.statistics import calibration
+
+    monkeypatch.setitem(calibration.METHODS, method, replace(calibration.METHODS[method], min_n=min_n))
+
+
+def test_the_labels_are_taken_at_the_cells_of_a_2_x_2_grid_with_a_twin(monkeypatch):
+    values = {"shares_init": 0.8, "shares_data": 0.6, "shares_neither": 0.3, BOTH: 0.9}
+    refits = grid_refits([1, 2], [1, 2], ulp_twins=["1-1"])  # 4 cells, 5 refits
+    rows = [(a, b, 0, values[pair_kind(a, b)], pair_kind(a, b)) for a in refits for b in refits
+            if a != b and pair_kind(a, b) is not None]  # fmt: skip
+    pairs = pd.DataFrame(rows, columns=["anchor_seed", "pair_seed", "layer", "stability", "kind"])
+    for min_n, label in ((4, "calibrated"), (5, "descriptive")):
+        _min_n(monkeypatch, "refit_bootstrap_seed_grid_means", min_n)
+        _min_n(monkeypatch, "refit_bootstrap_seed_grid_fractions", min_n)
+        assert (seed_grid_table(pairs, n_boot=10, seed=0, confidence=0.9)["calibration"] == label).all()

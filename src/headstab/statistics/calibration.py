@@ -178,6 +178,20 @@ _SECTION_METHODS = (
         "(layer_robustness_correlation.csv across_refits)",
     ),
     Method(
+        "refit_bootstrap_seed_grid_means",
+        "interval",
+        "grid cells",
+        None,
+        "percentile interval of the mean pair stability of a pair kind, grid cells resampled (seed_grid.csv)",
+    ),
+    Method(
+        "refit_bootstrap_seed_grid_fractions",
+        "interval",
+        "grid cells",
+        None,
+        "percentile interval of the init, data, interaction and floor fractions, grid cells resampled (seed_grid.csv)",
+    ),
+    Method(
         "range_final_loss",
         "interval",
         "refits",
