@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from calibration.harness import Case
+from calibration.harness import Case, PowerCase
 from calibration.simulate import depth_profile
 from headstab.sections.ablation import ablation_correlation, ablation_correlation_intervals
 
@@ -105,4 +105,26 @@ CASES += [
     Case("head_bootstrap_pearson_ablation", "gaussian", "coverage", _interval(False), reps=1000, quick_reps=150),
     Case("linregress_trend_ablation", "independent_layers", "size", _trend(False), reps=400, quick_n=4, quick_reps=50),
     Case("linregress_trend_ablation", "smooth_depth_profile", "size", _trend(True), reps=400, quick_n=4, quick_reps=50),
+]
+
+
+def _power(rng: np.random.Generator, n: int, effect: float) -> float:
+    """n heads whose log ΔPPL correlates `effect` with stability (ΔPPL lognormal, sigma 1.5): the permutation p."""
+    z = rng.normal(size=n)
+    w = effect * z + np.sqrt(1 - effect**2) * rng.normal(size=n)
+    table = _table(0.5 + 0.1 * z, np.exp(SIGMA * w))
+    per_layer, _ = ablation_correlation(table, permutations=PERMUTATIONS, seed=int(rng.integers(2**31)))
+    return float(per_layer["p_value"].iloc[0])
+
+
+POWER = [
+    PowerCase(
+        "permutation_pearson_ablation_heads",
+        "head stability correlates with ablation ΔPPL in a layer",
+        "correlation of stability with log ΔPPL",
+        _power,
+        effects=(0.3, 0.5, 0.7, 0.8, 0.9, 0.95),
+        reps=200,
+        ns=(4, 5, 8, 16, 50),
+    )
 ]

@@ -340,3 +340,36 @@ def test_the_layers_are_one_family_and_each_column_says_whether_it_is_calibrated
     # the trend is over the 2 layers with a finite r
     assert (table["trend_calibration"] == calibration_label("linregress_trend_ablation", 2)).all()
     assert "ci_low" not in correlation_table(per_layer, trend, seed=3).columns
+
+
+def _min_n(monkeypatch, method, min_n):
+    """Set `method`'s min_n in the registry the section reads."""
+    from dataclasses import replace
+
+    from headstab.statistics import calibration
+
+    monkeypatch.setitem(calibration.METHODS, method, replace(calibration.METHODS[method], min_n=min_n))
+
+
+def test_labels_are_taken_at_the_layers_heads_and_at_the_layers_with_a_finite_r(monkeypatch):
+    rng = np.random.default_rng(9)
+    stability, delta = rng.random((5, 4)), rng.random((5, 4))  # 5 layers of 4 heads
+    delta[4] = 1.0  # layer 4: constant ΔPPL, no r: the trend is over 4 layers
+    table = ablation_table(delta + 10.0, 10.0, _stability(stability), seed=7)
+    per_layer, trend = ablation_correlation(table, permutations=30, seed=0)
+    for method in (
+        "permutation_pearson_ablation_heads",
+        "head_bootstrap_pearson_ablation",
+        "linregress_trend_ablation",
+    ):
+        _min_n(monkeypatch, method, 4)
+    at_4 = correlation_table(per_layer, trend, seed=7)
+    assert (at_4[["p_calibration", "ci_calibration", "trend_calibration"]] == "calibrated").all().all()
+    for method in (
+        "permutation_pearson_ablation_heads",
+        "head_bootstrap_pearson_ablation",
+        "linregress_trend_ablation",
+    ):
+        _min_n(monkeypatch, method, 5)
+    at_5 = correlation_table(per_layer, trend, seed=7)
+    assert (at_5[["p_calibration", "ci_calibration", "trend_calibration"]] == "descriptive").all().all()
