@@ -381,3 +381,25 @@ def test_validation_perplexity_passes_device_batch_size_and_processing_and_logs(
     assert calls == [(("spec", "w.pt", "cuda:1"), {"weight_processing": ("fold",)}), ("model", [6, 6], 3)]
     assert table["perplexity"].tolist() == pytest.approx([4.0])
     assert caplog.messages == ["seed 7: validation perplexity 4.000 over 10 predicted tokens"]
+
+
+def _min_n(monkeypatch, method, min_n):
+    """Set `method`'s min_n in the registry the section reads."""
+    from dataclasses import replace
+
+    from headstab.statistics import calibration
+
+    monkeypatch.setitem(calibration.METHODS, method, replace(calibration.METHODS[method], min_n=min_n))
+
+
+def test_the_tests_are_labelled_at_the_smaller_members_refits(monkeypatch):
+    ppl = pair_frame(
+        pd.DataFrame({"seed": [1, 2, 3, 4, 5], "perplexity": [1.0, 2.0, 3.0, 2.5, 1.5]}),
+        pd.DataFrame({"seed": [1, 2, 3, 4], "perplexity": [4.0, 6.0, 5.0, 7.0]}),
+    )
+    comparison = perplexity_comparison([1.0, 2.0, 3.0, 2.5, 1.5], [4.0, 6.0, 5.0, 7.0], permutations=50, seed=0)
+    for min_n, label in ((4, "calibrated"), (5, "descriptive")):
+        for method in ("welch_t_perplexity", "brunner_munzel_perplexity"):
+            _min_n(monkeypatch, method, min_n)
+        table = perplexity_table(ppl, comparison, {"Adam": "a", "AdamW": "b"}).set_index("statistic")
+        assert table.loc[["welch_p", "brunner_munzel_p"], "calibration"].tolist() == [label, label]

@@ -464,3 +464,50 @@ def test_the_p_values_of_an_architecture_are_one_family_and_a_few_layers_are_des
     older = weight_norm_summary({"l4": corr.drop(columns="q_value")}, {"l4": {}}, {"l4": 9})
     assert older["first_anchor_q"].isna().all() and "ci_calibration" not in older.columns
     assert (older["p_calibration"] == calibration_label("pearson_t_weight_norm_layers", 0)).all()
+
+
+def _min_n(monkeypatch, method, min_n):
+    """Set `method`'s min_n in the registry the section reads."""
+    from dataclasses import replace
+
+    from headstab.statistics import calibration
+
+    monkeypatch.setitem(calibration.METHODS, method, replace(calibration.METHODS[method], min_n=min_n))
+
+
+def test_labels_are_taken_at_the_anchors_layers_and_at_the_anchors(monkeypatch, layer_stability):
+    rng = np.random.default_rng(4)
+    anchors = (1, 2, 3, 4)
+    norms = pd.DataFrame(
+        [(s, layer, "W_Q", v) for s in anchors for layer, v in enumerate(rng.random(5))],
+        columns=["seed", "layer", "matrix", "frobenius_norm"],
+    ).assign(whole_layer_norm=lambda t: t["frobenius_norm"])
+    stab = layer_stability({s: list(rng.random(5)) for s in anchors})  # 4 anchors of 5 layers
+    for min_n, label in ((5, "calibrated"), (12, "descriptive")):
+        _min_n(monkeypatch, "pearson_t_weight_norm_layers", min_n)
+        corr = norm_stability_correlation(norms, stab)
+        assert (corr["calibration"] == label).all()
+        assert (weight_norm_summary({"l5": corr}, {"l5": {}}, {"l5": 1})["p_calibration"] == label).all()
+    for min_n, label in ((4, "calibrated"), (5, "descriptive")):
+        _min_n(monkeypatch, "anchor_bootstrap_mean_r_weight_norm", min_n)
+        summary = weight_norm_summary({"l5": corr}, {"l5": {}}, {"l5": 1}, {"n_boot": 20, "seed": 0, "confidence": 0.9})
+        assert (summary["ci_calibration"] == label).all()
+
+
+def test_the_partial_r_interval_is_labelled_at_the_anchors(monkeypatch):
+    from headstab.sections.weight_norms import head_norm_partial_table
+
+    rng = np.random.default_rng(2)
+    rows_norm, rows_stab = [], []
+    for anchor in range(5):
+        entropy, norm, stability = _entropy_driven(rng, 8)
+        rows_norm += [(anchor, 0, head, "W_Q", norm[head]) for head in range(8)]
+        rows_stab += [("primary", "same_layer", anchor, 0, head, stability[head], entropy[head]) for head in range(8)]
+    norms = pd.DataFrame(rows_norm, columns=["seed", "layer", "head", "matrix", "frobenius_norm"])
+    heads = pd.DataFrame(
+        rows_stab, columns=["promptset", "scope", "anchor_seed", "layer", "head", "stability", "entropy"]
+    )
+    for min_n, label in ((5, "calibrated"), (12, "descriptive")):
+        _min_n(monkeypatch, "anchor_bootstrap_partial_r_weight_norm", min_n)
+        table = head_norm_partial_table(norms, heads, n_boot=20, seed=0, confidence=0.9)
+        assert table["calibration"].tolist() == [label]
