@@ -389,3 +389,13 @@ def test_the_labels_are_taken_at_the_refits(monkeypatch):
         _min_n(monkeypatch, "refit_bootstrap_pearson_effective_rank", min_n)
         table = rank_correlation_table(pr, stability, matched, n_boot=10, seed=0, confidence=0.9)
         assert (table["calibration"] == label).all()
+
+
+def test_means_and_correlations_take_their_own_methods_label(monkeypatch):
+    pr, stability, pairs = _pr_and_stability(n_seeds=4, n_layers=1, n_heads=3)
+    _min_n(monkeypatch, "refit_bootstrap_mean_effective_rank", 4)
+    _min_n(monkeypatch, "refit_bootstrap_pearson_effective_rank", 5)
+    table = rank_correlation_table(pr, stability, matched_rank_table(pr, pairs), n_boot=10, seed=0, confidence=0.9)
+    means = table["statistic"].str.endswith("_mean")
+    assert (table.loc[means, "calibration"] == "calibrated").all()
+    assert (table.loc[~means, "calibration"] == "descriptive").all()
