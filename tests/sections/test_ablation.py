@@ -17,6 +17,7 @@ from headstab.sections.ablation import (
     ablated_grid,
     ablated_grids,
     ablation_correlation,
+    ablation_correlation_intervals,
     ablation_perplexity_table,
     ablation_table,
     correlation_table,
@@ -175,7 +176,6 @@ def test_ablation_correlation_trend_values_and_fewer_than_two_finite_layers():
 
 
 def test_ablation_correlation_intervals_resample_heads_layer_by_layer():
-    from headstab.sections.ablation import ablation_correlation_intervals
     from headstab.statistics.resampling import pearson_interval
 
     rng = np.random.default_rng(0)
@@ -373,3 +373,40 @@ def test_labels_are_taken_at_the_layers_heads_and_at_the_layers_with_a_finite_r(
         _min_n(monkeypatch, method, 5)
     at_5 = correlation_table(per_layer, trend, seed=7)
     assert (at_5[["p_calibration", "ci_calibration", "trend_calibration"]] == "descriptive").all().all()
+
+
+def _two_anchors(rng, layers=3, heads=6):
+    """Rows of anchors 5 (first) and 3: layer, head, stability, delta_ppl drawn independently per anchor."""
+    rows = [(s, layer, head, rng.random(), rng.lognormal()) for s in (5, 3) for layer in range(layers)
+            for head in range(heads)]  # fmt: skip
+    return pd.DataFrame(rows, columns=["seed", "layer", "head", "stability", "delta_ppl"])
+
+
+def test_the_trend_over_three_layers_has_its_linregress_p():
+    table = _two_anchors(np.random.default_rng(11))
+    per_layer, trend = ablation_correlation(table, permutations=20, seed=0)
+    fit = scipy.stats.linregress(per_layer["layer"].to_numpy(float), per_layer["pearson_r"].to_numpy(float))
+    assert np.isfinite(trend["p_value"]) and trend["p_value"] == pytest.approx(fit.pvalue, rel=1e-12)
+
+
+def test_the_default_anchor_is_the_first_seed_and_the_default_draws_are_seed_0():
+    table = _two_anchors(np.random.default_rng(12))
+    default, _ = ablation_correlation(table, permutations=30)
+    pd.testing.assert_frame_equal(default, ablation_correlation(table, anchor_seed=5, permutations=30, seed=0)[0])
+    other = ablation_correlation(table, anchor_seed=3, permutations=30, seed=0)[0]
+    assert not np.allclose(default["pearson_r"], other["pearson_r"])
+    intervals = ablation_correlation_intervals(table, n_boot=20, seed=0, confidence=0.9)
+    pd.testing.assert_frame_equal(intervals, ablation_correlation_intervals(table, 20, 0, 0.9, anchor_seed=5))
+    one = table[table["seed"] == 5].drop(columns="seed")
+    pd.testing.assert_frame_equal(ablation_correlation_intervals(one, 20, 0, 0.9), intervals)
+    alone, _ = ablation_correlation(one, permutations=30, seed=0)
+    assert alone["pearson_r"].tolist() == default["pearson_r"].tolist()
+    assert (alone["n_anchors"] == 1).all()
+
+
+def test_the_default_permutations_are_10000():
+    rng = np.random.default_rng(13)
+    table = pd.DataFrame({"seed": 1, "layer": 0, "head": range(8), "stability": rng.random(8)})
+    table["delta_ppl"] = rng.lognormal(size=8)
+    default, _ = ablation_correlation(table)
+    pd.testing.assert_frame_equal(default, ablation_correlation(table, permutations=10000, seed=0)[0])
