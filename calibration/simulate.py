@@ -31,31 +31,34 @@ import pandas as pd
 from scipy import stats
 
 __all__ = [
-    "LARGE_N",
-    "SCENARIOS",
-    "at_refits",
-    "coarser",
     "Dataset",
+    "LARGE_N",
     "RefitEffects",
+    "SCENARIOS",
     "Scenario",
-    "TwinScenario",
     "StabilityModel",
+    "TwinScenario",
+    "anchor_layer_values",
+    "at_refits",
+    "clustered_rows",
+    "coarser",
+    "depth_profile",
     "draw_refits",
+    "expected_max",
+    "graded_layer_similarity",
+    "layered_grouped_similarity",
     "mixed_draws",
     "one_thread",
     "prompt_draws",
     "shared_draws",
-    "expected_max",
-    "layered_grouped_similarity",
-    "graded_layer_similarity",
     "simulate_dataset",
     "simulate_grouped",
     "simulate_twins",
-    "twin_refits",
     "stability_scenario",
     "symmetric_pair_values",
     "true_one_to_one",
     "true_stability",
+    "twin_refits",
 ]
 
 
@@ -586,3 +589,46 @@ def graded_layer_similarity(
         partners=np.array([1, 0]),
         lengths=np.array([5, 5]),
     )
+
+
+def depth_profile(rng: np.random.Generator, n_layers: int, phi: float, sd: float) -> np.ndarray:
+    """[layer] a stationary AR(1) over depth, s.d. sd: neighbouring layers alike (correlation phi), no trend."""
+    values = np.empty(n_layers)
+    values[0] = rng.normal(scale=sd)
+    innovation = sd * np.sqrt(1.0 - phi**2)
+    for layer in range(1, n_layers):
+        values[layer] = phi * values[layer - 1] + rng.normal(scale=innovation)
+    return values
+
+
+def anchor_layer_values(
+    rng: np.random.Generator, layer_mean: np.ndarray, refit_offsets: np.ndarray, pair_sd: float
+) -> np.ndarray:
+    """[anchor, layer] per-anchor values of a pair statistic: per layer l, the mean over the anchor's N - 1
+    pair refits of symmetric pair values layer_mean[l] + offset[a, l] + offset[b, l] + pair noise.
+
+    refit_offsets: [refit, layer] refit-specific layer offsets (some refit's layer is sharper), shared by every
+    pair the refit enters, so the anchors' values share their partners.
+    """
+    n_refits, n_layers = refit_offsets.shape
+    values = np.empty((n_refits, n_layers))
+    for layer in range(n_layers):
+        pairs = symmetric_pair_values(rng, refit_offsets[:, layer], pair_sd)
+        values[:, layer] = layer_mean[layer] + pairs.sum(axis=1) / (n_refits - 1)
+    return values
+
+
+def clustered_rows(
+    rng: np.random.Generator, n_refits: int, rows_per_refit: int, between: np.ndarray, within: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows that belong to refits: ([row, variable] values, [row] refit index).
+
+    Each row of refit a is u_a + e with u_a ~ N(0, between) shared by the refit's rows (its heads) and
+    e ~ N(0, within) its own; between, within: [variable, variable] covariances. The population covariance of
+    a row is between + within.
+    """
+    n_var = len(between)
+    shared = rng.multivariate_normal(np.zeros(n_var), between, size=n_refits)
+    own = rng.multivariate_normal(np.zeros(n_var), within, size=(n_refits, rows_per_refit))
+    values = (shared[:, None, :] + own).reshape(-1, n_var)
+    return values, np.repeat(np.arange(n_refits), rows_per_refit)

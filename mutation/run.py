@@ -90,6 +90,8 @@ def mutmut_section(source: str, tests: list[str]) -> str:
         'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q"]\n'
         # The git-based change detection looks at the checkout, not at this copy.
         "use_git_change_detection = false\n"
+        # mutmut runs the tests in mutants/, a copy of src and tests: the files they read go along.
+        f"also_copy = {json.dumps([folder for folder in COPIED if folder not in ('src', 'tests')])}\n"
     )
 
 

@@ -80,7 +80,7 @@ def test_headline_reads_each_number_from_its_table_and_names_where_the_paper_rep
     assert table.loc[("weight-norm r with layer stability (W_Q)", -1), "paper_source"].startswith("§4.4.1; Table B.5")
     assert table.loc[("weight-norm r with layer stability (W_Q)", -1), "estimate"] == -0.9
     assert table.loc[("final training loss", -1), ["estimate", "ci_low", "ci_high", "interval"]].tolist() == [
-        pytest.approx(3.2), 3.0, 3.4, "range over 3 refits"]  # fmt: skip
+        pytest.approx(3.2), 3.0, 3.4, "range (min, max) over 3 refits, not an interval"]  # fmt: skip
 
 
 def test_a_section_the_run_left_out_leaves_its_rows_out():

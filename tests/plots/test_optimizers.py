@@ -1,5 +1,7 @@
 """headstab.plots.optimizers: §4.5 figures: Adam vs AdamW stability, activation norms and perplexity."""
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 
@@ -46,3 +48,24 @@ def test_perplexity(tmp_path, assert_written):
     data = plot_perplexity(ppl, comparison, tmp_path / "perplexity.png", "l4_h8", "l4_h8_wd")
     assert_written(tmp_path / "perplexity.png")
     assert data.set_index("optimizer").loc["Adam", "mean"] == pytest.approx(30.15)
+
+
+def test_the_perplexity_title_calls_both_p_values_difference_tests_and_marks_a_descriptive_one(tmp_path, monkeypatch):
+    from headstab.statistics import calibration
+
+    titles = []
+    monkeypatch.setattr("matplotlib.axes.Axes.set_title", lambda ax, text, **kw: titles.append(text))
+    ppl = pd.DataFrame(
+        {"optimizer": ["Adam"] * 4 + ["AdamW"] * 4, "seed": list(SEEDS) * 2,
+         "perplexity": [30.1, 29.5, 30.8, 30.2, 30.5, 31.0, 29.9, 30.4]}
+    )  # fmt: skip
+    comparison = perplexity_comparison(ppl.perplexity[:4], ppl.perplexity[4:], permutations=100, seed=0)
+    plot_perplexity(ppl, comparison, tmp_path / "calibrated.png", "l4_h8", "l4_h8_wd")
+    welch = calibration.METHODS["welch_t_perplexity"]
+    monkeypatch.setitem(calibration.METHODS, "welch_t_perplexity", replace(welch, min_n=50))
+    plot_perplexity(ppl, comparison, tmp_path / "descriptive.png", "l4_h8", "l4_h8_wd")
+    calibrated, descriptive = titles
+    assert "parity" not in calibrated.split("\n")[0] and "parity is the TOST of optimizer_tests.csv" in calibrated
+    assert "descriptive" not in calibrated  # both tests hold their size from 4 refits per optimizer
+    assert f"p = {comparison['welch_p']:.3g} (descriptive at 4 refits)" in descriptive.split("\n")[1]
+    assert f"Brunner-Munzel p = {comparison['brunner_munzel_p']:.3g}\n" in descriptive

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.stats
 import torch
 from helpers.bridges import tiny_bridge
 from helpers.tolerances import reduction_atol, reduction_rtol
@@ -16,9 +17,11 @@ from headstab.sections.ablation import (
     ablated_grid,
     ablated_grids,
     ablation_correlation,
+    ablation_correlation_intervals,
     ablation_perplexity_table,
     ablation_table,
     correlation_table,
+    permutation_p,
 )
 
 PPL_RTOL = reduction_rtol(np.float32, 2 * (32 + 64) + 50) * math.log(50)
@@ -98,19 +101,27 @@ def test_ablation_table_refuses_a_mix_of_prompt_sets():
 
 
 def test_correlation_table_puts_the_trend_beside_every_layer():
-    per_layer = pd.DataFrame({"layer": [0, 1], "pearson_r": [0.5, -0.5], "p_value": [0.1, 0.2], "n_heads": [4, 4]})
+    per_layer = pd.DataFrame(
+        {"layer": [0, 1], "pearson_r": [0.5, -0.5], "p_value": [0.1, 0.2], "spearman_p": [0.1, 0.2], "n_heads": [4, 4]}
+    )
     trend = {"slope": -1.0, "intercept": 0.5, "r_value": -1.0, "p_value": math.nan}
     table = correlation_table(per_layer, trend, seed=3)
     assert list(table.columns) == [
         "layer",
         "pearson_r",
         "p_value",
+        "spearman_p",
         "n_heads",
         "seed",
         "trend_slope",
         "trend_intercept",
         "trend_r_value",
         "trend_p_value",
+        "q_value",
+        "spearman_q_value",
+        "p_calibration",
+        "ci_calibration",
+        "trend_calibration",
     ]
     assert table["trend_slope"].tolist() == [-1.0, -1.0] and (table["seed"] == 3).all()
 
@@ -149,7 +160,7 @@ def test_ablation_correlation_trend_values_and_fewer_than_two_finite_layers():
     delta = np.array([stability[0], -stability[1], [1.0, 1.0, 1.0]])  # layer 2: constant ΔPPL, r undefined
     per_layer, trend = ablation_correlation(ablation_table(delta + 10.0, 10.0, _stability(stability), seed=7))
     assert list(per_layer.columns) == CORRELATION_COLUMNS
-    assert per_layer["p_value"].iloc[0] == pytest.approx(0.0, abs=1e-6)  # a perfect correlation
+    assert per_layer["p_value"].iloc[0] == pytest.approx(2 / 6)  # a perfect correlation, 1 of 3! pairings a side
     assert math.isnan(per_layer["p_value"].iloc[2])
     # Two finite layers: the line through (0, 1) and (1, -1) fits by construction, r_value -1 and no p-value.
     assert set(trend) == {"slope", "intercept", "r_value", "p_value"}
@@ -165,7 +176,6 @@ def test_ablation_correlation_trend_values_and_fewer_than_two_finite_layers():
 
 
 def test_ablation_correlation_intervals_resample_heads_layer_by_layer():
-    from headstab.sections.ablation import ablation_correlation_intervals
     from headstab.statistics.resampling import pearson_interval
 
     rng = np.random.default_rng(0)
@@ -215,7 +225,7 @@ def test_spearman_stands_beside_pearson_where_one_head_costs_twenty_times_the_ne
     delta = np.array([[1.0, 2.0, 3.0, 10.6, 205.0]])  # monotone in stability, heavy-tailed
     per_layer, _ = ablation_correlation(ablation_table(delta + 10.0, 10.0, _stability(stability), seed=7))
     row = per_layer.iloc[0]
-    assert row["spearman_r"] == pytest.approx(1.0) and row["spearman_p"] == pytest.approx(0.0, abs=1e-6)
+    assert row["spearman_r"] == pytest.approx(1.0) and row["spearman_p"] == pytest.approx(2 / 120)  # exact: 5!
     expected = np.corrcoef(stability[0], delta[0])[0, 1]
     assert row["pearson_r"] == pytest.approx(expected, abs=reduction_atol(np.float64, 5, magnitude=205.0))
     assert row["pearson_r"] < 0.75  # the one extreme head sets Pearson's r
@@ -260,3 +270,143 @@ def test_ablated_grids_read_every_anchor_in_table_order():
     assert [seed for seed, _, _ in grids] == [3, 1] and [base for _, _, base in grids] == [15.0, 5.0]
     np.testing.assert_array_equal(grids[1][1], [[10.0, 10.1], [11.0, 11.1]])
     assert ablated_grid(table)[0] == 3 and ablated_grid(table)[1].shape == (2, 2)  # the first anchor's only
+
+
+def test_one_head_that_costs_most_where_another_head_stands_out_is_no_evidence_of_a_correlation():
+    # One positional head (stability 0.9) among heads near 0.45, and the layer's ΔPPL dominated by that same head
+    # (205 against at most 10.6): Pearson's t-test calls r = 0.99 significant, but head 0 carries both extremes
+    # in 1 pairing of 8, so the exact permutation p is about 2 x 1/8 times the share of those as extreme.
+    stability = np.array([[0.9, 0.45, 0.40, 0.50, 0.47, 0.42, 0.44, 0.48]])
+    delta = np.array([[205.0, 10.6, 3.0, 1.0, 2.0, 0.5, 4.0, 1.5]])
+    table = ablation_table(delta + 10.0, 10.0, _stability(stability), seed=7)
+    per_layer, _ = ablation_correlation(table, permutations=50000, seed=1)  # 8! = 40320 pairings: exact
+    row = per_layer.iloc[0]
+    assert scipy.stats.pearsonr(stability[0], delta[0]).pvalue < 0.001  # the t-test's reading
+    assert row["pearson_r"] > 0.95
+    assert 0.1 < row["p_value"] <= 0.25
+    assert row["spearman_p"] > 0.05
+
+
+def test_permutation_p_is_exact_over_every_pairing_of_a_few_heads():
+    # 4 heads, ranks in the same order: 1 pairing of 24 as extreme on each side, whatever the seed.
+    stability = np.array([[0.1, 0.2, 0.3, 0.4]])
+    table = ablation_table(np.array([[1.0, 2.0, 4.0, 9.0]]) + 10.0, 10.0, _stability(stability), seed=7)
+    for seed in (0, 5):
+        per_layer, _ = ablation_correlation(table, permutations=100, seed=seed)
+        assert per_layer["p_value"].iloc[0] == pytest.approx(2 / 24)
+        assert per_layer["spearman_p"].iloc[0] == pytest.approx(2 / 24)
+    assert math.isnan(permutation_p(np.array([1.0, 2.0]), np.array([1.0, 3.0]), 100, 0))
+    assert math.isnan(permutation_p(np.array([1.0, 1.0, 1.0]), np.array([1.0, 2.0, 3.0]), 100, 0))
+    assert math.isnan(permutation_p(np.array([1.0, 2.0, 3.0]), np.array([2.0, 2.0, 2.0]), 100, 0))
+
+
+def test_random_pairings_are_drawn_per_layer_from_the_seed():
+    rng = np.random.default_rng(3)
+    stability, delta = rng.random((2, 16)), rng.random((2, 16))
+    table = ablation_table(delta + 10.0, 10.0, _stability(stability), seed=7)
+    per_layer, _ = ablation_correlation(table, permutations=99, seed=11)
+    # 16! pairings: 99 random ones, p = (1 + #extreme) / 100 per side; layer 1 draws with seed 11 + 1
+    for layer in (0, 1):
+        expected = permutation_p(stability[layer], delta[layer], 99, 11 + layer)
+        assert per_layer["p_value"].iloc[layer] == expected
+        assert round(expected * 100) == pytest.approx(expected * 100, abs=1e-9)
+    assert permutation_p(stability[1], delta[1], 99, 11) != permutation_p(stability[1], delta[1], 99, 12)
+    again, _ = ablation_correlation(table, permutations=99, seed=11)
+    pd.testing.assert_frame_equal(again, per_layer)
+
+
+def test_the_layers_are_one_family_and_each_column_says_whether_it_is_calibrated():
+    from headstab.statistics.calibration import calibration_label
+
+    per_layer = pd.DataFrame(
+        {
+            "layer": [0, 1, 2],
+            "pearson_r": [0.5, -0.5, np.nan],
+            "p_value": [0.01, 0.04, np.nan],
+            "spearman_p": [0.03, 0.5, np.nan],
+            "n_heads": [8, 8, 8],
+        }
+    )
+    trend = {"slope": -1.0, "intercept": 0.5, "r_value": -1.0, "p_value": np.nan}
+    intervals = pd.DataFrame({"layer": [2, 0, 1], "ci_low": [0.0, 0.1, 0.2], "ci_high": [0.9, 0.8, 0.7], "n_boot": 9})
+    table = correlation_table(per_layer, trend, seed=3, intervals=intervals)
+    # Benjamini-Hochberg over the 2 finite p-values of each test: (0.01, 0.04) -> (0.02, 0.04); (0.03, 0.5) ->
+    # (0.06, 0.5)
+    np.testing.assert_allclose(table["q_value"], [0.02, 0.04, np.nan], rtol=1e-12)
+    np.testing.assert_allclose(table["spearman_q_value"], [0.06, 0.5, np.nan], rtol=1e-12)
+    assert table["ci_low"].tolist() == [0.1, 0.2, 0.0]  # merged by layer
+    assert (table["p_calibration"] == calibration_label("permutation_pearson_ablation_heads", 8)).all()
+    assert (table["ci_calibration"] == calibration_label("head_bootstrap_pearson_ablation", 8)).all()
+    # the trend is over the 2 layers with a finite r
+    assert (table["trend_calibration"] == calibration_label("linregress_trend_ablation", 2)).all()
+    assert "ci_low" not in correlation_table(per_layer, trend, seed=3).columns
+
+
+def _min_n(monkeypatch, method, min_n):
+    """Set `method`'s min_n in the registry the section reads."""
+    from dataclasses import replace
+
+    from headstab.statistics import calibration
+
+    monkeypatch.setitem(calibration.METHODS, method, replace(calibration.METHODS[method], min_n=min_n))
+
+
+def test_labels_are_taken_at_the_layers_heads_and_at_the_layers_with_a_finite_r(monkeypatch):
+    rng = np.random.default_rng(9)
+    stability, delta = rng.random((5, 4)), rng.random((5, 4))  # 5 layers of 4 heads
+    delta[4] = 1.0  # layer 4: constant ΔPPL, no r: the trend is over 4 layers
+    table = ablation_table(delta + 10.0, 10.0, _stability(stability), seed=7)
+    per_layer, trend = ablation_correlation(table, permutations=30, seed=0)
+    for method in (
+        "permutation_pearson_ablation_heads",
+        "head_bootstrap_pearson_ablation",
+        "linregress_trend_ablation",
+    ):
+        _min_n(monkeypatch, method, 4)
+    at_4 = correlation_table(per_layer, trend, seed=7)
+    assert (at_4[["p_calibration", "ci_calibration", "trend_calibration"]] == "calibrated").all().all()
+    for method in (
+        "permutation_pearson_ablation_heads",
+        "head_bootstrap_pearson_ablation",
+        "linregress_trend_ablation",
+    ):
+        _min_n(monkeypatch, method, 5)
+    at_5 = correlation_table(per_layer, trend, seed=7)
+    assert (at_5[["p_calibration", "ci_calibration", "trend_calibration"]] == "descriptive").all().all()
+
+
+def _two_anchors(rng, layers=3, heads=6):
+    """Rows of anchors 5 (first) and 3: layer, head, stability, delta_ppl drawn independently per anchor."""
+    rows = [(s, layer, head, rng.random(), rng.lognormal()) for s in (5, 3) for layer in range(layers)
+            for head in range(heads)]  # fmt: skip
+    return pd.DataFrame(rows, columns=["seed", "layer", "head", "stability", "delta_ppl"])
+
+
+def test_the_trend_over_three_layers_has_its_linregress_p():
+    table = _two_anchors(np.random.default_rng(11))
+    per_layer, trend = ablation_correlation(table, permutations=20, seed=0)
+    fit = scipy.stats.linregress(per_layer["layer"].to_numpy(float), per_layer["pearson_r"].to_numpy(float))
+    assert np.isfinite(trend["p_value"]) and trend["p_value"] == pytest.approx(fit.pvalue, rel=1e-12)
+
+
+def test_the_default_anchor_is_the_first_seed_and_the_default_draws_are_seed_0():
+    table = _two_anchors(np.random.default_rng(12))
+    default, _ = ablation_correlation(table, permutations=30)
+    pd.testing.assert_frame_equal(default, ablation_correlation(table, anchor_seed=5, permutations=30, seed=0)[0])
+    other = ablation_correlation(table, anchor_seed=3, permutations=30, seed=0)[0]
+    assert not np.allclose(default["pearson_r"], other["pearson_r"])
+    intervals = ablation_correlation_intervals(table, n_boot=20, seed=0, confidence=0.9)
+    pd.testing.assert_frame_equal(intervals, ablation_correlation_intervals(table, 20, 0, 0.9, anchor_seed=5))
+    one = table[table["seed"] == 5].drop(columns="seed")
+    pd.testing.assert_frame_equal(ablation_correlation_intervals(one, 20, 0, 0.9), intervals)
+    alone, _ = ablation_correlation(one, permutations=30, seed=0)
+    assert alone["pearson_r"].tolist() == default["pearson_r"].tolist()
+    assert (alone["n_anchors"] == 1).all()
+
+
+def test_the_default_permutations_are_10000():
+    rng = np.random.default_rng(13)
+    table = pd.DataFrame({"seed": 1, "layer": 0, "head": range(8), "stability": rng.random(8)})
+    table["delta_ppl"] = rng.lognormal(size=8)
+    default, _ = ablation_correlation(table)
+    pd.testing.assert_frame_equal(default, ablation_correlation(table, permutations=10000, seed=0)[0])

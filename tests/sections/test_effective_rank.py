@@ -357,3 +357,45 @@ def test_the_docs_and_caption_name_the_entropy_effective_rank_and_cite_it():
         text = " ".join((repo / path).read_text().split())
         assert "entropy effective rank" in text and "Roy & Vetterli 2007" in text, path
         assert "pr_uncentred" in text, path
+
+
+def test_each_interval_is_labelled_by_its_kind_at_the_number_of_refits():
+    from headstab.sections.effective_rank import CORRELATION_COLUMNS
+    from headstab.statistics.calibration import calibration_label
+
+    pr, stability, pairs = _pr_and_stability(n_seeds=5, n_layers=1, n_heads=3)
+    table = rank_correlation_table(pr, stability, matched_rank_table(pr, pairs), n_boot=20, seed=0, confidence=0.9)
+    assert list(table.columns) == CORRELATION_COLUMNS and CORRELATION_COLUMNS[-1] == "calibration"
+    means = table["statistic"].str.endswith("_mean")
+    assert (table.loc[means, "calibration"] == calibration_label("refit_bootstrap_mean_effective_rank", 5)).all()
+    assert (table.loc[~means, "calibration"] == calibration_label("refit_bootstrap_pearson_effective_rank", 5)).all()
+    assert means.sum() == 4 and (~means).sum() == 6  # 2 positions x (2 means, 3 correlations)
+
+
+def _min_n(monkeypatch, method, min_n):
+    """Set `method`'s min_n in the registry the section reads."""
+    from dataclasses import replace
+
+    from headstab.statistics import calibration
+
+    monkeypatch.setitem(calibration.METHODS, method, replace(calibration.METHODS[method], min_n=min_n))
+
+
+def test_the_labels_are_taken_at_the_refits(monkeypatch):
+    pr, stability, pairs = _pr_and_stability(n_seeds=4, n_layers=1, n_heads=3)
+    matched = matched_rank_table(pr, pairs)
+    for min_n, label in ((4, "calibrated"), (5, "descriptive")):
+        _min_n(monkeypatch, "refit_bootstrap_mean_effective_rank", min_n)
+        _min_n(monkeypatch, "refit_bootstrap_pearson_effective_rank", min_n)
+        table = rank_correlation_table(pr, stability, matched, n_boot=10, seed=0, confidence=0.9)
+        assert (table["calibration"] == label).all()
+
+
+def test_means_and_correlations_take_their_own_methods_label(monkeypatch):
+    pr, stability, pairs = _pr_and_stability(n_seeds=4, n_layers=1, n_heads=3)
+    _min_n(monkeypatch, "refit_bootstrap_mean_effective_rank", 4)
+    _min_n(monkeypatch, "refit_bootstrap_pearson_effective_rank", 5)
+    table = rank_correlation_table(pr, stability, matched_rank_table(pr, pairs), n_boot=10, seed=0, confidence=0.9)
+    means = table["statistic"].str.endswith("_mean")
+    assert (table.loc[means, "calibration"] == "calibrated").all()
+    assert (table.loc[~means, "calibration"] == "descriptive").all()

@@ -144,7 +144,7 @@ def _expected():
          "§4.4.1; Table B.5 (W_Q, captioned Fig. 30)"),
         ("weight-norm r with layer stability (W_Q)", -1, -0.9, -0.95, -0.85, norm, NAN, NAN, NAN, NAN, NAN, -1.0,
          -1.0, NAN, "§4.4.1; Table B.5 (W_Q, captioned Fig. 30)"),
-        ("final training loss", -1, 3.3, 3.0, 3.5, "range over 3 refits", NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, ""),
+        ("final training loss", -1, 3.3, 3.0, 3.5, "range (min, max) over 3 refits, not an interval", NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, ""),
     ]  # fmt: skip
     frame = pd.DataFrame(rows, columns=HEADLINE_COLUMNS[1:]).assign(architecture="l2_h8")
     return frame[HEADLINE_COLUMNS]
@@ -156,6 +156,21 @@ def test_the_headline_row_by_row():
     # copied numbers are exact; the ones computed, the mean final loss and the anchor's ΔS, sum 3 values near 3.5
     atol = reduction_atol(np.float64, 3, magnitude=3.5)
     pd.testing.assert_frame_equal(table, _expected(), check_exact=False, rtol=0, atol=atol)
+
+
+def test_an_interval_the_section_labels_descriptive_says_so_in_the_headline():
+    tables, _ = _inputs()
+    cka = tables["cka"].assign(calibration=["descriptive", "calibrated", "descriptive"])
+    norms = tables["weight_norms"].assign(ci_calibration=["descriptive", "calibrated", "descriptive"])
+    table = headline_table("l2_h8", "primary", 0.9, cka=cka, weight_norms=norms).set_index(["statistic", "layer"])
+    assert table.loc[("residual-stream CKA", 0), "interval"] == "90% bootstrap; descriptive"
+    assert table.loc[("residual-stream CKA", 1), "interval"] == "90% bootstrap"
+    assert table.loc[("weight-norm r with layer stability (W_Q)", -1), "interval"] == (
+        "mean over anchors; descriptive; 2 layers: every r is ±1 by construction"
+    )
+    assert table.loc[("weight-norm r with layer stability (W_K)", -1), "interval"] == (
+        "mean over anchors; 2 layers: every r is ±1 by construction"
+    )
 
 
 def test_cka_without_a_prompt_set_column_is_read_whole():

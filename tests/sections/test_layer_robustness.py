@@ -206,3 +206,38 @@ def test_extreme_depths_without_drop_rows_or_stability_are_refused():
         extreme_depths(by_layer[by_layer["condition"] == "swap"], pooled, 3)
     with pytest.raises(ValueError, match=message):
         extreme_depths(by_layer, pooled.iloc[:0], 3)
+
+
+def test_every_interval_is_labelled_at_the_number_of_refits_and_a_within_refit_r_has_no_label():
+    from headstab.statistics.calibration import calibration_label
+
+    table = _table()  # 3 refits
+    by_layer = robustness_by_layer(table, N_LAYERS, n_boot=20, seed=0, confidence=0.95)
+    assert by_layer.columns[-1] == "calibration"
+    assert (by_layer["calibration"] == calibration_label("refit_bootstrap_mean_layer_robustness", 3)).all()
+    assert by_layer["calibration"].eq("descriptive").all()
+    correlation = robustness_correlation(table, n_boot=20, seed=0, confidence=0.95)
+    across = correlation["scope"] == "across_refits"
+    assert (
+        correlation.loc[across, "calibration"] == calibration_label("refit_bootstrap_pearson_layer_robustness", 3)
+    ).all()
+    assert correlation.loc[~across, "calibration"].isna().all()
+
+
+def _min_n(monkeypatch, method, min_n):
+    """Set `method`'s min_n in the registry the section reads."""
+    from dataclasses import replace
+
+    from headstab.statistics import calibration
+
+    monkeypatch.setitem(calibration.METHODS, method, replace(calibration.METHODS[method], min_n=min_n))
+
+
+def test_the_labels_are_taken_at_the_refits(monkeypatch):
+    table = _table(seeds=(1, 2, 3, 4))
+    for min_n, label in ((4, "calibrated"), (5, "descriptive")):
+        _min_n(monkeypatch, "refit_bootstrap_mean_layer_robustness", min_n)
+        _min_n(monkeypatch, "refit_bootstrap_pearson_layer_robustness", min_n)
+        assert (robustness_by_layer(table, N_LAYERS, n_boot=10, seed=0, confidence=0.9)["calibration"] == label).all()
+        correlation = robustness_correlation(table, n_boot=10, seed=0, confidence=0.9)
+        assert (correlation.loc[correlation["scope"] == "across_refits", "calibration"] == label).all()

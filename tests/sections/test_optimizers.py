@@ -14,9 +14,11 @@ from headstab.sections import optimizers
 from headstab.sections.optimizers import (
     ACTIVATION_NORM_COLUMNS,
     PERPLEXITY_COLUMNS,
+    SEPARATED,
     activation_norm_table,
     activation_norms,
     attention_output_from_z,
+    brunner_munzel_test,
     mean_token_norm,
     output_weights,
     pair_frame,
@@ -67,10 +69,42 @@ def test_perplexity_comparison_by_hand():
     assert result["mean_adam"] == 2.0 and result["std_adam"] == 1.0
     assert result["difference"] == 3.0
     assert result["welch_t"] == pytest.approx(-3 / math.sqrt(2 / 3))
-    assert result["mannwhitney_u"] == 0.0
-    assert result["mannwhitney_p"] == pytest.approx(0.1)  # exact: 2 of 20 orderings
+    # a complete separation: the most extreme of the 20 splits of 3 + 3 labels, on each side
+    assert result["brunner_munzel_w"] == SEPARATED
+    assert result["brunner_munzel_p"] == pytest.approx(2 / 20)
     with pytest.raises(ValueError, match="two refits"):
         perplexity_comparison([1.0], [2.0, 3.0])
+    with pytest.raises(ValueError, match=r"got \(2, 1\) \(Adam\) and \(2,\) \(AdamW\)"):
+        perplexity_comparison([[1.0], [2.0]], [2.0, 3.0])
+
+
+def test_a_difference_of_spread_alone_is_no_difference_for_the_rank_test():
+    # AdamW's 20 refits sit at one perplexity; Adam's spread widely around it, 14 below and 6 above. Their
+    # medians agree, yet Mann-Whitney (null: one distribution) rejects, reading the wide spread as a shift.
+    # Brunner-Munzel's null is P(Adam < AdamW) = 1/2 whatever the spreads: 0.7 here, within its chance.
+    adamw = 30.0 + np.linspace(-0.001, 0.001, 20)
+    adam = 30.0 + np.r_[-np.linspace(1, 2, 14), np.linspace(1, 2, 6)]
+    assert scipy.stats.mannwhitneyu(adam, adamw).pvalue < 0.05
+    result = perplexity_comparison(adam, adamw, permutations=2000, seed=0)
+    assert result["brunner_munzel_p"] > 0.05
+    assert result["brunner_munzel_w"] == pytest.approx(scipy.stats.brunnermunzel(adam, adamw).statistic)
+    assert result["brunner_munzel_w"] > 0  # Adam below AdamW in 14 of 20: P(Adam < AdamW) = 0.7
+    shifted = perplexity_comparison(adam, adamw + 5.0, permutations=2000, seed=0)
+    assert shifted["brunner_munzel_p"] < 0.01 and shifted["brunner_munzel_w"] == SEPARATED
+
+
+def test_the_rank_test_permutes_the_labels_exactly_when_the_splits_are_few_and_else_from_the_seed():
+    adam, adamw = np.array([30.1, 29.5, 30.8, 30.2]), np.array([30.5, 31.0, 29.9, 30.4])
+    w, p = brunner_munzel_test(adam, adamw, permutations=100, seed=0)
+    # 70 splits of 4 + 4: exact, the same whatever the seed
+    assert (w, p) == brunner_munzel_test(adam, adamw, permutations=100, seed=9)
+    assert round(p * 70) == pytest.approx(p * 70, abs=1e-9)
+    many = np.linspace(29.0, 31.0, 12)
+    drawn = [brunner_munzel_test(many[::2], many[1::2] + 0.05, 99, seed)[1] for seed in range(4)]
+    assert len(set(drawn)) > 1  # 924 splits, 99 random ones
+    assert all(round(p * 100) == pytest.approx(p * 100, abs=1e-9) for p in drawn)  # (1 + #extreme) / 100 a side
+    tied = brunner_munzel_test(np.array([1.0, 1.0]), np.array([1.0, 1.0]), 10, 0)
+    assert tied[0] == 0.0  # no spread in either group: no evidence
 
 
 def _cached(bridge, tokens, lengths):
@@ -157,6 +191,7 @@ def test_perplexity_table_is_long_and_tidy():
     comparison = perplexity_comparison([1.0, 2.0], [4.0, 6.0])
     table = perplexity_table(ppl, comparison, {"Adam": "l2", "AdamW": "l2_wd"})
     assert list(table.columns) == PERPLEXITY_COLUMNS and str(table["seed"].dtype) == "Int64"
+    assert PERPLEXITY_COLUMNS[-2:] == ["q_value", "calibration"]
     refits = table[table["scope"] == "refit"]
     assert refits["architecture"].tolist() == ["l2", "l2", "l2_wd", "l2_wd"] and refits["value"].tolist() == [
         1.0,
@@ -170,7 +205,26 @@ def test_perplexity_table_is_long_and_tidy():
     pair = table[table["scope"] == "comparison"]
     assert set(pair["architecture"]) == {"l2 vs l2_wd"} and set(pair["optimizer"]) == {"AdamW - Adam"}
     assert pair.set_index("statistic").loc["difference", "value"] == 3.5
-    assert pair["statistic"].tolist() == ["difference", "welch_t", "welch_p", "mannwhitney_u", "mannwhitney_p"]
+    assert pair["statistic"].tolist() == ["difference", "welch_t", "welch_p", "brunner_munzel_w", "brunner_munzel_p"]
+
+
+def test_the_two_perplexity_tests_are_one_family_with_their_calibration_at_the_smaller_member():
+    from headstab.statistics.calibration import calibration_label
+
+    ppl = pair_frame(
+        pd.DataFrame({"seed": [1, 2, 3], "perplexity": [1.0, 2.0, 3.0]}),
+        pd.DataFrame({"seed": [1, 2, 3, 4, 5], "perplexity": [4.0, 6.0, 5.0, 7.0, 8.0]}),
+    )
+    comparison = perplexity_comparison([1.0, 2.0, 3.0], [4.0, 6.0, 5.0, 7.0, 8.0], permutations=1000, seed=0)
+    table = perplexity_table(ppl, comparison, {"Adam": "l2", "AdamW": "l2_wd"}).set_index("statistic")
+    welch, rank = table.loc["welch_p", "value"], table.loc["brunner_munzel_p", "value"]
+    assert welch < rank  # Benjamini-Hochberg of 2 by hand: the larger keeps its p, the smaller min(2 p, the larger)
+    assert table.loc["brunner_munzel_p", "q_value"] == pytest.approx(rank)
+    assert table.loc["welch_p", "q_value"] == pytest.approx(min(2 * welch, rank))
+    assert table.loc["welch_p", "calibration"] == calibration_label("welch_t_perplexity", 3)
+    assert table.loc["brunner_munzel_p", "calibration"] == calibration_label("brunner_munzel_perplexity", 3)
+    others = table.drop(index=["welch_p", "brunner_munzel_p"])
+    assert others["q_value"].isna().all() and others["calibration"].isna().all()
 
 
 def _output_state(d_model=5, n_heads=2, d_head=3, bias=True):
@@ -327,3 +381,25 @@ def test_validation_perplexity_passes_device_batch_size_and_processing_and_logs(
     assert calls == [(("spec", "w.pt", "cuda:1"), {"weight_processing": ("fold",)}), ("model", [6, 6], 3)]
     assert table["perplexity"].tolist() == pytest.approx([4.0])
     assert caplog.messages == ["seed 7: validation perplexity 4.000 over 10 predicted tokens"]
+
+
+def _min_n(monkeypatch, method, min_n):
+    """Set `method`'s min_n in the registry the section reads."""
+    from dataclasses import replace
+
+    from headstab.statistics import calibration
+
+    monkeypatch.setitem(calibration.METHODS, method, replace(calibration.METHODS[method], min_n=min_n))
+
+
+def test_the_tests_are_labelled_at_the_smaller_members_refits(monkeypatch):
+    ppl = pair_frame(
+        pd.DataFrame({"seed": [1, 2, 3, 4, 5], "perplexity": [1.0, 2.0, 3.0, 2.5, 1.5]}),
+        pd.DataFrame({"seed": [1, 2, 3, 4], "perplexity": [4.0, 6.0, 5.0, 7.0]}),
+    )
+    comparison = perplexity_comparison([1.0, 2.0, 3.0, 2.5, 1.5], [4.0, 6.0, 5.0, 7.0], permutations=50, seed=0)
+    for min_n, label in ((4, "calibrated"), (5, "descriptive")):
+        for method in ("welch_t_perplexity", "brunner_munzel_perplexity"):
+            _min_n(monkeypatch, method, min_n)
+        table = perplexity_table(ppl, comparison, {"Adam": "a", "AdamW": "b"}).set_index("statistic")
+        assert table.loc[["welch_p", "brunner_munzel_p"], "calibration"].tolist() == [label, label]

@@ -116,7 +116,7 @@ def test_layer_cka_table_summarises_each_prompt_set_in_table_order():
     )
     out = layer_cka_table(table, "distinct", 60, 3, 0.9)
     columns = ["promptset", "positions", "layer", "cka_mean", "cka_std", "n_pairs", "ci_low", "ci_high", "n_boot"]
-    assert list(out.columns) == columns + INIT_COLUMNS and out.index.tolist() == [0, 1, 2, 3]
+    assert list(out.columns) == [*columns, *INIT_COLUMNS, "calibration"] and out.index.tolist() == [0, 1, 2, 3]
     assert (out["positions"] == "all").all() and out[INIT_COLUMNS].isna().all().all()
     assert list(zip(out["promptset"], out["layer"])) == [("primary", 0), ("primary", 1), ("len5", 0), ("len5", 1)]
     for promptset, n_pairs in (("primary", 6), ("len5", 3)):
@@ -127,6 +127,21 @@ def test_layer_cka_table_summarises_each_prompt_set_in_table_order():
         assert (got["n_pairs"] == n_pairs).all()
         interval = pair_mean_interval(part, "cka", 60, 3, 0.9)
         np.testing.assert_array_equal(got[["ci_low", "ci_high"]], interval[["ci_low", "ci_high"]])
+
+
+def test_each_prompt_sets_intervals_are_labelled_at_its_number_of_refits():
+    from headstab.statistics.calibration import calibration_label
+
+    rng = np.random.default_rng(0)
+    seeds = list(range(1, 13))
+    table = pd.DataFrame(
+        _cka_rows("primary", seeds, rng) + _cka_rows("len5", [1, 2, 3], rng),
+        columns=["promptset", "seed_a", "seed_b", "layer", "cka"],
+    )
+    out = layer_cka_table(table, "distinct", 20, 3, 0.9).set_index(["promptset", "layer"])["calibration"]
+    for promptset, n in (("primary", 12), ("len5", 3)):
+        assert (out.loc[promptset] == calibration_label("pair_refit_bootstrap_residual_cka", n)).all()
+    assert out.loc["len5"].eq("descriptive").all()  # 3 refits: 3 pairs, 10 distinct draws
 
 
 def test_layer_cka_table_with_self_pairs_maps_each_prompt_sets_interval_by_its_refit_count():
@@ -233,3 +248,22 @@ def test_layer_cka_table_gives_the_step_0_mean_and_interval_from_the_same_resamp
         np.testing.assert_allclose(got["init_cka_mean"], means, atol=reduction_atol(np.float64, 6))
         interval = pair_mean_interval(part, "init_cka", 60, 3, 0.9)
         np.testing.assert_array_equal(got[["init_ci_low", "init_ci_high"]], interval[["ci_low", "ci_high"]])
+
+
+def _min_n(monkeypatch, method, min_n):
+    """Set `method`'s min_n in the registry the section reads."""
+    from dataclasses import replace
+
+    from headstab.statistics import calibration
+
+    monkeypatch.setitem(calibration.METHODS, method, replace(calibration.METHODS[method], min_n=min_n))
+
+
+def test_the_label_is_taken_at_the_refits_of_the_prompt_set(monkeypatch):
+    rng = np.random.default_rng(5)
+    table = pd.DataFrame(
+        _cka_rows("primary", [1, 2, 3, 4, 5], rng), columns=["promptset", "seed_a", "seed_b", "layer", "cka"]
+    )
+    for min_n, label in ((5, "calibrated"), (12, "descriptive")):
+        _min_n(monkeypatch, "pair_refit_bootstrap_residual_cka", min_n)
+        assert (layer_cka_table(table, "distinct", 20, 0, 0.9)["calibration"] == label).all()

@@ -286,3 +286,107 @@ def test_a_grid_without_twins_has_no_floor_rows():
     pairs = _hand_pairs({"shares_init": 0.8, "shares_data": 0.6, "shares_neither": 0.3})
     table = seed_grid_table(pairs, n_boot=10, seed=0, confidence=0.9)
     assert not set(table["statistic"]) & {BOTH, *FLOOR_FRACTIONS}
+
+
+def test_means_and_fractions_are_labelled_at_the_grids_cells_a_twin_counting_as_its_cell():
+    from headstab.statistics.calibration import calibration_label
+
+    values = {"shares_init": 0.8, "shares_data": 0.6, "shares_neither": 0.3, BOTH: 0.9}
+    refits = grid_refits(INITS, DATAS, ulp_twins=["1-1", "3-3"])  # 9 cells, 11 refits
+    rows = [(a, b, 0, values[pair_kind(a, b)], pair_kind(a, b)) for a in refits for b in refits
+            if a != b and pair_kind(a, b) is not None]  # fmt: skip
+    pairs = pd.DataFrame(rows, columns=["anchor_seed", "pair_seed", "layer", "stability", "kind"])
+    table = seed_grid_table(pairs, n_boot=10, seed=0, confidence=0.9).set_index("statistic")
+    assert table.columns[-1] == "calibration"
+    means = list(KINDS) + [BOTH]
+    assert (table.loc[means, "calibration"] == calibration_label("refit_bootstrap_seed_grid_means", 9)).all()
+    fractions = table.drop(index=means)
+    assert len(fractions) == 5
+    assert (fractions["calibration"] == calibration_label("refit_bootstrap_seed_grid_fractions", 9)).all()
+
+
+def _min_n(monkeypatch, method, min_n):
+    """Set `method`'s min_n in the registry the section reads."""
+    from dataclasses import replace
+
+    from headstab.statistics import calibration
+
+    monkeypatch.setitem(calibration.METHODS, method, replace(calibration.METHODS[method], min_n=min_n))
+
+
+def test_the_labels_are_taken_at_the_cells_of_a_2_x_2_grid_with_a_twin(monkeypatch):
+    values = {"shares_init": 0.8, "shares_data": 0.6, "shares_neither": 0.3, BOTH: 0.9}
+    refits = grid_refits([1, 2], [1, 2], ulp_twins=["1-1"])  # 4 cells, 5 refits
+    rows = [(a, b, 0, values[pair_kind(a, b)], pair_kind(a, b)) for a in refits for b in refits
+            if a != b and pair_kind(a, b) is not None]  # fmt: skip
+    pairs = pd.DataFrame(rows, columns=["anchor_seed", "pair_seed", "layer", "stability", "kind"])
+    for min_n, label in ((4, "calibrated"), (5, "descriptive")):
+        _min_n(monkeypatch, "refit_bootstrap_seed_grid_means", min_n)
+        _min_n(monkeypatch, "refit_bootstrap_seed_grid_fractions", min_n)
+        assert (seed_grid_table(pairs, n_boot=10, seed=0, confidence=0.9)["calibration"] == label).all()
+
+
+def _grid_with_twins(cells, twins):
+    """Pairs of one layer over `cells` and their one-ulp `twins`, at fixed values per kind."""
+    values = {"shares_init": 0.8, "shares_data": 0.6, "shares_neither": 0.3, BOTH: 0.9}
+    refits = [*cells, *twins]
+    rows = [(a, b, 0, values[pair_kind(a, b)], pair_kind(a, b)) for a in refits for b in refits
+            if a != b and pair_kind(a, b) is not None]  # fmt: skip
+    return pd.DataFrame(rows, columns=["anchor_seed", "pair_seed", "layer", "stability", "kind"])
+
+
+def test_means_and_fractions_take_their_own_methods_label(monkeypatch):
+    pairs = _grid_with_twins(grid_refits([1, 2], [1, 2]), ["1-1-ulp"])
+    _min_n(monkeypatch, "refit_bootstrap_seed_grid_means", 4)
+    _min_n(monkeypatch, "refit_bootstrap_seed_grid_fractions", 5)
+    table = seed_grid_table(pairs, n_boot=10, seed=0, confidence=0.9).set_index("statistic")
+    means = [*KINDS, BOTH]
+    assert (table.loc[means, "calibration"] == "calibrated").all()
+    assert (table.drop(index=means)["calibration"] == "descriptive").all()
+
+
+def test_every_twin_counts_as_its_cell_whatever_the_order_of_the_names(monkeypatch):
+    # 4 cells, each with its twin: 4 units (8 would be calibrated from 5)
+    twins = [f"{name}-ulp" for name in grid_refits([1, 2], [1, 2])]
+    pairs = _grid_with_twins(grid_refits([1, 2], [1, 2]), twins)
+    for method in ("refit_bootstrap_seed_grid_means", "refit_bootstrap_seed_grid_fractions"):
+        _min_n(monkeypatch, method, 5)
+    for order in (pairs, pairs.iloc[::-1]):
+        assert (seed_grid_table(order, n_boot=10, seed=0, confidence=0.9)["calibration"] == "descriptive").all()
+
+
+@pytest.mark.filterwarnings("ignore:All-NaN slice encountered")
+def test_a_floor_over_no_instability_is_undefined():
+    # Pairs sharing neither seed match perfectly while a cell and its twin differ: no floor share to take.
+    pairs = _grid_with_twins(grid_refits([1, 2], [1, 2]), ["1-1-ulp", "2-2-ulp"])
+    pairs.loc[pairs["kind"] == "shares_neither", "stability"] = 1.0
+    with np.errstate(all="ignore"):
+        table = seed_grid_table(pairs, n_boot=20, seed=0, confidence=0.95).set_index("statistic")
+    for name in FLOOR_FRACTIONS:
+        assert np.isnan(table.loc[name, ["estimate", "ci_low", "ci_high"]].to_numpy(float)).all()
+    assert table.loc[BOTH, "estimate"] == pytest.approx(0.9, abs=reduction_atol(np.float64, 4))
+
+
+def test_a_paper_refit_and_its_grid_name_are_the_same_refit():
+    with pytest.raises(ValueError, match=r"^refits 1 and '1-1' are the same refit$"):
+        pair_kind(1, "1-1")
+    with pytest.raises(ValueError, match=r"^refits '1-2' and '1-2' are the same refit$"):
+        pair_kind("1-2", "1-2")
+
+
+def test_the_pair_table_has_exactly_its_columns():
+    similarity, refits = _similarity(
+        lambda init, data: _unit(np.random.default_rng(init * 10 + data), N_LAYERS, N_HEADS)
+    )
+    pairs = grid_pair_table(pair_stability_table(similarity, refits, "primary", scopes=["same_layer"]))
+    assert list(pairs.columns) == ["anchor_seed", "pair_seed", "layer", "stability", "kind"]
+    assert pairs.index.tolist() == list(range(len(pairs)))
+
+
+def test_a_twin_of_a_paper_refit_standing_for_its_cell_counts_as_that_refit(monkeypatch):
+    # Paper refit 1 is the grid's cell 1-1: its twin 1-1-ulp is resampled with refit 1, 4 units in all.
+    pairs = _grid_with_twins([1, "1-2", "2-1", "2-2"], ["1-1-ulp"])
+    assert set(pairs.loc[pairs["kind"] == BOTH, "anchor_seed"]) == {1, "1-1-ulp"}
+    for method in ("refit_bootstrap_seed_grid_means", "refit_bootstrap_seed_grid_fractions"):
+        _min_n(monkeypatch, method, 5)
+    assert (seed_grid_table(pairs, n_boot=10, seed=0, confidence=0.9)["calibration"] == "descriptive").all()

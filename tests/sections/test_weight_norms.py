@@ -423,3 +423,91 @@ def test_per_layer_head_partial_correlation_given_entropy_resamples_anchors():
     assert (row["n_heads"], row["n_anchors"]) == (48, 6)
     assert row["pearson_r"] < -0.9 and row["entropy_r"] > 0.9  # raw: larger norm, lower stability
     assert abs(row["partial_r"]) < 0.5 and row["partial_r_ci_low"] <= row["partial_r"] <= row["partial_r_ci_high"]
+    from headstab.statistics.calibration import calibration_label
+
+    assert row["calibration"] == calibration_label("anchor_bootstrap_partial_r_weight_norm", 6)
+
+
+def test_the_p_values_of_an_architecture_are_one_family_and_a_few_layers_are_descriptive(layer_stability):
+    from headstab.statistics.calibration import calibration_label
+
+    norms = pd.DataFrame(
+        [
+            (s, layer, m, v)
+            for s in (1, 2)
+            for layer in range(4)
+            for m, v in (("W_Q", [1.0, 2.0, 3.5, 3.0][layer] * s), ("W_K", [4.0, 1.0, 2.0, 3.0][layer]))
+        ],
+        columns=["seed", "layer", "matrix", "frobenius_norm"],
+    ).assign(whole_layer_norm=lambda t: t["frobenius_norm"])
+    stab = layer_stability({1: [0.9, 0.6, 0.3, 0.35], 2: [0.1, 0.2, 0.3, 0.25]})
+    corr = norm_stability_correlation(norms, stab)
+    assert list(corr.columns) == CORRELATION_COLUMNS and CORRELATION_COLUMNS[-2:] == ["q_value", "calibration"]
+    # Benjamini-Hochberg over the 4 (anchor, matrix) p-values of the table: q_(k) = min over j >= k of p_(j) 4 / j
+    p = corr["p_value"].to_numpy()
+    order = np.argsort(p)
+    ranked = p[order] * 4 / np.arange(1, 5)
+    expected = np.empty(4)
+    expected[order] = np.minimum.accumulate(ranked[::-1])[::-1]
+    np.testing.assert_allclose(corr["q_value"], np.minimum(expected, 1.0), rtol=1e-12)
+    assert (corr["calibration"] == calibration_label("pearson_t_weight_norm_layers", 4)).all()
+    assert (corr["calibration"] == "descriptive").all()  # the layers of one refit are no independent points
+    summary = weight_norm_summary(
+        {"l4": corr}, {"l4": {}}, {"l4": 2}, intervals={"n_boot": 50, "seed": 0, "confidence": 0.9}
+    ).set_index("matrix")
+    first = corr[corr["anchor_seed"] == 2].set_index("matrix")
+    assert summary.loc["W_Q", "first_anchor_q"] == first.loc["W_Q", "q_value"]
+    assert summary.loc["W_K", "first_anchor_q"] == first.loc["W_K", "q_value"]
+    assert (summary["p_calibration"] == calibration_label("pearson_t_weight_norm_layers", 4)).all()
+    assert (summary["ci_calibration"] == calibration_label("anchor_bootstrap_mean_r_weight_norm", 2)).all()
+    assert (summary["ci_calibration"] == "descriptive").all()  # a bootstrap of a mean of 2 anchors
+    older = weight_norm_summary({"l4": corr.drop(columns="q_value")}, {"l4": {}}, {"l4": 9})
+    assert older["first_anchor_q"].isna().all() and "ci_calibration" not in older.columns
+    assert (older["p_calibration"] == calibration_label("pearson_t_weight_norm_layers", 0)).all()
+
+
+def _min_n(monkeypatch, method, min_n):
+    """Set `method`'s min_n in the registry the section reads."""
+    from dataclasses import replace
+
+    from headstab.statistics import calibration
+
+    monkeypatch.setitem(calibration.METHODS, method, replace(calibration.METHODS[method], min_n=min_n))
+
+
+def test_labels_are_taken_at_the_anchors_layers_and_at_the_anchors(monkeypatch, layer_stability):
+    rng = np.random.default_rng(4)
+    anchors = (1, 2, 3, 4)
+    norms = pd.DataFrame(
+        [(s, layer, "W_Q", v) for s in anchors for layer, v in enumerate(rng.random(5))],
+        columns=["seed", "layer", "matrix", "frobenius_norm"],
+    ).assign(whole_layer_norm=lambda t: t["frobenius_norm"])
+    stab = layer_stability({s: list(rng.random(5)) for s in anchors})  # 4 anchors of 5 layers
+    for min_n, label in ((5, "calibrated"), (12, "descriptive")):
+        _min_n(monkeypatch, "pearson_t_weight_norm_layers", min_n)
+        corr = norm_stability_correlation(norms, stab)
+        assert (corr["calibration"] == label).all()
+        assert (weight_norm_summary({"l5": corr}, {"l5": {}}, {"l5": 1})["p_calibration"] == label).all()
+    for min_n, label in ((4, "calibrated"), (5, "descriptive")):
+        _min_n(monkeypatch, "anchor_bootstrap_mean_r_weight_norm", min_n)
+        summary = weight_norm_summary({"l5": corr}, {"l5": {}}, {"l5": 1}, {"n_boot": 20, "seed": 0, "confidence": 0.9})
+        assert (summary["ci_calibration"] == label).all()
+
+
+def test_the_partial_r_interval_is_labelled_at_the_anchors(monkeypatch):
+    from headstab.sections.weight_norms import head_norm_partial_table
+
+    rng = np.random.default_rng(2)
+    rows_norm, rows_stab = [], []
+    for anchor in range(5):
+        entropy, norm, stability = _entropy_driven(rng, 8)
+        rows_norm += [(anchor, 0, head, "W_Q", norm[head]) for head in range(8)]
+        rows_stab += [("primary", "same_layer", anchor, 0, head, stability[head], entropy[head]) for head in range(8)]
+    norms = pd.DataFrame(rows_norm, columns=["seed", "layer", "head", "matrix", "frobenius_norm"])
+    heads = pd.DataFrame(
+        rows_stab, columns=["promptset", "scope", "anchor_seed", "layer", "head", "stability", "entropy"]
+    )
+    for min_n, label in ((5, "calibrated"), (12, "descriptive")):
+        _min_n(monkeypatch, "anchor_bootstrap_partial_r_weight_norm", min_n)
+        table = head_norm_partial_table(norms, heads, n_boot=20, seed=0, confidence=0.9)
+        assert table["calibration"].tolist() == [label]

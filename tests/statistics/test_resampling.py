@@ -13,7 +13,13 @@ from headstab.sections.ablation import ablation_correlation_intervals
 from headstab.sections.residual_cka import layer_cka_table
 from headstab.stability import commonness_table
 from headstab.statistics.bootstrap import draw_resamples
-from headstab.statistics.resampling import commonness_replicates, mean_interval, pair_mean_interval, pearson_interval
+from headstab.statistics.resampling import (
+    commonness_replicates,
+    mean_interval,
+    pair_mean_interval,
+    partial_correlation,
+    pearson_interval,
+)
 
 
 def test_pearson_interval_of_a_line_is_one_and_of_noise_covers_zero():
@@ -174,3 +180,53 @@ def test_commonness_replicates_weigh_groups_by_count_and_size():
         for seed in range(2):
             expected = mixed[seed, seed].mean(axis=-1)  # mean over the refit's own heads, itself included
             np.testing.assert_allclose(replicates[r, seed], expected, atol=reduction_atol(np.float64, 6))
+
+
+def _residual(v, z):
+    """v minus its least-squares line on z."""
+    return v - np.polyval(np.polyfit(z, v, 1), z)
+
+
+def test_partial_correlation_is_the_correlation_of_the_residuals_on_z():
+    rng = np.random.default_rng(6)
+    z = rng.normal(size=40)
+    x, y = z + rng.normal(size=40), -z + 0.5 * rng.normal(size=40)
+    got = partial_correlation(x, y, z)
+    assert got.shape == () and got.dtype == np.float64
+    expected = np.corrcoef(_residual(x, z), _residual(y, z))[0, 1]
+    assert float(got) == pytest.approx(expected, abs=reduction_atol(np.float64, 40) * 10)
+    assert np.corrcoef(x, y)[0, 1] < -0.3 and abs(expected) < 0.3  # z carries the raw correlation
+    # the formula itself: (r_xy - r_xz r_yz) / sqrt((1 - r_xz^2)(1 - r_yz^2))
+    r = np.corrcoef([x, y, z])
+    by_hand = (r[0, 1] - r[0, 2] * r[1, 2]) / np.sqrt((1 - r[0, 2] ** 2) * (1 - r[1, 2] ** 2))
+    assert float(got) == pytest.approx(by_hand, rel=reduction_rtol(np.float64, 40))
+
+
+def test_partial_correlation_weights_are_unit_counts_per_resample():
+    rng = np.random.default_rng(7)
+    x, y, z = rng.normal(size=(3, 6))
+    counts = np.array([[2, 1, 0, 1, 1, 1], [0, 0, 3, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    got = partial_correlation(x, y, z, counts)
+    assert got.shape == (3,)
+    for r, count in enumerate(counts):
+        rows = np.repeat(np.arange(6), count)
+        assert got[r] == pytest.approx(float(partial_correlation(x[rows], y[rows], z[rows])), rel=1e-12)
+    # counts are weights: scaling a resample's counts changes nothing; one resample as a vector is [1]
+    np.testing.assert_allclose(partial_correlation(x, y, z, 3 * counts), got, rtol=1e-12)
+    assert partial_correlation(x, y, z, counts[2]).shape == (1,)
+    assert partial_correlation(x, y, z, counts[2])[0] == pytest.approx(float(partial_correlation(x, y, z)))
+
+
+def test_partial_correlation_is_nan_where_z_leaves_nothing_and_never_beyond_one():
+    z = np.arange(8.0)
+    y = np.array([1.0, 3.0, 2.0, 5.0, 4.0, 7.0, 6.0, 8.0])
+    assert np.isnan(partial_correlation(2 * z + 1, y, z))  # x is a line in z: nothing left of x
+    assert np.isnan(partial_correlation(y, 3 - z, z))  # nor of y
+    assert np.isnan(partial_correlation(np.ones(8), y, z))  # a constant has no correlation
+    # |r_xz| = 1 up to the rounding of sums over 8 units: still nothing left
+    assert np.isnan(partial_correlation(z + 1e-13 * np.sin(z), y, z))
+    w = np.array([1.0, -1.0, -1.0, 1.0, 1.0, -1.0, -1.0, 1.0])  # orthogonal to z and to a constant
+    same = partial_correlation(y + w, y + w, z)
+    assert float(same) == 1.0  # clipped: rounding may leave it a hair above 1
+    weighted = partial_correlation(2 * z + 1, y, z, np.ones((2, 8)))
+    assert np.isnan(weighted).all() and weighted.shape == (2,)

@@ -82,6 +82,6 @@ rule ablation:
     params:
         configuration=by_arch("configuration"),
         promptset=PRIMARY,
-        statistics=STATISTICS,  # the per-layer correlation's interval, heads resampled
+        statistics=STATISTICS,  # the per-layer interval (heads resampled) and permutation p-values
     script:
         "../scripts/ablation.py"

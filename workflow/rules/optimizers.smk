@@ -119,8 +119,8 @@ rule activation_norms:
 
 rule optimizer_comparison:
     """Adam vs AdamW (paper §4.5): layer-wise stability side by side (Fig. 6 / B.6), attention-output
-    and resid_mid norms (Fig. 35), and performance parity of the refits' validation perplexities with
-    mean, spread and Welch's two-sided test (§B.7 figures)."""
+    and resid_mid norms (Fig. 35), and the refits' validation perplexities with mean, spread and two
+    two-sided difference tests, Welch's and Brunner-Munzel's (§B.7 figures; parity is optimizer_tests' TOST)."""
     input:
         unpack(lookup(dpath="{arch}", within=TWIN_INPUTS)),
     output:
@@ -156,5 +156,6 @@ rule optimizer_comparison:
         adamw=lookup(dpath="{arch}", within=TWINS),
         promptset=PRIMARY,
         heldout_label=HELDOUT_LABEL,
+        statistics=STATISTICS,  # the rank test's permutations and seed
     script:
         "../scripts/optimizer_comparison.py"

@@ -30,12 +30,14 @@ def main():
     )
     table.to_csv(out.table, index=False)
     seed = grids[0][0]
-    per_layer, trend = ablation_correlation(table, anchor_seed=seed)
     options = snakemake.params.statistics
+    per_layer, trend = ablation_correlation(
+        table, anchor_seed=seed, permutations=options["permutations"], seed=options["seed"]
+    )
     intervals = ablation_correlation_intervals(
         table, options["n_boot"], options["seed"], options["confidence"], anchor_seed=seed
     )
-    correlations = correlation_table(per_layer, trend, seed).merge(intervals, on="layer", how="left")
+    correlations = correlation_table(per_layer, trend, seed, intervals)
     correlations.to_csv(out.correlation, index=False)
     logging.info(
         "per-layer r %s, rho %s (anchor %s); pooled over %d anchors: r %s; trend slope %.3f",

@@ -31,14 +31,17 @@ def main():
     comparison = perplexity_comparison(
         ppl.loc[ppl["optimizer"] == "Adam", "perplexity"].to_numpy(),
         ppl.loc[ppl["optimizer"] == "AdamW", "perplexity"].to_numpy(),
+        permutations=params.statistics["permutations"],
+        seed=params.statistics["seed"],
     )
     logging.info(
-        "perplexity Adam %.3f +- %.3f, AdamW %.3f +- %.3f, Welch p = %.3g",
+        "perplexity Adam %.3f +- %.3f, AdamW %.3f +- %.3f, Welch p = %.3g, Brunner-Munzel p = %.3g",
         comparison["mean_adam"],
         comparison["std_adam"],
         comparison["mean_adamw"],
         comparison["std_adamw"],
         comparison["welch_p"],
+        comparison["brunner_munzel_p"],
     )
     perplexity_table(ppl, comparison, arch_of).to_csv(out.perplexity, index=False)
     plots.plot_perplexity(ppl, comparison, out.perplexity_figure, adam, adamw, corpus=params.heldout_label)

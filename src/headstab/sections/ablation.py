@@ -5,7 +5,9 @@ in turn (`headstab.evaluation`); ΔPPL = ablated - baseline per head beside that
 per layer the Pearson correlation of the two, and its linear trend over depth.
 
 Each layer's correlation is over its 8-16 heads, and ΔPPL is heavy-tailed (one head can cost twenty times
-the next), so Spearman's rho stands beside Pearson's r. With more than one anchor ablated
+the next), so Spearman's rho stands beside Pearson's r, and both p-values are permutation p-values over the
+layer's heads: t-test p-values reject too often when one head costs most and another head's stability stands
+out (docs/statistics.md, "Calibration of the section statistics"). With more than one anchor ablated
 (analysis.ablation_anchors) both are also pooled over anchors: the correlation of the values centred
 (or ranked, then centred) within each anchor, the repeated-measures correlation (Bakdash & Marusich 2017).
 """
@@ -21,6 +23,8 @@ import pandas as pd
 from scipy import stats
 
 from headstab.evaluation import head_ablation_perplexities, perplexity
+from headstab.statistics.calibration import calibration_label
+from headstab.statistics.hypothesis import benjamini_hochberg
 from headstab.statistics.resampling import pearson_interval
 from headstab.table_rows import pearson_or_nan, select_rows
 
@@ -125,14 +129,28 @@ def _pooled_r(x: np.ndarray, y: np.ndarray) -> float:
     return float((x * y).sum() / scale) if scale > 0 else math.nan
 
 
-def ablation_correlation(table: pd.DataFrame, anchor_seed: int | None = None) -> tuple[pd.DataFrame, dict[str, float]]:
+def permutation_p(x: np.ndarray, y: np.ndarray, permutations: int, seed: int) -> float:
+    """Two-sided permutation p of Pearson's r over the (x_k, y_k) pairs: y re-paired with x over every pairing
+    when n! <= permutations, else over `permutations` random ones, (1 + #extreme) / (1 + permutations) per side.
+    NaN where r is undefined (fewer than 3 pairs, or a constant variable)."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return math.nan
+    method = stats.PermutationMethod(n_resamples=permutations, rng=np.random.default_rng(seed))
+    return float(stats.pearsonr(x, y, method=method).pvalue)
+
+
+def ablation_correlation(
+    table: pd.DataFrame, anchor_seed: int | None = None, permutations: int = 10000, seed: int = 0
+) -> tuple[pd.DataFrame, dict[str, float]]:
     """Per layer the correlation between head stability and ΔPPL, and the trend of Pearson's r over depth.
 
     table: columns seed, layer, stability, delta_ppl (as from `ablation_table`; one or several anchors).
-    anchor_seed: the anchor of the paper's numbers (default: the table's first seed).
-    Returns (per-layer DataFrame of CORRELATION_COLUMNS: the anchor's pearson_r and p_value, spearman_r and
-    spearman_p over its n_heads heads; pooled_pearson_r and pooled_spearman_r over the n_anchors anchors, the
-    values (ranks) centred within each anchor; trend dict with slope, intercept of the anchor's r against
+    anchor_seed: the anchor of the paper's numbers (default: the table's first seed). permutations, seed: the
+    permutation p-values (`permutation_p`; layer l draws with seed + l).
+    Returns (per-layer DataFrame of CORRELATION_COLUMNS: the anchor's pearson_r and its permutation p_value,
+    spearman_r and spearman_p (the permutation p of the ranks) over its n_heads heads; pooled_pearson_r and
+    pooled_spearman_r over the n_anchors anchors, the values (ranks) centred within each anchor; trend dict with slope, intercept of the anchor's r against
     0-based layer, fitted over layers with finite r, plus their r_value and p_value; NaN when fewer than 2
     layers have a finite r, and p_value NaN with 2, where the line fits by construction).
     """
@@ -143,8 +161,10 @@ def ablation_correlation(table: pd.DataFrame, anchor_seed: int | None = None) ->
     for layer, group in table.groupby("layer", sort=True):
         own = group[group["seed"] == anchor_seed]
         x, y = own["stability"].to_numpy(float), own["delta_ppl"].to_numpy(float)
-        r, p = pearson_or_nan(x, y)
-        rho, rho_p = pearson_or_nan(stats.rankdata(x), stats.rankdata(y))  # Spearman: scipy's t-test p on ranks
+        r, _ = pearson_or_nan(x, y)
+        rho, _ = pearson_or_nan(stats.rankdata(x), stats.rankdata(y))  # Spearman: Pearson's r of the ranks
+        p = permutation_p(x, y, permutations, seed + int(layer))
+        rho_p = permutation_p(stats.rankdata(x), stats.rankdata(y), permutations, seed + int(layer))
         pooled = [
             _pooled_r(*(_centred_within(group[c], group["seed"], ranks) for c in ("stability", "delta_ppl")))
             for ranks in (False, True)
@@ -180,6 +200,25 @@ def ablation_correlation_intervals(
     return pd.DataFrame(rows, columns=["layer", "ci_low", "ci_high", "n_boot"])
 
 
-def correlation_table(per_layer: pd.DataFrame, trend: Mapping[str, float], seed: int) -> pd.DataFrame:
-    """Fig. 10's data in one tidy table: every layer's r with the seed and the trend over depth beside it."""
-    return per_layer.assign(seed=seed, **{f"trend_{key}": value for key, value in trend.items()})
+def correlation_table(
+    per_layer: pd.DataFrame, trend: Mapping[str, float], seed: int, intervals: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Fig. 10's data in one tidy table: every layer's r with the seed and the trend over depth beside it, and
+    with `ablation_correlation_intervals` (intervals) its ci_low, ci_high and n_boot.
+
+    The layers' p-values are one family per test: q_value (of p_value) and spearman_q_value (of spearman_p) are
+    their Benjamini-Hochberg q-values over the layers. p_calibration, ci_calibration and trend_calibration say
+    whether the permutation p-values at n_heads heads, the head-resampled interval at n_heads and the trend's
+    p-value over the layers with a finite r are calibrated there (`headstab.statistics.calibration`).
+    """
+    table = per_layer.assign(seed=seed, **{f"trend_{key}": value for key, value in trend.items()})
+    if intervals is not None:
+        table = table.merge(intervals, on="layer", how="left")
+    heads = table["n_heads"].astype(int)
+    return table.assign(
+        q_value=benjamini_hochberg(table["p_value"].to_numpy()),
+        spearman_q_value=benjamini_hochberg(table["spearman_p"].to_numpy()),
+        p_calibration=[calibration_label("permutation_pearson_ablation_heads", n) for n in heads],
+        ci_calibration=[calibration_label("head_bootstrap_pearson_ablation", n) for n in heads],
+        trend_calibration=calibration_label("linregress_trend_ablation", int(np.isfinite(table["pearson_r"]).sum())),
+    )

@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from headstab.statistics.calibration import calibration_label
 from headstab.statistics.refit_weights import refit_interval
 
 __all__ = [
@@ -43,6 +44,9 @@ __all__ = [
 POSITIONS = ("all", "last")
 PR_COLUMNS = ["seed", "positions", "layer", "head", "pr", "pr_uncentred", "n_tokens"]
 CORRELATION_COLUMNS = ["positions", "layer", "statistic", "estimate", "ci_low", "ci_high", "n_rows", "n_boot"]
+CORRELATION_COLUMNS += ["calibration"]
+# How each kind of interval is calibrated (headstab.statistics.calibration), by refit_interval's statistic.
+INTERVAL_METHODS = {"mean": "refit_bootstrap_mean_effective_rank", "pearson": "refit_bootstrap_pearson_effective_rank"}
 
 
 def participation_ratio(outputs: np.ndarray, centre: bool = True) -> np.ndarray:
@@ -164,9 +168,11 @@ def rank_correlation_table(
     - pr_uncentred_mean, pr_uncentred_vs_stability: the first two for the uncentred PR, the one that is ≈ 1 for
       a content-independent head.
     head_stability: one prompt set, scope same_layer (anchor_seed, layer, head, stability).
+    `calibration`: whether the interval is calibrated at the number of refits (`headstab.statistics.calibration`).
     """
     seeds = sorted(set(pr["seed"]))
     index = {value: i for i, value in enumerate(seeds)}
+    labels = {statistic: calibration_label(method, len(seeds)) for statistic, method in INTERVAL_METHODS.items()}
     stability = head_stability[["anchor_seed", "layer", "head", "stability"]].rename(columns={"anchor_seed": "seed"})
     joined = pr.merge(stability, on=["seed", "layer", "head"], how="left")
     if joined["stability"].isna().any():
@@ -188,5 +194,5 @@ def rank_correlation_table(
             estimate, low, high = refit_interval(
                 statistic, x, y, units, len(seeds), n_boot, seed + int(layer), confidence
             )
-            rows.append((positions, int(layer), name, estimate, low, high, len(x), n_boot))
+            rows.append((positions, int(layer), name, estimate, low, high, len(x), n_boot, labels[statistic]))
     return pd.DataFrame(rows, columns=CORRELATION_COLUMNS)

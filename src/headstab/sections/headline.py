@@ -178,6 +178,13 @@ def _gap(inputs: HeadlineInputs) -> list[pd.DataFrame]:
     return parts
 
 
+def _descriptive(rows: pd.DataFrame, column: str) -> pd.Series:
+    """Per row "; descriptive" where the section's `column` labels the interval so, else "" (column or not)."""
+    if column not in rows.columns:
+        return pd.Series("", index=rows.index)
+    return rows[column].map({"descriptive": "; descriptive"}).fillna("")
+
+
 def _cka(inputs: HeadlineInputs) -> list[pd.DataFrame]:
     cka = inputs.tables["cka"]
     rows = cka[cka["promptset"] == inputs.promptset] if "promptset" in cka.columns else cka
@@ -187,7 +194,7 @@ def _cka(inputs: HeadlineInputs) -> list[pd.DataFrame]:
         _rows(
             rows,
             "residual-stream CKA",
-            inputs.interval,
+            inputs.interval + _descriptive(rows, "calibration"),
             layer="layer",
             estimate="cka_mean",
             ci_low="ci_low",
@@ -231,6 +238,7 @@ def _weight_norms(inputs: HeadlineInputs) -> list[pd.DataFrame]:
     parts = []
     for matrix, group in rows.groupby("matrix", sort=True):
         label = inputs.anchor_label if inputs.first else "mean over anchors"
+        label += "" if inputs.first else _descriptive(group, "ci_calibration").iat[0]
         if "by_construction" in group.columns and bool(group["by_construction"].iloc[0]):
             label += "; 2 layers: every r is ±1 by construction"
         # anchor_estimate, Table B.5's way: the first anchor alone, with the whole layer's norm.
@@ -256,18 +264,13 @@ def _final_loss(inputs: HeadlineInputs) -> list[pd.DataFrame]:
     finals = inputs.tables["finals"]
     if not len(finals):
         return []
-    mean = pd.DataFrame(
-        {
-            "estimate": [finals["final_loss"].mean()],
-            "ci_low": [finals["final_loss"].min()],
-            "ci_high": [finals["final_loss"].max()],
-        }
-    )
+    loss = finals["final_loss"]
+    mean = pd.DataFrame({"estimate": [loss.mean()], "ci_low": [loss.min()], "ci_high": [loss.max()]})
     return [
         _rows(
             mean,
             "final training loss",
-            f"range over {len(finals)} refits",
+            f"range (min, max) over {len(finals)} refits, not an interval",
             layer=-1,
             estimate="estimate",
             ci_low="ci_low",

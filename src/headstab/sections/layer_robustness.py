@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from headstab.evaluation import perplexity_from_loss
+from headstab.statistics.calibration import calibration_label
 from headstab.statistics.refit_weights import refit_interval
 from headstab.table_rows import pearson_or_nan
 
@@ -91,10 +92,12 @@ def robustness_by_layer(table: pd.DataFrame, n_layers: int, n_boot: int, seed: i
     """Per condition, layer and metric: mean over refits with a refit-resampled interval, and r = (l + 1) / L.
 
     table: `robustness_with_stability` rows. Returns condition, layer, relative_depth, metric, mean, ci_low,
-    ci_high, stability (mean over refits), n_refits.
+    ci_high, stability (mean over refits), n_refits, calibration (whether the interval is calibrated at the
+    architecture's number of refits, `headstab.statistics.calibration`).
     """
     seeds = sorted(set(table["seed"]), key=str)
     index = {value: i for i, value in enumerate(seeds)}
+    label = calibration_label("refit_bootstrap_mean_layer_robustness", len(seeds))
     rows = []
     for (condition, layer), group in table.groupby(["condition", "layer"], sort=True):
         for metric in METRICS:
@@ -119,9 +122,11 @@ def robustness_by_layer(table: pd.DataFrame, n_layers: int, n_boot: int, seed: i
                     high,
                     group["stability"].mean(),
                     len(group),
+                    label,
                 )
             )
     columns = ["condition", "layer", "relative_depth", "metric", "mean", "ci_low", "ci_high", "stability", "n_refits"]
+    columns += ["calibration"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -130,16 +135,18 @@ def robustness_correlation(table: pd.DataFrame, n_boot: int, seed: int, confiden
     NaN below 3 layers) and across refits (pooled over (refit, layer) rows, refit-resampled interval).
 
     Returns condition, metric, scope ("within_refit" with its seed, or "across_refits"), seed, pearson_r,
-    ci_low, ci_high, n_rows.
+    ci_low, ci_high, n_rows, calibration (of the across-refits interval at the number of refits; empty on the
+    within-refit rows, which have no interval).
     """
     seeds = sorted(set(table["seed"]), key=str)
     index = {value: i for i, value in enumerate(seeds)}
+    label = calibration_label("refit_bootstrap_pearson_layer_robustness", len(seeds))
     rows = []
     for condition, group in table.groupby("condition", sort=True):
         for metric in METRICS:
             for refit, own in group.groupby("seed", sort=True):
                 r, _ = pearson_or_nan(own["stability"].to_numpy(float), own[metric].to_numpy(float))
-                rows.append((condition, metric, "within_refit", refit, r, np.nan, np.nan, len(own)))
+                rows.append((condition, metric, "within_refit", refit, r, np.nan, np.nan, len(own), None))
             r, low, high = refit_interval(
                 "pearson",
                 group["stability"],
@@ -150,8 +157,8 @@ def robustness_correlation(table: pd.DataFrame, n_boot: int, seed: int, confiden
                 seed,
                 confidence,
             )
-            rows.append((condition, metric, "across_refits", None, r, low, high, len(group)))
-    columns = ["condition", "metric", "scope", "seed", "pearson_r", "ci_low", "ci_high", "n_rows"]
+            rows.append((condition, metric, "across_refits", None, r, low, high, len(group), label))
+    columns = ["condition", "metric", "scope", "seed", "pearson_r", "ci_low", "ci_high", "n_rows", "calibration"]
     return pd.DataFrame(rows, columns=columns)
 
 

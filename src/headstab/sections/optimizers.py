@@ -1,11 +1,12 @@
-"""Adam vs AdamW (paper §4.5): activation norms (Fig. 35), performance parity (§B.7 figures), and both as tests.
+"""Adam vs AdamW (paper §4.5): activation norms (Fig. 35), validation perplexity (§B.7 figures), and both as tests.
 
 An architecture and its `_wd` twin differ only in the optimizer (AdamW, weight decay 0.1). Their
 layer stability is compared in the figures (`headstab.plots.optimizers`); here are the two checks
 behind the paper's explanation: the mean per-token norms of the attention output (rebuilt from the
 cached `hook_z` and W_O) and of resid_mid, and the validation perplexity of every refit on held-out
-text with Welch's test of the difference. The tests of both claims, paired by seed, are in
-`headstab.sections.optimizer_tests`.
+text with two tests of a difference (Welch's t-test and the Brunner-Munzel rank test). A difference test
+that does not reject is no evidence of parity: the paper's "performance parity" is tested by the TOST, and
+the tests of both claims, paired by seed, are in `headstab.sections.optimizer_tests`.
 
 `load_trained_model` (torch) is imported inside the functions that load a model: the comparison job
 imports this module without running one, and importing torch is seconds of a job's start.
@@ -14,6 +15,7 @@ imports this module without running one, and importing torch is seconds of a job
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,12 +28,18 @@ from headstab.activations.reader import open_cache
 from headstab.evaluation import perplexity_from_loss, summed_token_loss
 from headstab.plan.spec import ArchitectureSpec
 from headstab.sections.weight_norms import bridge_state, to_numpy, trained_state
+from headstab.statistics.calibration import calibration_label
+from headstab.statistics.hypothesis import benjamini_hochberg
 
 log = logging.getLogger(__name__)
 
 ACTIVATION_NORM_COLUMNS = ["seed", "layer", "activation", "mean_norm"]
 VALIDATION_COLUMNS = ["seed", "perplexity", "n_tokens"]
-PERPLEXITY_COLUMNS = ["scope", "architecture", "optimizer", "seed", "statistic", "value"]
+PERPLEXITY_COLUMNS = ["scope", "architecture", "optimizer", "seed", "statistic", "value", "q_value", "calibration"]
+# The difference tests of perplexity.csv and the calibration method of each (headstab.statistics.calibration).
+# The Brunner-Munzel statistic of a complete separation: beyond any finite one, with room for scipy's tolerance.
+SEPARATED = 1e300
+PERPLEXITY_TESTS = {"welch_p": "welch_t_perplexity", "brunner_munzel_p": "brunner_munzel_perplexity"}
 
 
 def output_weights(
@@ -174,18 +182,41 @@ def validation_perplexity_table(
     return pd.DataFrame(rows, columns=VALIDATION_COLUMNS)
 
 
-def perplexity_comparison(ppl_adam: np.ndarray, ppl_adamw: np.ndarray) -> dict[str, float]:
-    """Performance parity of Adam and AdamW refits (§4.5).
+def _brunner_munzel(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    """The Brunner-Munzel statistic of b against a; a complete separation (an infinite statistic) is the most
+    extreme split, a split without spread in either group (NaN) none."""
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # scipy's p of a split without spread: unused here
+        w = stats.brunnermunzel(a, b, axis=axis).statistic
+    return np.nan_to_num(w, nan=0.0, posinf=SEPARATED, neginf=-SEPARATED)
 
-    ppl_adam: [seed], ppl_adamw: [seed] validation perplexities.
-    Returns mean/std (ddof 1) of each, their difference (AdamW - Adam), Welch's two-sided t and p,
-    and the two-sided Mann-Whitney U p-value.
+
+def brunner_munzel_test(a: np.ndarray, b: np.ndarray, permutations: int, seed: int) -> tuple[float, float]:
+    """(W, p): the Brunner-Munzel statistic of b against a and its two-sided studentized permutation p (Neubert
+    & Brunner 2007): the labels permuted over every split when there are at most `permutations`, else over
+    `permutations` random ones. Its null is P(a < b) = P(a > b), whatever the two spreads; the permutation keeps
+    it exact when the refits are exchangeable and valid for unequal spreads as the refits grow."""
+    result = stats.permutation_test(
+        (a, b), _brunner_munzel, vectorized=True, n_resamples=permutations, rng=np.random.default_rng(seed)
+    )
+    return float(_brunner_munzel(a, b)), float(result.pvalue)
+
+
+def perplexity_comparison(
+    ppl_adam: np.ndarray, ppl_adamw: np.ndarray, permutations: int = 10000, seed: int = 0
+) -> dict[str, float]:
+    """Two difference tests of the Adam and AdamW refits' validation perplexities (§4.5, §B.7 figures).
+
+    ppl_adam: [seed], ppl_adamw: [seed] validation perplexities; permutations, seed: the rank test's.
+    Returns mean/std (ddof 1) of each, their difference (AdamW - Adam), Welch's two-sided t and p, and the
+    Brunner-Munzel statistic W and its two-sided permutation p (`brunner_munzel_test`). Neither is a test of
+    parity: the TOST of `headstab.sections.optimizer_tests` is.
     """
     a, b = np.asarray(ppl_adam, dtype=float), np.asarray(ppl_adamw, dtype=float)
     if a.ndim != 1 or b.ndim != 1 or len(a) < 2 or len(b) < 2:
         raise ValueError(f"need at least two refits per optimizer, got {a.shape} (Adam) and {b.shape} (AdamW)")
     welch = stats.ttest_ind(a, b, equal_var=False)
-    mwu = stats.mannwhitneyu(a, b, alternative="two-sided")
+    w, p = brunner_munzel_test(a, b, permutations, seed)
     return {
         "mean_adam": float(a.mean()),
         "std_adam": float(a.std(ddof=1)),
@@ -196,8 +227,8 @@ def perplexity_comparison(ppl_adam: np.ndarray, ppl_adamw: np.ndarray) -> dict[s
         "difference": float(b.mean() - a.mean()),
         "welch_t": float(welch.statistic),
         "welch_p": float(welch.pvalue),
-        "mannwhitney_u": float(mwu.statistic),
-        "mannwhitney_p": float(mwu.pvalue),
+        "brunner_munzel_w": w,
+        "brunner_munzel_p": p,
     }
 
 
@@ -213,7 +244,10 @@ def perplexity_table(ppl: pd.DataFrame, comparison: Mapping[str, float], arch_of
     comparison: `perplexity_comparison`; arch_of: 'Adam' | 'AdamW' -> architecture. scope is
     `refit` (statistic perplexity, seed set), `optimizer` (mean, std ddof 1, n over one member's
     refits; seed empty) or `comparison` (architecture "{adam} vs {adamw}", optimizer "AdamW - Adam":
-    difference of means, welch_t, welch_p, mannwhitney_u, mannwhitney_p, all two-sided).
+    difference of means, welch_t, welch_p, brunner_munzel_w, brunner_munzel_p, all two-sided).
+    The two p-values are one family: `q_value` is their Benjamini-Hochberg q-value, and `calibration` says
+    whether each test is calibrated at the smaller member's number of refits
+    (`headstab.statistics.calibration`); both are empty on every other row.
     """
     rows = [
         ("refit", arch_of[r.optimizer], r.optimizer, r.seed, "perplexity", r.perplexity)
@@ -227,6 +261,14 @@ def perplexity_table(ppl: pd.DataFrame, comparison: Mapping[str, float], arch_of
     pair = f"{arch_of['Adam']} vs {arch_of['AdamW']}"
     rows += [
         ("comparison", pair, "AdamW - Adam", None, stat, comparison[stat])
-        for stat in ("difference", "welch_t", "welch_p", "mannwhitney_u", "mannwhitney_p")
+        for stat in ("difference", "welch_t", "welch_p", "brunner_munzel_w", "brunner_munzel_p")
     ]
-    return pd.DataFrame(rows, columns=PERPLEXITY_COLUMNS).astype({"seed": "Int64"})
+    table = pd.DataFrame(rows, columns=PERPLEXITY_COLUMNS[:6]).astype({"seed": "Int64"})
+    tests = table.index[table["statistic"].isin(PERPLEXITY_TESTS)]
+    n = min(int(comparison["n_adam"]), int(comparison["n_adamw"]))
+    table["q_value"] = np.nan
+    table.loc[tests, "q_value"] = benjamini_hochberg(table.loc[tests, "value"].to_numpy(dtype=np.float64))
+    table["calibration"] = table["statistic"].map(
+        {statistic: calibration_label(method, n) for statistic, method in PERPLEXITY_TESTS.items()}
+    )
+    return table

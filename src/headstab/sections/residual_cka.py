@@ -25,6 +25,7 @@ import pandas as pd
 
 from headstab.activations.reader import open_cache
 from headstab.cka import layer_cka_summary, pairwise_layer_cka, subsample_tokens, token_activations
+from headstab.statistics.calibration import calibration_label
 from headstab.statistics.resampling import pair_mean_interval
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,9 @@ def layer_cka_table(table: pd.DataFrame, pairs: str, n_boot: int, seed: int, con
     bootstrap interval of cka_mean, refits resampled (`headstab.statistics.resampling.pair_mean_interval`), and the
     same mean and interval of init_cka (INIT_COLUMNS; NaN without step-0 caches) from the same resamples.
     With pairs "ordered_with_self" the mean is (N(N-1) m + N) / N^2 of the distinct-pair mean m, and so is
-    its interval. A table without positions (or init_cka) reads as positions "all" (init NaN)."""
+    its interval. `calibration` says whether both intervals are calibrated at the N refits
+    (`headstab.statistics.calibration`). A table without positions (or init_cka) reads as positions "all" (init
+    NaN)."""
     if "positions" not in table.columns:
         table = table.assign(positions="all")
     frames = []
@@ -157,6 +160,8 @@ def layer_cka_table(table: pd.DataFrame, pairs: str, n_boot: int, seed: int, con
             summary[INIT_COLUMNS] = init[["cka_mean", "ci_low", "ci_high"]].to_numpy()
         else:
             summary[INIT_COLUMNS] = np.nan
+        n_refits = len(set(part["seed_a"]) | set(part["seed_b"]))
+        summary["calibration"] = calibration_label("pair_refit_bootstrap_residual_cka", n_refits)
         frames.append(summary.assign(promptset=promptset, positions=positions))
     out = pd.concat(frames, ignore_index=True)
     return out[["promptset", "positions", *[c for c in out.columns if c not in ("promptset", "positions")]]]

@@ -33,6 +33,7 @@ import pandas as pd
 
 from headstab.plan.seed_design import refit_seeds, ulp_perturbed, unperturbed
 from headstab.statistics.bootstrap import draw_resamples, percentile_interval
+from headstab.statistics.calibration import calibration_label
 from headstab.statistics.refit_weights import row_weights, weighted_mean
 
 __all__ = ["KINDS", "BOTH", "pair_kind", "grid_pair_table", "seed_grid_table", "FRACTIONS", "FLOOR_FRACTIONS"]
@@ -101,7 +102,8 @@ def seed_grid_table(pairs: pd.DataFrame, n_boot: int, seed: int, confidence: flo
 
     pairs: `grid_pair_table` rows. Returns layer, statistic (KINDS, then FRACTIONS; with shares_both pairs also
     BOTH and FLOOR_FRACTIONS), estimate, ci_low, ci_high, n_pairs (ordered pairs of that kind; all pairs for a
-    fraction), n_boot.
+    fraction), n_boot, calibration (whether the interval is calibrated at the grid's number of cells,
+    `headstab.statistics.calibration`).
     """
     missing = [kind for kind in KINDS if not (pairs["kind"] == kind).any()]
     if missing:
@@ -117,6 +119,8 @@ def seed_grid_table(pairs: pd.DataFrame, n_boot: int, seed: int, confidence: flo
 
     refits = sorted({unit(name) for name in names}, key=str)
     index = {name: i for i, name in enumerate(refits)}
+    means = calibration_label("refit_bootstrap_seed_grid_means", len(refits))
+    fractions = calibration_label("refit_bootstrap_seed_grid_fractions", len(refits))
     counts = draw_resamples(n_boot, len(refits), 1, seed).refit_counts
     rows = []
     for layer, group in pairs.groupby("layer", sort=True):
@@ -130,6 +134,9 @@ def seed_grid_table(pairs: pd.DataFrame, n_boot: int, seed: int, confidence: flo
         names = KINDS + FRACTIONS + ((BOTH, *FLOOR_FRACTIONS) if BOTH in estimate else ())
         for name in names:
             low, high = percentile_interval(replicates[name], confidence)
-            n_pairs = int((kinds == name).sum()) if name in (*KINDS, BOTH) else len(group)
-            rows.append((int(layer), name, float(estimate[name][0]), float(low), float(high), n_pairs, n_boot))
-    return pd.DataFrame(rows, columns=["layer", "statistic", "estimate", "ci_low", "ci_high", "n_pairs", "n_boot"])
+            mean = name in (*KINDS, BOTH)
+            n_pairs = int((kinds == name).sum()) if mean else len(group)
+            label = means if mean else fractions
+            rows.append((int(layer), name, float(estimate[name][0]), float(low), float(high), n_pairs, n_boot, label))
+    columns = ["layer", "statistic", "estimate", "ci_low", "ci_high", "n_pairs", "n_boot", "calibration"]
+    return pd.DataFrame(rows, columns=columns)

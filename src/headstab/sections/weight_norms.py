@@ -32,6 +32,8 @@ from scipy import stats
 
 from headstab.plan.spec import ArchitectureSpec
 from headstab.statistics.bootstrap import percentile_interval
+from headstab.statistics.calibration import calibration_label
+from headstab.statistics.hypothesis import benjamini_hochberg
 from headstab.statistics.resampling import mean_interval, partial_correlation
 from headstab.table_rows import pearson_or_nan, select_rows
 
@@ -50,10 +52,12 @@ CORRELATION_COLUMNS = [
     "norm_ss",
     "stability_ss",
     "partial_r_entropy",
+    "q_value",
+    "calibration",
 ]
 HEAD_NORM_COLUMNS = ["seed", "layer", "head", "matrix", "frobenius_norm"]
 PARTIAL_COLUMNS = ["layer", "matrix", "n_heads", "n_anchors", "pearson_r", "partial_r", "partial_r_ci_low"]
-PARTIAL_COLUMNS += ["partial_r_ci_high", "entropy_r", "n_boot"]
+PARTIAL_COLUMNS += ["partial_r_ci_high", "entropy_r", "n_boot", "calibration"]
 
 # Bridge state-dict names (`blocks.{l}.attn.q.weight`, nn.Linear layout [out_features, in_features]).
 _STATE_KEYS = {
@@ -226,7 +230,9 @@ def norm_stability_correlation(
     Returns CORRELATION_COLUMNS: pearson_r and its p_value (NaN for 2 layers, where r is +-1), spearman_r,
     whole_layer_pearson_r (Pearson's r with whole_layer_norm, Table B.5's norm), n_layers, the sums of
     squares of the norm and of stability about their means over layers (norm_ss, stability_ss), from which
-    `weight_norm_summary` pools r over anchors, and partial_r_entropy.
+    `weight_norm_summary` pools r over anchors, partial_r_entropy, and for the p-values, one family over the
+    table's anchors and matrices, their Benjamini-Hochberg q_value and their calibration at n_layers layers
+    (`headstab.statistics.calibration`: the layers of a refit are no independent points).
     """
     if "seed" not in norms.columns:
         raise ValueError("norms needs a 'seed' column naming the refit the weights come from")
@@ -255,8 +261,10 @@ def norm_stability_correlation(
         rho, _ = pearson_or_nan(stats.rankdata(norm), stats.rankdata(stability))  # Spearman: Pearson of ranks
         norm_ss, stability_ss = ((norm - norm.mean()) ** 2).sum(), ((stability - stability.mean()) ** 2).sum()
         partial = partial_correlation(norm, stability, entropy) if len(group) >= 4 else np.nan
-        rows.append((anchor, matrix, r, p, rho, whole_r, len(group), norm_ss, stability_ss, float(partial)))
-    out = pd.DataFrame(rows, columns=CORRELATION_COLUMNS)
+        label = calibration_label("pearson_t_weight_norm_layers", len(group))
+        rows.append((anchor, matrix, r, p, rho, whole_r, len(group), norm_ss, stability_ss, float(partial), label))
+    out = pd.DataFrame(rows, columns=[c for c in CORRELATION_COLUMNS if c != "q_value"])
+    out = out.assign(q_value=benjamini_hochberg(out["p_value"].to_numpy(dtype=np.float64)))[CORRELATION_COLUMNS]
     order = {m: i for i, m in enumerate(MATRIX_ORDER)}
     out = out.assign(_order=out["matrix"].map(order)).sort_values(["anchor_seed", "_order"])
     return out.drop(columns="_order").reset_index(drop=True)
@@ -281,9 +289,11 @@ def weight_norm_summary(
     - by_construction: True when every anchor has 2 layers, so each per-anchor r and rho is +-1;
     - mean_whole_layer_r: the mean r with the whole layer's norm (Table B.5's);
     - first_anchor_r / first_anchor_p / first_anchor_spearman_r / first_anchor_whole_layer_r: the paper's
-      anchor's (NaN when that anchor has no row).
+      anchor's (NaN when that anchor has no row); first_anchor_q, its q-value in its architecture's family (NaN
+      from a table without q_value), and p_calibration, how its p is labelled at the anchor's layers;
     intervals: {n_boot, seed, confidence}: adds mean_pearson_r_ci_low/high, the bootstrap interval of the
-    mean r with the anchors (refits) resampled (`headstab.statistics.resampling.mean_interval`).
+    mean r with the anchors (refits) resampled (`headstab.statistics.resampling.mean_interval`), and
+    ci_calibration, its label at n_anchors (`headstab.statistics.calibration`).
     """
 
     nan = float("nan")
@@ -312,6 +322,10 @@ def weight_norm_summary(
                     "mean_whole_layer_r": rows_m["whole_layer_pearson_r"].mean(),
                     "first_anchor_r": first["pearson_r"].iloc[0] if len(first) else nan,
                     "first_anchor_p": first["p_value"].iloc[0] if len(first) else nan,
+                    "first_anchor_q": first["q_value"].iloc[0] if len(first) and "q_value" in first.columns else nan,
+                    "p_calibration": calibration_label(
+                        "pearson_t_weight_norm_layers", int(first["n_layers"].iloc[0]) if len(first) else 0
+                    ),
                     "first_anchor_spearman_r": first["spearman_r"].iloc[0] if len(first) else nan,
                     "first_anchor_whole_layer_r": first["whole_layer_pearson_r"].iloc[0] if len(first) else nan,
                 }
@@ -320,7 +334,12 @@ def weight_norm_summary(
                 rows[-1]["mean_partial_r_entropy"] = rows_m["partial_r_entropy"].mean()
             if intervals is not None:
                 low, high = mean_interval(rows_m["pearson_r"].to_numpy(), **intervals)
-                rows[-1].update(mean_pearson_r_ci_low=low, mean_pearson_r_ci_high=high, n_boot=intervals["n_boot"])
+                rows[-1].update(
+                    mean_pearson_r_ci_low=low,
+                    mean_pearson_r_ci_high=high,
+                    n_boot=intervals["n_boot"],
+                    ci_calibration=calibration_label("anchor_bootstrap_mean_r_weight_norm", rows[-1]["n_anchors"]),
+                )
     return pd.DataFrame(rows)
 
 
@@ -336,7 +355,7 @@ def head_norm_partial_table(
 ) -> pd.DataFrame:
     """PARTIAL_COLUMNS: per layer and matrix, over every anchor's heads (each with its own refit's norm),
     Pearson r of head stability with the head's norm, the partial r given head entropy with a percentile
-    interval over resampled anchors (refits), and r of stability with entropy.
+    interval over resampled anchors (refits) and its calibration at n_anchors, and r of stability with entropy.
 
     head_norms: HEAD_NORM_COLUMNS; head_stability: promptset, scope, anchor_seed, layer, head, stability,
     entropy (same-layer rows are read).
@@ -368,6 +387,7 @@ def head_norm_partial_table(
                 high,
                 pearson_or_nan(y, z)[0],
                 n_boot,
+                calibration_label("anchor_bootstrap_partial_r_weight_norm", len(anchors)),
             )
         )
     return pd.DataFrame(rows, columns=PARTIAL_COLUMNS)
