@@ -27,6 +27,14 @@ def test_every_reported_method_has_a_case_and_every_case_a_method():
     assert {case.method for case in CASES} == set(METHODS)
 
 
+def test_the_calibration_section_of_the_docs_lists_every_method_with_its_min_n():
+    text = (Path(__file__).resolve().parents[2] / "docs/statistics.md").read_text(encoding="utf-8")
+    section = text.split("\n## Calibration\n", 1)[1].split("\n## ", 1)[0]
+    for name, method in METHODS.items():
+        shown = method.min_n if method.min_n is not None else "descriptive at every n"
+        assert f"| `{name}` | {method.reports} | {method.unit} | {shown} |" in section, name
+
+
 def test_labels_follow_min_n_and_unknown_methods_are_named():
     name = next(iter(METHODS))
     min_n = METHODS[name].min_n
