@@ -20,10 +20,7 @@ by_snapshot_cache_spec = partial(jobs.WildcardLookup, SNAPSHOT_CACHE_SPECS, "arc
 
 
 rule init_weights:
-    """Refit {seed} of {arch} at step 0, rebuilt from the seed exactly as training starts (no training).
-    Waits, like train, for the check that every prompt set fits n_ctx."""
-    input:
-        prompt_check=by_arch("train_inputs", "prompt_check"),
+    """Refit {seed} of {arch} at step 0, rebuilt from the seed exactly as training starts (no training)."""
     output:
         weights=LAYOUT.snapshot_weights("{arch}", 0, "{seed}"),
         meta=str(Path(LAYOUT.snapshot_weights("{arch}", 0, "{seed}")).with_name("meta.json")),
