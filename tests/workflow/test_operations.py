@@ -181,13 +181,14 @@ def test_outputs_a_killed_forced_job_left_missing_are_rebuilt_by_the_next_run(ti
 
 def test_a_block_killed_in_a_forced_rerun_is_redone_by_the_next_snakemake(tiny_run: Path, tmp_path: Path) -> None:
     """`snakemake <final.pt> --forcerun train` and `snakemake <caches/seedN.h5> --forcerun cache_activations`
-    (docs/operations.md): Snakemake deletes the block's record before its job starts, so a job killed then
+    (docs/operations.md; a snapshot step's cache block alike): Snakemake deletes the block's record before its job starts, so a job killed then
     leaves the record missing and the published files the old ones (hard links to the files the block had
     written before). Every block record is a target: the next `snakemake`, with --rerun-incomplete as the
-    profiles set it or without, runs both blocks again and publishes their refits anew."""
+    profiles set it or without, runs the three blocks again and publishes their refits anew."""
     results = copy_run_with_metadata(tiny_run, tmp_path / "results")
     (results / RERUN / "checkpoints/blocks/seeds1_2.json").unlink()  # what the killed forced jobs leave
     (results / OTHER / "caches/blocks/seeds1_2.json").unlink()
+    (results / OTHER / "snapshots/step0/caches/blocks/seeds1_2.json").unlink()  # cache_snapshot_activations
     plan = snakemake(results, "-n", "--rerun-incomplete")
     assert plan.returncode == 0, plan.stderr[-3000:]
     outputs = set(planned_outputs(plan.stdout))
@@ -197,6 +198,8 @@ def test_a_block_killed_in_a_forced_rerun_is_redone_by_the_next_snakemake(tiny_r
         f"{results}/{OTHER}/caches/blocks/seeds1_2.json",
         *(f"{results}/{OTHER}/caches/seed{seed}.h5" for seed in (1, 2)),
         f"{results}/{OTHER}/similarity/primary.h5",
+        f"{results}/{OTHER}/snapshots/step0/caches/blocks/seeds1_2.json",
+        *(f"{results}/{OTHER}/snapshots/step0/caches/seed{seed}.h5" for seed in (1, 2)),
         f"{results}/{RERUN}/tables/head_stability.csv",
     } <= outputs, plan.stdout[-3000:]
     assert f"{results}/{OTHER}/checkpoints/blocks/seeds1_2.json" not in outputs  # that block was not touched
