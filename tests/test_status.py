@@ -15,10 +15,12 @@ import pytest
 from conftest import TINY_CONFIG, tiny_snakemake
 from helpers.workflow_runs import snakemake_env
 
+from headstab.dry_run import PlannedJob, parse_dry_run, short_reason
 from headstab.fileio import sha256_file
 from headstab.plan.config import architecture_spec, load_config
 from headstab.plan.jobs import job_spec
-from headstab.status import failed_jobs, format_table, incomplete_outputs, parse_failures, run_status
+from headstab.snakemake_records import failed_jobs, incomplete_outputs, parse_failures
+from headstab.status import format_table, run_status
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -132,17 +134,88 @@ def test_weights_failing_their_sha256_count_as_corrupt_not_trained(tmp_path):
     assert (unverified.trained, unverified.corrupt) == (2, 0)
 
 
-def test_a_refit_trained_with_another_configuration_counts_as_stale(tmp_path):
+def test_a_refit_is_stale_when_the_dry_run_retrains_it_and_unrecorded_when_it_differs_unseen_by_snakemake(tmp_path):
+    """Stale is Snakemake's word: a refit whose block's train job the dry run plans, with its reason, whatever
+    its meta.json says; weights trained with another configuration that Snakemake does not retrain (no record
+    of what made them) are unrecorded, with the command that retrains them."""
     config = tiny_config(tmp_path)
     write_refit(config, "l2_h4", 1)
     weights = write_refit(config, "l2_h4", 2, lr=1e-3, snapshot_steps=[0, 8])  # the config now: lr 3e-3, none
-    status = run_status(config, tmp_path)
-    first = status.architectures[0]
-    assert (first.trained, first.stale, first.corrupt) == (1, 1, 0)
-    (problem,) = status.refit_problems
-    assert (problem.weights, problem.problem) == (str(weights), "stale")
-    assert problem.why == "trained with lr 0.001 (config now 0.003); snapshot_steps [0, 8] (config now None)"
-    assert f"stale {weights}: trained with lr 0.001" in format_table(status)
+    differing = "trained with lr 0.001 (config now 0.003); snapshot_steps [0, 8] (config now None)"
+    unseen = run_status(config, tmp_path, planned=[])  # the dry run plans nothing
+    first = unseen.architectures[0]
+    assert (first.trained, first.stale, first.unrecorded, first.corrupt) == (1, 0, 1, 0)
+    (problem,) = unseen.refit_problems
+    assert (problem.weights, problem.problem, problem.why) == (str(weights), "unrecorded", differing)
+    table = format_table(unseen)
+    assert f"unrecorded {weights}: {differing}; Snakemake does not retrain it" in table
+    assert f"`snakemake {weights} --forcerun train`" in table
+    assert "next snakemake (snakemake -n): nothing to be done" in table
+
+    record = str(tmp_path / "results/l2_h4/checkpoints/blocks/seeds1_2.json")
+    other = str(tmp_path / "results/l2_h4_wd/checkpoints/blocks/seeds1_2.json")
+    planned = [
+        PlannedJob("train", [record], "Params have changed since last execution", "arch=l2_h4, block=seeds1_2"),
+        PlannedJob("publish_refit", [str(weights)], "Input files updated by another job", "arch=l2_h4, seed=2"),
+        PlannedJob("all", [], "Input files updated by another job", ""),
+    ]
+    retrained = run_status(config, tmp_path, planned=planned)
+    first, other_arch = retrained.architectures
+    assert (first.trained, first.stale, first.unrecorded) == (0, 2, 0)  # both refits of the block
+    assert (other_arch.trained, other_arch.stale) == (0, 0)  # no weights: missing, whatever the plan says
+    problems = {Path(p.weights).parent.name: (p.problem, p.why) for p in retrained.refit_problems}
+    assert problems == {
+        "seed1": ("stale", "Snakemake: Params have changed since last execution"),
+        "seed2": ("stale", f"{differing}; Snakemake: Params have changed since last execution"),
+    }
+    table = format_table(retrained)
+    assert "the next snakemake retrains it" in table and "next snakemake (snakemake -n): 2 jobs" in table
+    assert "  train x1: e.g. (arch=l2_h4, block=seeds1_2) Params have changed since last execution" in table
+    assert other not in table
+    assert run_status(config, tmp_path).refit_problems[0].problem == "differs"  # --no-plan: no verdict
+
+
+def test_a_dry_run_is_read_job_by_job():
+    text = """Building DAG of jobs...
+Job stats:
+job          count
+---------  -------
+all              1
+train            1
+total            2
+
+[Sat Nov 28 08:00:00 2026]
+rule train:
+    input: r/data/tiny_text/shard_000.npy, r/tokenizers/tiny_bpe/meta.json
+    output: r/l2_h4/checkpoints/blocks/seeds1_2.json
+    log: r/logs/train/l2_h4/seeds1_2.log
+    jobid: 3
+    reason: Params have changed since last execution: precision
+    wildcards: arch=l2_h4, block=seeds1_2
+    resources: tmpdir=/tmp, gpu=0
+
+[Sat Nov 28 08:00:00 2026]
+localrule all:
+    input: r/l2_h4/checkpoints/blocks/seeds1_2.json
+    jobid: 0
+    reason: Input files updated by another job: r/l2_h4/checkpoints/blocks/seeds1_2.json
+    resources: tmpdir=/tmp
+Job stats:
+"""
+    train, everything = parse_dry_run(text)
+    assert train == PlannedJob(
+        "train",
+        ["r/l2_h4/checkpoints/blocks/seeds1_2.json"],
+        "Params have changed since last execution: precision",
+        "arch=l2_h4, block=seeds1_2",
+    )
+    assert (everything.rule, everything.output, everything.wildcards) == ("all", [], "")
+    long = "Params have changed since last execution: before: {" + "'k': 1, " * 100 + "} now: {}"
+    short = short_reason(f"Missing output files: r/a.json; {long}", width=40)
+    assert (
+        short
+        == "Missing output files: r/a.json; Params have changed since last execution: before: {'k': 1, 'k': 1, 'k': 1, 'k':..."
+    )
 
 
 def test_an_empty_or_cut_short_report_is_flagged_with_the_command_that_writes_it_whole(tmp_path):
@@ -160,12 +233,12 @@ def test_an_empty_or_cut_short_report_is_flagged_with_the_command_that_writes_it
 
 
 def test_the_paper_plan_status_as_a_table_and_as_json():
-    table = status_command()
+    table = status_command("--no-plan")  # the paper plan's dry run takes a minute
     assert table.returncode == 0, table.stderr
     total = next(line for line in table.stdout.splitlines() if line.startswith("total"))
     # 24 x 50 + 2 x 5 paper refits, the 5 x 5 seed grid and the one-ulp twins of its 5 diagonal cells
     assert total.split()[1] == "1240"
-    as_json = json.loads(status_command("--json").stdout)
+    as_json = json.loads(status_command("--json", "--no-plan").stdout)
     assert len(as_json["architectures"]) == 27 and sum(a["refits"] for a in as_json["architectures"]) == 1240
 
 
@@ -180,9 +253,10 @@ def test_status_of_the_finished_tiny_run(tiny_run):
     status = json.loads(result.stdout)
     for arch in status["architectures"]:
         assert (arch["refits"], arch["trained"], arch["cached"], arch["analysed"]) == (2, 2, 2, 2), arch
-        assert (arch["stale"], arch["corrupt"]) == (0, 0), arch
+        assert (arch["stale"], arch["unrecorded"], arch["corrupt"]) == (0, 0, 0), arch
         assert arch["tables"] > 0 and arch["figures"] > 0
     assert status["failed"] == [] and status["incomplete"] == [] and status["refit_problems"] == []
+    assert status["planned"] == [] and status["plan_error"] is None  # Snakemake: nothing to be done
 
 
 @pytest.mark.integration
@@ -194,17 +268,85 @@ def test_status_of_a_tiny_run_stopped_by_a_failed_job(tiny_run, tmp_path):
     target = str(results / "l2_h4_wd/similarity/primary.h5")
     run = tiny_snakemake(results, target, "--cores", "1")
     assert run.returncode != 0 and "Error in rule pair_similarity" in run.stderr
-    result = status_command("--configfile", str(TINY_CONFIG), "--results-dir", str(results))
+    result = status_command("--configfile", str(TINY_CONFIG), "--results-dir", str(results), "--no-plan")
     assert result.returncode == 0, result.stderr
     rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[2:4]}
     assert (
         rows
-        == {  # refits, trained, stale, corrupt, cached, analysed
-            "l2_h4": ["2", "2", "0", "0", "2", "2", *rows["l2_h4"][6:]],
-            "l2_h4_wd": ["2", "2", "0", "0", "1", "0", *rows["l2_h4_wd"][6:]],
+        == {  # refits, trained, stale, unrecorded, corrupt, cached, analysed
+            "l2_h4": ["2", "2", "0", "0", "0", "2", "2", *rows["l2_h4"][7:]],
+            "l2_h4_wd": ["2", "2", "0", "0", "0", "1", "0", *rows["l2_h4_wd"][7:]],
         }
     )
+    assert "next snakemake: not asked (--no-plan)" in result.stdout
     assert "failed jobs (outputs still missing): 1" in result.stdout
     assert (
         "pair_similarity at " in result.stdout and f"log {results}/logs/pair_similarity/l2_h4_wd.log" in result.stdout
     )
+
+
+def status_json(capsys, *args: str) -> dict:
+    """`python -m headstab.status --json ARGS` in this process (its dry run is the one subprocess), from the
+    repository root as Snakemake's working directory."""
+    from headstab.status import main
+
+    capsys.readouterr()
+    assert main([*args, "--json", "--directory", str(REPO)]) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+def counts(status: dict) -> dict[str, tuple[int, int, int]]:
+    return {a["name"]: (a["trained"], a["stale"], a["unrecorded"]) for a in status["architectures"]}
+
+
+def planned(status: dict, rule: str) -> set[str]:
+    return {path for job in status["planned"] if job["rule"] == rule for path in job["output"]}
+
+
+@pytest.mark.integration
+def test_status_says_what_snakemake_does_over_a_matrix_of_edits(tiny_run, tmp_path, capsys):
+    """Each edit of a finished tiny run, with Snakemake's records of it: status's stale refits are those whose
+    train job the dry run plans, with Snakemake's reason, and the plan is the dry run's. A precision change in a
+    layered partial preset (which status once refused) retrains every refit; a train and a cache block record
+    deleted (a forced job killed) plans both blocks and their published files; an edited token shard retrains
+    both architectures. In a copy without Snakemake's records, weights trained with another lr are not
+    retrained by Snakemake, and status says so (unrecorded) rather than promising a retrain."""
+    from helpers.workflow_runs import copy_run_with_metadata
+
+    results = copy_run_with_metadata(tiny_run, tmp_path / "results")
+    base = ("--configfile", str(TINY_CONFIG), "--results-dir", str(results))
+    preset = tmp_path / "bf16.yaml"
+    preset.write_text("training:\n  precision: bf16\n")
+    layered = status_json(capsys, "--configfile", str(TINY_CONFIG), str(preset), "--results-dir", str(results))
+    assert counts(layered) == {"l2_h4": (0, 2, 0), "l2_h4_wd": (0, 2, 0)}
+    for problem in layered["refit_problems"]:  # Snakemake's params clause, cut short: "before: 'fp32' now: 'bf16'"
+        assert (
+            problem["why"].startswith("Snakemake: Params have changed since last execution: ")
+            and "'bf16'" in problem["why"]
+        )
+    assert len(planned(layered, "train")) == 2 and len(planned(layered, "cache_activations")) == 2
+
+    (results / "l2_h4/checkpoints/blocks/seeds1_2.json").unlink()
+    (results / "l2_h4_wd/caches/blocks/seeds1_2.json").unlink()
+    killed = status_json(capsys, *base)
+    assert counts(killed) == {"l2_h4": (0, 2, 0), "l2_h4_wd": (2, 0, 0)}
+    assert planned(killed, "train") == {str(results / "l2_h4/checkpoints/blocks/seeds1_2.json")}
+    assert planned(killed, "publish_cache") >= {str(results / f"l2_h4_wd/caches/seed{s}.h5") for s in (1, 2)}
+    assert all(p["why"].startswith("Snakemake: Missing output files") for p in killed["refit_problems"])
+
+    shard = results / "data/tiny_text/shard_000.npy"
+    shard.write_bytes(shard.read_bytes()[:-2] + b"\x01\x00")  # the last token id changed
+    edited = status_json(capsys, *base)
+    assert counts(edited) == {"l2_h4": (0, 2, 0), "l2_h4_wd": (0, 2, 0)}
+    assert len(planned(edited, "train")) == 2
+    assert all(
+        f"Updated input files: {shard}" in p["why"] for p in edited["refit_problems"] if "l2_h4_wd" in p["weights"]
+    )
+
+    copied = tmp_path / "copied"
+    shutil.copytree(tiny_run, copied, copy_function=shutil.copy2)  # dates only: no records of what made it
+    other_lr = "architectures={l2_h4: {n_layers: 2, n_heads: 4, lr: 0.001}}"
+    plain = status_json(capsys, "--configfile", str(TINY_CONFIG), "--results-dir", str(copied), "--config", other_lr)
+    assert plain["planned"] == [] and counts(plain) == {"l2_h4": (0, 0, 2), "l2_h4_wd": (2, 0, 0)}
+    assert {p["problem"] for p in plain["refit_problems"]} == {"unrecorded"}
+    assert all(p["why"] == "trained with lr 0.003 (config now 0.001)" for p in plain["refit_problems"])

@@ -1,23 +1,24 @@
-"""Where a run stands: `python -m headstab.status [--configfile FILE ...] [--json]`.
+"""Where a run stands: `python -m headstab.status [--configfile FILE ...] [--config KEY=VALUE ...] [--json]`.
 
-Per architecture, how many refits are trained (weights that match the sha256 their meta.json records,
-for the refit's seed, with the architecture the current config would train), stale (trained with
-another configuration: the next `snakemake` retrains them), corrupt (weights failing their sha256, or an
-unreadable meta.json), cached (an activation cache its writer completed) and analysed (in the completed
-pair-similarity file of the primary prompt set), with the tables and figures written so far; then the
-stale and corrupt refits, the jobs Snakemake recorded as failed whose outputs are still missing, with
-their log paths (`.snakemake/log/*.snakemake.log`), the outputs Snakemake marks incomplete
-(`.snakemake/incomplete`: jobs running now, or killed), and a `report.html` in results_dir that is empty
-or cut short. Reads files only: no DAG is built. Hashing every final.pt reads every weight once (the
-paper's 1,210 refits: tens of GB); --no-verify skips it.
+What is out of date is Snakemake's answer, never this module's: it runs `snakemake -n` with the same
+--configfile and --config (headstab.dry_run) and reports the jobs the next `snakemake` runs, with
+Snakemake's reasons. Per architecture, how many refits are trained (weights that match the sha256 their
+meta.json records, for the refit's seed, that the next `snakemake` does not retrain), stale (the dry run
+retrains them), unrecorded (trained with another architecture or training setting than the config's,
+which Snakemake cannot see: no record in .snakemake/metadata of what made them, e.g. a copied results
+directory), corrupt (weights failing their sha256, or an unreadable meta.json), cached (an activation
+cache its writer completed) and analysed (in the completed pair-similarity file of the primary prompt
+set), with the tables and figures written so far; then those refits, the jobs Snakemake recorded as
+failed whose outputs are still missing, with their log paths (`.snakemake/log/*.snakemake.log`), the
+outputs Snakemake marks incomplete (`.snakemake/incomplete`: jobs running now, or killed), and a
+`report.html` in results_dir that is empty or cut short. Hashing every final.pt reads every weight once
+(the paper's 1,210 refits: tens of GB); --no-verify skips it; --no-plan skips the dry run.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import json
-import re
 import shlex
 import sys
 from collections.abc import Iterable, Sequence
@@ -25,11 +26,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from headstab.check import load_configuration
+from headstab.dry_run import DryRunError, PlannedJob, dry_run, parse_dry_run, plan_lines, retrain_reasons
 from headstab.fileio import sha256_file
-from headstab.plan.config import architecture_spec, load_yaml, selected_architectures, validate_config
+from headstab.plan.config import architecture_spec, selected_architectures, validate_config
 from headstab.plan.jobs import job_spec
 from headstab.plan.layout import Layout
 from headstab.plan.spec import ConfigError
+from headstab.snakemake_records import FailedJob, failed_jobs, incomplete_outputs
 
 
 @dataclass(frozen=True)
@@ -38,8 +42,9 @@ class ArchitectureStatus:
 
     name: str
     refits: int
-    trained: int  # weights verified (or --no-verify), trained with the architecture the config says now
-    stale: int  # trained with another architecture or training setting: the next snakemake retrains them
+    trained: int  # weights verified (or --no-verify) that the next snakemake does not retrain
+    stale: int  # weights there that the next snakemake retrains (its dry run plans their train job)
+    unrecorded: int  # trained with another configuration than the config's, which Snakemake does not see
     corrupt: int  # final.pt fails its recorded sha256, or meta.json is unreadable
     cached: int
     analysed: int
@@ -49,23 +54,11 @@ class ArchitectureStatus:
 
 @dataclass(frozen=True)
 class RefitProblem:
-    """A refit whose weights are there but do not count as trained: stale or corrupt, and why."""
+    """A refit whose weights are there but do not count as trained: stale, unrecorded or corrupt, and why."""
 
     weights: str
-    problem: str  # "stale" | "corrupt"
+    problem: str  # "stale" | "unrecorded" | "corrupt"; "differs" where no dry run was asked
     why: str
-
-
-@dataclass(frozen=True)
-class FailedJob:
-    """One "Error in rule" record of a Snakemake log whose outputs are not all there now."""
-
-    rule: str
-    when: str  # Snakemake's timestamp line before the record, as printed
-    wildcards: str
-    log: list[str]
-    output: list[str]
-    snakemake_log: str
 
 
 @dataclass
@@ -76,6 +69,8 @@ class RunStatus:
     failed: list[FailedJob] = field(default_factory=list)
     incomplete: list[str] = field(default_factory=list)
     report: str | None = None  # what is wrong with results_dir/report.html, if anything
+    planned: list[PlannedJob] | None = None  # the jobs of the next snakemake (its dry run); None: not asked
+    plan_error: str | None = None  # why the dry run failed, if it did
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -136,18 +131,38 @@ def refit_state(checkpoint: Path, seed: int | str, expected: dict[str, Any], ver
     return ("stale", f"trained with {'; '.join(differing)}") if differing else ("trained", "")
 
 
+def _planned_state(state: str, why: str, retrain: str | None) -> tuple[str, str]:
+    """A refit's state from its files (refit_state) with what the dry run plans for it: `retrain` is Snakemake's
+    reason to rerun its train job, "" when it plans none, None when no dry run was asked."""
+    if retrain is None:
+        return ("differs", why) if state == "stale" else (state, why)
+    if retrain and state in ("trained", "stale"):
+        return "stale", "; ".join(filter(None, [why, f"Snakemake: {retrain}"]))
+    return ("unrecorded", why) if state == "stale" else (state, why)
+
+
 def architecture_status(
-    config: dict[str, Any], layout: Layout, arch: str, verify: bool = True
+    config: dict[str, Any],
+    layout: Layout,
+    arch: str,
+    verify: bool = True,
+    retrained: dict[str, str] | None = None,
 ) -> tuple[ArchitectureStatus, list[RefitProblem]]:
-    """Counts of one architecture of the validated `config`, from its files under `layout`, and its stale
-    and corrupt refits."""
+    """Counts of one architecture of the validated `config`, from its files under `layout` and the refits
+    the dry run retrains (`retrained`, retrain_reasons; None: not asked), and its refits that are not trained."""
     spec = architecture_spec(config, arch)
     seeds, expected = spec.seeds, job_spec(spec)
-    states = {seed: refit_state(Path(layout.checkpoint_dir(arch, seed)), seed, expected, verify) for seed in seeds}
+    states = {
+        seed: _planned_state(
+            *refit_state(Path(layout.checkpoint_dir(arch, seed)), seed, expected, verify),
+            None if retrained is None else retrained.get(str(seed), ""),
+        )
+        for seed in seeds
+    }
     problems = [
         RefitProblem(layout.final_weights(arch, seed), state, why)
         for seed, (state, why) in states.items()
-        if state in ("stale", "corrupt")
+        if state in ("stale", "unrecorded", "corrupt", "differs")
     ]
     cached = sum(
         _complete_h5(Path(layout.cache_path(arch, seed)))
@@ -158,6 +173,7 @@ def architecture_status(
     analysed = len(set(_h5_seeds(similarity)) & set(seeds)) if similarity.is_file() else 0
     root = Path(layout.results) / arch
     counts = {state: sum(found == state for found, _ in states.values()) for state in ("trained", "stale", "corrupt")}
+    counts["unrecorded"] = sum(found in ("unrecorded", "differs") for found, _ in states.values())
     status = ArchitectureStatus(
         name=arch,
         refits=len(seeds),
@@ -191,85 +207,30 @@ def report_problem(results: str | Path) -> str | None:
     )
 
 
-_ERROR = re.compile(r"^Error in rule (\w+):\s*$")
-_FIELD = re.compile(r"^\s+(\w+): (.*)$")
-
-
-def parse_failures(text: str, snakemake_log: str = "") -> list[FailedJob]:
-    """Every "Error in rule" record in the text of one Snakemake log, in order."""
-    lines = text.splitlines()
-    failures = []
-    for index, line in enumerate(lines):
-        match = _ERROR.match(line)
-        if not match:
-            continue
-        fields: dict[str, str] = {}
-        for following in lines[index + 1 :]:
-            field_match = _FIELD.match(following)
-            if not field_match:
-                break
-            fields[field_match.group(1)] = field_match.group(2)
-        when = lines[index - 1].strip("[] ") if index and lines[index - 1].startswith("[") else ""
-        log = fields.get("log", "").split(" (check log file")[0]
-        failures.append(
-            FailedJob(
-                rule=match.group(1),
-                when=when,
-                wildcards=fields.get("wildcards", ""),
-                log=[path for path in log.split(", ") if path],
-                output=[path for path in fields.get("output", "").split(", ") if path],
-                snakemake_log=snakemake_log,
-            )
-        )
-    return failures
-
-
-def _under(path: str, results: Path) -> bool:
-    return Path(path).resolve().is_relative_to(results)
-
-
-def failed_jobs(snakemake_dir: Path, results: str) -> list[FailedJob]:
-    """Failed jobs writing under `results` whose outputs are not all there now: the newest record of each,
-    from the Snakemake logs in `snakemake_dir`/log, oldest first."""
-    root = Path(results).resolve()
-    newest: dict[tuple[str, tuple[str, ...]], FailedJob] = {}
-    for path in sorted((snakemake_dir / "log").glob("*.snakemake.log")):  # named by start time
-        text = path.read_text(errors="replace")
-        if "Error in rule" not in text:
-            continue
-        for job in parse_failures(text, str(path)):
-            if job.output and _under(job.output[0], root):
-                newest[(job.rule, tuple(job.output))] = job
-    return [job for job in newest.values() if not all(Path(output).exists() for output in job.output)]
-
-
-def incomplete_outputs(snakemake_dir: Path, results: str) -> list[str]:
-    """Outputs under `results` that Snakemake marks incomplete: their jobs run now, or were killed."""
-    root = Path(results).resolve()
-    marked = []
-    directory = snakemake_dir / "incomplete"
-    for marker in directory.rglob("*"):
-        if marker.is_dir():
-            continue
-        # urlsafe base64 of the path, split into '@'-prefixed directories when longer than a file name
-        encoded = "".join(part.lstrip("@") for part in marker.relative_to(directory).parts)
-        try:
-            path = base64.urlsafe_b64decode(encoded).decode()
-        except ValueError:
-            continue
-        if _under(path, root):
-            marked.append(path)
-    return sorted(marked)
-
-
-def run_status(config: dict[str, Any], workdir: Path = Path("."), verify: bool = True) -> RunStatus:
-    """The status of the run of the validated `config`, with Snakemake's records from `workdir`/.snakemake;
-    verify: check every final.pt against its recorded sha256."""
+def run_status(
+    config: dict[str, Any],
+    workdir: Path = Path("."),
+    verify: bool = True,
+    planned: Sequence[PlannedJob] | None = None,
+    plan_error: str | None = None,
+) -> RunStatus:
+    """The status of the run of the validated `config`, with Snakemake's records from `workdir`/.snakemake
+    and the jobs its dry run `planned` there (None: not asked; plan_error: why it failed); verify: check
+    every final.pt against its recorded sha256."""
     layout = Layout(config)
     results = str(workdir / layout.results) if not Path(layout.results).is_absolute() else layout.results
     layout = Layout({**config, "results_dir": results})
     snakemake_dir = workdir / ".snakemake"
-    per_arch = [architecture_status(config, layout, arch, verify) for arch in selected_architectures(config)]
+    per_arch = [
+        architecture_status(
+            config,
+            layout,
+            arch,
+            verify,
+            None if planned is None else retrain_reasons(arch, planned),
+        )
+        for arch in selected_architectures(config)
+    ]
     return RunStatus(
         results=layout.results,
         architectures=[status for status, _ in per_arch],
@@ -277,14 +238,16 @@ def run_status(config: dict[str, Any], workdir: Path = Path("."), verify: bool =
         failed=failed_jobs(snakemake_dir, results),
         incomplete=incomplete_outputs(snakemake_dir, results),
         report=report_problem(results),
+        planned=None if planned is None else list(planned),
+        plan_error=plan_error,
     )
 
 
 def format_table(status: RunStatus) -> str:
     """A compact text table: one row per architecture and a total, then failed and incomplete jobs."""
-    header = ("architecture", "refits", "trained", "stale", "corrupt", "cached", "analysed", "tables", "figures")
+    header = tuple("architecture refits trained stale unrecorded corrupt cached analysed tables figures".split())
     rows = [
-        (a.name, a.refits, a.trained, a.stale, a.corrupt, a.cached, a.analysed, a.tables, a.figures)
+        (a.name, a.refits, a.trained, a.stale, a.unrecorded, a.corrupt, a.cached, a.analysed, a.tables, a.figures)
         for a in status.architectures
     ]
     totals = [sum(row[i] for row in rows) for i in range(1, len(header))]
@@ -295,14 +258,10 @@ def format_table(status: RunStatus) -> str:
         lines.append(
             "  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in enumerate(zip(row, widths)))
         )
-    lines.append(f"stale or corrupt refits (not counted as trained): {len(status.refit_problems)}")
+    lines.append(f"refits not counted as trained: {len(status.refit_problems)}")
     for problem in status.refit_problems:
-        fix = (
-            "the next snakemake retrains it"
-            if problem.problem == "stale"
-            else f"rebuild it with `rm -f {shlex.quote(problem.weights)} && snakemake {shlex.quote(problem.weights)}`"
-        )
-        lines.append(f"  {problem.problem} {problem.weights}: {problem.why}; {fix}")
+        lines.append(f"  {problem.problem} {problem.weights}: {problem.why}; {_refit_fix(problem)}")
+    lines.extend(plan_lines(status.planned, status.plan_error))
     lines.append(f"failed jobs (outputs still missing): {len(status.failed)}")
     for job in status.failed:
         where = f" ({job.wildcards})" if job.wildcards else ""
@@ -315,12 +274,23 @@ def format_table(status: RunStatus) -> str:
     return "\n".join(lines)
 
 
-def load_run_config(configfiles: Sequence[str], results_dir: str | None) -> dict[str, Any]:
-    """The configuration Snakemake would resolve from these files (later files update earlier ones at the
-    top level, as `--configfile a b` does), with `results_dir` overridden when given; validated."""
-    config: dict[str, Any] = {}
-    for path in configfiles:
-        config.update(load_yaml(path))
+def _refit_fix(problem: RefitProblem) -> str:
+    weights = shlex.quote(problem.weights)
+    return {
+        "stale": "the next snakemake retrains it",
+        "unrecorded": "Snakemake does not retrain it, having no record of what made it (.snakemake/metadata of "
+        f"this directory; a copied results directory has none): retrain it with `snakemake {weights} --forcerun "
+        "train`, or set the config back",
+        "differs": "whether the next snakemake retrains it, the dry run says (run without --no-plan)",
+    }.get(problem.problem, f"rebuild it with `rm -f {weights} && snakemake {weights}`")
+
+
+def load_run_config(
+    configfiles: Sequence[str], results_dir: str | None, config_args: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The configuration Snakemake resolves from `--configfile configfiles --config config_args` (files and
+    values layered as Snakemake layers them), with `results_dir` overridden when given; validated."""
+    config = load_configuration(configfiles, config_args)
     if results_dir is not None:
         config["results_dir"] = results_dir
     return validate_config(config)
@@ -329,19 +299,30 @@ def load_run_config(configfiles: Sequence[str], results_dir: str | None) -> dict
 def main(argv: Iterable[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m headstab.status", description=__doc__.splitlines()[0])
     parser.add_argument("--configfile", nargs="+", default=["config/config.yaml"], help="as given to snakemake")
+    parser.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE", help="as given to snakemake")
     parser.add_argument("--results-dir", help="override results_dir (as `--config results_dir=...`)")
     parser.add_argument("--directory", default=".", help="Snakemake's working directory (holds .snakemake)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument(
         "--no-verify", action="store_true", help="skip the sha256 of every final.pt (weights then count unverified)"
     )
+    parser.add_argument("--no-plan", action="store_true", help="skip the dry run: nothing said about staleness")
     args = parser.parse_args(list(argv) if argv is not None else None)
+    config_args = [*args.config, *([f"results_dir={args.results_dir}"] if args.results_dir is not None else [])]
     try:
-        config = load_run_config(args.configfile, args.results_dir)
+        config = load_run_config(args.configfile, args.results_dir, args.config)
     except ConfigError as error:
         print(f"headstab.status: {error}", file=sys.stderr)
         return 2
-    status = run_status(config, Path(args.directory), verify=not args.no_verify)
+    directory = Path(args.directory)
+    planned, plan_error = None, None
+    if not args.no_plan:
+        try:
+            configfiles = [str(Path(path).resolve()) for path in args.configfile]
+            planned = parse_dry_run(dry_run(configfiles, config_args, directory))
+        except DryRunError as error:
+            plan_error = str(error)
+    status = run_status(config, directory, not args.no_verify, planned, plan_error)
     print(json.dumps(status.to_dict(), indent=1) if args.json else format_table(status))
     return 0
 

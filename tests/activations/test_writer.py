@@ -361,3 +361,19 @@ def test_a_chunk_is_its_data_then_the_checksum(cache_path):
         _, raw = dataset.id.read_direct_chunk((1, 0, 0))
         assert info.size == len(raw) == dataset[1].nbytes + 4
         assert raw[:-4] == dataset[1].tobytes()
+
+
+def test_a_prompt_with_words_the_tokenizer_lacks_fails_before_the_model_runs_naming_set_file_and_words(tmp_path):
+    """cache_activations checks what rule check_prompts checks: the check is a target of its own that no cache
+    job waits for, so a cache written beside a failing check must not hold the unknown token."""
+    from headstab.activations.writer import cache_activations
+    from headstab.refits.tokenizer import train_word_tokenizer
+
+    words = train_word_tokenizer(["ba be bi bo"], vocab_size=8, out_dir=tmp_path / "words")
+    path = tmp_path / "cache.h5"
+    with pytest.raises(ValueError, match=r"prompt set 'len5' \(file p.json\): prompt 1 has words .*'cat'"):
+        cache_activations(
+            path, None, words, {"primary": ["ba be"], "len5": ["bo bi", "the cat bo"]},
+            prompt_files={"len5": {"prompt_file": "p.json"}},
+        )  # fmt: skip
+    assert not path.exists() and not temporary_path(path).exists()

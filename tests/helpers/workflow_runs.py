@@ -47,3 +47,40 @@ MODEL_ANALYSIS_TABLES = (
     "layer_drop_swap",
     "head_type_scores",
 )
+
+
+def copy_run_with_metadata(results: Path, copy: Path, renamed: dict[str, str] | None = None) -> Path:
+    """A copy of the finished run `results` at `copy` (mtimes kept) with Snakemake's records of it: each
+    record in .snakemake/metadata of an output under `results` written again for the same output under
+    `copy`, every path in it renamed (`results` to `copy`, and each path that is a key of `renamed` to its
+    value, e.g. a prompt file to its copy). Snakemake then compares params, input sets and code with what made the
+    outputs, as it does in `results` itself (a plain copy has dates only)."""
+    import json
+    import shutil
+    from base64 import urlsafe_b64decode, urlsafe_b64encode
+
+    shutil.copytree(results, copy, copy_function=shutil.copy2)
+    metadata = REPO / ".snakemake/metadata"
+    max_len = os.pathconf(metadata, "PC_NAME_MAX")
+    for directory, _, names in list(os.walk(metadata)):  # the records before any is written for the copy
+        for name in names:
+            record = Path(directory, name)
+            # urlsafe base64 of the output's path, split into '@'-prefixed directories when too long
+            encoded = "".join(part.lstrip("@") for part in record.relative_to(metadata).parts)
+            path = urlsafe_b64decode(encoded).decode()
+            if not path.startswith(f"{results}/"):
+                continue
+            path, text = path.replace(str(results), str(copy)), record.read_text().replace(str(results), str(copy))
+            for old, new in (renamed or {}).items():  # a path stands in quotes: JSON's, or Python's in params
+                for quote in ("'", '"'):
+                    text = text.replace(f"{quote}{old}", f"{quote}{new}")
+            fields = json.loads(text)
+            if isinstance(fields.get("input"), list):
+                fields["input"] = sorted(fields["input"])  # as Snakemake records the set of input files
+            text = json.dumps(fields)
+            b64 = urlsafe_b64encode(path.encode()).decode()
+            parts = [b64[i : i + max_len - 1] for i in range(0, len(b64), max_len - 1)]
+            target = metadata.joinpath(*["@" + part for part in parts[:-1]], parts[-1])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+    return copy

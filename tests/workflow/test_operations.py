@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from helpers.workflow_runs import snakemake_env
+from helpers.workflow_runs import copy_run_with_metadata, snakemake_env
 
-from headstab.fileio import temporary_path
+from headstab.fileio import sha256_file, temporary_path
 from headstab.plan.layout import ANALYSIS_ROOT_RULES, writer_rule
 
 REPO = Path(__file__).resolve().parents[2]
@@ -179,6 +179,32 @@ def test_outputs_a_killed_forced_job_left_missing_are_rebuilt_by_the_next_run(ti
         ), plan.stdout[-3000:]
 
 
+def test_a_block_killed_in_a_forced_rerun_is_redone_by_the_next_snakemake(tiny_run: Path, tmp_path: Path) -> None:
+    """`snakemake <final.pt> --forcerun train` and `snakemake <caches/seedN.h5> --forcerun cache_activations`
+    (docs/operations.md; a snapshot step's cache block alike): Snakemake deletes the block's record before its job starts, so a job killed then
+    leaves the record missing and the published files the old ones (hard links to the files the block had
+    written before). Every block record is a target: the next `snakemake`, with --rerun-incomplete as the
+    profiles set it or without, runs the three blocks again and publishes their refits anew."""
+    results = copy_run_with_metadata(tiny_run, tmp_path / "results")
+    (results / RERUN / "checkpoints/blocks/seeds1_2.json").unlink()  # what the killed forced jobs leave
+    (results / OTHER / "caches/blocks/seeds1_2.json").unlink()
+    (results / OTHER / "snapshots/step0/caches/blocks/seeds1_2.json").unlink()  # cache_snapshot_activations
+    plan = snakemake(results, "-n", "--rerun-incomplete")
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    outputs = set(planned_outputs(plan.stdout))
+    assert {
+        f"{results}/{RERUN}/checkpoints/blocks/seeds1_2.json",
+        *(f"{results}/{RERUN}/checkpoints/seed{seed}/final.pt" for seed in (1, 2)),
+        f"{results}/{OTHER}/caches/blocks/seeds1_2.json",
+        *(f"{results}/{OTHER}/caches/seed{seed}.h5" for seed in (1, 2)),
+        f"{results}/{OTHER}/similarity/primary.h5",
+        f"{results}/{OTHER}/snapshots/step0/caches/blocks/seeds1_2.json",
+        *(f"{results}/{OTHER}/snapshots/step0/caches/seed{seed}.h5" for seed in (1, 2)),
+        f"{results}/{RERUN}/tables/head_stability.csv",
+    } <= outputs, plan.stdout[-3000:]
+    assert f"{results}/{OTHER}/checkpoints/blocks/seeds1_2.json" not in outputs  # that block was not touched
+
+
 def test_the_tested_one_liners_are_the_documented_ones() -> None:
     text = (REPO / "docs/operations.md").read_text()
     assert re.search(r"snakemake arch_\w+\n", text)
@@ -239,28 +265,114 @@ def test_prompt_longer_than_the_context_fails_before_any_training(tmp_path: Path
     )  # fmt: skip
     assert found and int(found.group(1)) > 128, console[-3000:]
     assert "Error in rule check_prompts (tokenizer tiny_bpe, n_ctx 128: architectures l2_h4, l2_h4_wd)" in console
-    assert not list(results.rglob("final.pt")) and not list(results.rglob("train_log.csv"))
+    # Nothing trained (step-0 weights, rebuilt from the seed in seconds, need no prompt and may be there).
+    assert not list(results.glob("*/checkpoints/**/final.pt")) and not list(results.rglob("train_log.csv"))
     assert not (results / "logs/train").exists() and "rule train:" not in console
 
 
 def test_the_prompt_check_never_makes_existing_weights_look_out_of_date(tiny_run: Path, tmp_path: Path) -> None:
-    """The check is an ancient() input of train: rerunning it (forced here; a changed prompt file or
-    prepend_bos does the same) retrains nothing, and a finished run without the record needs none."""
+    """No rule reads the check's record: rerunning the check (forced here) or making its deleted record again
+    plans the check alone, never training or caching."""
     record = tiny_run / "tokenizers/tiny_bpe/prompt_check/n_ctx128.json"
     assert json.loads(record.read_text())["prompt_sets"]["primary"]["n_prompts"] == 6
     plain, forced = snakemake(tiny_run, "-n"), snakemake(tiny_run, "-n", "--forcerun", "check_prompts")
     assert plain.returncode == forced.returncode == 0, forced.stderr[-3000:]
     assert planned_rules(plain.stdout) == set(), plain.stdout[-3000:]
-    assert planned_rules(forced.stdout) == {"check_prompts"}, forced.stdout[-3000:]
-    # A copy has no Snakemake metadata (dates only): whatever it plans, the record's absence adds nothing.
+    assert planned_rules(forced.stdout) == {"check_prompts", "all"}, forced.stdout[-3000:]
     results = copy_run(tiny_run, tmp_path)
-    with_record = snakemake(results, "-n")
     shutil.rmtree(results / "tokenizers/tiny_bpe/prompt_check")
     without_record = snakemake(results, "-n")
-    assert with_record.returncode == without_record.returncode == 0, without_record.stderr[-3000:]
-    # Snakemake lists jobs of the same DAG level in no fixed order.
-    assert sorted(planned_outputs(without_record.stdout)) == sorted(planned_outputs(with_record.stdout))
-    assert not planned_rules(without_record.stdout) & {"check_prompts", "train", "cache_activations"}
+    assert without_record.returncode == 0, without_record.stderr[-3000:]
+    assert planned_rules(without_record.stdout) == {"check_prompts", "all"}, without_record.stdout[-3000:]
+
+
+# ---------------------------------------------------------------- one run brings every output up to date
+PROMPT_FILES = {"primary": "prompts_primary.json", "len": "prompts_length.json"}
+
+
+def prompt_file_copies(directory: Path) -> dict[str, str]:
+    """Copies of tiny.yaml's prompt files in `directory` (mtimes kept): {path as tiny.yaml gives it: copy},
+    the renaming copy_run_with_metadata applies to them."""
+    directory.mkdir()
+    renamed = {}
+    for name in PROMPT_FILES.values():
+        shutil.copy2(REPO / "tests/config" / name, directory / name)
+        renamed[f"tests/config/{name}"] = str(directory / name)
+    return renamed
+
+
+def test_one_snakemake_after_a_prompt_or_option_edit_brings_every_output_up_to_date(
+    tiny_run: Path, tmp_path: Path
+) -> None:
+    """A finished run, as Snakemake recorded it, with its prompt files in tmp_path. Editing a prompt file in place:
+    one `snakemake` reruns the check and every output the caches feed (each rewritten; the primary set's tables
+    changed), retrains nothing, and `snakemake -n` then plans nothing. Flipping cache.prepend_bos with a new
+    prompt set, or an updated check script with an edited analysis option: the dry run plans the check and every
+    job that the change reaches, which an ancient() check before train hid (Snakemake does not look below a job
+    that must rerun)."""
+    prompts = tmp_path / "prompts"
+    results = copy_run_with_metadata(tiny_run, tmp_path / "results", prompt_file_copies(prompts))
+    config = {**yaml.safe_load(TINY.read_text()), "results_dir": str(results)}
+    config["prompt_sets"] = {key: str(prompts / name) for key, name in PROMPT_FILES.items()}
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config, sort_keys=False))  # tiny.yaml's key order: params compare as text
+
+    def run(*args: str, layers: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "snakemake", *args, "--configfile", str(configfile), *map(str, layers)]
+        return subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=snakemake_env(), timeout=1800)
+
+    # What reads the caches, from the DAG's shape alone: every job below the forced cache rules.
+    below = run("-n", "--forcerun", "cache_activations", "cache_snapshot_activations")
+    assert below.returncode == 0, below.stderr[-3000:]
+    fed = {
+        str(file)  # a directory output (the report's pages) stands for its files
+        for path in planned_outputs(below.stdout)
+        if "/caches/" not in path
+        for file in (sorted(Path(path).rglob("*")) if Path(path).is_dir() else [Path(path)])
+        if file.is_file()
+    }
+    fed_tables = {p for p in fed if p.endswith(".csv") and "/tables/" in p}
+    assert len(fed_tables) > 20 and f"{results}/{RERUN}/tables/head_stability.csv" in fed_tables, sorted(fed)
+    before = file_mtimes(results)
+    tables = {path: Path(path).read_bytes() for path in fed_tables}
+
+    primary = json.loads((prompts / PROMPT_FILES["primary"]).read_text())
+    primary[0] = "The young lighthouse keeper walked down the stairs each morning and"
+    (prompts / PROMPT_FILES["primary"]).write_text(json.dumps(primary))
+    once = run("--cores", "2")
+    assert once.returncode == 0, _failure(once, results)
+    after = file_mtimes(results)
+    rewritten = {f"{results}/{path}" for path in after if after[path] != before.get(path)}
+    assert fed <= rewritten, sorted(fed - rewritten)
+    assert not {path for path in rewritten if "/checkpoints/" in path or "/snapshots/step0/weights/" in path}
+    for path in (f"{results}/{arch}/tables/head_stability.csv" for arch in (RERUN,)):
+        assert Path(path).read_bytes() != tables[path], path
+    record = json.loads((results / "tokenizers/tiny_bpe/prompt_check/n_ctx128.json").read_text())
+    assert record["prompt_sets"]["primary"]["prompt_file_sha256"] == sha256_file(prompts / PROMPT_FILES["primary"])
+    settled = run("-n")
+    assert settled.returncode == 0 and planned_rules(settled.stdout) == set(), settled.stdout[-3000:]
+
+    # cache.prepend_bos flipped and a prompt set added, in a layered partial config as a user would write it
+    extra = tmp_path / "extra.json"
+    extra.write_text(json.dumps(primary[::-1]))
+    layered = tmp_path / "layered.yaml"
+    layered.write_text(yaml.safe_dump({"cache": {"prepend_bos": False}, "prompt_sets": {"extra": str(extra)}}))
+    flipped = run("-n", layers=(layered,))
+    assert flipped.returncode == 0, flipped.stderr[-3000:]
+    planned = set(planned_outputs(flipped.stdout))
+    assert fed_tables <= planned, sorted(fed_tables - planned)
+    assert f"{results}/{RERUN}/similarity/extra.h5" in planned and "check_prompts" in planned_rules(flipped.stdout)
+    assert not planned_rules(flipped.stdout) & {"train", "init_weights", "publish_refit"}
+
+    # An update of the check's script (its record older than the script) and of an analysis option
+    check = results / "tokenizers/tiny_bpe/prompt_check/n_ctx128.json"
+    script = (REPO / "workflow/scripts/check_prompts.py").stat().st_mtime
+    os.utime(check, (script - 60, script - 60))
+    updated = run("-n", "--config", "analysis={meta_sne_perplexity: 4}")
+    assert updated.returncode == 0, updated.stderr[-3000:]
+    rules = planned_rules(updated.stdout)
+    assert {"check_prompts", "meta_sne", "report_configuration"} <= rules, updated.stdout[-3000:]
+    assert not rules & {"train", "cache_activations"}
 
 
 # ---------------------------------------------------------------- inspecting a run

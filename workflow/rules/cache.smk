@@ -12,6 +12,12 @@
 
 # Params and resources: ARCH in common.smk (headstab.plan.jobs, headstab.plan.resources).
 
+# Each block's record is a target: a block killed after Snakemake deleted its record (a forced rerun) leaves
+# the published caches as they were; the next `snakemake` sees the record missing and runs the block again.
+add_outputs(
+    upstream={arch: [LAYOUT.cache_block_record(arch, block) for block in CACHE_BLOCKS[arch]] for arch in ARCHITECTURES}
+)
+
 
 rule cache_activations:
     """hook_pattern of each refit of one block on every prompt set (HDF5), one refit after the other; hook_z and

@@ -105,10 +105,10 @@ ARCH = {
             "shards": LAYOUT.corpus_shards(spec.corpus),
             "corpus_meta": LAYOUT.corpus_meta(spec.corpus),
             "tokenizer": LAYOUT.tokenizer_target(spec.tokenizer),
-            # ancient: a rerun check never makes existing weights look out of date, as long as its record
-            # exists when snakemake plans (Snakemake reruns every consumer of a record made anew).
-            "prompt_check": ancient(LAYOUT.prompt_check_record(spec.tokenizer, spec.n_ctx)),
         },
+        # No rule reads the prompt check's record (rule check_prompts): Snakemake would rerun every job below
+        # it when the check reruns, and an ancient() input would hide their own reasons to rerun instead.
+        "prompt_check": LAYOUT.prompt_check_record(spec.tokenizer, spec.n_ctx),
         "train_blocks": TRAIN_BLOCKS.get(arch, {}),
         "train_runtime": resources.train_runtime(
             spec, config["corpora"][spec.corpus], COMPUTE, TRAINING["seeds_per_job"]

@@ -17,13 +17,30 @@ SNAPSHOT_CACHE_SPECS = {
     for arch in ARCHITECTURES
 }
 by_snapshot_cache_spec = partial(jobs.WildcardLookup, SNAPSHOT_CACHE_SPECS, "arch")
+# The steps whose caches the analyses read: step 0 for the baseline (statistics.init_baseline, refits trained
+# here), and snapshot_steps. Each block's record is a target, as the final caches' (cache.smk).
+SNAPSHOT_CACHE_STEPS = {
+    arch: list(
+        dict.fromkeys(
+            ([0] if STATISTICS["init_baseline"] and SOURCES[arch].trained else []) + list(SPECS[arch].snapshot_steps)
+        )
+    )
+    for arch in ARCHITECTURES
+}
+add_outputs(
+    upstream={
+        arch: [
+            LAYOUT.snapshot_cache_block_record(arch, step, block)
+            for step in SNAPSHOT_CACHE_STEPS[arch]
+            for block in CACHE_BLOCKS[arch]
+        ]
+        for arch in ARCHITECTURES
+    }
+)
 
 
 rule init_weights:
-    """Refit {seed} of {arch} at step 0, rebuilt from the seed exactly as training starts (no training).
-    Waits, like train, for the check that every prompt set fits n_ctx."""
-    input:
-        prompt_check=by_arch("train_inputs", "prompt_check"),
+    """Refit {seed} of {arch} at step 0, rebuilt from the seed exactly as training starts (no training)."""
     output:
         weights=LAYOUT.snapshot_weights("{arch}", 0, "{seed}"),
         meta=str(Path(LAYOUT.snapshot_weights("{arch}", 0, "{seed}")).with_name("meta.json")),

@@ -1,6 +1,6 @@
 # Training stage (paper §3.1, Listings 1-7): one job per block of training.seeds_per_job refits of an architecture.
 #
-#   check_prompts -> {RESULTS}/tokenizers/{tokenizer}/prompt_check/n_ctx{n_ctx}.json (before any training)
+#   check_prompts -> {RESULTS}/tokenizers/{tokenizer}/prompt_check/n_ctx{n_ctx}.json (first, once the tokenizer exists)
 #   train         -> {RESULTS}/{arch}/checkpoints/blocks/{block}.json, the record of one block (e.g. seeds1_2_3_4),
 #                    after training each refit of it in {RESULTS}/{arch}/checkpoints/seed{seed}/training/
 #   publish_refit -> {RESULTS}/{arch}/checkpoints/seed{seed}/final.pt, train_log.csv, meta.json (hard links)
@@ -17,12 +17,26 @@
 # each block: TRAIN_BLOCKS (common.smk).
 
 PROMPT_CHECKS = jobs.prompt_checks(SPECS)
+# The check is a target of its own, read by no rule: were it an input of train (ancient or not), its rerun
+# after a prompt edit would either retrain or hide from Snakemake every reason to rerun below train. The
+# caches check the same while they write; the check's priority runs it as soon as the tokenizer exists.
+# Every train and cache block record is a target too, so that a block killed after Snakemake deleted its
+# record (a forced rerun) runs again, and the published files with it, in the next `snakemake`.
+add_outputs(
+    upstream={
+        arch: [ARCH[arch]["prompt_check"]]
+        + [LAYOUT.train_block_record(arch, block) for block in ARCH[arch]["train_blocks"]]
+        for arch in ARCHITECTURES
+    },
+    seed_grid=[ARCH[arch]["prompt_check"] for arch in SEED_GRID_ARCHITECTURES],
+)
 
 
 rule check_prompts:
     """Every prompt set, tokenized as cache_activations will (BOS prepended when cache.prepend_bos), fits
-    the context n_ctx of the architectures with this tokenizer: checked before their first train job,
-    not after all training. Seconds of work, so it runs where snakemake runs (also with a profile)."""
+    the context n_ctx of the architectures with this tokenizer: run first once the tokenizer exists (priority),
+    so that a prompt that does not fit stops the run before training ends, not at cache_activations after it.
+    Seconds of work, so it runs where snakemake runs (also with a profile)."""
     input:
         tokenizer=lookup(dpath="{tokenizer}/target", within=TOKENIZER_JOBS),
         prompts=PROMPT_FILES,
@@ -32,6 +46,7 @@ rule check_prompts:
         LAYOUT.log("check_prompts", "{tokenizer}", "n_ctx{n_ctx}"),
     wildcard_constraints:
         n_ctx=r"\d+",
+    priority: 100
     localrule: True
     conda:
         CONDA_ENV
@@ -51,8 +66,8 @@ rule check_prompts:
 rule train:
     """Train one block of refits of one architecture together (paper §3.1, Listings 1-7; training.seeds_per_job
     per block): seeded init, seeded data order, constant-lr Adam/AdamW, one epoch or n_tokens, each refit in its
-    checkpoint directory's training/; resumes each from its newest full-state checkpoint. Starts only after
-    check_prompts passed for its tokenizer and n_ctx."""
+    checkpoint directory's training/; resumes each from its newest full-state checkpoint. Reads no prompt:
+    a prompt edit retrains nothing."""
     input:
         unpack(by_arch("train_inputs")),
     output:

@@ -18,6 +18,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from headstab.activations.capture import (
+    check_known_words,
     check_prompt_lengths,
     collect_activations,
     extra_resid_hooks_for,
@@ -345,7 +346,10 @@ def cache_activations(
 ) -> Path:
     """Tokenize `prompt_sets` ({name: [prompt text]}) and write the cache as `options` say
     (`CacheOptions`). prompt_files: {prompt set: {"prompt_file": path, "prompt_file_sha256":
-    hex}} stored on each group; the tokenizer's identity goes into the file attributes."""
+    hex}} stored on each group; the tokenizer's identity goes into the file attributes. A prompt with words
+    the tokenizer does not know fails before the model runs (rule check_prompts runs the same check)."""
+    for name, prompts in prompt_sets.items():
+        check_known_words(tokenizer, prompts, name, (prompt_files or {}).get(name, {}).get("prompt_file"))
     token_sets = {name: tokenize_prompts(tokenizer, prompts, prepend_bos) for name, prompts in prompt_sets.items()}
     identity = {
         "tokenizer_name_or_path": str(getattr(tokenizer, "name_or_path", "")),
