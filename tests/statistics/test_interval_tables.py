@@ -496,3 +496,15 @@ def test_one_to_one_columns_are_same_layer_only_and_nan_without_assignments():
     for table in (pooled_layer_table(bare, "p", 0.8, 1e-7), head_interval_table(bare, SEEDS, "p", 0.8, 1e-7)):
         columns = [*ONE_TO_ONE, *(["stability_one_to_one"] if "stability_one_to_one" in table else [])]
         assert table[columns].dtypes.eq(np.float64).all() and table[columns].isna().all().all()
+
+
+def test_the_gap_rows_are_labelled_at_the_number_of_refits(monkeypatch):
+    import dataclasses
+
+    from headstab.statistics import calibration
+
+    methods = dict(calibration.METHODS)
+    methods["multibootstrap_gap"] = dataclasses.replace(methods["multibootstrap_gap"], min_n=4)
+    monkeypatch.setattr(calibration, "METHODS", methods)
+    gap = chance_case()[0]["gap"].set_index("statistic")
+    assert gap.loc["delta_s", "ci_calibration"] == "calibrated"  # 4 refits, calibrated from 4 on
