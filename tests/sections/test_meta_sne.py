@@ -438,3 +438,38 @@ def test_a_depth_order_in_the_shape_of_the_descriptions_survives_normalisation()
 def test_the_mantel_test_draws_at_most_max_heads_heads():
     table = depth_mantel_table(_planted("shape"), FACTS, n_permutations=20, seed=0, max_heads=40)
     assert (table["n_objects"] == 40).all() and (table["n_permutations"] == 20).all()
+
+
+def test_the_mantel_rows_are_the_test_of_the_drawn_heads_and_are_logged(caplog):
+    from scipy.spatial.distance import squareform
+
+    from headstab.statistics.mantel import mantel_test
+
+    descriptions = _planted("shape")
+    with caplog.at_level(logging.INFO, logger="headstab.sections.meta_sne"):
+        table = depth_mantel_table(descriptions, FACTS, n_permutations=30, seed=4, max_heads=40)
+    frame, features = meta_sne_frame(descriptions, FACTS)
+    rows = np.sort(np.random.default_rng(4).choice(len(frame), size=40, replace=False))  # 40 distinct heads
+    strata = (frame["architecture"] + "/" + frame["seed"].astype(str)).to_numpy()[rows]
+    depth = frame["relative_depth"].to_numpy()[rows]
+    for description, chosen in (("raw", features[rows]), ("scale_normalised", scale_normalised(features[rows]))):
+        row = table.set_index("description").loc[description]
+        expected = mantel_test(squareform(pdist(chosen)), depth, strata, 30, 4)
+        assert row["mantel_r"] == expected["mantel_r"] and row["p_value"] == expected["p_value"]
+        assert row["predictor"] == "abs_delta_relative_depth" and row["strata"] == "refit"
+        message = f"Mantel, {description} descriptions vs |Δ depth|: r {expected['mantel_r']:.3f}, p {expected['p_value']:.4g}"
+        assert message in caplog.messages
+    assert list(table.columns[:3]) == ["description", "predictor", "strata"]
+
+
+def test_scale_normalised_divides_every_nonzero_description_by_its_norm_in_float64():
+    features = np.array([[0.3, 0.4], [3.0, 4.0], [0.0, 0.0]], dtype=np.float32)  # norms 0.5, 5 and 0
+    out = scale_normalised(features)
+    assert out.dtype == np.float64
+    np.testing.assert_array_equal(out[2], [0.0, 0.0])
+    np.testing.assert_allclose(np.linalg.norm(out[:2], axis=1), 1.0, rtol=reduction_rtol(np.float64, 2))
+    np.testing.assert_array_equal(
+        out[:2],
+        features[:2].astype(np.float64) / np.linalg.norm(features[:2].astype(np.float64), axis=1, keepdims=True),
+    )
+
