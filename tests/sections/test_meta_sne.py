@@ -472,4 +472,3 @@ def test_scale_normalised_divides_every_nonzero_description_by_its_norm_in_float
         out[:2],
         features[:2].astype(np.float64) / np.linalg.norm(features[:2].astype(np.float64), axis=1, keepdims=True),
     )
-
