@@ -211,7 +211,10 @@ def test_step_0_caches_of_other_refits_or_tokens_are_refused(monkeypatch, fake_c
     )
     with pytest.raises(ValueError, match=r"step-0 caches of refits \[1, 2\] do not match the refits \[1, 2, 3\]"):
         residual_cka_table({s: str(s) for s in caches}, ["primary"], init_paths={1: "init1", 2: "init2"}, **SETTINGS)
-    with pytest.raises(ValueError, match="step-0 cache init3.h5 tokenizes prompt set 'primary' unlike seed3.h5"):
+    with pytest.raises(
+        ValueError,
+        match="step-0 cache init3.h5 tokenizes prompt set .primary. unlike seed3.h5; rebuild the stale cache$",
+    ):
         residual_cka_table(
             {s: str(s) for s in caches}, ["primary"], init_paths={s: f"init{s}" for s in caches}, **SETTINGS
         )
@@ -233,3 +236,51 @@ def test_layer_cka_table_gives_the_step_0_mean_and_interval_from_the_same_resamp
         np.testing.assert_allclose(got["init_cka_mean"], means, atol=reduction_atol(np.float64, 6))
         interval = pair_mean_interval(part, "init_cka", 60, 3, 0.9)
         np.testing.assert_array_equal(got[["init_ci_low", "init_ci_high"]], interval[["ci_low", "ci_high"]])
+
+
+def test_caches_that_do_not_say_they_prepended_a_bos_keep_every_token(fake_cache):
+    caches = _caches(fake_cache)
+    for cache in caches.values():
+        del cache.attrs["prepend_bos"]  # an older cache: no prepend_bos attribute, no BOS assumed
+    every = promptset_cka(caches, "primary", **SETTINGS)
+    np.testing.assert_array_equal(every["cka"], promptset_cka(caches, "primary", **SETTINGS, positions="no_bos")["cka"])
+
+
+def test_positions_and_mixed_bos_caches_are_refused_by_name(fake_cache):
+    caches = _caches(fake_cache)
+    with pytest.raises(ValueError, match=r"positions must be one of \['all', 'no_bos'\], got 'bos'"):
+        promptset_cka(caches, "primary", **SETTINGS, positions="bos")
+    caches[2] = fake_cache(caches[2].path, caches[2]._lengths, resid=caches[2]._resid, prepend_bos=False)
+    message = r"the caches disagree in prepend_bos \(cache.prepend_bos\); rebuild the stale caches"
+    with pytest.raises(ValueError, match=message):
+        promptset_cka(caches, "primary", **SETTINGS, positions="no_bos")
+
+
+def test_a_prompt_of_only_its_bos_gives_no_token_without_it(fake_cache):
+    caches = _caches(fake_cache, lengths=(5, 1, 4))
+    table = promptset_cka(caches, "primary", **{**SETTINGS, "max_tokens": None}, positions="no_bos")
+    acts = {
+        seed: np.concatenate([c._resid["hook_resid_pre"][0][p, 1:n] for p, n in enumerate(c._lengths)])[None]
+        for seed, c in caches.items()
+    }
+    assert acts[1].shape == (1, 4 + 0 + 3, 6)
+    expected = pairwise_layer_cka(acts, kernel="linear")
+    np.testing.assert_array_equal(table[table["layer"] == 0]["cka"].to_numpy(), expected["cka"].to_numpy())
+
+
+def test_layer_tokens_start_at_position_0_by_default(fake_cache):
+    caches = _caches(fake_cache)
+    keep = np.arange(12)
+    tokens = residual_cka.layer_tokens(caches, "primary", 1, keep, "hook_resid_pre")
+    for seed, cache in caches.items():
+        expected = token_activations(cache._resid["hook_resid_pre"][1], cache._lengths, 0)[None]
+        np.testing.assert_array_equal(tokens[seed], expected)
+
+
+def test_without_step_0_caches_the_init_columns_are_float_nan():
+    rng = np.random.default_rng(3)
+    table = pd.DataFrame(
+        _cka_rows("primary", [1, 2, 3], rng), columns=["promptset", "seed_a", "seed_b", "layer", "cka"]
+    )
+    out = layer_cka_table(table, "distinct", 20, 0, 0.9)
+    assert out[INIT_COLUMNS].dtypes.eq(np.float64).all() and out[INIT_COLUMNS].isna().all().all()
