@@ -284,3 +284,15 @@ def test_without_step_0_caches_the_init_columns_are_float_nan():
     )
     out = layer_cka_table(table, "distinct", 20, 0, 0.9)
     assert out[INIT_COLUMNS].dtypes.eq(np.float64).all() and out[INIT_COLUMNS].isna().all().all()
+
+
+def test_two_refits_of_one_layer_get_their_step_0_cka(monkeypatch, fake_cache):
+    rng = np.random.default_rng(4)
+    lengths = np.array([5, 3, 4])
+    resid = {s: rng.normal(size=(1, 3, 5, 6)).astype(np.float32) for s in (1, 2)}  # one layer: one row per table
+    caches = {s: fake_cache(f"seed{s}.h5", lengths, resid={"hook_resid_pre": r}) for s, r in resid.items()}
+    init = {s: fake_cache(f"init{s}.h5", lengths, resid={"hook_resid_pre": -r}) for s, r in resid.items()}
+    _serve_caches(monkeypatch, caches, init)
+    table = residual_cka_table({1: "1", 2: "2"}, ["primary"], init_paths={1: "init1", 2: "init2"}, **SETTINGS)
+    assert len(table) == 2  # positions all and no_bos
+    np.testing.assert_array_equal(table["init_cka"], table["cka"])  # linear CKA does not see a sign flip
