@@ -251,7 +251,7 @@ def test_positions_and_mixed_bos_caches_are_refused_by_name(fake_cache):
     with pytest.raises(ValueError, match=r"positions must be one of \['all', 'no_bos'\], got 'bos'"):
         promptset_cka(caches, "primary", **SETTINGS, positions="bos")
     caches[2] = fake_cache(caches[2].path, caches[2]._lengths, resid=caches[2]._resid, prepend_bos=False)
-    message = r"the caches disagree in prepend_bos \(cache.prepend_bos\); rebuild the stale caches"
+    message = r"^the caches disagree in prepend_bos \(cache.prepend_bos\); rebuild the stale caches$"
     with pytest.raises(ValueError, match=message):
         promptset_cka(caches, "primary", **SETTINGS, positions="no_bos")
 
