@@ -482,3 +482,15 @@ def test_the_mantel_test_is_calibrated_from_four_refits():
     assert (table["n_refits"] == 4).all() and (table["calibration"] == "calibrated").all()
     fewer = depth_mantel_table(dict(list(descriptions.items())[:3]), facts, n_permutations=20, seed=0)
     assert (fewer["calibration"] == "descriptive").all()
+
+
+def test_scale_normalised_divides_every_nonzero_description_by_its_norm_in_float64():
+    features = np.array([[0.3, 0.4], [3.0, 4.0], [0.0, 0.0]], dtype=np.float32)  # norms 0.5, 5 and 0
+    out = scale_normalised(features)
+    assert out.dtype == np.float64
+    np.testing.assert_array_equal(out[2], [0.0, 0.0])
+    np.testing.assert_allclose(np.linalg.norm(out[:2], axis=1), 1.0, rtol=reduction_rtol(np.float64, 2))
+    np.testing.assert_array_equal(
+        out[:2],
+        features[:2].astype(np.float64) / np.linalg.norm(features[:2].astype(np.float64), axis=1, keepdims=True),
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -366,3 +367,262 @@ def test_perplexities_given_as_arrays_follow_the_seeds_and_without_entropy_the_p
     unpaired = optimizer_tests(adam, adamw, ppl, ppl[:5], n_boot=20, permutations=99, seed=0, confidence=0.9,
                                perplexity_margin=0.02, paired=False)  # fmt: skip
     assert unpaired[unpaired["statistic"] == "perplexity"]["n_adamw"].iloc[0] == 5  # an array of other length
+
+
+def expected_partial_interval(adam, adamw, paired, n_boot, seed, confidence):
+    """The partial-r interval by its definition: seeds drawn with `seed` (AdamW's the same draws when paired, its
+    own next otherwise), each head weighted by its refit's count, the percentile interval per layer."""
+    heads = [
+        stability_replicates(draw_resamples(2, len(g.seeds), len(g.group_sizes), 0), g.observed, g.group_sizes)[
+            "head_estimate"
+        ]
+        for g in (adam, adamw)
+    ]
+    n_a, n_w, n_heads = heads[0].shape[0], heads[1].shape[0], heads[0].shape[2]
+    rng = np.random.default_rng(seed)
+    draw_a = rng.integers(n_a, size=(n_boot, n_a))
+    draw_w = draw_a if paired else rng.integers(n_w, size=(n_boot, n_w))
+    counts = [np.stack([np.bincount(row, minlength=n) for row in d]) for d, n in ((draw_a, n_a), (draw_w, n_w))]
+    weights = np.repeat(np.concatenate(counts, axis=1), n_heads, axis=1)
+    optimizer = np.repeat([0.0] * n_a + [1.0] * n_w, n_heads)
+    out = {"r": [], "low": [], "high": []}
+    for layer in range(heads[0].shape[1]):
+        values = np.concatenate([heads[0][:, layer].ravel(), heads[1][:, layer].ravel()])
+        entropy = np.concatenate([adam.entropy[:, layer].ravel(), adamw.entropy[:, layer].ravel()])
+        out["r"].append(np.corrcoef(optimizer, values)[0, 1])
+        replicates = partial_correlation(optimizer, values, entropy, weights)
+        alpha = (1 - confidence) / 2
+        out["low"].append(np.quantile(replicates, alpha))
+        out["high"].append(np.quantile(replicates, 1 - alpha))
+    return {key: np.array(value) for key, value in out.items()}
+
+
+def test_the_paired_table_keeps_the_unpaired_tests_beside_and_is_seeded():
+    adam, adamw = twins(np.random.default_rng(12), shift=0.01)
+    ppl_adam = pd.Series([20.0, 20.4, 19.8, 20.2, 20.1, 19.9], index=SEEDS)
+    ppl_adamw = ppl_adam + np.array([0.05, -0.02, 0.03, 0.0, 0.04, -0.01])
+    kwargs = dict(n_boot=30, permutations=20, seed=3, confidence=0.9, perplexity_margin=0.05, paired=True)
+    table = optimizer_tests(adam, adamw, ppl_adam, ppl_adamw, **kwargs)
+    pd.testing.assert_frame_equal(table, optimizer_tests(adam, adamw, ppl_adam, ppl_adamw, **kwargs))
+    assert list(table.index) == list(range(len(table)))  # 4 statistics x 2 layers + perplexity, one index
+    layers = table[table["statistic"] == "layer_stability"]
+    assert (layers["unpaired_test"] == "jackknife_welch").all() and (layers["test"] == "jackknife_t").all()
+    # unpaired: each member's own resamples (AdamW's from seed + 1), the percentile interval of the difference
+    reps = [
+        stability_replicates(draw_resamples(30, 6, 3, seed), g.observed, g.group_sizes)
+        for seed, g in ((3, adam), (4, adamw))
+    ]
+    low, high = quantiles(reps[1]["layer"] - reps[0]["layer"], 0.9)
+    atol = 2 * reduction_atol(np.float32, 6 + len(SEEDS))
+    np.testing.assert_allclose(layers["unpaired_ci_low"], low, atol=atol)
+    np.testing.assert_allclose(layers["unpaired_ci_high"], high, atol=atol)
+    # 2**6 sign vectors > 20 permutations: random signs drawn with the table's seed
+    paired_reps = [stability_replicates(draw_resamples(30, 6, 3, 3), g.observed, g.group_sizes) for g in (adam, adamw)]
+    pseudo = [pair_pseudo_values(r["pair_best"].mean(axis=-1)) for r in paired_reps]
+    np.testing.assert_array_equal(layers["sign_flip_p_value"], sign_flip_test(pseudo[1] - pseudo[0], 20, 3)["p_value"])
+    partial = expected_partial_interval(adam, adamw, True, 30, 3, 0.9)
+    np.testing.assert_allclose(layers["optimizer_r"], partial["r"], rtol=1e-6)
+    np.testing.assert_allclose(layers["optimizer_partial_r_ci_low"], partial["low"], rtol=1e-6)
+    np.testing.assert_allclose(layers["optimizer_partial_r_ci_high"], partial["high"], rtol=1e-6)
+    # layer rows hold no equivalence test: None, and a NaN margin in a float column
+    assert (
+        layers["equivalent"].map(lambda v: v is None).all()
+        and layers["unpaired_equivalent"].map(lambda v: v is None).all()
+    )
+    assert table["margin"].dtype == np.float64 and layers["margin"].isna().all()
+    row = table[table["statistic"] == "perplexity"].iloc[0]
+    # the primary is the paired TOST at alpha = 1 - confidence, Welch's TOST beside it
+    d = (ppl_adamw - ppl_adam).to_numpy()
+    se = d.std(ddof=1) / np.sqrt(6)
+    assert row["ci_high"] == pytest.approx(d.mean() + stats.t.ppf(0.9, 5) * se, rel=1e-12)
+    margin = 0.05 * ppl_adam.mean()
+    welch = stats.ttest_ind(ppl_adamw.to_numpy(), ppl_adam.to_numpy(), equal_var=False).confidence_interval(0.8)
+    assert (row["unpaired_ci_low"], row["unpaired_ci_high"]) == pytest.approx((welch.low, welch.high), rel=1e-12)
+    p_lower = stats.ttest_ind(ppl_adamw + margin, ppl_adam, equal_var=False, alternative="greater").pvalue
+    p_upper = stats.ttest_ind(ppl_adamw - margin, ppl_adam, equal_var=False, alternative="less").pvalue
+    assert row["unpaired_p_value"] == pytest.approx(max(p_lower, p_upper), rel=1e-12)
+    assert row["unpaired_equivalent"] is True and row["unpaired_test"] == "tost"
+
+
+def test_where_entropy_is_the_optimizer_nothing_is_left_for_the_partial_r():
+    adam, adamw = twins(np.random.default_rng(13), shift=0.05)
+    entropy = [m.entropy.copy() for m in (adam, adamw)]
+    entropy[0][:, 1], entropy[1][:, 1] = 0.0, 1.0  # layer 1: entropy tells the optimizers apart exactly
+    adam, adamw = (dataclasses.replace(m, entropy=e) for m, e in zip((adam, adamw), entropy, strict=True))
+    table = optimizer_tests(adam, adamw, np.full(6, 20.0), np.full(6, 20.0) + np.arange(6) * 0.01, n_boot=20,
+                            permutations=99, seed=0, confidence=0.9, perplexity_margin=0.02, paired=True)  # fmt: skip
+    layers = table[table["statistic"] == "layer_stability"].set_index("layer")
+    columns = ["optimizer_partial_r", "optimizer_partial_r_ci_low", "optimizer_partial_r_ci_high"]
+    assert layers[[*columns, "optimizer_r"]].dtypes.eq(np.float64).all()
+    assert layers.loc[1, columns].isna().all() and layers.loc[0, columns].notna().all()
+    assert layers["optimizer_r"].notna().all()
+
+
+def test_the_unpaired_partial_r_draws_each_members_seeds_on_its_own():
+    rng = np.random.default_rng(14)
+    sizes = np.array([2, 1, 3])
+    adam, adamw = grouped_of(rng, 4, sizes), grouped_of(rng, 3, sizes, layer1_shift=0.3)
+    adam = dataclasses.replace(adam, entropy=rng.random((4, 2, 3)))
+    adamw = dataclasses.replace(adamw, entropy=rng.random((3, 2, 3)))
+    table = optimizer_tests(adam, adamw, np.full(4, 20.0) + np.arange(4) * 0.1, np.full(3, 20.0) + np.arange(3) * 0.1,
+                            n_boot=25, permutations=99, seed=2, confidence=0.8, perplexity_margin=0.02)  # fmt: skip
+    layers = table[table["statistic"] == "layer_stability"]
+    partial = expected_partial_interval(adam, adamw, False, 25, 2, 0.8)
+    np.testing.assert_allclose(layers["optimizer_partial_r_ci_low"], partial["low"], rtol=1e-6)
+    np.testing.assert_allclose(layers["optimizer_partial_r_ci_high"], partial["high"], rtol=1e-6)
+    one_sided = optimizer_tests(adam, dataclasses.replace(adamw, entropy=None), np.full(4, 20.0), np.full(3, 20.1),
+                                n_boot=25, permutations=99, seed=2, confidence=0.8, perplexity_margin=0.02)  # fmt: skip
+    assert one_sided["optimizer_partial_r"].isna().all()  # one member without entropy: nothing to control for
+
+
+def run_unpaired(adam, adamw, **kwargs):
+    options = dict(n_boot=10, permutations=99, seed=0, confidence=0.9, perplexity_margin=0.02) | kwargs
+    return optimizer_tests(adam, adamw, np.full(len(adam.seeds), 20.0) + np.arange(len(adam.seeds)) * 0.1,
+                           np.full(len(adamw.seeds), 20.0) + np.arange(len(adamw.seeds)) * 0.1, **options)  # fmt: skip
+
+
+JACKKNIFE = ["jackknife", "jackknife_ci_low", "jackknife_ci_high", "unpaired_jackknife_ci_low"]
+JACKKNIFE += ["unpaired_jackknife_ci_high", "p_value", "unpaired_p_value"]
+
+
+def test_the_jackknife_needs_the_same_groups_two_of_them_and_three_refits_a_member():
+    rng = np.random.default_rng(15)
+
+    def jackknife(adam, adamw):
+        layers = run_unpaired(adam, adamw)
+        layers = layers[layers["statistic"] != "perplexity"]
+        assert layers[JACKKNIFE].dtypes.eq(np.float64).all()
+        return layers[JACKKNIFE]
+
+    two_groups = np.array([2, 3])
+    assert jackknife(grouped_of(rng, 3, two_groups), grouped_of(rng, 4, two_groups)).notna().all().all()
+    assert jackknife(grouped_of(rng, 4, two_groups), grouped_of(rng, 3, two_groups)).notna().all().all()
+    assert jackknife(grouped_of(rng, 2, two_groups), grouped_of(rng, 4, two_groups)).isna().all().all()
+    assert jackknife(grouped_of(rng, 4, two_groups), grouped_of(rng, 2, two_groups)).isna().all().all()
+    one_group = np.array([5])
+    assert jackknife(grouped_of(rng, 4, one_group), grouped_of(rng, 4, one_group)).isna().all().all()
+    other = grouped_of(rng, 4, np.array([3, 2]))  # other group sizes: no prompt group to leave out of both
+    assert jackknife(grouped_of(rng, 4, two_groups), other).isna().all().all()
+    assert jackknife(other, grouped_of(rng, 4, two_groups)).isna().all().all()
+
+
+def test_above_null_rows_subtract_each_members_own_null_also_in_the_left_out_groups():
+    adam, adamw = twins(np.random.default_rng(16), shift=0.02, refit_sd=0.02)
+    adamw = dataclasses.replace(adamw, observed=adamw.observed + np.float32(0.01) * adam.observed)
+    adam = dataclasses.replace(adam, null=np.full_like(adam.null, 0.125))  # a flat null: its best match is 0.125
+    adamw = dataclasses.replace(adamw, null=np.full_like(adamw.null, 0.375))
+    table = optimizer_tests(adam, adamw, np.full(6, 20.0), np.full(6, 20.0), n_boot=20, permutations=99, seed=0,
+                            confidence=0.9, perplexity_margin=0.02, paired=True)  # fmt: skip
+    raw = table[table["statistic"] == "layer_stability"].set_index("layer")
+    above = table[table["statistic"] == "layer_above_null"].set_index("layer")
+    atol = reduction_atol(np.float32, 6 * 6 * 3)
+    np.testing.assert_allclose(above["adam"], raw["adam"] - 0.125, atol=atol)
+    np.testing.assert_allclose(above["adamw"], raw["adamw"] - 0.375, atol=atol)
+    for column in ("jackknife", "jackknife_ci_low", "jackknife_ci_high", "unpaired_jackknife_ci_high"):
+        np.testing.assert_allclose(above[column], raw[column] - 0.25, atol=atol)
+
+
+def test_content_rows_need_the_content_variant_in_both_members():
+    adam, adamw = twins(np.random.default_rng(17))
+    for a, w in (
+        (adam, dataclasses.replace(adamw, content_null=None)),
+        (dataclasses.replace(adam, content_observed=None), adamw),
+    ):
+        table = run_unpaired(a, w)
+        assert set(table["statistic"]) == {"layer_stability", "layer_above_null", "perplexity"}
+
+
+def test_the_warning_names_the_pairing_problem_only_when_pairing_was_asked_for(caplog):
+    adam, adamw = twins(np.random.default_rng(18))
+    other = dataclasses.replace(adamw, seeds=[1, 2, 3, 4, 5, 7])
+    with caplog.at_level(logging.WARNING):
+        run_unpaired(adam, other, paired=True)
+    assert caplog.messages == [
+        "Adam vs AdamW tested unpaired: the members have other refits (seeds [1, 2, 3, 4, 5, 6] and [1, 2, 3, 4, 5, 7])"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        run_unpaired(adam, other, paired=False)
+    assert caplog.messages == []
+
+
+def test_perplexities_mix_series_and_arrays_by_seed_and_are_averaged_in_float64():
+    adam, adamw = twins(np.random.default_rng(19))
+    ppl = np.array([20.1, 24.3, 19.7, 27.2, 22.9, 25.4])
+    options = dict(n_boot=10, permutations=99, seed=0, confidence=0.9, perplexity_margin=0.02, paired=True)
+    mixed = optimizer_tests(adam, adamw, pd.Series(ppl, index=SEEDS), ppl + 0.01, **options)
+    row = mixed[mixed["statistic"] == "perplexity"].iloc[0]
+    assert row["n_pairs"] == 6 and row["difference"] == pytest.approx(0.01, rel=1e-9)
+    ppl32 = pd.Series(ppl.astype(np.float32), index=SEEDS)
+    table = optimizer_tests(adam, adamw, ppl32, ppl32 + np.float32(0.5), **options)
+    row = table[table["statistic"] == "perplexity"].iloc[0]
+    assert row["adam"] == ppl32.to_numpy(np.float64).mean()
+    assert row["margin"] == 0.02 * ppl32.to_numpy(np.float64).mean()
+    unpaired = run_unpaired(adam, dataclasses.replace(adamw, seeds=[1, 2, 3, 4, 5, 7]))
+    assert unpaired[unpaired["statistic"] == "perplexity"]["n_pairs"].iloc[0] == 0
+
+
+def test_labels_are_taken_at_the_designs_number_of_refits(monkeypatch):
+    from headstab.statistics import calibration
+
+    methods = dict(calibration.METHODS)
+    for name in ("jackknife_unpaired_p", "multibootstrap_unpaired_difference", "permutation_unpaired"):
+        methods[name] = dataclasses.replace(methods[name], min_n=5)
+    monkeypatch.setattr(calibration, "METHODS", methods)
+    adam, adamw = twins(np.random.default_rng(20))
+    for other, label in (([1, 2, 3, 4, 5, 7], "calibrated"), ([1, 2, 3, 4], "descriptive")):
+        member = grouped_of(np.random.default_rng(21), len(other), adam.group_sizes)
+        member = dataclasses.replace(member, lengths=adam.lengths, partners=adam.partners, seeds=other)
+        table = run_unpaired(adam, member, paired=True)
+        rows = table[table["statistic"] != "perplexity"]
+        for column in ("p_calibration", "ci_calibration", "unpaired_p_calibration", "permutation_calibration"):
+            assert set(rows[column]) == {label}, column
+
+
+def test_members_without_spread_give_a_zero_width_interval_without_warnings():
+    adam, adamw = twins(np.random.default_rng(22), refit_sd=0.0)
+    flat = np.broadcast_to(adam.observed[:, :1, 1:2], adam.observed.shape).copy()  # every pair as pair (0, 1)
+    adam, adamw = (dataclasses.replace(m, observed=flat + np.float32(s)) for m, s in ((adam, 0.0), (adamw, 0.02)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        table = run_unpaired(adam, adamw)
+    layers = table[table["statistic"] == "layer_stability"]
+    np.testing.assert_allclose(layers["difference"], 0.02, atol=reduction_atol(np.float32, 12))
+
+
+def test_the_jackknife_scales_with_the_similarities():
+    adam, adamw = twins(np.random.default_rng(23), shift=0.02, refit_sd=0.05)
+    scale = np.float32(2.0**-30)  # a power of two: every similarity scaled exactly
+    small = [dataclasses.replace(m, observed=m.observed * scale, null=m.null * scale) for m in (adam, adamw)]
+    options = dict(n_boot=10, permutations=99, seed=0, confidence=0.9, perplexity_margin=0.02, paired=True)
+    ppl = np.full(6, 20.0) + np.arange(6) * 0.1
+    tables = [optimizer_tests(a, w, ppl, ppl, **options) for a, w in ((adam, adamw), small)]
+    rows = [t[t["statistic"].isin(["layer_stability", "layer_above_null"])] for t in tables]
+    for column in ("jackknife", "jackknife_ci_low", "jackknife_ci_high", "unpaired_jackknife_ci_low"):
+        np.testing.assert_allclose(rows[1][column], rows[0][column] * float(scale), rtol=1e-6, err_msg=column)
+    np.testing.assert_allclose(rows[1]["p_value"], rows[0]["p_value"], rtol=1e-6)
+
+
+def test_columns_without_a_value_hold_float_nan():
+    adam, adamw = twins(np.random.default_rng(24))
+    adam, adamw = (dataclasses.replace(m, entropy=None) for m in (adam, adamw))
+    other = dataclasses.replace(adamw, seeds=[1, 2, 3, 4, 5, 7])
+    table = run_unpaired(adam, other, paired=True)  # no sign-flip test unpaired, no partial r without entropy
+    columns = ["sign_flip_p_value", "entropy_adam", "entropy_adamw", "optimizer_r", "optimizer_partial_r"]
+    columns += ["optimizer_partial_r_ci_low", "optimizer_partial_r_ci_high"]
+    assert table[columns].dtypes.eq(np.float64).all() and table[columns].isna().all().all()
+    two = grouped_of(np.random.default_rng(25), 2, np.array([2, 3]))  # two refits: no pseudo-values to permute
+    table = run_unpaired(two, grouped_of(np.random.default_rng(26), 4, np.array([2, 3])))
+    assert table["permutation_p_value"].dtype == np.float64 and table["permutation_p_value"].isna().all()
+
+
+def test_a_layer_whose_heads_all_agree_alike_has_no_correlation_with_the_optimizer():
+    adam, adamw = twins(np.random.default_rng(13), shift=0.0)
+    observed = adam.observed.copy()
+    observed[:, :, :, 1] = np.float32(0.5)  # layer 1: every head of every refit matches at 0.5
+    adam, adamw = (dataclasses.replace(m, observed=observed) for m in (adam, adamw))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no correlation of a constant is attempted
+        table = run_unpaired(adam, adamw, paired=True)
+    layers = table[table["statistic"] == "layer_stability"].set_index("layer")
+    assert np.isnan(layers.loc[1, "optimizer_r"]) and np.isfinite(layers.loc[0, "optimizer_r"])

@@ -226,7 +226,10 @@ def test_step_0_caches_of_other_refits_or_tokens_are_refused(monkeypatch, fake_c
     )
     with pytest.raises(ValueError, match=r"step-0 caches of refits \[1, 2\] do not match the refits \[1, 2, 3\]"):
         residual_cka_table({s: str(s) for s in caches}, ["primary"], init_paths={1: "init1", 2: "init2"}, **SETTINGS)
-    with pytest.raises(ValueError, match="step-0 cache init3.h5 tokenizes prompt set 'primary' unlike seed3.h5"):
+    with pytest.raises(
+        ValueError,
+        match="step-0 cache init3.h5 tokenizes prompt set .primary. unlike seed3.h5; rebuild the stale cache$",
+    ):
         residual_cka_table(
             {s: str(s) for s in caches}, ["primary"], init_paths={s: f"init{s}" for s in caches}, **SETTINGS
         )
@@ -267,3 +270,63 @@ def test_the_label_is_taken_at_the_refits_of_the_prompt_set(monkeypatch):
     for min_n, label in ((5, "calibrated"), (12, "descriptive")):
         _min_n(monkeypatch, "pair_refit_bootstrap_residual_cka", min_n)
         assert (layer_cka_table(table, "distinct", 20, 0, 0.9)["calibration"] == label).all()
+
+
+def test_caches_that_do_not_say_they_prepended_a_bos_keep_every_token(fake_cache):
+    caches = _caches(fake_cache)
+    for cache in caches.values():
+        del cache.attrs["prepend_bos"]  # an older cache: no prepend_bos attribute, no BOS assumed
+    every = promptset_cka(caches, "primary", **SETTINGS)
+    np.testing.assert_array_equal(every["cka"], promptset_cka(caches, "primary", **SETTINGS, positions="no_bos")["cka"])
+
+
+def test_positions_and_mixed_bos_caches_are_refused_by_name(fake_cache):
+    caches = _caches(fake_cache)
+    with pytest.raises(ValueError, match=r"positions must be one of \['all', 'no_bos'\], got 'bos'"):
+        promptset_cka(caches, "primary", **SETTINGS, positions="bos")
+    caches[2] = fake_cache(caches[2].path, caches[2]._lengths, resid=caches[2]._resid, prepend_bos=False)
+    message = r"^the caches disagree in prepend_bos \(cache.prepend_bos\); rebuild the stale caches$"
+    with pytest.raises(ValueError, match=message):
+        promptset_cka(caches, "primary", **SETTINGS, positions="no_bos")
+
+
+def test_a_prompt_of_only_its_bos_gives_no_token_without_it(fake_cache):
+    caches = _caches(fake_cache, lengths=(5, 1, 4))
+    table = promptset_cka(caches, "primary", **{**SETTINGS, "max_tokens": None}, positions="no_bos")
+    acts = {
+        seed: np.concatenate([c._resid["hook_resid_pre"][0][p, 1:n] for p, n in enumerate(c._lengths)])[None]
+        for seed, c in caches.items()
+    }
+    assert acts[1].shape == (1, 4 + 0 + 3, 6)
+    expected = pairwise_layer_cka(acts, kernel="linear")
+    np.testing.assert_array_equal(table[table["layer"] == 0]["cka"].to_numpy(), expected["cka"].to_numpy())
+
+
+def test_layer_tokens_start_at_position_0_by_default(fake_cache):
+    caches = _caches(fake_cache)
+    keep = np.arange(12)
+    tokens = residual_cka.layer_tokens(caches, "primary", 1, keep, "hook_resid_pre")
+    for seed, cache in caches.items():
+        expected = token_activations(cache._resid["hook_resid_pre"][1], cache._lengths, 0)[None]
+        np.testing.assert_array_equal(tokens[seed], expected)
+
+
+def test_without_step_0_caches_the_init_columns_are_float_nan():
+    rng = np.random.default_rng(3)
+    table = pd.DataFrame(
+        _cka_rows("primary", [1, 2, 3], rng), columns=["promptset", "seed_a", "seed_b", "layer", "cka"]
+    )
+    out = layer_cka_table(table, "distinct", 20, 0, 0.9)
+    assert out[INIT_COLUMNS].dtypes.eq(np.float64).all() and out[INIT_COLUMNS].isna().all().all()
+
+
+def test_two_refits_of_one_layer_get_their_step_0_cka(monkeypatch, fake_cache):
+    rng = np.random.default_rng(4)
+    lengths = np.array([5, 3, 4])
+    resid = {s: rng.normal(size=(1, 3, 5, 6)).astype(np.float32) for s in (1, 2)}  # one layer: one row per table
+    caches = {s: fake_cache(f"seed{s}.h5", lengths, resid={"hook_resid_pre": r}) for s, r in resid.items()}
+    init = {s: fake_cache(f"init{s}.h5", lengths, resid={"hook_resid_pre": -r}) for s, r in resid.items()}
+    _serve_caches(monkeypatch, caches, init)
+    table = residual_cka_table({1: "1", 2: "2"}, ["primary"], init_paths={1: "init1", 2: "init2"}, **SETTINGS)
+    assert len(table) == 2  # positions all and no_bos
+    np.testing.assert_array_equal(table["init_cka"], table["cka"])  # linear CKA does not see a sign flip

@@ -247,3 +247,125 @@ def test_permutation_of_pseudo_values_holds_its_level_where_per_anchor_means_do_
         rejected["pseudo"] += permutation_test(pseudo[0], pseudo[1], 999, sim)["p_value"] < 0.05
     assert 0.02 <= rejected["pseudo"] / sims <= 0.09  # binomial 95% range of a 5% test over 300 datasets
     assert rejected["anchor"] / sims > 0.15
+
+
+def test_sign_flip_enumerates_exactly_when_the_sign_vectors_fit_in_the_permutations():
+    d = np.array([0.3, 0.1, 0.5])  # 8 sign vectors: |mean*| >= |mean| for the observed and its negation only
+    for n_permutations in (8, 10, 26):  # 2**3 <= n_permutations: every vector once, whatever the budget
+        out = sign_flip_test(d, n_permutations, seed=0)
+        assert out["n_signs"] == 8 and out["p_value"] == pytest.approx(2 / 8)
+    out = sign_flip_test(d, 7, seed=0)  # fewer permutations than vectors: random signs, add-one p
+    assert out["n_signs"] == 7
+    signs = np.random.default_rng(0).choice([-1.0, 1.0], size=(7, 3))
+    extreme = (np.abs(signs @ d / 3) >= abs(d.mean()) - 8 * np.finfo(np.float64).eps * 0.5).sum()
+    assert out["p_value"] == pytest.approx((1 + extreme) / 8, rel=1e-15)
+
+
+def test_sign_flip_monte_carlo_p_is_add_one_and_seeded():
+    d = np.linspace(-0.4, 1.0, 12)  # 4,096 sign vectors > 199: random ones
+    out = sign_flip_test(d, 199, seed=3)
+    signs = np.random.default_rng(3).choice([-1.0, 1.0], size=(199, 12))
+    extreme = (np.abs(signs @ d / 12) >= abs(d.mean()) - 8 * np.finfo(np.float64).eps * 1.0).sum()
+    assert 0 < extreme < 199  # a p-value inside the range, where the add-one count shows
+    assert out["p_value"] == pytest.approx((1 + extreme) / 200, rel=1e-15)
+    assert out["difference"] == pytest.approx(d.mean(), rel=1e-15) and out["n_signs"] == 199
+    assert sign_flip_test(d, 199, seed=3)["p_value"] == out["p_value"]
+    assert sign_flip_test(np.full(12, 0.5), 999, seed=1)["p_value"] == pytest.approx(1 / 1000)  # no flip reaches
+
+
+def test_sign_flip_of_two_pairs_and_of_zero_differences_and_the_output_shapes():
+    out = sign_flip_test(np.array([1.0, 1.0]), 99, seed=0)  # two pairs are enough: 4 vectors, ++ and --
+    assert (out["n_signs"], float(out["p_value"])) == (4, 0.5)
+    assert out["difference"].shape == out["p_value"].shape == ()  # a 1-D input gives scalars
+    assert float(sign_flip_test(np.zeros(3), 99, seed=0)["p_value"]) == 1.0  # every flip ties with 0
+    grid = sign_flip_test(np.ones((3, 2, 4)), 99, seed=0)
+    assert grid["difference"].shape == grid["p_value"].shape == (2, 4)
+    np.testing.assert_array_equal(grid["difference"], np.ones((2, 4)))
+
+
+def test_sign_flip_p_values_do_not_depend_on_a_columns_scale():
+    d = np.array([0.30, -0.05, 0.21, 0.12, 0.18])
+    columns = np.array([1.0, 1e-20, 1e20])  # the same differences at three scales, tested together
+    out = sign_flip_test(d[:, None] * columns, 99, seed=0)
+    assert out["p_value"][0] == out["p_value"][1] == out["p_value"][2] == pytest.approx(4 / 32)
+    np.testing.assert_allclose(out["difference"], d.mean() * columns, rtol=1e-15)
+
+
+def test_a_flip_more_than_eight_ulps_of_the_largest_value_below_the_observed_is_not_a_tie():
+    # d = [0.75, b]: the flips +- and -+ give |0.75 - b| / 2, b below the observed (0.75 + b) / 2. The tie slack is
+    # 8 eps x 0.75 = 12 ulps of 0.75 (ulp 2**-53); b = 13 ulps is beyond it. Every sum here is exact.
+    b = 13 * 2.0**-53
+    out = sign_flip_test(np.array([0.75, b]), 99, seed=0)
+    assert float(out["p_value"]) == 0.5  # ++ and -- only
+    assert float(sign_flip_test(np.array([0.75, 12 * 2.0**-53]), 99, seed=0)["p_value"]) == 1.0  # within: ties
+    # the same in the permutation test: x = [0.75, b], y = [0, 0]; the splits {0.75, 0} differ by (0.75 - b) / 2
+    result = permutation_test(np.array([0.75, b]), np.zeros(2), 599, seed=0)
+    assert result["p_value"] == pytest.approx(1 / 3, abs=0.06)  # 2 of the 6 splits
+    tie = permutation_test(np.array([0.75, 12 * 2.0**-53]), np.zeros(2), 599, seed=0)
+    assert tie["p_value"] == 1.0
+
+
+def test_float32_differences_and_pair_values_are_reduced_in_float64():
+    d32 = np.array([0.1, 0.7, 0.35, 0.9, 0.2], dtype=np.float32)
+    out = sign_flip_test(d32, 99, seed=0)
+    assert out["difference"].dtype == np.float64
+    assert float(out["difference"]) == d32.astype(np.float64).mean()
+    values32 = np.array([[0.0, 0.1, 0.7], [0.3, 0.0, 0.35], [0.9, 0.2, 0.0]], dtype=np.float32)
+    pseudo = pair_pseudo_values(values32)
+    assert pseudo.dtype == np.float64
+    np.testing.assert_array_equal(pseudo, pair_pseudo_values(values32.astype(np.float64)))
+    p32 = np.array([0.011, 0.043, 0.029, 0.2], dtype=np.float32)
+    q = benjamini_hochberg(p32)
+    assert q.dtype == np.float64
+    np.testing.assert_array_equal(q, stats.false_discovery_control(p32.astype(np.float64)))
+    x32, y32 = np.array([20.1, 24.3, 19.7], np.float32), np.array([20.2, 24.1, 19.9], np.float32)
+    for x, y in ((x32, y32), (x32, y32.astype(np.float64)), (x32.astype(np.float64), y32)):
+        expected = paired_tost(x32.astype(np.float64), y32.astype(np.float64), margin=0.5)
+        assert paired_tost(x, y, margin=0.5) == expected
+
+
+def test_pseudo_values_keep_trailing_axes_and_refuse_a_non_square_block():
+    values = np.array([[0.0, 1.0, 2.0], [3.0, 0.0, 5.0], [6.0, 7.0, 0.0]])
+    trailing = np.stack([values, 2 * values, values + 1, -values], axis=-1)  # [refit, refit, 4 layers]
+    pseudo = pair_pseudo_values(trailing)
+    assert pseudo.shape == (3, 4)
+    one = pair_pseudo_values(values)
+    atol = reduction_atol(np.float64, 6, 8)
+    np.testing.assert_allclose(pseudo, np.stack([one, 2 * one, one + 1, -one], axis=-1), atol=atol)
+    grid = pair_pseudo_values(np.stack([trailing, trailing], axis=-1))  # [refit, refit, layer, head]
+    assert grid.shape == (3, 4, 2)
+    with pytest.raises(ValueError, match=r"at least 3 refits; got \(3, 4\)"):
+        pair_pseudo_values(np.ones((3, 4)))
+
+
+def test_paired_tost_defaults_and_refusals():
+    x = np.array([20.0, 25.0, 18.0, 30.0, 22.0])
+    y = x + np.array([0.1, -0.05, 0.08, 0.02, 0.0])
+    default = paired_tost(x, y, margin=0.4)
+    assert default["alpha"] == 0.05 and default == paired_tost(x, y, margin=0.4, alpha=0.05)
+    two = paired_tost(np.array([1.0, 2.0]), np.array([1.1, 2.3]), margin=1.0)  # two pairs: 1 degree of freedom
+    d = np.array([0.1, 0.3])
+    se = d.std(ddof=1) / np.sqrt(2)
+    assert two["p_lower"] == pytest.approx(stats.t.sf((d.mean() + 1.0) / se, 1), rel=1e-12)
+    assert two["ci_high"] == pytest.approx(d.mean() + stats.t.ppf(0.95, 1) * se, rel=1e-12)
+    with pytest.raises(ValueError, match="the equivalence margin must be > 0; got 0"):
+        paired_tost(x, y, margin=0.0)
+    with pytest.raises(ValueError, match=r"two equal-length series of at least two values; got \(3, 2\), \(3, 2\)"):
+        paired_tost(np.ones((3, 2)), np.ones((3, 2)), margin=1.0)
+    with pytest.raises(ValueError, match=r"got \(1,\), \(1,\)"):
+        paired_tost(np.ones(1), np.ones(1), margin=1.0)
+
+
+def test_inputs_of_any_float_precision_are_tested_in_float64():
+    x = np.array([0.1, 0.7, 0.35, 0.9])
+    y = np.array([0.3, 0.65, 0.2, 0.45])
+    expected = paired_tost(x, y, margin=0.5)
+    for pair in ((x.astype(np.longdouble), y), (x, y.astype(np.longdouble)), (x.astype(np.float16), y)):
+        assert paired_tost(*pair, margin=0.5) == paired_tost(*(v.astype(np.float64) for v in pair), margin=0.5)
+    assert paired_tost(x.astype(np.longdouble), y.astype(np.longdouble), margin=0.5) == expected
+    pseudo = pair_pseudo_values(np.random.default_rng(0).random((3, 3, 2)).astype(np.longdouble))
+    assert pseudo.dtype == np.float64  # float64 [refit, ...], as documented
+
+
+def test_a_missing_p_value_given_as_none_is_no_test():
+    np.testing.assert_allclose(benjamini_hochberg([0.01, None, 0.04]), [0.02, np.nan, 0.04], rtol=1e-15)

@@ -12,8 +12,11 @@ from headstab.stability import stability_tables
 from headstab.statistics.bootstrap import draw_resamples, stability_replicates
 from headstab.statistics.interval_tables import (
     HEAD_INTERVAL_COLUMNS,
+    ONE_TO_ONE,
     POOLED_COLUMNS,
+    head_interval_table,
     interval_tables,
+    pooled_layer_table,
     replicates_by_kind,
 )
 
@@ -399,3 +402,106 @@ def test_jackknife_columns_and_calibration_labels_sit_beside_each_tables_interva
     gap = tables["gap"].set_index("statistic")
     assert gap.loc["delta_s", "ci_calibration"] == calibration_label("multibootstrap_gap", 4)
     assert gap["ci_calibration"].notna().all() and gap["p_calibration"].isna().all()  # no p-value in the gap rows
+
+
+def controls_case(permutations=None, seed=3):
+    """chance_case's groups with entropy, the content variant and its share, and a pair-similarity null."""
+    rng = np.random.default_rng(11)
+    sizes = np.array([1, 2, 3, 4, 5])
+    observed, null = random_grouped(rng, sizes), random_grouped(rng, sizes) * 0.5
+    content, content_null = random_grouped(rng, sizes) * 0.3, random_grouped(rng, sizes) * 0.1
+    lengths = np.full(sizes.sum(), 5)
+    n = len(SEEDS)
+    grouped = GroupedSimilarity(
+        observed, null, sizes, SEEDS, np.roll(np.arange(lengths.size), 1), lengths,
+        entropy=rng.random((n, 2, 3)), content_observed=content, content_null=content_null,
+        content_share=rng.random((n, 2, 3)),
+    )  # fmt: skip
+    s0 = rng.random((n, n, 2, 3, 2, 3)).astype(np.float32) * 0.2
+    s0 = (s0 + s0.transpose(1, 0, 4, 5, 2, 3)) / 2
+    options = {} if permutations is None else {"permutations": permutations}
+    tables = interval_tables(pair_tensor_of(observed, sizes), grouped, "p", n_boot=30, seed=seed, confidence=0.8,
+                             null_similarity=(s0, grouped.partners), **options)  # fmt: skip
+    draws = draw_resamples(30, n, len(sizes), seed)
+    reps = {name: stability_replicates(draws, values, sizes) for name, values in
+            (("content", content), ("content_null", content_null))}  # fmt: skip
+    return tables, reps, grouped
+
+
+def test_entropy_content_and_its_share_follow_each_tables_level():
+    tables, reps, grouped = controls_case(permutations=5)
+    atol = reduction_atol(np.float32, 15)
+    head, layer, pooled = (tables[k] for k in ("head", "layer", "pooled"))
+    for table, reduce, key in ((head, (), "head"), (layer, (2,), "layer"), (pooled, (0, 2), "layer")):
+        same, cross = table[table["scope"] == "same_layer"], table[table["scope"] == "cross_layer"]
+        np.testing.assert_allclose(same["entropy"], np.ravel(grouped.entropy.mean(axis=reduce)), rtol=1e-12)
+        np.testing.assert_allclose(same["content_share"], np.ravel(grouped.content_share.mean(axis=reduce)), rtol=1e-12)
+        estimate = {"content": reps["content"], "content_null": reps["content_null"]}
+        if table is layer:  # per anchor: the mean over its heads
+            estimate = {
+                k: {"est": v["head_estimate"].mean(-1), "reps": v["head"].mean(-1)} for k, v in estimate.items()
+            }
+        else:
+            estimate = {k: {"est": v[f"{key}_estimate"], "reps": v[key]} for k, v in estimate.items()}
+        content, null = estimate["content"], estimate["content_null"]
+        np.testing.assert_allclose(same["stability_content"], np.ravel(content["est"]), atol=atol)
+        np.testing.assert_allclose(same["stability_content_null"], np.ravel(null["est"]), atol=atol)
+        low, high = quantiles(content["reps"] - null["reps"], 0.8)
+        np.testing.assert_allclose(same["stability_content_above_null_ci_low"], np.ravel(low), atol=2 * atol)
+        np.testing.assert_allclose(same["stability_content_above_null_ci_high"], np.ravel(high), atol=2 * atol)
+        assert cross["stability_content"].isna().all() and cross["content_share"].isna().all()
+    gap = tables["gap"].set_index("statistic")
+    assert {"delta_s_content", "delta_s_content_above_null"} <= set(gap.index)
+    assert list(tables["gap"].index) == list(range(len(tables["gap"])))
+
+
+def test_the_cross_layer_null_is_tested_with_the_permutations_and_seed_given():
+    tables, _, _ = controls_case(permutations=5)  # 3 partners: 8 sign vectors > 5, drawn at random
+    again, _, _ = controls_case(permutations=5)
+    for level in ("head", "layer"):
+        cross = tables[level][tables[level]["scope"] == "cross_layer"]
+        assert cross["p_value"].notna().all() and cross["null"].notna().all()
+        assert set(np.round(cross["p_value"] * 6, 9)) <= set(range(1, 7))  # (1 + extreme) / (1 + 5)
+        pd.testing.assert_frame_equal(tables[level], again[level])
+
+
+def test_one_to_one_columns_are_same_layer_only_and_nan_without_assignments():
+    from headstab.matching import one_to_one_assignment
+
+    tables, _, _ = chance_case()
+    for level in ("head", "layer", "pooled"):
+        table = tables[level]
+        same, cross = table[table["scope"] == "same_layer"], table[table["scope"] == "cross_layer"]
+        assert cross[ONE_TO_ONE].isna().all().all()
+        # the one-to-one partner is never better than the best match: each kind's value is at most its best-match one
+        for column, best in (("one_to_one_null", "null"), ("one_to_one_init", "init")):
+            assert same[column].notna().all() and (same[column] <= same[best] + 1e-6).all(), (level, column)
+    pooled = tables["pooled"]
+    assert pooled.loc[pooled["scope"] == "cross_layer", "stability_one_to_one"].isna().all()
+    rng = np.random.default_rng(7)
+    sizes = np.array([1, 2, 3, 4, 5])
+    observed, null = random_grouped(rng, sizes), random_grouped(rng, sizes) * 0.5
+    draws = draw_resamples(10, len(SEEDS), len(sizes), 0)
+    best = pair_tensor_of(observed, sizes).reshape(4, 4, 2, 3, -1).max(axis=-1)
+    mean = np.tensordot(sizes / sizes.sum(), observed.astype(np.float64), axes=1)
+    assignment = {"one_to_one": one_to_one_assignment(mean), "one_to_one_null": one_to_one_assignment(mean * 0.5)}
+    kinds = replicates_by_kind(draws, observed, null, sizes, best, assignments=assignment)
+    pooled = pooled_layer_table(kinds, "p", 0.8, 1e-7)
+    same = pooled[pooled["scope"] == "same_layer"]
+    np.testing.assert_allclose(same["stability_one_to_one"], kinds["one_to_one"]["layer_estimate"], rtol=1e-12)
+    bare = replicates_by_kind(draws, observed, null, sizes, best)
+    for table in (pooled_layer_table(bare, "p", 0.8, 1e-7), head_interval_table(bare, SEEDS, "p", 0.8, 1e-7)):
+        columns = [*ONE_TO_ONE, *(["stability_one_to_one"] if "stability_one_to_one" in table else [])]
+        assert table[columns].dtypes.eq(np.float64).all() and table[columns].isna().all().all()
+
+
+def test_the_gap_rows_are_labelled_at_the_number_of_refits(monkeypatch):
+    import dataclasses
+
+    from headstab.statistics import calibration
+
+    methods = dict(calibration.METHODS)
+    methods["multibootstrap_gap"] = dataclasses.replace(methods["multibootstrap_gap"], min_n=4)
+    monkeypatch.setattr(calibration, "METHODS", methods)
+    gap = chance_case()[0]["gap"].set_index("statistic")
+    assert gap.loc["delta_s", "ci_calibration"] == "calibrated"  # 4 refits, calibrated from 4 on

@@ -12,10 +12,8 @@ Every number of the paper is for one anchor refit (seed 1), where the headline p
 anchor (layer_stability.csv), and for Table B.5 with the whole layer's norm. `paper_source` names where the
 paper reports each statistic; `paper_text` and `authors_notebooks` hold the paper's own statements and the
 numbers its authors' notebooks printed (resources/paper_values.yaml), which disagree in places.
-
-Each input table is read by one row builder (HEADLINE_SECTIONS); a section that adds headline numbers adds a
-builder there and its statistic to PAPER_SOURCES. The power rows close the table (`headline_power`), and
-ci_calibration, p_calibration carry each row's labels from its table (`headstab.statistics.calibration`).
+One row builder per input table (HEADLINE_SECTIONS; a new section adds one and its statistic to PAPER_SOURCES),
+then the power rows (`headline_power`); ci_calibration and p_calibration carry each row's labels from its table.
 """
 
 from __future__ import annotations
