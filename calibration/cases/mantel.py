@@ -14,7 +14,8 @@ N_HEADS, N_FEATURES = 4, 8
 
 def _refit(rng: np.random.Generator, n_layers: int, scenario: str, centre: np.ndarray, effect: float) -> np.ndarray:
     """[layer, head, feature] descriptions of one refit. "iid_heads": no structure; "refit_layer_clusters": the
-    heads of a layer gather around a centroid drawn for that refit (unordered in depth); "sharp_and_broad_layers":
+    heads of a layer gather around a centroid drawn for that refit (unordered in depth; centre [layer, 1, feature]
+    shared by every refit for "shared_layer_clusters": a layer's identity across refits); "sharp_and_broad_layers":
     the same with a spread and a scale drawn per layer of the refit. effect moves every layer along one direction
     by effect x relative depth (a depth order)."""
     heads = rng.normal(size=(n_layers, N_HEADS, N_FEATURES))
@@ -33,11 +34,14 @@ def _mantel_p(scenario: str, description: str = "raw"):
 
     def simulate(rng: np.random.Generator, n: int, effect: float = 0.0) -> float:
         descriptions, facts = {}, {}
+        shared = 2.0 * rng.normal(size=(6, 1, N_FEATURES))  # "shared_layer_clusters": layer l alike in every refit
         for k in range(n):
             arch = f"l{4 + 2 * (k % 2)}" if scenario == "two_architectures" else "l4"
             n_layers = int(arch[1:])
             centre = rng.normal(size=N_FEATURES) + (5.0 if arch == "l6" else 0.0)
-            kind = "refit_layer_clusters" if scenario == "two_architectures" else scenario
+            if scenario == "shared_layer_clusters":
+                centre = shared[:n_layers]
+            kind = "refit_layer_clusters" if scenario in ("two_architectures", "shared_layer_clusters") else scenario
             descriptions[(arch, k)] = _refit(rng, n_layers, kind, centre, effect)
             facts[arch] = {"n_layers": n_layers, "n_heads": N_HEADS, "optimizer": "Adam", "attention_only": True}
         table = depth_mantel_table(descriptions, facts, PERMUTATIONS, int(rng.integers(2**31)))
@@ -46,7 +50,13 @@ def _mantel_p(scenario: str, description: str = "raw"):
     return simulate
 
 
-SCENARIOS = ("iid_heads", "refit_layer_clusters", "sharp_and_broad_layers", "two_architectures")
+SCENARIOS = (
+    "iid_heads",
+    "refit_layer_clusters",
+    "shared_layer_clusters",
+    "sharp_and_broad_layers",
+    "two_architectures",
+)
 CASES = [
     Case("mantel_layer_blocks", scenario, "size", _mantel_p(scenario), reps=400, quick_n=5, quick_reps=150)
     for scenario in SCENARIOS

@@ -15,6 +15,7 @@ involved.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -279,14 +280,16 @@ def depth_mantel_table(
     seed: int,
     max_heads: int | None = None,
 ) -> pd.DataFrame:
-    """Mantel test of description distance against |Δ relative depth|, layers permuted as blocks within refits.
+    """Mantel test of description distance against |Δ relative depth|, an architecture's layers permuted as blocks.
 
     For the raw and the scale-normalised descriptions (DESCRIPTIONS): Euclidean distances between the heads'
     descriptions against the distance of their relative depths (layer + 1) / L, one-sided (far in depth, far in
-    description), `headstab.statistics.mantel.mantel_test` with strata = refit (architecture, seed) and blocks =
-    layer: each permutation gives each refit's layers a random order, all heads of a layer moving together, so
-    what separates architectures or refits and what the heads of one layer share are held fixed; what is tested
-    is the depth order. Only refits of at least MANTEL_MIN_LAYERS layers enter (`mantel_refits`; max_heads bounds
+    description), `headstab.statistics.mantel.mantel_test` with strata = architecture and blocks = layer of the
+    architecture: each permutation gives an architecture's layers one random order, shared by its refits, all
+    heads of a layer of every refit moving together. What separates architectures, what the heads of one layer
+    share and what a layer of one refit shares with the same layer of another (a layer's identity across refits)
+    are held fixed; what is tested is the depth order. Exact over every order when they are at most
+    n_permutations (one 4-layer architecture: 24, so p >= 1/24). Only refits of at least MANTEL_MIN_LAYERS layers enter (`mantel_refits`; max_heads bounds
     the n x n distance matrix, whole refits kept). Returns MANTEL_TABLE_COLUMNS, MANTEL_COLUMNS, calibration and
     note (why r and p are NaN when no refit has 3 layers).
     """
@@ -297,7 +300,8 @@ def depth_mantel_table(
 
     columns = [*MANTEL_TABLE_COLUMNS, *MANTEL_COLUMNS, "calibration", "note"]
     refits = mantel_refits(descriptions, max_heads, seed)
-    base = {"predictor": "abs_delta_relative_depth", "strata": "refit", "blocks": "layer", "n_refits": len(refits)}
+    base = {"predictor": "abs_delta_relative_depth", "strata": "architecture", "blocks": "layer"}
+    base["n_refits"] = len(refits)
     base["n_architectures"] = len({arch for arch, _ in refits})
     if not refits:
         depths = sorted({int(np.shape(desc)[0]) for desc in descriptions.values()})
@@ -306,15 +310,21 @@ def depth_mantel_table(
         rows = [{"description": d, **base, **empty, "calibration": DESCRIPTIVE, "note": note} for d in DESCRIPTIONS]
         return pd.DataFrame(rows)[columns]
     frame, features = meta_sne_frame({refit: descriptions[refit] for refit in refits}, facts)
-    strata = frame.groupby(["architecture", "seed"]).ngroup().to_numpy()
-    blocks = frame.groupby(["architecture", "seed", "layer"]).ngroup().to_numpy()
+    # one order per architecture: a layer keeps its identity across refits, which is no depth order
+    strata = frame.groupby("architecture").ngroup().to_numpy()
+    blocks = frame.groupby(["architecture", "layer"]).ngroup().to_numpy()
     depth = frame["relative_depth"].to_numpy(dtype=np.float64)
     label = calibration_label("mantel_layer_blocks", len(refits))
     out = []
+    depths = [int(facts[arch]["n_layers"]) for arch in sorted({arch for arch, _ in refits})]
+    orders, note = math.prod(math.factorial(n_layers) for n_layers in depths), ""
+    if orders <= n_permutations:  # reversing every layer order keeps each |Δ relative depth| when all share L
+        floor = (2 if len(set(depths)) == 1 else 1) / orders
+        note = f"exact over {orders} layer orders, so p >= {floor:.3g}"
     for description in DESCRIPTIONS:
         chosen = features if description == "raw" else scale_normalised(features)
         result = mantel_test(squareform(pdist(chosen)), depth, strata, n_permutations, seed, blocks=blocks)
-        out.append({"description": description, **base, **result, "calibration": label, "note": ""})
+        out.append({"description": description, **base, **result, "calibration": label, "note": note})
         log.info(
             "Mantel, %s descriptions vs |Δ depth| (%d refits): r %.3f, p %.4g",
             description,

@@ -221,8 +221,8 @@ METHODS: dict[str, Method] = {
             "p_value",
             "refits",
             4,
-            "Mantel r of head-description distance with |Δ relative depth|, layers permuted as blocks within "
-            "refits (meta_sne_mantel.csv)",
+            "Mantel r of head-description distance with |Δ relative depth|, an architecture's layers permuted as "
+            "blocks in one order shared by its refits (meta_sne_mantel.csv)",
         ),
         *STABILITY_METHODS,
     )

@@ -12,9 +12,12 @@ the blocks: heads of one layer at distance 0 in depth and close in description t
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import numpy as np
 
-__all__ = ["MANTEL_COLUMNS", "mantel_test", "stratified_permutation"]
+__all__ = ["MANTEL_COLUMNS", "every_stratified_order", "mantel_test", "stratified_permutation"]
 
 MANTEL_COLUMNS = ["mantel_r", "p_value", "null_mean", "null_sd", "n_objects", "n_blocks", "n_strata", "n_permutations"]
 
@@ -61,6 +64,20 @@ def _block_pair_weights(response: np.ndarray, index: np.ndarray, n_blocks: int) 
     return np.stack([pair_counts.ravel(), response_sums], axis=1) / 2
 
 
+def every_stratified_order(block_strata: np.ndarray) -> np.ndarray:
+    """int [order, block]: every map of the blocks onto blocks of their own stratum, the identity first.
+    block_strata: [block] labels. prod over strata of (blocks in it)! orders."""
+    block_strata = np.asarray(block_strata)
+    members = [np.flatnonzero(block_strata == label) for label in np.unique(block_strata)]
+    orders = []
+    for images in itertools.product(*(itertools.permutations(m) for m in members)):
+        order = np.empty(len(block_strata), dtype=np.int64)
+        for m, image in zip(members, images, strict=True):
+            order[m] = image
+        orders.append(order)
+    return np.array(orders)
+
+
 def mantel_test(
     response: np.ndarray,
     points: np.ndarray,
@@ -78,8 +95,10 @@ def mantel_test(
     blocks: [n] labels of objects that move together (None: every object alone); a permutation maps each block
         to a block of its stratum, whose point all its objects take.
     Returns MANTEL_COLUMNS: mantel_r (Pearson r over the n(n-1)/2 pairs), p_value = (1 + #{r_perm >= r}) /
-    (1 + n_permutations) (a permuted r equal to r up to rounding counts), the null's mean and s.d., n_objects,
-    n_blocks, n_strata, n_permutations. NaN r (and p) when either distance is constant over the pairs.
+    (1 + n_permutations) (a permuted r equal to r up to rounding counts), or, when the block maps number at most
+    n_permutations, the exact #{r_map >= r} / #maps over every map, the identity included (n_permutations is then
+    that number); the null's mean and s.d., n_objects, n_blocks, n_strata, n_permutations. NaN r (and p) when
+    either distance is constant over the pairs.
     """
     response = np.asarray(response, dtype=np.float64)
     n = response.shape[0]
@@ -114,11 +133,19 @@ def mantel_test(
     observed = float(correlations(np.arange(n_blocks)[None])[0])
     rng = np.random.default_rng(seed)
     chunk = max(1, 2**22 // n_blocks**2)  # orders per batch: a few million block pairs at a time
-    batches = [min(chunk, n_permutations - start) for start in range(0, n_permutations, chunk)]
-    null = np.concatenate([correlations(stratified_permutation(block_strata, rng, size)) for size in batches])
+    sizes = np.unique(block_strata, return_counts=True)[1]
+    exact = math.prod(math.factorial(int(size)) for size in sizes) <= n_permutations
+    if exact:  # few enough maps (one 4-layer architecture: 24): all of them, so p is exact and its floor is 1/#maps
+        every = every_stratified_order(block_strata)
+        n_permutations = len(every)
+        null = np.concatenate([correlations(every[start : start + chunk]) for start in range(0, len(every), chunk)])
+    else:
+        batches = [min(chunk, n_permutations - start) for start in range(0, n_permutations, chunk)]
+        null = np.concatenate([correlations(stratified_permutation(block_strata, rng, size)) for size in batches])
     slack = 8 * np.finfo(np.float64).eps * n_pairs  # sums over n_pairs pairs round differently per order
     extreme = np.count_nonzero(null >= observed - slack)
-    p_value = (1 + extreme) / (1 + n_permutations) if np.isfinite(observed) else np.nan
+    p_value = (extreme + (0 if exact else 1)) / (n_permutations + (0 if exact else 1))
+    p_value = p_value if np.isfinite(observed) else np.nan
     return {
         "mantel_r": observed,
         "p_value": float(p_value),
