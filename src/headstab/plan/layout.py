@@ -309,6 +309,7 @@ _FILES = (
     (r"/summary/headline(/.+)?$", "report page", "headline_summary"),
     (r"/report_tables(/.+)?$", "report page", "report_tables"),
     (r"/tables/[^/]+\.csv$", "table", None),
+    (r"/tables/[^/]+\.csv\.provenance\.json$", "table record", None),  # written with its table (write_table)
     (r"/figures/[^/]+\.png$", "figure", None),
     (r"/logs/.+\.log$", "log", None),
     (r"/benchmarks/.+\.tsv$", "benchmark", None),
