@@ -14,10 +14,9 @@ from typing import Any, Protocol
 import pandas as pd
 
 from headstab.fileio import atomic_path, read_json, sha256_file, write_json_atomic
+from headstab.plan.layout import TABLE_RECORD_SUFFIX as RECORD_SUFFIX
 
 __all__ = ["RECORD_SUFFIX", "Job", "read_table_record", "table_inputs", "table_record_path", "write_table"]
-
-RECORD_SUFFIX = ".provenance.json"
 
 
 class Job(Protocol):
