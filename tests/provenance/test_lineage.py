@@ -293,10 +293,14 @@ def test_verify_fails_a_table_whose_record_is_gone_or_damaged(built_run, capsys,
     assert "snakemake --forcerun <its rule>" in out
 
 
-def test_the_record_is_traced_as_its_table(built_run, capsys):
-    table = built_run["table"]
-    assert main([str(table_record_path(table)), "--verify"]) == 0
-    assert capsys.readouterr().out.startswith(f"table: {table}  (rule=stability_tables")
+def test_the_record_is_checked_against_its_table(built_run, capsys):
+    """The record's own check is its table's sha256; the inputs are the table's trace."""
+    table, record = built_run["table"], table_record_path(built_run["table"])
+    chain = trace(record, verify=True)
+    assert (chain.kind, chain.path, chain.status, chain.inputs) == ("table", str(table), "ok", [])
+    table.write_text(table.read_text().replace("0.25", "0.5"))
+    assert main([str(record), "--verify"]) == 1
+    assert capsys.readouterr().out.startswith(f"table: {table}  [sha256 mismatch]  (rule=stability_tables")
 
 
 def test_a_table_made_from_the_weights_is_traced_through_its_checkpoints(built_run, capsys):
@@ -323,6 +327,9 @@ def test_a_table_made_from_similarity_files_is_traced_through_them_not_a_guess(b
         ("prompt-group similarity", str(built_run["groups"])),
     ]
     assert chain.inputs[0].inputs[0].path == str(built_run["cache"])
+    assert chain.inputs[1].details == {"expanded": "no (use --all)"}  # one similarity file leads to the caches
+    everything = trace(built_run["table"], verify=True, expand_all=True)
+    assert [node.inputs[0].path for node in everything.inputs] == [str(built_run["cache"])] * 2
 
 
 def test_a_results_directory_moved_whole_keeps_its_tables_lineage(built_run, tmp_path):

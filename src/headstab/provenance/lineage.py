@@ -4,7 +4,7 @@ checked against the record that covers it (records.py); `python -m headstab.prov
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,15 @@ from headstab.table_files import RECORD_SUFFIX, read_table_record, table_inputs,
 
 __all__ = ["as_dict", "format_chain", "trace", "walk"]
 
-# kinds of input a table's job may read that a record covers and `trace` follows to the corpus
-_TRACED = ("checkpoint", "snapshot weights", "activation cache", "pair similarity", "prompt-group similarity")
+# kinds of input a table's job may read that a record covers and `trace` follows to the corpus, by family: a
+# chain follows one file of each family (a pair-similarity file and a prompt-group file lead to the same caches)
+_TRACED = {
+    "checkpoint": "weights",
+    "snapshot weights": "weights",
+    "activation cache": "cache",
+    "pair similarity": "similarity",
+    "prompt-group similarity": "similarity",
+}
 
 
 def _corpus_node(meta_path: Path, expected_sha256: str | None, verify: bool) -> ProvenanceNode:
@@ -197,12 +204,21 @@ def _figure_node(path: Path, verify: bool, expand_all: bool) -> ProvenanceNode:
     return node
 
 
-def _table_node(path: Path, verify: bool, expand_all: bool, seen: set[str]) -> ProvenanceNode:
+@dataclass
+class _Chain:
+    """What one trace has met: files traced (listed, not traced again) and the families of `_TRACED` already
+    followed once."""
+
+    seen: set[str] = field(default_factory=set)
+    expanded: set[str] = field(default_factory=set)
+
+
+def _table_node(path: Path, verify: bool, expand_all: bool, chain: _Chain, follow: bool = True) -> ProvenanceNode:
     """A table checked against its record (write_table), and traced through the inputs of the job that wrote
-    it: other tables always, the first checkpoint, cache or similarity file of each kind (every one with
-    `expand_all`); a file met earlier in the chain is listed, not traced again."""
+    it: other tables always, the first weights, cache and similarity file in the whole chain (every one with
+    `expand_all`); a file met earlier in the chain is listed, not traced again. follow=False: the table only."""
     node = ProvenanceNode(str(path), "table")
-    seen.add(str(path))
+    chain.seen.add(str(path))
     record_path = table_record_path(path)
     try:
         record = read_table_record(path)
@@ -217,9 +233,11 @@ def _table_node(path: Path, verify: bool, expand_all: bool, seen: set[str]) -> P
             f"{path} differs from the sha256 in {record_path}: it was changed after its rule wrote it. "
             + _table_fix(path, record.get("rule"))
         )
-    expanded: set[str] = set()
+    if not follow:
+        node.details["inputs"] = f"not traced (trace {path.name} for them)"
+        return node
     for item in table_inputs(path, record):
-        node.inputs.append(_input_node(item, verify, expand_all, seen, expanded))
+        node.inputs.append(_input_node(item, verify, expand_all, chain))
     return node
 
 
@@ -228,17 +246,17 @@ def _table_fix(path: Path, rule: str | None) -> str:
     return f"Rebuild it: `{rerun}`, or delete {path} and run snakemake"
 
 
-def _input_node(path: Path, verify: bool, expand_all: bool, seen: set[str], expanded: set[str]) -> ProvenanceNode:
+def _input_node(path: Path, verify: bool, expand_all: bool, chain: _Chain) -> ProvenanceNode:
     """One input of a table's job: a table (traced), a file a record covers (traced, the first of its kind
     unless `expand_all`), or a file no record covers (its status only)."""
     kind = file_kind(path)
-    if str(path) in seen:
+    if str(path) in chain.seen:
         return ProvenanceNode(str(path), kind or "input", {"traced": "above"})
     if kind == "table":
-        return _table_node(path, verify, expand_all, seen)
-    if kind in _TRACED and (expand_all or kind not in expanded):
-        expanded.add(kind)
-        seen.add(str(path))
+        return _table_node(path, verify, expand_all, chain)
+    if kind in _TRACED and (expand_all or _TRACED[kind] not in chain.expanded):
+        chain.expanded.add(_TRACED[kind])
+        chain.seen.add(str(path))
         return trace(path, verify, expand_all)
     if kind is None:  # a prompt file, the configuration ...: outside results_dir, covered by no record here
         return ProvenanceNode(str(path), "input", {"record": "none (not a file of results_dir)"})
@@ -265,9 +283,9 @@ def trace(path: str | Path, verify: bool = False, expand_all: bool = False) -> P
     if kind in ("pair similarity", "prompt-group similarity"):
         return _result_node(path, verify, expand_all)
     if kind == "table":
-        return _table_node(path, verify, expand_all, set())
-    if kind == "table record":
-        return _table_node(path.with_name(path.name.removesuffix(RECORD_SUFFIX)), verify, expand_all, set())
+        return _table_node(path, verify, expand_all, _Chain())
+    if kind == "table record":  # checked against its table; the table's own trace follows the inputs
+        return _table_node(path.with_name(path.name.removesuffix(RECORD_SUFFIX)), verify, expand_all, _Chain(), False)
     if kind == "figure":
         return _figure_node(path, verify, expand_all)
     builders = {"full-state checkpoint": _state_node, "activation cache": _cache_node, "token shard": _shard_node}
