@@ -3,15 +3,28 @@ in any file of it."""
 
 from __future__ import annotations
 
+import json
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from helpers.provenance_runs import fake_run, flip_middle_byte
 
 from headstab.fileio import read_json, sha256_file, write_json_atomic
 from headstab.provenance.__main__ import main
-from headstab.provenance.lineage import format_chain, trace
+from headstab.provenance.lineage import format_chain, trace, walk
+from headstab.table_files import table_record_path, write_table
+
+
+@dataclass
+class Job:
+    """The part of Snakemake's `snakemake` object write_table reads."""
+
+    rule: str
+    input: list[str]
 
 
 def test_checkpoint_chain_reaches_the_corpus_shards(tmp_path):
@@ -107,8 +120,8 @@ def built_run(tmp_path, tiny_spec):
     grouped = GroupedSimilarity(observed, observed / 2, np.array([2, 1]), [1], np.array([2, 0, 1]), np.array([4, 2, 6]))
     write_grouped_similarity(groups, grouped, attrs={"promptset": "primary", "seed": 1, "caches": [str(cache)]})
     table = arch / "tables" / "head_stability.csv"
-    table.parent.mkdir()
-    table.write_text("layer,head,stability\n0,0,1.0\n")
+    frame = pd.DataFrame({"layer": [0, 0], "head": [0, 1], "stability": [1.0, 0.25]})
+    write_table(frame, table, Job("stability_tables", [str(similarity), str(groups)]))
     return {"checkpoint": weights, "cache": cache, "similarity": similarity, "groups": groups, "table": table}
 
 
@@ -238,3 +251,94 @@ def test_full_state_checkpoint_shard_and_tokenizer_records_are_verified(tmp_path
         flip_middle_byte(path)
         assert main([str(path), "--verify"]) == 1, path
         assert f"{kind}: {path}  [sha256 mismatch]" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- tables: their record and their real inputs
+def test_verify_fails_a_hand_edited_table_naming_it_and_the_fix(built_run, capsys):
+    """One value changed, the CSV still valid: only the table's record can tell."""
+    table = built_run["table"]
+    table.write_text(table.read_text().replace("0.25", "0.35"))
+    assert main([str(table)]) == 0  # without --verify hashes are listed, not recomputed
+    capsys.readouterr()
+    assert main([str(table), "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"table: {table}  [sha256 mismatch]")
+    assert f"{table} differs from the sha256 in {table_record_path(table)}" in out
+    assert "`snakemake --forcerun stability_tables`" in out and f"or delete {table} and run snakemake" in out
+
+
+def test_verify_fails_a_table_made_from_a_hand_edited_table(built_run, capsys):
+    table = built_run["table"]
+    summary = table.parents[2] / "summary" / "tables" / "head_summary.csv"
+    write_table(pd.DataFrame({"stability": [0.625]}), summary, Job("head_summary", [str(table)]))
+    assert main([str(summary), "--verify"]) == 0
+    capsys.readouterr()
+    table.write_text(table.read_text().replace("1.0", "0.5"))
+    assert main([str(summary), "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"table: {summary}  (") and f"<- table: {table}  [sha256 mismatch]" in out
+
+
+@pytest.mark.parametrize("damage", ["deleted", "not JSON", "no sha256"])
+def test_verify_fails_a_table_whose_record_is_gone_or_damaged(built_run, capsys, damage):
+    table = built_run["table"]
+    record = table_record_path(table)
+    if damage == "deleted":
+        record.unlink()
+    else:
+        record.write_text("{" if damage == "not JSON" else json.dumps({"inputs": []}))
+    assert main([str(table)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"table: {table}  [unrecorded]") and str(record) in out
+    assert "snakemake --forcerun <its rule>" in out
+
+
+def test_the_record_is_checked_against_its_table(built_run, capsys):
+    """The record's own check is its table's sha256; the inputs are the table's trace."""
+    table, record = built_run["table"], table_record_path(built_run["table"])
+    chain = trace(record, verify=True)
+    assert (chain.kind, chain.path, chain.status, chain.inputs) == ("table", str(table), "ok", [])
+    table.write_text(table.read_text().replace("0.25", "0.5"))
+    assert main([str(record), "--verify"]) == 1
+    assert capsys.readouterr().out.startswith(f"table: {table}  [sha256 mismatch]  (rule=stability_tables")
+
+
+def test_a_table_made_from_the_weights_is_traced_through_its_checkpoints(built_run, capsys):
+    """weight_norms reads final.pt, no similarity file: its lineage names the checkpoint and the corpus."""
+    weights = built_run["checkpoint"]
+    table = weights.parents[2] / "tables" / "weight_norms.csv"
+    write_table(pd.DataFrame({"seed": [1], "norm": [2.0]}), table, Job("weight_norms", [str(weights)]))
+    chain = trace(table, verify=True)
+    kinds = [node.kind for node in walk(chain)]
+    assert chain.inputs[0].kind == "checkpoint" and chain.inputs[0].path == str(weights)
+    assert "corpus meta" in kinds and "token shard" in kinds
+    assert not {"pair similarity", "prompt-group similarity", "activation cache"} & set(kinds)
+    assert {node.status for node in walk(chain)} == {"ok"}
+    flip_middle_byte(weights)
+    assert main([str(table), "--verify"]) == 1
+    assert f"<- checkpoint: {weights}  [sha256 mismatch]" in capsys.readouterr().out
+
+
+def test_a_table_made_from_similarity_files_is_traced_through_them_not_a_guess(built_run):
+    """Its job's inputs in their order: the pair similarity, then the prompt-group file, each to its cache."""
+    chain = trace(built_run["table"], verify=True)
+    assert [(node.kind, node.path) for node in chain.inputs] == [
+        ("pair similarity", str(built_run["similarity"])),
+        ("prompt-group similarity", str(built_run["groups"])),
+    ]
+    assert chain.inputs[0].inputs[0].path == str(built_run["cache"])
+    assert chain.inputs[1].details == {"expanded": "no (use --all)"}  # one similarity file leads to the caches
+    everything = trace(built_run["table"], verify=True, expand_all=True)
+    assert [node.inputs[0].path for node in everything.inputs] == [str(built_run["cache"])] * 2
+
+
+def test_a_results_directory_moved_whole_keeps_its_tables_lineage(built_run, tmp_path):
+    """The record holds inputs relative to the table: a copy traces the copy's files, not the original's."""
+    table = built_run["table"]
+    moved = tmp_path.with_name(tmp_path.name + "_moved")
+    shutil.copytree(table.parents[2], moved)
+    chain = trace(moved / "l2_h4" / "tables" / "head_stability.csv")
+    assert [node.path for node in chain.inputs] == [
+        str(moved / "l2_h4/similarity/primary.h5"),
+        str(moved / "l2_h4/similarity/primary.groups.h5"),
+    ]

@@ -403,7 +403,7 @@ def test_documented_params_check_plans_nothing_after_a_run_and_only_the_jobs_who
 @pytest.mark.parametrize(
     "output",
     [f"{OTHER}/checkpoints/seed1/final.pt", f"{OTHER}/caches/seed2.h5", f"{OTHER}/similarity/primary.h5",
-     f"{OTHER}/tables/head_stability.csv"],
+     f"{OTHER}/tables/head_stability.csv", f"{OTHER}/tables/weight_norms.csv"],
 )  # fmt: skip
 def test_provenance_chain_reaches_the_corpus_shards(tiny_run: Path, output: str) -> None:
     result = subprocess.run(
@@ -422,6 +422,9 @@ def test_provenance_chain_reaches_the_corpus_shards(tiny_run: Path, output: str)
     shards = {node["path"] for node in nodes if node["kind"] == "token shard"}
     assert shards == {str(tiny_run / f"data/tiny_text/shard_{i:03d}.npy") for i in range(2)}
     assert nodes[0]["path"] == str(tiny_run / output)
+    if output.endswith("weight_norms.csv"):  # made from final.pt: traced through the checkpoints, no similarity
+        kinds = {node["kind"] for node in nodes}
+        assert "checkpoint" in kinds and not kinds & {"pair similarity", "prompt-group similarity", "activation cache"}
 
 
 # ---------------------------------------------------------------- faults
@@ -466,6 +469,13 @@ def _flip_hex_digit(path: Path, record: str) -> None:
     path.write_text(text[:start] + ("0" if record[0] != "0" else "1") + text[start + 1 :])
 
 
+def _edit_a_number(path: Path) -> None:
+    """Change the first digit after a CSV table's header, as a hand edit would: the table stays valid CSV."""
+    text = path.read_text()
+    at = next(i for i in range(text.index("\n"), len(text)) if text[i].isdigit())
+    path.write_text(text[:at] + ("1" if text[at] != "1" else "2") + text[at + 1 :])
+
+
 def test_provenance_verify_passes_every_file_of_the_run(tiny_run: Path) -> None:
     """Every file the workflow wrote is a kind provenance knows, and --verify passes each intact one."""
     from headstab.plan.layout import file_kind
@@ -475,7 +485,7 @@ def test_provenance_verify_passes_every_file_of_the_run(tiny_run: Path) -> None:
     assert {file_kind(path) for path in files} >= {
         "checkpoint", "full-state checkpoint", "snapshot weights", "activation cache", "pair similarity",
         "prompt-group similarity", "token shard", "corpus meta", "corpus text", "tokenizer", "prompt check",
-        "table", "figure", "report page", "configuration", "log", "benchmark",
+        "table", "table record", "figure", "report page", "configuration", "log", "benchmark",
     }  # fmt: skip
     failed = {}
     for path in files:
@@ -521,6 +531,8 @@ def test_provenance_verify_fails_a_damaged_file_of_every_kind_naming_it(tiny_run
         data / "meta.json": (lambda p: _flip_hex_digit(p, shard_record), "corpus meta: {}"),
         results / "tokenizers/tiny_bpe/tokenizer.json": (
             lambda p: _flip_byte(p, p.stat().st_size // 2), "tokenizer: {}  [sha256 mismatch]"),
+        results / RERUN / "tables/weight_norms.csv": (_edit_a_number, "table: {}  [sha256 mismatch]"),
+        results / "summary/tables/weight_norm_correlation.csv": (_edit_a_number, "table: {}  [sha256 mismatch]"),
     }  # fmt: skip
     for path, (damage, _) in damaged.items():
         damage(path)

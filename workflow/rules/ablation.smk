@@ -33,6 +33,7 @@ rule ablation_perplexity:
         audit=family_audit,
     output:
         table=LAYOUT.table_path("{arch}", "ablation_perplexity"),
+        table_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "ablation_perplexity")),
     log:
         LAYOUT.log("ablation_perplexity", "{arch}"),
     benchmark:
@@ -64,7 +65,9 @@ rule ablation:
         head_stability=LAYOUT.table_path("{arch}", "head_stability"),
     output:
         table=LAYOUT.table_path("{arch}", "ablation"),
+        table_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "ablation")),
         correlation=LAYOUT.table_path("{arch}", "ablation_correlation"),
+        correlation_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "ablation_correlation")),
         figure=report(
             LAYOUT.figure_path("{arch}", "ablation_correlation"),
             caption="../report/ablation_correlation.rst",

@@ -33,8 +33,11 @@ rule effective_rank:
         head_stability=LAYOUT.table_path("{arch}", "head_stability"),
     output:
         table=LAYOUT.table_path("{arch}", "effective_rank"),
+        table_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "effective_rank")),
         matched=LAYOUT.table_path("{arch}", "effective_rank_matched"),
+        matched_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "effective_rank_matched")),
         correlation=LAYOUT.table_path("{arch}", "effective_rank_correlation"),
+        correlation_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "effective_rank_correlation")),
         figure=report(
             LAYOUT.figure_path("{arch}", "effective_rank_stability"),
             caption="../report/effective_rank_stability.rst",
@@ -65,6 +68,7 @@ rule effective_rank_summary:
         correlation=[LAYOUT.table_path(arch, "effective_rank_correlation") for arch in ARCHITECTURES],
     output:
         table=LAYOUT.summary_table_path("effective_rank"),
+        table_record=LAYOUT.table_record(LAYOUT.summary_table_path("effective_rank")),
         figure=report(
             LAYOUT.summary_figure_path("effective_rank_by_layer"),
             caption="../report/effective_rank_by_layer.rst",

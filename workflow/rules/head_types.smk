@@ -95,6 +95,7 @@ rule head_type_scores:
         tokenizer=by_arch("train_inputs", "tokenizer"),
     output:
         LAYOUT.table_path("{arch}", "head_type_scores"),
+        LAYOUT.table_record(LAYOUT.table_path("{arch}", "head_type_scores")),
     log:
         LAYOUT.log("head_type_scores", "{arch}"),
     benchmark:
@@ -126,6 +127,7 @@ use rule head_type_scores as head_type_scores_step0 with:
         tokenizer=by_arch("train_inputs", "tokenizer"),
     output:
         LAYOUT.table_path("{arch}", "head_type_scores_step0"),
+        LAYOUT.table_record(LAYOUT.table_path("{arch}", "head_type_scores_step0")),
     log:
         LAYOUT.log("head_type_scores_step0", "{arch}"),
     benchmark:
@@ -139,6 +141,7 @@ use rule head_type_scores as head_type_scores_held_out with:
         tokenizer=by_arch("train_inputs", "tokenizer"),
     output:
         LAYOUT.table_path("{arch}", "head_type_scores_held_out"),
+        LAYOUT.table_record(LAYOUT.table_path("{arch}", "head_type_scores_held_out")),
     log:
         LAYOUT.log("head_type_scores_held_out", "{arch}"),
     benchmark:
@@ -161,6 +164,7 @@ rule head_type_thresholds:
         held_out=by_head_types("held_out"),
     output:
         LAYOUT.table_path("{arch}", "head_type_thresholds"),
+        LAYOUT.table_record(LAYOUT.table_path("{arch}", "head_type_thresholds")),
     log:
         LAYOUT.log("head_type_thresholds", "{arch}"),
     conda:
@@ -190,7 +194,9 @@ rule head_type_tables:
         unpack(by_head_types("tables")),
     output:
         types=LAYOUT.table_path("{arch}", "head_types"),
+        types_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "head_types")),
         universality=LAYOUT.table_path("{arch}", "head_type_universality"),
+        universality_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "head_type_universality")),
         figure=report(
             LAYOUT.figure_path("{arch}", "head_types"),
             caption="../report/head_types.rst",
@@ -222,6 +228,7 @@ rule head_type_summary:
         universality=[LAYOUT.table_path(arch, "head_type_universality") for arch in ARCHITECTURES],
     output:
         table=LAYOUT.summary_table_path("head_type_universality"),
+        table_record=LAYOUT.table_record(LAYOUT.summary_table_path("head_type_universality")),
         figure=report(
             LAYOUT.summary_figure_path("head_types_by_depth"),
             caption="../report/head_types_by_depth.rst",

@@ -42,6 +42,7 @@ rule layer_drop_swap:
         heldout=lookup(dpath="{arch}", within=HELDOUT_SHARDS),
     output:
         table=LAYOUT.table_path("{arch}", "layer_drop_swap"),
+        table_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "layer_drop_swap")),
     log:
         LAYOUT.log("layer_drop_swap", "{arch}"),
     benchmark:
@@ -72,8 +73,11 @@ rule layer_robustness:
         layer_stability_pooled=LAYOUT.table_path("{arch}", "layer_stability_pooled"),
     output:
         table=LAYOUT.table_path("{arch}", "layer_robustness"),
+        table_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "layer_robustness")),
         correlation=LAYOUT.table_path("{arch}", "layer_robustness_correlation"),
+        correlation_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "layer_robustness_correlation")),
         depth=LAYOUT.table_path("{arch}", "layer_robustness_depth"),
+        depth_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "layer_robustness_depth")),
         figure=report(
             LAYOUT.figure_path("{arch}", "layer_robustness_stability"),
             caption="../report/layer_robustness_stability.rst",
@@ -106,7 +110,9 @@ rule layer_robustness_summary:
         depths=[LAYOUT.table_path(arch, "layer_robustness_depth") for arch in ARCHITECTURES],
     output:
         table=LAYOUT.summary_table_path("layer_robustness"),
+        table_record=LAYOUT.table_record(LAYOUT.summary_table_path("layer_robustness")),
         depth=LAYOUT.summary_table_path("layer_robustness_depth"),
+        depth_record=LAYOUT.table_record(LAYOUT.summary_table_path("layer_robustness_depth")),
         figure=report(
             LAYOUT.summary_figure_path("layer_robustness_stages"),
             caption="../report/layer_robustness_stages.rst",

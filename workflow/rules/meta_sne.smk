@@ -38,6 +38,7 @@ rule meta_sne:
         caches=META_SNE_CACHES,
     output:
         table=LAYOUT.summary_table_path("meta_sne"),
+        table_record=LAYOUT.table_record(LAYOUT.summary_table_path("meta_sne")),
         figure=report(
             LAYOUT.summary_figure_path("meta_sne"),
             caption="../report/meta_sne.rst",
@@ -45,6 +46,7 @@ rule meta_sne:
             subcategory="meta-SNE (§4.9)",
         ),
         normalised_table=LAYOUT.summary_table_path("meta_sne_scale_normalised"),
+        normalised_table_record=LAYOUT.table_record(LAYOUT.summary_table_path("meta_sne_scale_normalised")),
         normalised_figure=report(
             LAYOUT.summary_figure_path("meta_sne_scale_normalised"),
             caption="../report/meta_sne_scale_normalised.rst",
@@ -52,6 +54,7 @@ rule meta_sne:
             subcategory="meta-SNE (§4.9)",
         ),
         mantel=LAYOUT.summary_table_path("meta_sne_mantel"),
+        mantel_record=LAYOUT.table_record(LAYOUT.summary_table_path("meta_sne_mantel")),
     log:
         LAYOUT.log("meta_sne", "summary"),
     conda:

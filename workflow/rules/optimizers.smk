@@ -70,6 +70,7 @@ rule validation_perplexity:
         heldout=lookup(dpath="{arch}", within=HELDOUT_SHARDS),
     output:
         table=LAYOUT.table_path("{arch}", "validation_perplexity"),
+        table_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "validation_perplexity")),
     log:
         LAYOUT.log("validation_perplexity", "{arch}"),
     benchmark:
@@ -101,6 +102,7 @@ rule activation_norms:
         caches=by_arch("caches"),
     output:
         table=LAYOUT.table_path("{arch}", "activation_norms"),
+        table_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "activation_norms")),
     log:
         LAYOUT.log("activation_norms", "{arch}"),
     conda:
@@ -125,6 +127,7 @@ rule optimizer_comparison:
         unpack(lookup(dpath="{arch}", within=TWIN_INPUTS)),
     output:
         perplexity=LAYOUT.compare_table_path("{arch}", "perplexity"),
+        perplexity_record=LAYOUT.table_record(LAYOUT.compare_table_path("{arch}", "perplexity")),
         optimizer_stability=report(
             LAYOUT.compare_figure_path("{arch}", "optimizer_stability"),
             caption="../report/optimizer_stability.rst",

@@ -28,6 +28,7 @@ rule prompt_length:
         layer_stability=LAYOUT.table_path("{arch}", "layer_stability"),
     output:
         table=LAYOUT.table_path("{arch}", "prompt_length"),
+        table_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "prompt_length")),
         figure=report(
             LAYOUT.figure_path("{arch}", "prompt_length"),
             caption="../report/prompt_length.rst",

@@ -149,7 +149,9 @@ rule trained_in_types:
         **TRAINED_IN_INPUTS,
     output:
         table=LAYOUT.summary_table_path("trained_in_types"),
+        table_record=LAYOUT.table_record(LAYOUT.summary_table_path("trained_in_types")),
         sensitivity=LAYOUT.summary_table_path("head_type_sensitivity"),
+        sensitivity_record=LAYOUT.table_record(LAYOUT.summary_table_path("head_type_sensitivity")),
         page=report(
             LAYOUT.summary_page("trained_in_types"),
             caption="../report/trained_in_types.rst",
@@ -185,6 +187,7 @@ rule headline_summary:
         paper="resources/paper_values.yaml",
     output:
         table=LAYOUT.summary_table_path("headline"),
+        table_record=LAYOUT.table_record(LAYOUT.summary_table_path("headline")),
         figure=report(
             LAYOUT.summary_figure_path("layer_stability_by_depth"),
             caption="../report/layer_stability_by_depth.rst",

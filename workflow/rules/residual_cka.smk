@@ -46,7 +46,9 @@ rule residual_cka:
         layer_stability=LAYOUT.table_path("{arch}", "layer_stability"),
     output:
         table=LAYOUT.table_path("{arch}", "residual_cka"),
+        table_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "residual_cka")),
         layers=LAYOUT.table_path("{arch}", "residual_cka_layers"),
+        layers_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "residual_cka_layers")),
         figure=report(
             LAYOUT.figure_path("{arch}", "residual_stream"),
             caption="../report/residual_stream.rst",

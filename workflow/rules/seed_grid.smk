@@ -67,7 +67,9 @@ rule seed_grid:
         caches=by_arch("caches"),
     output:
         pairs=LAYOUT.table_path("{arch}", "seed_grid_pairs"),
+        pairs_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "seed_grid_pairs")),
         table=LAYOUT.table_path("{arch}", "seed_grid"),
+        table_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "seed_grid")),
         figure=report(
             LAYOUT.figure_path("{arch}", "seed_grid"),
             caption="../report/seed_grid.rst",

@@ -45,6 +45,7 @@ rule stability_tables:
         init=by_arch("init_grouped_similarities"),
     output:
         **{name: LAYOUT.table_path("{arch}", name) for name in STABILITY_TABLES},
+        **{f"{name}_record": LAYOUT.table_record(LAYOUT.table_path("{arch}", name)) for name in STABILITY_TABLES},
     log:
         LAYOUT.log("stability_tables", "{arch}"),
     conda:

@@ -34,6 +34,7 @@ rule layer_pseudo_values:
         grouped=LAYOUT.grouped_similarity_path("{arch}", PRIMARY),
     output:
         table=LAYOUT.table_path("{arch}", "layer_pseudo_values"),
+        table_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "layer_pseudo_values")),
     log:
         LAYOUT.log("layer_pseudo_values", "{arch}"),
     conda:
@@ -59,8 +60,11 @@ rule stability_gap:
         pseudo_values=LAYER_PSEUDO_VALUE_TABLES,
     output:
         table=LAYOUT.summary_table_path("stability_gap"),
+        table_record=LAYOUT.table_record(LAYOUT.summary_table_path("stability_gap")),
         layer_tests=LAYOUT.summary_table_path("layer_tests"),
+        layer_tests_record=LAYOUT.table_record(LAYOUT.summary_table_path("layer_tests")),
         depth=LAYOUT.summary_table_path("stability_gap_depth"),
+        depth_record=LAYOUT.table_record(LAYOUT.summary_table_path("stability_gap_depth")),
         stability_gap=report(
             LAYOUT.summary_figure_path("stability_gap"),
             caption="../report/stability_gap.rst",

@@ -59,7 +59,9 @@ rule seeds_needed:
         grouped=LAYOUT.grouped_similarity_path("{arch}", PRIMARY),
     output:
         needed=LAYOUT.table_path("{arch}", "seeds_needed"),
+        needed_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "seeds_needed")),
         curve=LAYOUT.table_path("{arch}", "seeds_needed_curve"),
+        curve_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "seeds_needed_curve")),
         figure=report(
             LAYOUT.figure_path("{arch}", "seeds_needed"),
             caption="../report/seeds_needed.rst",
@@ -91,6 +93,7 @@ rule optimizer_tests:
         unpack(jobs.WildcardLookup(OPTIMIZER_TEST_INPUTS, "arch")),
     output:
         table=LAYOUT.compare_table_path("{arch}", "optimizer_tests"),
+        table_record=LAYOUT.table_record(LAYOUT.compare_table_path("{arch}", "optimizer_tests")),
     log:
         LAYOUT.log("optimizer_tests", "{arch}"),
     conda:
@@ -115,7 +118,9 @@ rule stability_against_chance:
         gap=[LAYOUT.table_path(arch, "stability_gap_intervals") for arch in ARCHITECTURES],
     output:
         summary=LAYOUT.summary_table_path("stability_against_chance"),
+        summary_record=LAYOUT.table_record(LAYOUT.summary_table_path("stability_against_chance")),
         gap=LAYOUT.summary_table_path("stability_gap_intervals"),
+        gap_record=LAYOUT.table_record(LAYOUT.summary_table_path("stability_gap_intervals")),
         figure=report(
             LAYOUT.summary_figure_path("stability_against_chance"),
             caption="../report/stability_against_chance.rst",
@@ -148,6 +153,7 @@ rule stability_commonness:
         commonness=LAYOUT.table_path("{arch}", "commonness"),
     output:
         table=LAYOUT.table_path("{arch}", "stability_commonness"),
+        table_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "stability_commonness")),
     log:
         LAYOUT.log("stability_commonness", "{arch}"),
     conda:
@@ -171,6 +177,7 @@ rule stability_commonness_summary:
         tables=[LAYOUT.table_path(arch, "stability_commonness") for arch in ARCHITECTURES],
     output:
         table=LAYOUT.summary_table_path("stability_commonness"),
+        table_record=LAYOUT.table_record(LAYOUT.summary_table_path("stability_commonness")),
     log:
         LAYOUT.log("stability_commonness_summary", "summary"),
     conda:

@@ -52,7 +52,9 @@ rule training_curves:
         logs=lookup(dpath="{arch}", within=TRAIN_LOGS),
     output:
         curves=LAYOUT.table_path("{arch}", "training_curves"),
+        curves_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "training_curves")),
         finals=LAYOUT.table_path("{arch}", "training_final_loss"),
+        finals_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "training_final_loss")),
         figure=report(
             LAYOUT.figure_path("{arch}", "training_curves"),
             caption="../report/training_curves.rst",
@@ -81,6 +83,7 @@ rule optimizer_training_curves:
         unpack(lookup(dpath="{arch}", within=TRAINING_CURVES_INPUTS)),
     output:
         finals=LAYOUT.compare_table_path("{arch}", "optimizer_final_loss"),
+        finals_record=LAYOUT.table_record(LAYOUT.compare_table_path("{arch}", "optimizer_final_loss")),
         figure=report(
             LAYOUT.compare_figure_path("{arch}", "optimizer_training_curves"),
             caption="../report/optimizer_training_curves.rst",

@@ -40,6 +40,7 @@ rule stability_along_training:
         train_meta=by_dynamics("train_meta"),
     output:
         table=LAYOUT.table_path("{arch}", "stability_along_training"),
+        table_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "stability_along_training")),
         figure=report(
             LAYOUT.figure_path("{arch}", "stability_along_training"),
             caption="../report/stability_along_training.rst",

@@ -36,7 +36,9 @@ rule weight_norms:
         audit=family_audit,
     output:
         table=LAYOUT.table_path("{arch}", "weight_norms"),
+        table_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "weight_norms")),
         heads=LAYOUT.table_path("{arch}", "head_weight_norms"),
+        heads_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "head_weight_norms")),
     log:
         LAYOUT.log("weight_norms", "{arch}"),
     conda:
@@ -64,7 +66,9 @@ rule weight_norm_correlation:
         head_stability=LAYOUT.table_path("{arch}", "head_stability"),
     output:
         correlation=LAYOUT.table_path("{arch}", "weight_norm_correlation"),
+        correlation_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "weight_norm_correlation")),
         partial=LAYOUT.table_path("{arch}", "weight_norm_partial"),
+        partial_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "weight_norm_partial")),
         figure=report(
             LAYOUT.figure_path("{arch}", "weight_norm_correlation"),
             caption="../report/weight_norm_correlation.rst",
@@ -95,6 +99,7 @@ rule weight_norm_summary:
         correlations=WEIGHT_NORM_CORRELATIONS,
     output:
         table=LAYOUT.summary_table_path("weight_norm_correlation"),
+        table_record=LAYOUT.table_record(LAYOUT.summary_table_path("weight_norm_correlation")),
     log:
         LAYOUT.log("weight_norm_summary", "summary"),
     conda:

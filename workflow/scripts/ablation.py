@@ -15,6 +15,7 @@ from headstab.sections.ablation import (
     ablation_table,
     correlation_table,
 )
+from headstab.table_files import write_table
 
 
 def main():
@@ -28,7 +29,7 @@ def main():
         ],
         ignore_index=True,
     )
-    table.to_csv(out.table, index=False)
+    write_table(table, out.table, snakemake)
     seed = grids[0][0]
     options = snakemake.params.statistics
     per_layer, trend = ablation_correlation(
@@ -38,7 +39,7 @@ def main():
         table, options["n_boot"], options["seed"], options["confidence"], anchor_seed=seed
     )
     correlations = correlation_table(per_layer, trend, seed, intervals)
-    correlations.to_csv(out.correlation, index=False)
+    write_table(correlations, out.correlation, snakemake)
     logging.info(
         "per-layer r %s, rho %s (anchor %s); pooled over %d anchors: r %s; trend slope %.3f",
         per_layer["pearson_r"].round(3).tolist(), per_layer["spearman_r"].round(3).tolist(), seed, len(grids),

@@ -9,6 +9,7 @@ from headstab.joblog import run_job
 from headstab.plan.spec import spec_from_dict
 from headstab.refits.models import load_trained_model, resolve_device
 from headstab.sections.ablation import ablation_perplexity_table
+from headstab.table_files import write_table
 
 
 def main():
@@ -24,7 +25,7 @@ def main():
         with open_cache(cache_path) as cache:
             tokens, lengths = cache.tokens(params.promptset), cache.lengths(params.promptset)
         tables.append(ablation_perplexity_table(model, tokens, lengths, params.batch_size, seed))
-    pd.concat(tables, ignore_index=True).to_csv(snakemake.output.table, index=False)
+    write_table(pd.concat(tables, ignore_index=True), snakemake.output.table, snakemake)
 
 
 run_job(main, "ablation_perplexity", snakemake.log[0])

@@ -8,6 +8,7 @@ import torch
 from headstab.joblog import run_job
 from headstab.plan.spec import spec_from_dict
 from headstab.sections.optimizers import activation_norm_table
+from headstab.table_files import write_table
 
 
 def main():
@@ -16,7 +17,7 @@ def main():
     torch.set_num_threads(snakemake.threads)
     refits = dict(zip(spec.seeds, zip(inp.weights, inp.caches, strict=True), strict=True))
     table = activation_norm_table(spec, refits, params.promptset, params.weight_processing)
-    table.to_csv(snakemake.output.table, index=False)
+    write_table(table, snakemake.output.table, snakemake)
     logging.info("activation norms of %d refits on %s", len(refits), params.promptset)
 
 

@@ -11,6 +11,7 @@ from headstab.activations.reader import open_cache
 from headstab.joblog import run_job
 from headstab.plots.effective_rank import plot_rank_vs_stability
 from headstab.sections.effective_rank import effective_rank_table, matched_rank_table, rank_correlation_table
+from headstab.table_files import write_table
 from headstab.table_rows import select_rows
 
 
@@ -23,17 +24,17 @@ def main():
             hook_z, lengths = cache.hook_z(params.promptset), cache.lengths(params.promptset)
         frames.append(effective_rank_table(hook_z, lengths, seed, prepend_bos, params.include_bos))
     pr = pd.concat(frames, ignore_index=True)
-    pr.to_csv(out.table, index=False)
+    write_table(pr, out.table, snakemake)
     chosen = {"promptset": params.promptset, "scope": "same_layer"}
     pairs = select_rows(pd.read_csv(inp.pair_stability), "pair stability", **chosen)
     heads = select_rows(pd.read_csv(inp.head_stability), "head stability", **chosen)
     matched = matched_rank_table(pr, pairs)
-    matched.to_csv(out.matched, index=False)
+    write_table(matched, out.matched, snakemake)
     options = params.statistics
     correlations = rank_correlation_table(
         pr, heads, matched, options["n_boot"], options["seed"], options["confidence"]
     ).assign(promptset=params.promptset, include_bos=params.include_bos)
-    correlations.to_csv(out.correlation, index=False)
+    write_table(correlations, out.correlation, snakemake)
     logging.info("effective rank per layer:\n%s", correlations.round(3).to_string())
     plot_rank_vs_stability(pr, heads, out.figure, snakemake.wildcards.arch)
 

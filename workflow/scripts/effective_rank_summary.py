@@ -5,6 +5,7 @@ import pandas as pd
 
 from headstab.joblog import run_job
 from headstab.plots.effective_rank import plot_rank_by_layer
+from headstab.table_files import write_table
 
 
 def main():
@@ -14,7 +15,7 @@ def main():
         for arch, path in zip(facts, snakemake.input.correlation, strict=True)
     ]
     summary = pd.concat(tables, ignore_index=True)
-    summary.to_csv(snakemake.output.table, index=False)
+    write_table(summary, snakemake.output.table, snakemake)
     plot_rank_by_layer(summary, facts, snakemake.output.figure)
 
 

@@ -13,6 +13,7 @@ from headstab.joblog import run_job
 from headstab.plan.spec import spec_from_dict
 from headstab.refits.models import initial_model, load_trained_model, resolve_device
 from headstab.refits.tokenizer import load_tokenizer
+from headstab.table_files import write_table
 
 
 def main():
@@ -34,7 +35,7 @@ def main():
         model = initial_model(spec, seed, **options) if path is None else load_trained_model(spec, path, **options)
         tables.append(score_table(probe_scores(model, probe, params.probe["batch_size"]), seed))
         logging.info("refit %s: scored %d heads", seed, len(tables[-1]))
-    pd.concat(tables, ignore_index=True).to_csv(snakemake.output[0], index=False)
+    write_table(pd.concat(tables, ignore_index=True), snakemake.output[0], snakemake)
 
 
 run_job(main, snakemake.rule, snakemake.log[0], label=snakemake.wildcards.arch)

@@ -5,6 +5,7 @@ import pandas as pd
 
 from headstab.joblog import run_job
 from headstab.plots.head_types import plot_type_share_by_depth
+from headstab.table_files import write_table
 
 
 def main():
@@ -19,7 +20,7 @@ def main():
         for arch, path in zip(facts, snakemake.input.universality, strict=True)
     ]
     summary = pd.concat(tables, ignore_index=True)
-    summary.to_csv(snakemake.output.table, index=False)
+    write_table(summary, snakemake.output.table, snakemake)
     plot_type_share_by_depth(summary, snakemake.output.figure)
 
 

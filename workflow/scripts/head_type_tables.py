@@ -10,13 +10,14 @@ from headstab.head_type_thresholds import type_heads
 from headstab.joblog import run_job
 from headstab.plots.head_types import plot_head_types
 from headstab.sections.head_types import universality_table
+from headstab.table_files import write_table
 from headstab.table_rows import select_rows
 
 
 def main():
     inp, out, params = snakemake.input, snakemake.output, snakemake.params
     types = type_heads(pd.read_csv(inp.scores), pd.read_csv(inp.thresholds))
-    types.to_csv(out.types, index=False)
+    write_table(types, out.types, snakemake)
     chosen = {"promptset": params.promptset, "scope": "same_layer"}
     pairs = select_rows(pd.read_csv(inp.pair_stability), "pair stability", **chosen)
     heads = select_rows(pd.read_csv(inp.head_stability), "head stability", **chosen)
@@ -30,7 +31,7 @@ def main():
         seed=options["seed"],
         confidence=options["confidence"],
     ).assign(promptset=params.promptset)
-    universality.to_csv(out.universality, index=False)
+    write_table(universality, out.universality, snakemake)
     logging.info("head types per layer:\n%s", types.groupby(["layer", "type"]).size().to_string())
     pooled = select_rows(pd.read_csv(inp.pooled), "pooled layer stability", promptset=params.promptset)
     plot_head_types(universality, pooled, out.figure, snakemake.wildcards.arch)

@@ -10,6 +10,7 @@ from headstab.head_type_thresholds import calibrated_thresholds, fixed_threshold
 from headstab.head_types import even_attention_scores, tokenizer_probe_set
 from headstab.joblog import run_job
 from headstab.refits.tokenizer import load_tokenizer
+from headstab.table_files import write_table
 
 
 def main():
@@ -22,7 +23,7 @@ def main():
     else:
         thresholds = fixed_thresholds(params.fixed_thresholds, params.n_layers, even)
     logging.info("thresholds:\n%s", thresholds.to_string())
-    thresholds.to_csv(snakemake.output[0], index=False)
+    write_table(thresholds, snakemake.output[0], snakemake)
 
 
 run_job(main, "head_type_thresholds", snakemake.log[0], label=snakemake.wildcards.arch)

@@ -10,6 +10,7 @@ from headstab.plan.yaml_files import load_yaml_file
 from headstab.plots.headline import plot_stability_by_depth
 from headstab.report_pages import table_kind, table_page
 from headstab.sections.headline import anchor_layer_difference, headline_table, paper_values_frame
+from headstab.table_files import write_table
 
 # The table each headline_table argument reads, by the name of its CSV.
 ARGUMENTS = {
@@ -53,7 +54,7 @@ def main():
         for arch in params.architectures
     ]  # fmt: skip
     headline = pd.concat(tables, ignore_index=True)
-    headline.to_csv(out.table, index=False)
+    write_table(headline, out.table, snakemake)
     pages = Path(out.pages)
     pages.mkdir(parents=True, exist_ok=True)
     for arch, table in zip(params.architectures, tables):

@@ -14,6 +14,7 @@ from headstab.layer_surgery import drop_swap_counts
 from headstab.plan.spec import spec_from_dict
 from headstab.refits.models import load_trained_model, resolve_device
 from headstab.sections.layer_robustness import drop_swap_table
+from headstab.table_files import write_table
 
 
 def main():
@@ -31,7 +32,7 @@ def main():
         )
         tables.append(drop_swap_table(drop_swap_counts(model, windows, params.batch_size), seed))
         logging.info("seed %s:\n%s", seed, tables[-1].round(4).to_string())
-    pd.concat(tables, ignore_index=True).to_csv(snakemake.output.table, index=False)
+    write_table(pd.concat(tables, ignore_index=True), snakemake.output.table, snakemake)
 
 
 run_job(main, "layer_drop_swap", snakemake.log[0])

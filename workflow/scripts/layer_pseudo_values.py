@@ -6,11 +6,12 @@ import logging
 from headstab.joblog import run_job
 from headstab.sections.stability_gap import layer_pseudo_values
 from headstab.similarity.prompt_groups import read_grouped_similarity
+from headstab.table_files import write_table
 
 
 def main():
     table = layer_pseudo_values(read_grouped_similarity(snakemake.input.grouped))
-    table.to_csv(snakemake.output.table, index=False)
+    write_table(table, snakemake.output.table, snakemake)
     logging.info(
         "pseudo-values per refit, mean over refits:\n%s", table.pivot_table("pseudo_value", "layer", "statistic")
     )

@@ -15,6 +15,7 @@ from headstab.sections.layer_robustness import (
     robustness_correlation,
     robustness_with_stability,
 )
+from headstab.table_files import write_table
 from headstab.table_rows import select_rows
 
 
@@ -26,13 +27,13 @@ def main():
     table = robustness_with_stability(pd.read_csv(inp.drop_swap), stability)
     options = params.statistics
     by_layer = robustness_by_layer(table, params.n_layers, options["n_boot"], options["seed"], options["confidence"])
-    by_layer.to_csv(out.table, index=False)
+    write_table(by_layer, out.table, snakemake)
     correlation = robustness_correlation(table, options["n_boot"], options["seed"], options["confidence"])
-    correlation.to_csv(out.correlation, index=False)
+    write_table(correlation, out.correlation, snakemake)
     depths = pd.DataFrame(
         [{"architecture": snakemake.wildcards.arch, **extreme_depths(by_layer, pooled, params.n_layers)}]
     )
-    depths.to_csv(out.depth, index=False)
+    write_table(depths, out.depth, snakemake)
     logging.info("robustness by layer:\n%s\nextreme depths:\n%s", by_layer.round(4).to_string(), depths.to_string())
     plot_robustness_vs_stability(table, out.figure, snakemake.wildcards.arch)
 

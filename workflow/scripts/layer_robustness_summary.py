@@ -6,6 +6,7 @@ import pandas as pd
 
 from headstab.joblog import run_job
 from headstab.plots.layer_robustness import plot_robustness_stages
+from headstab.table_files import write_table
 
 
 def main():
@@ -14,8 +15,8 @@ def main():
         [pd.read_csv(path).assign(architecture=arch) for arch, path in zip(archs, inp.tables, strict=True)],
         ignore_index=True,
     )
-    summary.to_csv(out.table, index=False)
-    pd.concat([pd.read_csv(path) for path in inp.depths], ignore_index=True).to_csv(out.depth, index=False)
+    write_table(summary, out.table, snakemake)
+    write_table(pd.concat([pd.read_csv(path) for path in inp.depths], ignore_index=True), out.depth, snakemake)
     plot_robustness_stages(summary, out.figure)
 
 

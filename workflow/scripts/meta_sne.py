@@ -9,6 +9,7 @@ import logging
 from headstab.joblog import run_job
 from headstab.plots.meta_sne import plot_meta_sne
 from headstab.sections.meta_sne import depth_mantel_table, describe_refits, meta_sne_table
+from headstab.table_files import write_table
 
 
 def main():
@@ -18,7 +19,7 @@ def main():
     mantel = depth_mantel_table(
         descriptions, params.architectures, params.permutations, params.seed, max_heads=params.mantel_max_heads
     )
-    mantel.to_csv(out.mantel, index=False)
+    write_table(mantel, out.mantel, snakemake)
     logging.info("Mantel tests:\n%s", mantel.to_string())
     for description, table_path, figure_path in (
         ("raw", out.table, out.figure),
@@ -33,7 +34,7 @@ def main():
             description=description,
         )
         logging.info("t-SNE of %d heads from %d refits (%s descriptions)", len(table), len(descriptions), description)
-        table.to_csv(table_path, index=False)
+        write_table(table, table_path, snakemake)
         plot_meta_sne(table, figure_path, mantel=mantel)
 
 

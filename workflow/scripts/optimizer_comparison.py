@@ -9,6 +9,7 @@ import pandas as pd
 from headstab.joblog import run_job
 from headstab.plots import optimizers as plots
 from headstab.sections.optimizers import pair_frame, perplexity_comparison, perplexity_table
+from headstab.table_files import write_table
 
 
 def main():
@@ -43,7 +44,7 @@ def main():
         comparison["welch_p"],
         comparison["brunner_munzel_p"],
     )
-    perplexity_table(ppl, comparison, arch_of).to_csv(out.perplexity, index=False)
+    write_table(perplexity_table(ppl, comparison, arch_of), out.perplexity, snakemake)
     plots.plot_perplexity(ppl, comparison, out.perplexity_figure, adam, adamw, corpus=params.heldout_label)
 
 

@@ -8,6 +8,7 @@ import pandas as pd
 from headstab.joblog import run_job
 from headstab.sections.optimizer_tests import optimizer_tests
 from headstab.similarity.prompt_groups import read_grouped_similarity
+from headstab.table_files import write_table
 
 
 def perplexities(path):
@@ -30,7 +31,7 @@ def main():
         perplexity_margin=options["perplexity_margin"],
         paired=snakemake.params.paired,
     )
-    table.to_csv(snakemake.output.table, index=False)
+    write_table(table, snakemake.output.table, snakemake)
     logging.info("Adam vs AdamW (%s design):\n%s", table["design"].iloc[0], table.to_string(index=False))
 
 

@@ -5,6 +5,7 @@ import pandas as pd
 
 from headstab.joblog import run_job
 from headstab.plots.training_curves import plot_optimizer_training_curves
+from headstab.table_files import write_table
 
 
 def main():
@@ -18,7 +19,7 @@ def main():
         ],
         ignore_index=True,
     )
-    finals.to_csv(snakemake.output.finals, index=False)
+    write_table(finals, snakemake.output.finals, snakemake)
     plot_optimizer_training_curves(curves, finals, snakemake.output.figure, adam, adamw)
 
 

@@ -8,12 +8,13 @@ import pandas as pd
 from headstab.joblog import run_job
 from headstab.plots.prompt_length import plot_prompt_length
 from headstab.sections.prompt_length import prompt_length_table
+from headstab.table_files import write_table
 
 
 def main():
     anchor = snakemake.params.anchor_seed
     table = prompt_length_table(pd.read_csv(snakemake.input.layer_stability), anchor_seed=anchor)
-    table.to_csv(snakemake.output.table, index=False)
+    write_table(table, snakemake.output.table, snakemake)
     logging.info("prompt lengths %s, anchor seed %d", sorted(table["prompt_length"].unique()), anchor)
     confidence = snakemake.config.get("statistics", {}).get("confidence", 0.95)
     plot_prompt_length(table, snakemake.output.figure, snakemake.wildcards.arch, confidence=confidence)

@@ -8,6 +8,7 @@ import pandas as pd
 from headstab.joblog import run_job
 from headstab.plots.residual_cka import plot_residual_stream
 from headstab.sections.residual_cka import kernel_label, layer_cka_table, residual_cka_table
+from headstab.table_files import write_table
 
 
 def main():
@@ -25,10 +26,10 @@ def main():
         debiased=params.debiased,
         max_tokens=params.max_tokens,
     )
-    table.to_csv(snakemake.output.table, index=False)
+    write_table(table, snakemake.output.table, snakemake)
     options = snakemake.params.statistics
     layers = layer_cka_table(table, params.pairs, options["n_boot"], options["seed"], options["confidence"])
-    layers.to_csv(snakemake.output.layers, index=False)
+    write_table(layers, snakemake.output.layers, snakemake)
     plot_residual_stream(
         table,
         pd.read_csv(snakemake.input.layer_stability),

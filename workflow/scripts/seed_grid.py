@@ -11,6 +11,7 @@ from headstab.plots.seed_grid import plot_seed_grid
 from headstab.sections.seed_grid import grid_pair_table, seed_grid_table
 from headstab.similarity.pairs import pair_similarity_from_caches
 from headstab.stability import pair_stability_table
+from headstab.table_files import write_table
 
 
 def main():
@@ -19,10 +20,10 @@ def main():
         list(snakemake.input.caches), params.promptset, params.prompt_chunk, scope="same_layer"
     )
     pairs = grid_pair_table(pair_stability_table(similarity, params.seeds, params.promptset, scopes=["same_layer"]))
-    pairs.to_csv(out.pairs, index=False)
+    write_table(pairs, out.pairs, snakemake)
     options = params.statistics
     table = seed_grid_table(pairs, options["n_boot"], options["seed"], options["confidence"])
-    table.assign(promptset=params.promptset).to_csv(out.table, index=False)
+    write_table(table.assign(promptset=params.promptset), out.table, snakemake)
     logging.info("seed grid decomposition:\n%s", table.round(4).to_string())
     plot_seed_grid(table, out.figure, snakemake.wildcards.arch)
 

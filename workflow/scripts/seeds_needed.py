@@ -6,6 +6,7 @@ from headstab.joblog import run_job
 from headstab.plots.chance import plot_seeds_needed
 from headstab.similarity.prompt_groups import read_grouped_similarity
 from headstab.statistics.seeds_needed import seeds_needed, seeds_needed_curve
+from headstab.table_files import write_table
 
 
 def main():
@@ -20,8 +21,8 @@ def main():
         confidence=options["confidence"],
     )
     needed = seeds_needed(curve, options["seeds_needed_tolerance"])
-    curve.to_csv(snakemake.output.curve, index=False)
-    needed.to_csv(snakemake.output.needed, index=False)
+    write_table(curve, snakemake.output.curve, snakemake)
+    write_table(needed, snakemake.output.needed, snakemake)
     logging.info("refits needed:\n%s", needed.to_string(index=False))
     plot_seeds_needed(curve, needed, snakemake.output.figure, snakemake.wildcards.arch, options["confidence"])
 

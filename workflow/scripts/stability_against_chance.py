@@ -5,6 +5,7 @@ import pandas as pd
 
 from headstab.joblog import run_job
 from headstab.plots.chance import plot_stability_against_chance
+from headstab.table_files import write_table
 
 
 def main():
@@ -19,8 +20,8 @@ def main():
             frame.insert(0, "architecture", arch)
             frames.append(frame)
         tables[key] = pd.concat(frames, ignore_index=True)
-    tables["pooled"].to_csv(snakemake.output.summary, index=False)
-    tables["gap"].to_csv(snakemake.output.gap, index=False)
+    write_table(tables["pooled"], snakemake.output.summary, snakemake)
+    write_table(tables["gap"], snakemake.output.gap, snakemake)
     plot_stability_against_chance(tables["pooled"], snakemake.output.figure, params.promptset, params.confidence)
 
 

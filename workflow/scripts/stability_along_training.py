@@ -9,6 +9,7 @@ from headstab.plots.training_dynamics import plot_stability_along_training
 from headstab.sections.training_dynamics import stability_along_training
 from headstab.similarity.prompt_groups import read_grouped_similarity
 from headstab.similarity.prompt_identity import check_same_prompts
+from headstab.table_files import write_table
 
 
 def main():
@@ -24,7 +25,7 @@ def main():
     table = stability_along_training(
         grouped, snakemake.params.promptset, options["n_boot"], options["seed"], options["confidence"]
     )
-    table.to_csv(snakemake.output.table, index=False)
+    write_table(table, snakemake.output.table, snakemake)
     logging.info("steps %s (%d after training), %d resamples", sorted(grouped), final_step, options["n_boot"])
     plot_stability_along_training(table, snakemake.output.figure, snakemake.wildcards.arch)
 

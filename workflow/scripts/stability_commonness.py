@@ -7,6 +7,7 @@ import pandas as pd
 
 from headstab.joblog import run_job
 from headstab.sections.stability_commonness import stability_commonness_table
+from headstab.table_files import write_table
 
 
 def main():
@@ -18,7 +19,7 @@ def main():
         options["permutations"],
         options["seed"],
     )
-    table.to_csv(snakemake.output.table, index=False)
+    write_table(table, snakemake.output.table, snakemake)
     logging.info("per-refit correlations over layers and the test across refits:\n%s", table.to_string(index=False))
 
 

@@ -10,6 +10,7 @@ import pandas as pd
 from headstab.joblog import run_job
 from headstab.plots.stability_gap import plot_extreme_layer_depth, plot_stability_gap
 from headstab.sections.stability_gap import gap_depth_table, layer_tests_table, stability_gap_summary
+from headstab.table_files import write_table
 
 
 def main():
@@ -18,11 +19,11 @@ def main():
     layers = {arch: pd.read_csv(path) for arch, path in zip(facts, inp.layer_stability, strict=True)}
     pseudo = {arch: pd.read_csv(path) for arch, path in zip(facts, inp.pseudo_values, strict=True)}
     summary = stability_gap_summary(layers, facts, snakemake.params.promptset)
-    summary.to_csv(out.table, index=False)
+    write_table(summary, out.table, snakemake)
     tests = layer_tests_table(pseudo, facts, options["permutations"], options["seed"])
-    tests.to_csv(out.layer_tests, index=False)
+    write_table(tests, out.layer_tests, snakemake)
     depth = gap_depth_table(summary, options["permutations"], options["seed"], layer_tests=tests)
-    depth.to_csv(out.depth, index=False)
+    write_table(depth, out.depth, snakemake)
     logging.info("layer tests (refits as units):\n%s", tests.to_string(index=False))
     logging.info("against depth (architectures as units):\n%s", depth.to_string(index=False))
     plot_stability_gap(summary, out.stability_gap)

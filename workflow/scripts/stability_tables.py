@@ -13,6 +13,7 @@ from headstab.stability import TABLE_NAMES, stability_tables
 from headstab.statistics.cross_layer_null import null_alignment_tables
 from headstab.statistics.interval_tables import TABLE_NAMES as INTERVAL_TABLE_NAMES
 from headstab.statistics.interval_tables import interval_tables
+from headstab.table_files import write_table
 
 KEYS = {"head_stability": ["promptset", "scope", "anchor_seed", "layer", "head"]}
 KEYS["layer_stability"] = KEYS["head_stability"][:-1]
@@ -71,7 +72,7 @@ def main():
             collected[name].append(table)
     for name in names:
         table = pd.concat(collected[name], ignore_index=True)
-        table.to_csv(snakemake.output[name], index=False)
+        write_table(table, snakemake.output[name], snakemake)
         logging.info("wrote %s (%d rows)", snakemake.output[name], len(table))
 
 

@@ -16,6 +16,7 @@ from headstab.sections.trained_in import (
     trained_in_sentences,
     trained_in_table,
 )
+from headstab.table_files import write_table
 
 
 def main():
@@ -50,9 +51,9 @@ def main():
             )
         )
     table = pd.concat(tables, ignore_index=True)
-    table.to_csv(snakemake.output.table, index=False)
+    write_table(table, snakemake.output.table, snakemake)
     moves = pd.concat(sensitivity, ignore_index=True)
-    moves.to_csv(snakemake.output.sensitivity, index=False)
+    write_table(moves, snakemake.output.sensitivity, snakemake)
     sentences = trained_in_sentences(table, params.architectures, params.training)
     sentences += sensitivity_sentences(moves, params.architectures)
     description = (

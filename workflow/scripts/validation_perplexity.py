@@ -11,6 +11,7 @@ from headstab.joblog import run_job
 from headstab.plan.spec import spec_from_dict
 from headstab.refits.models import resolve_device
 from headstab.sections.optimizers import validation_perplexity_table
+from headstab.table_files import write_table
 
 
 def main():
@@ -24,7 +25,7 @@ def main():
     table = validation_perplexity_table(
         spec, weights, windows, resolve_device(params.device), params.batch_size, params.weight_processing
     )
-    table.to_csv(snakemake.output.table, index=False)
+    write_table(table, snakemake.output.table, snakemake)
 
 
 run_job(main, "validation_perplexity", snakemake.log[0])

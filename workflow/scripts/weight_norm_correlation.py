@@ -10,13 +10,14 @@ import pandas as pd
 from headstab.joblog import run_job
 from headstab.plots.weight_norms import plot_weight_norm_correlation
 from headstab.sections.weight_norms import head_norm_partial_table, norm_stability_correlation
+from headstab.table_files import write_table
 
 
 def main():
     inp, params = snakemake.input, snakemake.params
     norms, layer_stability = pd.read_csv(inp.weight_norms), pd.read_csv(inp.layer_stability)
     correlation = norm_stability_correlation(norms, layer_stability, promptset=params.promptset)
-    correlation.to_csv(snakemake.output.correlation, index=False)
+    write_table(correlation, snakemake.output.correlation, snakemake)
     q = correlation[correlation["matrix"] == "W_Q"]["pearson_r"]
     logging.info("W_Q norm vs layer stability: r = %.3f +- %.3f over %d anchors", q.mean(), q.std(), len(q))
     options = params.statistics
@@ -26,7 +27,7 @@ def main():
         promptset=params.promptset,
         **{key: options[key] for key in ("n_boot", "seed", "confidence")},
     )
-    partial.to_csv(snakemake.output.partial, index=False)
+    write_table(partial, snakemake.output.partial, snakemake)
     logging.info("per layer, over heads, W_Q norm vs head stability given entropy:\n%s", partial.to_string(index=False))
     plot_weight_norm_correlation(
         norms,

@@ -5,6 +5,7 @@ import pandas as pd
 
 from headstab.joblog import run_job
 from headstab.sections.weight_norms import weight_norm_summary
+from headstab.table_files import write_table
 
 
 def main():
@@ -17,7 +18,7 @@ def main():
         snakemake.params.anchor_seeds,
         intervals={key: options[key] for key in ("n_boot", "seed", "confidence")},
     )
-    summary.to_csv(snakemake.output.table, index=False)
+    write_table(summary, snakemake.output.table, snakemake)
 
 
 run_job(main, "weight_norm_summary", snakemake.log[0])

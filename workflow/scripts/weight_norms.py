@@ -9,6 +9,7 @@ import torch
 from headstab.joblog import run_job
 from headstab.plan.spec import spec_from_dict
 from headstab.sections.weight_norms import refit_norm_tables
+from headstab.table_files import write_table
 
 
 def main():
@@ -17,8 +18,8 @@ def main():
     torch.set_num_threads(snakemake.threads)
     weights = dict(zip(spec.seeds, snakemake.input.weights, strict=True))
     layers, heads = refit_norm_tables(spec, weights, params.attention_norm, params.weight_processing)
-    layers.to_csv(snakemake.output.table, index=False)
-    heads.to_csv(snakemake.output.heads, index=False)
+    write_table(layers, snakemake.output.table, snakemake)
+    write_table(heads, snakemake.output.heads, snakemake)
     logging.info("weight norms of %d refits, %d layers", len(weights), spec.n_layers)
 
 

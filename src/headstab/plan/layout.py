@@ -16,6 +16,8 @@ from pathlib import Path, PurePath
 from headstab.plan.spec import ConfigError
 from headstab.plan.yaml_files import bounded_repr, bounded_text
 
+TABLE_RECORD_SUFFIX = ".provenance.json"  # tables/x.csv -> tables/x.csv.provenance.json
+
 # The rules that run a model: training, the activation caches, the validation perplexity of every
 # refit (optimizers.smk, §4.5), the anchor's head ablations (ablation.smk, §4.8), the training
 # snapshots' caches (snapshots.smk) and the head-type probe passes (head_types.smk).
@@ -224,6 +226,11 @@ class Layout:
     def table_path(self, arch: str, name: str) -> str:
         return f"{self.results}/{arch}/tables/{name}.csv"
 
+    @staticmethod
+    def table_record(table: str) -> str:
+        """The record written beside a table (headstab.table_files.write_table): its sha256, rule and inputs."""
+        return table + TABLE_RECORD_SUFFIX
+
     def figure_path(self, arch: str, name: str) -> str:
         return f"{self.results}/{arch}/figures/{name}.png"
 
@@ -309,6 +316,7 @@ _FILES = (
     (r"/summary/headline(/.+)?$", "report page", "headline_summary"),
     (r"/report_tables(/.+)?$", "report page", "report_tables"),
     (r"/tables/[^/]+\.csv$", "table", None),
+    (r"/tables/[^/]+\.csv\.provenance\.json$", "table record", None),  # written with its table (write_table)
     (r"/figures/[^/]+\.png$", "figure", None),
     (r"/logs/.+\.log$", "log", None),
     (r"/benchmarks/.+\.tsv$", "benchmark", None),

@@ -104,12 +104,12 @@ class ProvenanceNode:
     path: str
     kind: str
     details: dict[str, Any] = field(default_factory=dict)
-    # ok | missing | sha256 mismatch | checksum mismatch | digest mismatch | unreadable | unverified
+    # ok | missing | sha256 mismatch | checksum mismatch | digest mismatch | unreadable | unrecorded | unverified
     status: str = "ok"
     inputs: list[ProvenanceNode] = field(default_factory=list)
 
 
-FAILED = ("missing", "sha256 mismatch", "checksum mismatch", "digest mismatch", "unreadable")
+FAILED = ("missing", "sha256 mismatch", "checksum mismatch", "digest mismatch", "unreadable", "unrecorded")
 
 
 def check_sha256(path: Path, expected_sha256: str | None, verify: bool) -> str:
