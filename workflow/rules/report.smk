@@ -156,7 +156,7 @@ rule trained_in_types:
             LAYOUT.summary_page("trained_in_types"),
             caption="../report/trained_in_types.rst",
             category=SUMMARY_CATEGORY,
-            subcategory="Head types that training put there",
+            subcategory="Head types: trained against step 0",
         ),
     log:
         LAYOUT.log("trained_in_types", "summary"),

@@ -63,7 +63,7 @@ def main():
         "typed with thresholds calibrated on held-out initialisations. Share intervals: exact (Clopper-Pearson) over "
         f"refits at {confidence:g}, not tests. Sensitivity to the thresholds: {snakemake.output.sensitivity}."
     )
-    page = table_page(table, "Head types that training put there", snakemake.output.table, len(table), description, 3)
+    page = table_page(table, "Head types: trained against step 0", snakemake.output.table, len(table), description, 3)
     # the sentences go first, one paragraph each, under the title
     paragraphs = "".join(f"<p><b>{html.escape(sentence)}</b></p>" for sentence in sentences)
     page = page.replace("</h3>", "</h3>" + paragraphs, 1)
