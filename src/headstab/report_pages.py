@@ -105,7 +105,8 @@ DESCRIPTIONS = {
     "layer_pseudo_values": "each refit's jackknife pseudo-value of pooled layer stability, raw and above the null: the units of the layer tests",
     "meta_sne": "t-SNE coordinates of every head of every refit (Fig. 11)",
     "meta_sne_scale_normalised": "the same t-SNE of the head descriptions divided by their norms",
-    "meta_sne_mantel": "Mantel test of head-description distance against |Δ relative depth|, each refit's layers permuted as blocks",
+    "meta_sne_mantel": "Mantel test of head-description distance against the distance in relative depth, an architecture's layers "
+    "permuted as blocks in one order shared by its refits",
     "stability_against_chance": "pooled layer stability of every architecture against its null",
     "head_type_scores": "previous-token, duplicate-token, induction (prefix matching), BOS and copying scores and row entropy of every head on the probe set",
     "head_type_scores_step0": "the same scores of the same refits at step 0, the paired comparison of the trained-in test",

@@ -60,7 +60,7 @@ def test_meta_sne_titles_name_the_descriptions_and_their_mantel_test(tmp_path, m
     plot_meta_sne(table.assign(description="scale_normalised"), tmp_path / "n.png", mantel=mantel)
     title = saved[-1]._suptitle.get_text()
     assert "divided by their norms" in title and "Mantel r = 0.12" in title and "p = 0.2 " in title
-    assert "4 refits, 999 permutations of their layers; descriptive" in title
+    assert "4 refits, 999 layer orders; descriptive" in title
     two_layers = mantel.assign(mantel_r=np.nan, p_value=np.nan, note="needs refits of at least 3 layers")
     plot_meta_sne(table, tmp_path / "t.png", mantel=two_layers)
     assert saved[-1]._suptitle.get_text().endswith("\nno Mantel test of depth: needs refits of at least 3 layers")

@@ -32,7 +32,7 @@ rule meta_sne:
     all heads, coloured by relative depth, Adam and AdamW in separate panels. Optimizer and
     attention-only come from each architecture's spec. Controls for "clustered by depth" being "clustered by
     output norm": the same map of the descriptions divided by their norms, and a Mantel test of description
-    distance against ``|Δ relative depth|``, each refit's layers permuted as whole blocks (refits of 3 or more
+    distance against ``|Δ relative depth|``, each architecture's layers permuted as whole blocks in one order shared by its refits (refits of 3 or more
     layers; docs/statistics.md)."""
     input:
         caches=META_SNE_CACHES,

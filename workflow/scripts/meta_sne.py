@@ -1,8 +1,8 @@
 """Rule meta_sne: caches of every refit of every architecture -> summary/tables/meta_sne.csv (one row per
 (architecture, seed, layer, head) with its description norm and t-SNE coordinates) and summary/figures/meta_sne.png
 (paper §4.9, Fig. 11); the same from the descriptions divided by their norms (meta_sne_scale_normalised.csv,
-.png); and meta_sne_mantel.csv, the Mantel test of description distance against |Δ relative depth|, heads permuted
-within their refit. Optimizer and attention-only come from the specs (params.architectures)."""
+.png); and meta_sne_mantel.csv, the Mantel test of description distance against |Δ relative depth|, an architecture's
+layers permuted in one order shared by its refits. Optimizer and attention-only come from the specs (params.architectures)."""
 
 import logging
 

@@ -97,7 +97,7 @@ def _description_line(table: pd.DataFrame, mantel: pd.DataFrame | None) -> str:
         if np.isfinite(row["p_value"]):
             parts.append(
                 f"Mantel r = {row['mantel_r']:.2f} with |Δ relative depth|, p = {row['p_value']:.3g} "
-                f"({int(row['n_refits'])} refits, {int(row['n_permutations'])} permutations of their layers; "
+                f"({int(row['n_refits'])} refits, {int(row['n_permutations'])} layer orders; "
                 f"{row['calibration']})"
             )
         else:
