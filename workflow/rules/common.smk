@@ -83,6 +83,8 @@ ARCH = {
         "cache_spec": jobs.job_spec(ANALYSIS_SPECS[arch]),  # cache params: without seeds
         "refit_spec": ANALYSIS_SPECS[arch].to_dict(),  # analysis params: every refit
         "seeds": SEEDS[arch],
+        "n_layers": spec.n_layers,
+        "d_vocab": spec.d_vocab,
         "anchor_seed": ANCHOR_SEEDS[arch],
         # The ablated anchors: the paper's, the first seed, and the next ones up to analysis.ablation_anchors.
         "ablation_seeds": SEEDS[arch][: config["analysis"]["ablation_anchors"]],

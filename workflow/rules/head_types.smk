@@ -175,8 +175,8 @@ rule head_type_thresholds:
         runtime=10,
     params:
         library=HEAD_TYPE_THRESHOLD_CODE,
-        n_layers=lambda wildcards: SPECS[wildcards.arch].n_layers,
-        d_vocab=lambda wildcards: SPECS[wildcards.arch].d_vocab,
+        n_layers=by_arch("n_layers"),
+        d_vocab=by_arch("d_vocab"),
         tokenizer_dir=by_arch("tokenizer_dir"),
         prepend_bos=config["cache"]["prepend_bos"],
         probe=PROBE_OPTIONS,
