@@ -233,3 +233,25 @@ def test_a_response_that_is_not_a_square_matrix_is_named():
     for shape in [(5,), (3, 4)]:
         with pytest.raises(ValueError, match=r"^response must be a square \[n >= 3, n\] distance matrix, got shape "):
             mantel_test(np.zeros(shape), np.zeros(3), np.zeros(3), 5, 0)
+
+
+def test_every_stratified_order_lists_each_map_within_strata_once_the_identity_first():
+    from headstab.statistics.mantel import every_stratified_order
+
+    strata = np.array([1, 0, 1, 0, 1])  # blocks 1, 3 in stratum 0; 0, 2, 4 in stratum 1: 2! x 3! maps
+    orders = every_stratified_order(strata)
+    assert orders.shape == (12, 5) and len({tuple(order) for order in orders}) == 12
+    np.testing.assert_array_equal(orders[0], np.arange(5))
+    assert (strata[orders] == strata).all()  # every block goes to a block of its own stratum
+
+
+def test_few_block_orders_give_the_exact_p_over_all_of_them():
+    # 3 blocks of one stratum on a line, the response equal to the predictor: the identity and its reverse
+    # (the same distances) are the 2 of 3! orders with the largest r
+    points = np.repeat(np.arange(3.0), 2)
+    response = np.abs(points[:, None] - points[None, :])
+    out = mantel_test(response, points, np.zeros(6), 999, 0, blocks=np.repeat(np.arange(3), 2))
+    assert out["n_permutations"] == 6 and out["p_value"] == pytest.approx(2 / 6)
+    random = mantel_test(response, points, np.zeros(6), 5, 0, blocks=np.repeat(np.arange(3), 2))
+    assert random["n_permutations"] == 5  # 3! > 5: random orders, add-one p
+    assert random["p_value"] * 6 == pytest.approx(round(random["p_value"] * 6))
