@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from headstab.activations.reader import check_consistent_shapes, open_cache
+from headstab.activations.reader import open_cache
+from headstab.similarity.pairs import promptset_pattern_shape
 from headstab.similarity.prompt_groups import check_partners, prompt_features
 
 __all__ = ["null_pair_similarity", "null_pair_similarity_from_caches"]
@@ -71,10 +72,7 @@ def null_pair_similarity_from_caches(
     """
     from tqdm.auto import tqdm
 
-    shapes = check_consistent_shapes(cache_paths)
-    if promptset not in shapes:
-        raise KeyError(f"prompt set '{promptset}' is not in the caches ({', '.join(shapes)})")
-    n_seeds, (n_layers, n_heads) = len(cache_paths), shapes[promptset]["hook_pattern"][:2]
+    n_seeds, n_layers, n_heads = promptset_pattern_shape(cache_paths, promptset)
     readers = [open_cache(path) for path in cache_paths]
     try:
         offsets, lengths = readers[0].pattern_offsets(promptset), readers[0].lengths(promptset)

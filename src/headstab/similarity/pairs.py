@@ -34,6 +34,7 @@ __all__ = [
     "normalize_lower_features",
     "open_result_file",
     "pair_similarity_from_caches",
+    "promptset_pattern_shape",
     "read_pair_similarity",
     "read_pair_similarity_null",
     "rebuild_hint",
@@ -140,6 +141,16 @@ def _units(scope: str, n_layers: int, n_prompts: int, prompt_chunk: int) -> list
     return [(None, slice(start, min(start + prompt_chunk, n_prompts))) for start in range(0, n_prompts, prompt_chunk)]
 
 
+def promptset_pattern_shape(cache_paths: Sequence[str | Path], promptset: str) -> tuple[int, int, int]:
+    """(refits, layers, heads) of `promptset`'s attention patterns in caches that agree on their shapes;
+    KeyError naming the prompt sets the caches hold when `promptset` is not one of them."""
+    shapes = check_consistent_shapes(cache_paths)
+    if promptset not in shapes:
+        raise KeyError(f"prompt set '{promptset}' is not in the caches ({', '.join(shapes)})")
+    n_layers, n_heads = shapes[promptset]["hook_pattern"][:2]
+    return len(cache_paths), n_layers, n_heads
+
+
 def pair_similarity_from_caches(
     cache_paths: Sequence[str | Path],
     promptset: str,
@@ -165,10 +176,7 @@ def pair_similarity_from_caches(
         raise ValueError(f"prompt_chunk must be >= 1, got {prompt_chunk}")
     if scope not in SIMILARITY_SCOPES:
         raise ValueError(f"scope must be one of {list(SIMILARITY_SCOPES)}; got {scope!r}")
-    shapes = check_consistent_shapes(cache_paths)
-    if promptset not in shapes:
-        raise KeyError(f"prompt set '{promptset}' is not in the caches ({', '.join(shapes)})")
-    n_seeds, (n_layers, n_heads) = len(cache_paths), shapes[promptset]["hook_pattern"][:2]
+    n_seeds, n_layers, n_heads = promptset_pattern_shape(cache_paths, promptset)
     readers = [open_cache(path) for path in cache_paths]
     try:
         offsets = readers[0].pattern_offsets(promptset)

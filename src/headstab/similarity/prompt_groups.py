@@ -27,11 +27,17 @@ from pathlib import Path
 import numpy as np
 
 from headstab.activations.packing import n_lower_entries
-from headstab.activations.reader import check_consistent_shapes, is_filter_failure, open_cache
+from headstab.activations.reader import is_filter_failure, open_cache
 from headstab.fileio import atomic_path
 from headstab.plan.formats import GROUPED_FORMAT, GROUPED_FORMAT_VERSION
 from headstab.sharpness import content_remainders, content_share, packed_row_entropy
-from headstab.similarity.pairs import finish_result_file, normalize_lower_features, open_result_file, rebuild_hint
+from headstab.similarity.pairs import (
+    finish_result_file,
+    normalize_lower_features,
+    open_result_file,
+    promptset_pattern_shape,
+    rebuild_hint,
+)
 
 __all__ = [
     "GroupedSimilarity",
@@ -187,10 +193,7 @@ def grouped_arrays_from_caches(
     """
     from tqdm.auto import tqdm
 
-    shapes = check_consistent_shapes(cache_paths)
-    if promptset not in shapes:
-        raise KeyError(f"prompt set '{promptset}' is not in the caches ({', '.join(shapes)})")
-    n_seeds, (n_layers, n_heads) = len(cache_paths), shapes[promptset]["hook_pattern"][:2]
+    n_seeds, n_layers, n_heads = promptset_pattern_shape(cache_paths, promptset)
     readers = [open_cache(path) for path in cache_paths]
     try:
         offsets, lengths = readers[0].pattern_offsets(promptset), readers[0].lengths(promptset)
