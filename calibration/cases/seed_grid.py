@@ -61,9 +61,14 @@ def _interval(statistic: str):
 
 
 NS = (4, 9, 12, 25, 50)
+# the means' and the fractions' intervals: one method each, two statistics each
+STATISTICS = {
+    "refit_bootstrap_seed_grid_means": ("shares_init", "shares_neither"),
+    "refit_bootstrap_seed_grid_fractions": ("init_fraction", "floor_fraction"),
+}
 CASES = [
     Case(
-        "refit_bootstrap_seed_grid_means",
+        method,
         f"crossed_seeds_{statistic}",
         "coverage",
         _interval(statistic),
@@ -72,18 +77,6 @@ CASES = [
         quick_reps=100,
         ns=NS,
     )
-    for statistic in ("shares_init", "shares_neither")
-]
-CASES += [
-    Case(
-        "refit_bootstrap_seed_grid_fractions",
-        f"crossed_seeds_{statistic}",
-        "coverage",
-        _interval(statistic),
-        reps=500,
-        quick_n=9,
-        quick_reps=100,
-        ns=NS,
-    )
-    for statistic in ("init_fraction", "floor_fraction")
+    for method, statistics in STATISTICS.items()
+    for statistic in statistics
 ]
