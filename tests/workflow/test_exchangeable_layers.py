@@ -2,7 +2,8 @@
 exchangeable by construction (random attention-only heads that write nothing, tests/helpers/exchangeable_refits.py),
 through the published-refit path (TL2 state dict -> conversion -> the cache writer -> prompt-group similarity) and
 the functions the rules call. No layer differs, so every test must reject at about its level over repeated
-fixtures, and the head-shuffle test the workflow used before must be seen to reject far more often."""
+fixtures (the Mantel test on two architectures of 4 refits, so that its exact p can go below the level), and the
+head-shuffle test the workflow used before must be seen to reject far more often."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ MAX_REJECTIONS = 11
 # The old test must reject in at least 30 of 80: a level-0.05 test does so with probability 7e-19.
 OLD_MIN_REJECTIONS = 30
 PERMUTATIONS = 999
+# The Mantel test sees the 8 refits as two architectures of 4 (the same exchangeable spec): with one 4-layer
+# architecture its exact p cannot go below 2/4! = 0.083 and the probe would be vacuous; with two, 2/(4!)^2 = 0.0035.
+MANTEL_ARCHITECTURES = ("l4_h4_attn", "l4_h4_attn_b")
 
 
 def _head_shuffle_p(grouped, seed: int) -> float:
@@ -48,7 +52,9 @@ def p_values(tmp_path_factory) -> pd.DataFrame:
 
     spec = silent_spec(TINY_ARCHITECTURE)
     model = build_model(spec, seed=0, legacy_gpt2_init=False).eval()
-    facts = {spec.name: {"n_layers": 4, "n_heads": 4, "optimizer": "Adam", "attention_only": True}}
+    arch_facts = {"n_layers": 4, "n_heads": 4, "optimizer": "Adam", "attention_only": True}
+    facts = {spec.name: arch_facts}
+    mantel_facts = {name: arch_facts for name in MANTEL_ARCHITECTURES}
     rows = []
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -57,14 +63,20 @@ def p_values(tmp_path_factory) -> pd.DataFrame:
             fixture = exchangeable_fixture(model, spec, SEEDS, draw, tmp_path_factory.mktemp(f"draw{draw}"))
             pseudo = {spec.name: layer_pseudo_values(fixture["grouped"])}
             tests = layer_tests_table(pseudo, facts, 10000, draw).set_index(["statistic", "test"])
-            descriptions = describe_refits({(spec.name, s): p for s, p in zip(SEEDS, fixture["caches"])}, "primary")
-            mantel = depth_mantel_table(descriptions, facts, PERMUTATIONS, draw).set_index("description")
+            refits = {
+                (MANTEL_ARCHITECTURES[i * 2 // len(SEEDS)], s): p
+                for i, (s, p) in enumerate(zip(SEEDS, fixture["caches"]))
+            }
+            descriptions = describe_refits(refits, "primary")
+            mantel = depth_mantel_table(descriptions, mantel_facts, PERMUTATIONS, draw).set_index("description")
             rows.append(
                 {
                     "layers_differ": tests.loc[("layer_above_null", "layers_differ"), "p_value"],
                     "mid_depth_dip": tests.loc[("layer_above_null", "mid_depth_dip"), "p_value"],
                     "mantel": mantel.loc["raw", "p_value"],
                     "mantel_normalised": mantel.loc["scale_normalised", "p_value"],
+                    "mantel_note": mantel.loc["raw", "note"],
+                    "mantel_architectures": mantel.loc["raw", "n_architectures"],
                     "head_shuffle": _head_shuffle_p(fixture["grouped"], draw),
                 }
             )
@@ -78,6 +90,14 @@ def test_the_layer_mid_depth_and_mantel_tests_reject_exchangeable_layers_at_abou
     p = p_values[test]
     assert p.notna().all() and p.between(0, 1).all()
     assert (p <= ALPHA).sum() <= MAX_REJECTIONS, p.round(4).tolist()
+
+
+def test_the_mantel_probe_can_reject(p_values):
+    """Its exact floor is below the level, so "no more rejections than a level-0.05 test" has content."""
+    assert (p_values["mantel_architectures"] == 2).all()
+    floors = p_values["mantel_note"].str.extract(r"exact over (\d+) layer orders, so p >= ([0-9.e-]+)")
+    assert (floors[0].astype(int) == 24**2).all(), p_values["mantel_note"].iloc[0]
+    assert (floors[1].astype(float) < ALPHA).all()
 
 
 def test_the_head_shuffle_test_rejects_exchangeable_layers_far_more_often(p_values):
