@@ -91,23 +91,38 @@ def mutmut_section(source: str, tests: list[str]) -> str:
         # The git-based change detection looks at the checkout, not at this copy.
         "use_git_change_detection = false\n"
         # mutmut runs the tests in mutants/, a copy of src and tests: the files they read go along.
-        f"also_copy = {json.dumps([folder for folder in COPIED if folder not in ('src', 'tests')])}\n"
+        f"also_copy = {json.dumps([entry for entry in COPIED if entry not in ('src', 'tests', 'pyproject.toml')])}\n"
     )
 
 
-# What the tests read besides the code: the docs and captions they check words in, the paper's numbers and
-# prompts, the configs, the calibration cases.
-COPIED = ("src", "tests", "docs", "resources", "config", "workflow", "calibration")
+# What the tests read besides the code (the docs and captions they check words in, the paper's numbers and
+# prompts, the configs, the calibration cases): every top-level entry git tracks, so that no test can read a
+# file its copy lacks; without git, these.
+FALLBACK_COPIED = ("src", "tests", "docs", "resources", "config", "workflow", "calibration")
+
+
+def tracked_top_level(root: Path) -> tuple[str, ...]:
+    """The top-level files and folders of `root` that git tracks, sorted; FALLBACK_COPIED outside a git checkout."""
+    listing = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True)
+    if listing.returncode != 0 or not listing.stdout.strip():
+        return FALLBACK_COPIED
+    return tuple(sorted({line.split("/", 1)[0] for line in listing.stdout.splitlines() if line}))
+
+
+COPIED = tracked_top_level(ROOT)
 
 
 def prepare(work: Path, source: str, tests: list[str]) -> None:
-    """A fresh copy of COPIED with a pyproject.toml for this module alone."""
+    """A fresh copy of COPIED with a pyproject.toml for this module alone (the checkout's, plus mutmut's table)."""
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", ".tmp")
-    for folder in COPIED:
-        shutil.copytree(ROOT / folder, work / folder, ignore=ignore)
+    for entry in COPIED:
+        if (ROOT / entry).is_dir():
+            shutil.copytree(ROOT / entry, work / entry, ignore=ignore)
+        elif entry != "pyproject.toml":
+            shutil.copy2(ROOT / entry, work / entry)
     pyproject = (ROOT / "pyproject.toml").read_text()
     (work / "pyproject.toml").write_text(pyproject + mutmut_section(source, tests))
 
