@@ -61,7 +61,7 @@ gpu-check: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/gpu_check.py --device $(or $(DEVICE),cuda)
 
 calibration: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python calibration/run.py $(if $(METHODS),--methods $(METHODS))
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python calibration/run.py $(if $(METHODS),--methods $(METHODS)) $(if $(JOBS),--jobs $(JOBS))
 
 # mutmut is a tool of this target only, so it is installed here rather than in every venv.
 # MODULES="cka stability" limits the run; the summary keeps the other modules' last results.

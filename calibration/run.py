@@ -4,6 +4,11 @@ it is reported for, on data simulated with the dependence the real data has (doc
     python calibration/run.py                 # the full study -> results/calibration/
     python calibration/run.py --quick         # each case once at its quick n, few datasets (what make test runs)
     python calibration/run.py --methods sign_flip_paired layer_heterogeneity
+    python calibration/run.py --jobs 16              # (case, n) rows in 16 processes
+
+Each finished (case, n) row is kept in rows/ under a key of the case, n, datasets, seed and a digest of every file
+of calibration/ and of the headstab modules it imports, transitively: a run stopped part-way resumes where it
+stopped, and a changed line of that code recomputes every row (--fresh recomputes them anyway).
 
 Writes summary.csv (one row per method, scenario and n: rate, Monte-Carlo s.e., bound, passed, the workflow's
 label there, consistent), methods.csv (per method: its min_n in headstab.statistics.calibration and the one the
@@ -15,6 +20,10 @@ method has no case.
 from __future__ import annotations
 
 import argparse
+import ast
+import hashlib
+import json
+import multiprocessing
 import sys
 import time
 from dataclasses import asdict
@@ -26,27 +35,119 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 
 from calibration.cases import CASES, POWER  # noqa: E402
-from calibration.harness import detectable_effect, evaluate, min_n_passing  # noqa: E402
+from calibration.harness import Case, detectable_effect, evaluate, min_n_passing  # noqa: E402
 from headstab.statistics.calibration import CALIBRATION_NS, METHODS  # noqa: E402
 
 OUT = ROOT / "results" / "calibration"
 
 
-def run_cases(methods: list[str], quick: bool, seed: int) -> pd.DataFrame:
-    outcomes = []
-    for case in [c for c in CASES if c.method in methods]:
-        ns = (case.quick_n,) if quick else (case.ns or CALIBRATION_NS)
-        for n in ns:
-            start = time.monotonic()
-            outcome = evaluate(case, n, case.quick_reps if quick else case.reps_for(n), seed)
+def _imported_modules(path: Path) -> set[str]:
+    """The headstab and calibration modules `path` imports anywhere (function bodies too), as dotted names."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in names if name.split(".")[0] in ("headstab", "calibration")}
+
+
+def _module_file(name: str, root: Path) -> Path | None:
+    base = root / "src" / name.replace(".", "/") if name.startswith("headstab") else root / name.replace(".", "/")
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def source_files(root: Path = ROOT) -> list[Path]:
+    """Every file of calibration/ and the headstab modules they import, transitively (packages' __init__ too)."""
+    pending = sorted((root / "calibration").rglob("*.py"))
+    seen: set[Path] = set()
+    while pending:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for name in _imported_modules(path):
+            parts = name.split(".")
+            for depth in range(1, len(parts) + 1):
+                found = _module_file(".".join(parts[:depth]), root)
+                if found is not None and found not in seen:
+                    pending.append(found)
+    return sorted(seen)
+
+
+def source_digest(root: Path = ROOT) -> str:
+    """sha256 over the path and bytes of `source_files`: what a row's outcome can depend on."""
+    digest = hashlib.sha256()
+    for path in source_files(root):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def row_key(case: Case, n: int, reps: int, seed: int, digest: str) -> str:
+    """The file name of one (case, n) row: readable, then a hash of everything its outcome depends on."""
+    identity = json.dumps([case.method, case.scenario, case.kind, case.level, n, reps, seed, digest])
+    return f"{case.method}.{case.kind}.n{n}.{hashlib.sha256(identity.encode()).hexdigest()[:16]}.json"
+
+
+def _evaluate_row(task: tuple[int, int, int, int]) -> tuple[int, dict, float]:
+    index, n, reps, seed = task
+    start = time.monotonic()
+    return index, asdict(evaluate(CASES[index], n, reps, seed)), time.monotonic() - start
+
+
+def run_cases(
+    cases: list[Case], quick: bool, seed: int, rows: Path | None = None, jobs: int = 1, fresh: bool = False
+) -> pd.DataFrame:
+    """One row per (case, n), in the cases' order; rows already in `rows` (same key) are read, not recomputed,
+    and each new one is written there as soon as it is done. jobs > 1: forked worker processes."""
+    digest = source_digest()
+    position = {id(case): index for index, case in enumerate(CASES)}  # by identity: two cases may compare equal
+    tasks, done = [], {}
+    for case in cases:
+        for n in (case.quick_n,) if quick else (case.ns or CALIBRATION_NS):
+            reps = case.quick_reps if quick else case.reps_for(n)
+            key = row_key(case, n, reps, seed, digest)
+            if rows is not None and not fresh and (rows / key).exists():
+                done[key] = json.loads((rows / key).read_text())
+            else:
+                tasks.append((key, (position[id(case)], n, reps, seed)))
+    if rows is not None:
+        rows.mkdir(parents=True, exist_ok=True)
+    print(f"{len(done)} rows kept from {rows}, {len(tasks)} to compute with {jobs} process(es)", flush=True)
+    keys = {task: key for key, task in tasks}
+    pool = multiprocessing.get_context("fork").Pool(jobs) if jobs > 1 else None
+    try:
+        results = pool.imap_unordered(_evaluate_row, keys) if pool else map(_evaluate_row, keys)
+        for index, outcome, seconds in results:
+            key = keys[(index, outcome["n"], outcome["reps"], seed)]
+            done[key] = outcome
+            if rows is not None:
+                partial = rows / f".{key}.tmp"
+                partial.write_text(json.dumps(outcome) + "\n")
+                partial.replace(rows / key)
             print(
-                f"{case.method:40s} {case.scenario:28s} n={n:3d} {case.kind:8s} rate {outcome.rate:.3f} "
-                f"(bound {outcome.bound:.3f}) {'pass' if outcome.passed else 'FAIL'} [{outcome.label}] "
-                f"{time.monotonic() - start:.1f} s",
+                f"{outcome['method']:40s} {outcome['scenario']:28s} n={outcome['n']:3d} {outcome['kind']:8s} "
+                f"rate {outcome['rate']:.3f} (bound {outcome['bound']:.3f}) {'pass' if outcome['passed'] else 'FAIL'} "
+                f"[{outcome['label']}] {seconds:.1f} s",
                 flush=True,
             )
-            outcomes.append(outcome)
-    return pd.DataFrame([asdict(o) for o in outcomes])
+    finally:
+        if pool:
+            pool.close()
+            pool.join()
+    order = [row_key(c, n, r, seed, digest) for c, n, r in _planned(cases, quick)]
+    return pd.DataFrame([done[key] for key in order])
+
+
+def _planned(cases: list[Case], quick: bool) -> list[tuple[Case, int, int]]:
+    return [
+        (case, n, case.quick_reps if quick else case.reps_for(n))
+        for case in cases
+        for n in ((case.quick_n,) if quick else (case.ns or CALIBRATION_NS))
+    ]
 
 
 def method_table(summary: pd.DataFrame) -> pd.DataFrame:
@@ -96,6 +197,8 @@ def main() -> int:
     parser.add_argument("--methods", nargs="*", default=None, help=f"some of: {', '.join(METHODS)}")
     parser.add_argument("--seed", type=int, default=20261128)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes for the (case, n) rows")
+    parser.add_argument("--fresh", action="store_true", help="recompute rows kept from an earlier run")
     args = parser.parse_args()
     methods = args.methods or list(METHODS)
     unknown = sorted(set(methods) - set(METHODS))
@@ -106,7 +209,9 @@ def main() -> int:
         print(f"these reported methods have no calibration case: {uncovered}", file=sys.stderr)
         return 1
     args.out.mkdir(parents=True, exist_ok=True)
-    summary = run_cases(methods, args.quick, args.seed)
+    cases = [case for case in CASES if case.method in methods]
+    rows = None if args.quick else args.out / "rows"
+    summary = run_cases(cases, args.quick, args.seed, rows, args.jobs, args.fresh)
     summary.to_csv(args.out / "summary.csv", index=False)
     method_table(summary).to_csv(args.out / "methods.csv", index=False)
     run_power(methods, args.quick, args.seed).to_csv(args.out / "power.csv", index=False)

@@ -1,0 +1,102 @@
+"""calibration/run.py (`make calibration`): finished (case, n) rows are kept and reused, a changed source or
+--fresh recomputes them, and worker processes give the rows one process gives, in the cases' order."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from calibration.harness import Case  # noqa: E402
+
+CALLS: list[int] = []
+
+
+def _uniform_p(rng, n):
+    CALLS.append(n)
+    return float(rng.uniform())
+
+
+def _failing(rng, n):
+    raise AssertionError("a kept row was recomputed")
+
+
+@pytest.fixture()
+def runner(monkeypatch):
+    spec = importlib.util.spec_from_file_location("calibration_run", REPO / "calibration" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "calibration_run", module)  # worker processes find _evaluate_row by name
+    spec.loader.exec_module(module)
+    cases = [
+        Case("mantel_layer_blocks", "uniform_a", "size", _uniform_p, reps=40, ns=(4, 5)),
+        Case("mantel_layer_blocks", "uniform_b", "size", _uniform_p, reps=30, ns=(12,)),
+    ]
+    monkeypatch.setattr(module, "CASES", cases)
+    CALLS.clear()
+    return module, cases
+
+
+def test_rows_are_written_as_they_finish_and_reused(runner, tmp_path):
+    module, cases = runner
+    first = module.run_cases(cases, quick=False, seed=3, rows=tmp_path / "rows")
+    assert list(zip(first["scenario"], first["n"], first["reps"])) == [
+        ("uniform_a", 4, 40),
+        ("uniform_a", 5, 40),
+        ("uniform_b", 12, 30),
+    ]
+    assert sorted(CALLS) == [4] * 40 + [5] * 40 + [12] * 30
+    assert len(list((tmp_path / "rows").glob("*.json"))) == 3
+    module.CASES[:] = [Case(c.method, c.scenario, c.kind, _failing, reps=c.reps, ns=c.ns) for c in cases]
+    again = module.run_cases(module.CASES, quick=False, seed=3, rows=tmp_path / "rows")
+    pd.testing.assert_frame_equal(first, again)
+
+
+def test_a_changed_source_another_seed_or_fresh_recomputes(runner, tmp_path, monkeypatch):
+    module, cases = runner
+    rows = tmp_path / "rows"
+    module.run_cases(cases, quick=False, seed=3, rows=rows)
+    CALLS.clear()
+    module.run_cases(cases, quick=False, seed=4, rows=rows)
+    assert len(CALLS) == 110
+    CALLS.clear()
+    module.run_cases(cases, quick=False, seed=3, rows=rows, fresh=True)
+    assert len(CALLS) == 110
+    CALLS.clear()
+    monkeypatch.setattr(module, "source_digest", lambda: "another source")
+    module.run_cases(cases, quick=False, seed=3, rows=rows)
+    assert len(CALLS) == 110
+
+
+def test_the_digest_covers_what_the_cases_import_and_nothing_else(runner, tmp_path):
+    module, _ = runner
+    files = {
+        "calibration/cases/x.py": "def f():\n    from headstab.statistics.x import g\n",
+        "src/headstab/__init__.py": "",
+        "src/headstab/statistics/__init__.py": "",
+        "src/headstab/statistics/x.py": "import headstab.statistics.y\ng = 1\n",
+        "src/headstab/statistics/y.py": "h = 1\n",
+        "src/headstab/neurons/z.py": "k = 1\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    listed = {str(path.relative_to(tmp_path)) for path in module.source_files(tmp_path)}
+    assert listed == set(files) - {"src/headstab/neurons/z.py"}
+    before = module.source_digest(tmp_path)
+    (tmp_path / "src/headstab/neurons/z.py").write_text("k = 2\n")
+    assert module.source_digest(tmp_path) == before
+    (tmp_path / "src/headstab/statistics/y.py").write_text("h = 2\n")  # imported by what a case imports
+    assert module.source_digest(tmp_path) != before
+
+
+def test_worker_processes_give_the_same_rows_in_the_same_order(runner, tmp_path):
+    module, cases = runner
+    one = module.run_cases(cases, quick=False, seed=3, rows=tmp_path / "one")
+    two = module.run_cases(cases, quick=False, seed=3, rows=tmp_path / "two", jobs=2)
+    pd.testing.assert_frame_equal(one, two)
