@@ -1,0 +1,86 @@
+"""MLP neuron activations of a model, batch by batch, for the streamed statistics: `blocks.{layer}.mlp.hook_post`
+(the activation after the nonlinearity, Gurnee et al.'s neurons) of every layer, float16 [token, layer, d_mlp].
+
+Models are TransformerLens models (the TransformerBridge of `headstab.refits.models`, or a HookedTransformer):
+one `run_with_cache` per batch, only the MLP hooks kept, stopped after the last block. Batches are token ids
+[batch, pos]; right-padded batches come with their lengths, and padded positions are dropped, so a token
+counts once whatever the batching.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from headstab.neurons.streamed import PairStatistics
+
+__all__ = ["MLP_POST_HOOK", "mlp_post_chunks", "mlp_post_hook_names", "stream_pair_statistics"]
+
+MLP_POST_HOOK = "mlp.hook_post"
+
+Batch = np.ndarray | tuple[np.ndarray, np.ndarray]  # tokens [batch, pos], or (tokens, lengths [batch])
+
+
+def mlp_post_hook_names(model: Any) -> list[str]:
+    """`blocks.{layer}.mlp.hook_post` of every layer of `model`, failing on a model without them."""
+    names = [f"blocks.{layer}.{MLP_POST_HOOK}" for layer in range(int(model.cfg.n_layers))]
+    missing = [name for name in names if name not in model.hook_dict]
+    if missing:
+        raise ValueError(
+            f"the model has no hook {missing[0]} (attention-only, or not a TransformerLens model); neuron "
+            "statistics need the MLP activations: give an architecture with MLPs"
+        )
+    return names
+
+
+def _split(batch: Batch) -> tuple[np.ndarray, np.ndarray | None]:
+    if isinstance(batch, tuple):
+        tokens, lengths = batch
+        return np.asarray(tokens), np.asarray(lengths)
+    return np.asarray(batch), None
+
+
+def mlp_post_chunks(model: Any, batches: Iterable[Batch]) -> Iterator[np.ndarray]:
+    """Yield each batch's `blocks.{layer}.mlp.hook_post` activations, float16 [token, layer, d_mlp]: the real
+    tokens of the batch in row-major order (prompt by prompt, position by position)."""
+    import torch
+
+    names = mlp_post_hook_names(model)
+    wanted = set(names)
+    device = next(model.parameters()).device
+    for batch in batches:
+        tokens, lengths = _split(batch)
+        ids = torch.as_tensor(tokens, dtype=torch.long, device=device)
+        with torch.inference_mode():
+            _, cache = model.run_with_cache(ids, names_filter=lambda name: name in wanted, stop_at_layer=len(names))
+        stacked = torch.stack([cache[name] for name in names], dim=2)  # [batch, pos, layer, d_mlp]
+        if lengths is not None:
+            real = torch.arange(ids.shape[1], device=device)[None, :] < torch.as_tensor(lengths, device=device)[:, None]
+            chunk = stacked[real]
+        else:
+            chunk = stacked.reshape(-1, *stacked.shape[2:])
+        yield chunk.to(torch.float16).cpu().numpy()
+
+
+def stream_pair_statistics(
+    anchor_model: Any,
+    other_model: Any,
+    batches: Iterable[Batch],
+    scope: str,
+    names: tuple[str, str],
+    device: str | Any = "cpu",
+) -> PairStatistics:
+    """Statistics of both models' neurons over the same `batches` (each batch read by both, then dropped).
+
+    names: the (anchor, other) refit labels the statistics and their messages carry; device: where the
+    float64 accumulators live.
+    """
+    n_layers, d_mlp = int(anchor_model.cfg.n_layers), int(anchor_model.cfg.d_mlp)
+    statistics = PairStatistics.empty(*names, n_layers, d_mlp, scope, device)
+    for batch in batches:
+        (a,) = mlp_post_chunks(anchor_model, [batch])
+        (b,) = mlp_post_chunks(other_model, [batch])
+        statistics.update(a, b)
+    return statistics

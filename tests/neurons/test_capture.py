@@ -1,0 +1,67 @@
+"""Capture of MLP neurons: the chunks are TransformerLens's `blocks.{layer}.mlp.hook_post` in float16, padded
+positions dropped, and two refits streamed batch by batch give the statistics of their stored activations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINY_ARCHITECTURE
+from helpers.bridges import tiny_bridge
+
+from headstab.neurons.capture import mlp_post_chunks, mlp_post_hook_names, stream_pair_statistics
+from headstab.neurons.streamed import PairStatistics
+from headstab.plan.spec import ArchitectureSpec
+from headstab.refits.models import build_model
+
+
+@pytest.fixture(scope="module")
+def refits():
+    """Two seeds of the suite's tiny MLP architecture, as the workflow builds them."""
+    spec = ArchitectureSpec(**TINY_ARCHITECTURE)  # 2 layers, d_mlp 32
+    return build_model(spec, 1), build_model(spec, 2)
+
+
+def hook_values(model, tokens: np.ndarray) -> np.ndarray:
+    """[batch, pos, layer, d_mlp] float32 straight from run_with_cache."""
+    _, cache = model.run_with_cache(torch.as_tensor(tokens, dtype=torch.long))
+    return np.stack([cache[f"blocks.{layer}.mlp.hook_post"].numpy() for layer in range(2)], axis=2)
+
+
+def test_chunks_are_the_mlp_post_hook_in_float16(refits):
+    model = refits[0]
+    tokens = np.random.default_rng(0).integers(0, 32, size=(3, 16))
+    (chunk,) = mlp_post_chunks(model, [tokens])
+    assert chunk.dtype == np.float16 and chunk.shape == (48, 2, 32)
+    np.testing.assert_array_equal(chunk, hook_values(model, tokens).reshape(48, 2, 32).astype(np.float16))
+    assert mlp_post_hook_names(model) == ["blocks.0.mlp.hook_post", "blocks.1.mlp.hook_post"]
+
+
+def test_padded_positions_are_dropped_prompt_by_prompt(refits):
+    model = refits[0]
+    tokens = np.random.default_rng(1).integers(0, 32, size=(3, 6))
+    lengths = np.array([6, 2, 4])
+    (chunk,) = mlp_post_chunks(model, [(tokens, lengths)])
+    values = hook_values(model, tokens).astype(np.float16)
+    expected = np.concatenate([values[row, :length] for row, length in enumerate(lengths)])
+    np.testing.assert_array_equal(chunk, expected)
+
+
+def test_two_refits_streamed_give_the_statistics_of_their_activations(refits):
+    rng = np.random.default_rng(2)
+    batches = [rng.integers(0, 32, size=(2, 16)) for _ in range(3)]
+    streamed = stream_pair_statistics(*refits, batches, "cross_layer", ("seed1", "seed2"))
+    a = np.concatenate([next(mlp_post_chunks(refits[0], [batch])) for batch in batches])
+    b = np.concatenate([next(mlp_post_chunks(refits[1], [batch])) for batch in batches])
+    reference = PairStatistics.empty("seed1", "seed2", 2, 32, "cross_layer")
+    reference.update(a, b)
+    assert (streamed.anchor, streamed.other, streamed.n_tokens) == ("seed1", "seed2", 96)
+    for name in ("mean_a", "comoment_b", "cross"):
+        np.testing.assert_allclose(getattr(streamed, name).numpy(), getattr(reference, name).numpy(), atol=1e-9)
+    assert not torch.allclose(streamed.mean_a, streamed.mean_b)  # two refits, not one read twice
+
+
+def test_an_attention_only_model_has_no_neurons_and_says_so():
+    model = tiny_bridge(attn_only=True)
+    with pytest.raises(ValueError, match="no hook blocks.0.mlp.hook_post .*give an architecture with MLPs"):
+        mlp_post_hook_names(model)
