@@ -185,6 +185,14 @@ METHODS: dict[str, Method] = {
             "(head_type_universality.csv above_null, one_to_one_above_null)",
         ),
         Method(
+            "neuron_share_bootstrap",
+            "interval",
+            "refits",
+            None,
+            "refit-resampled interval (anchors and each anchor's partners) of the share of a layer's neurons that "
+            "are universal, its chance share under the rotation null and the excess correlation (neuron_universality)",
+        ),
+        Method(
             "cross_layer_sign_flip",
             "p_value",
             "refits",
