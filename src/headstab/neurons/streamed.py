@@ -105,7 +105,7 @@ class PairStatistics:
         self._absorb(a.shape[0], chunk_a, chunk_b, _layer_products(a, a), _layer_products(b, b), self._cross(a, b))
 
     def _chunk(self, chunk: Any, refit: str) -> torch.Tensor:
-        values = torch.as_tensor(chunk).to(device=self.mean_a.device, dtype=ACCUMULATOR_DTYPE)
+        values = torch.as_tensor(chunk).to(device=self.mean_a.device)  # checked before the upcast: half the bytes
         expected = (self.n_layers, self.d_mlp)
         if values.ndim != 3 or tuple(values.shape[1:]) != expected:
             raise ValueError(
@@ -120,7 +120,7 @@ class PairStatistics:
                 f"neuron statistics: refit {refit!r} has a non-finite activation in layer {layer} "
                 f"(blocks.{layer}.mlp.hook_post), beyond float16's range if captured in float16; capture in float32"
             )
-        return values
+        return values.to(ACCUMULATOR_DTYPE)
 
     def _cross(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         if self.scope == "cross_layer":
