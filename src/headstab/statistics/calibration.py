@@ -185,14 +185,6 @@ METHODS: dict[str, Method] = {
             "(head_type_universality.csv above_null, one_to_one_above_null)",
         ),
         Method(
-            "neuron_share_bootstrap",
-            "interval",
-            "refits",
-            None,
-            "refit-resampled interval (anchors and each anchor's partners) of the share of a layer's neurons that "
-            "are universal, its chance share under the rotation null and the excess correlation (neuron_universality)",
-        ),
-        Method(
             "cross_layer_sign_flip",
             "p_value",
             "refits",
@@ -369,6 +361,7 @@ _SECTION_METHODS = (
         "min and max of the refits' final training losses (headline.csv final training loss): a range of the "
         "values, not a confidence interval",
     ),
+    Method("neuron_share_bootstrap", "interval", "refits", None, "share of universal neurons, its null and excess"),
 )
 METHODS.update({method.name: method for method in _SECTION_METHODS})
 
