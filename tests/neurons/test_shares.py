@@ -11,7 +11,7 @@ import pytest
 
 from headstab.neurons.shares import SHARE_COLUMNS, neuron_scores, stack_pairs, universal_share_table
 from headstab.neurons.streamed import PairStatistics
-from headstab.neurons.universality import max_correlations, null_max_correlations
+from headstab.neurons.universality import pair_universality
 
 N_TOKENS, N_LAYERS, D_MLP = 3000, 3, 64
 REFITS = ("seed1", "seed2", "seed3")
@@ -44,11 +44,10 @@ def pair_maxima() -> dict[str, dict]:
     for a, b in itertools.combinations(REFITS, 2):
         stats = PairStatistics.empty(a, b, N_LAYERS, D_MLP, "cross_layer")
         stats.update(acts[a], acts[b])
-        for one in (stats, stats.swapped()):
-            found, null = max_correlations(one), null_max_correlations(one, n_draws=5, seed=1)
+        for direction, values in pair_universality(stats, n_draws=5, seed=1).items():
             for scope in out:
-                out[scope]["max"][(one.anchor, one.other)] = found[scope]
-                out[scope]["null"][(one.anchor, one.other)] = null[scope].mean(axis=0)
+                out[scope]["max"][direction] = values[f"max_{scope}"]
+                out[scope]["null"][direction] = values[f"null_{scope}"]
     return out
 
 
@@ -89,15 +88,15 @@ def test_scores_and_shares_by_hand():
     """3 refits, 1 layer, 2 neurons; partner means, universal flags, excess and share computed by hand."""
     pair_max = np.full((3, 3, 1, 2), np.nan)  # [anchor, other, layer, neuron]; the diagonal is never read
     pair_max[0, 1, 0], pair_max[0, 2, 0] = (0.9, 0.2), (0.3, 0.4)  # means 0.6, 0.3
-    pair_max[1, 0, 0], pair_max[1, 2, 0] = (0.6, 0.6), (0.6, 0.2)  # means 0.6, 0.4
+    pair_max[1, 0, 0], pair_max[1, 2, 0] = (0.6, 0.75), (0.6, 0.25)  # means 0.6, 0.5: at 0.5, not above it
     pair_max[2, 0, 0], pair_max[2, 1, 0] = (np.nan, 0.7), (np.nan, 0.5)  # refit 2's neuron 0 is dead; 0.6
     pair_null = np.where(np.isnan(pair_max), np.nan, 0.1)
     scores = neuron_scores(pair_max, pair_null)
-    np.testing.assert_allclose(scores["max"][:, 0], [[0.6, 0.3], [0.6, 0.4], [np.nan, 0.6]])
+    np.testing.assert_allclose(scores["max"][:, 0], [[0.6, 0.3], [0.6, 0.5], [np.nan, 0.6]])
     np.testing.assert_array_equal(scores["universal"][:, 0], [[True, False], [True, False], [False, True]])
     table = universal_share_table(pair_max, pair_null, n_boot=50, seed=0, confidence=0.9).iloc[0]
     assert table["universal_share"] == pytest.approx(3 / 5) and table["n_dead"] == 1 and table["n_neurons"] == 5
-    assert table["mean_max"] == pytest.approx((0.6 + 0.3 + 0.6 + 0.4 + 0.6) / 5)
+    assert table["mean_max"] == pytest.approx((0.6 + 0.3 + 0.6 + 0.5 + 0.6) / 5)
     assert table["excess"] == pytest.approx(table["mean_max"] - 0.1)
     assert table["null_share"] == 0.0
 
@@ -120,3 +119,28 @@ def test_a_missing_pair_direction_is_named_with_the_fix():
         stack_pairs(values, ["seed1", "seed2", "seed3"])
     with pytest.raises(ValueError, match=r"null maxima of shape \(2, 2, 1\) for maxima of shape \(2, 2, 1, 3\)"):
         universal_share_table(np.zeros((2, 2, 1, 3)), np.zeros((2, 2, 1)), n_boot=10, seed=0, confidence=0.9)
+
+
+def test_the_interval_resamples_anchors_and_each_anchors_partners():
+    """The share's replicates by a plain loop over the bootstrap's own draws: anchor a weighs k_a, its score is
+    the mean over its drawn partners (a partner drawn twice counts twice)."""
+    from headstab.statistics.bootstrap import draw_resamples, percentile_interval
+
+    rng = np.random.default_rng(4)
+    pair_max = rng.uniform(0.3, 0.7, size=(4, 4, 1, 6))
+    pair_null = rng.uniform(0.0, 0.6, size=(4, 4, 1, 6))
+    table = universal_share_table(pair_max, pair_null, n_boot=300, seed=9, confidence=0.9).iloc[0]
+    draws = draw_resamples(300, 4, 1, 9)
+    shares, nulls = [], []
+    for r in range(300):
+        universal = null_universal = 0.0
+        for a in range(4):
+            partners = [b for b in range(4) for _ in range(draws.pair_counts[r, a, b])]
+            score = np.mean([pair_max[a, b, 0] for b in partners], axis=0)
+            null = np.mean([pair_null[a, b, 0] for b in partners], axis=0)
+            universal += draws.refit_counts[r, a] * np.sum(score > 0.5)
+            null_universal += draws.refit_counts[r, a] * np.sum(null > 0.5)
+        shares.append(universal / (4 * 6))
+        nulls.append(null_universal / (4 * 6))
+    np.testing.assert_allclose((table["ci_low"], table["ci_high"]), percentile_interval(np.array(shares), 0.9))
+    np.testing.assert_allclose((table["null_ci_low"], table["null_ci_high"]), percentile_interval(np.array(nulls), 0.9))

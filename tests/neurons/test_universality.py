@@ -13,8 +13,10 @@ from headstab.neurons.rotations import draw_maps
 from headstab.neurons.streamed import PairStatistics
 from headstab.neurons.universality import (
     correlation_matrix,
+    direction_seed,
     max_correlations,
     null_max_correlations,
+    pair_universality,
     rotated_correlation,
 )
 
@@ -115,3 +117,22 @@ def test_a_dead_neuron_has_no_correlation_and_is_nobodys_maximum():
     assert not np.any((found["cross_layer_layer"] == 0) & (found["cross_layer_neuron"] == 2))
     null = null_max_correlations(statistics_of(a, b, "cross_layer"), n_draws=2)
     assert np.isnan(null["same_layer"][:, 1, 3]).all() and np.isfinite(null["cross_layer"][:, 0]).all()
+
+
+def test_pair_universality_gives_both_directions_with_their_own_null_draws():
+    a, b = correlated_refits(5)
+    stats = statistics_of(a, b, "cross_layer")
+    both = pair_universality(stats, n_draws=3, seed=7)
+    assert set(both) == {("seed1", "seed2"), ("seed2", "seed1")}
+    forward, backward = both[("seed1", "seed2")], both[("seed2", "seed1")]
+    assert set(forward) == {"max_same_layer", "max_cross_layer", "null_same_layer", "null_cross_layer"}
+    np.testing.assert_array_equal(forward["max_cross_layer"], max_correlations(stats)["cross_layer"])
+    np.testing.assert_array_equal(backward["max_same_layer"], max_correlations(stats.swapped())["same_layer"])
+    null = null_max_correlations(stats, 3, direction_seed(7, "seed1", "seed2"))["same_layer"].mean(axis=0)
+    np.testing.assert_array_equal(forward["null_same_layer"], null)
+    seeds = {
+        direction_seed(7, "seed1", "seed2"),
+        direction_seed(7, "seed2", "seed1"),
+        direction_seed(8, "seed1", "seed2"),
+    }
+    assert len(seeds) == 3 and direction_seed(7, "seed1", "seed2") == direction_seed(7, "seed1", "seed2")

@@ -17,13 +17,22 @@ variance (dead on the stream) has no correlation: NaN, never a maximum.
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import torch
 
 from headstab.neurons.rotations import draw_maps
 from headstab.neurons.streamed import PairStatistics
 
-__all__ = ["correlation_matrix", "max_correlations", "null_max_correlations", "rotated_correlation"]
+__all__ = [
+    "correlation_matrix",
+    "direction_seed",
+    "max_correlations",
+    "null_max_correlations",
+    "pair_universality",
+    "rotated_correlation",
+]
 
 
 def _inverse_sd(variance: torch.Tensor) -> torch.Tensor:
@@ -116,4 +125,27 @@ def null_max_correlations(
     out = {"same_layer": same.cpu().numpy()}
     if every is not None:
         out["cross_layer"] = every.cpu().numpy()
+    return out
+
+
+def direction_seed(seed: int, anchor: str, other: str) -> int:
+    """The null's seed for anchor `anchor` against `other`: distinct for every ordered pair, fixed by `seed`."""
+    pair = zlib.crc32(f"{anchor}\0{other}".encode())
+    return int(np.random.SeedSequence([seed, pair]).generate_state(1)[0])
+
+
+def pair_universality(
+    statistics: PairStatistics, n_draws: int = 20, seed: int = 0, kind: str = "haar"
+) -> dict[tuple[str, str], dict[str, np.ndarray]]:
+    """Both directions of one refit pair: {(anchor, other): {"max_<scope>": [layer, d_mlp], "null_<scope>":
+    [layer, d_mlp] (the mean over n_draws null maxima)}} for each scope the statistics hold, the nulls drawn
+    with `direction_seed(seed, anchor, other)`. Feed each key's arrays to `headstab.neurons.shares.stack_pairs`."""
+    out = {}
+    for one in (statistics, statistics.swapped()):
+        found = max_correlations(one)
+        null = null_max_correlations(one, n_draws, direction_seed(seed, one.anchor, one.other), kind)
+        out[(one.anchor, one.other)] = {
+            **{f"max_{scope}": found[scope] for scope in null},
+            **{f"null_{scope}": draws.mean(axis=0) for scope, draws in null.items()},
+        }
     return out
