@@ -136,3 +136,11 @@ def test_pair_universality_gives_both_directions_with_their_own_null_draws():
         direction_seed(8, "seed1", "seed2"),
     }
     assert len(seeds) == 3 and direction_seed(7, "seed1", "seed2") == direction_seed(7, "seed1", "seed2")
+
+
+def test_statistics_of_one_token_give_no_correlation_and_name_the_refits():
+    stats = PairStatistics.empty("seed1", "seed2", 1, 2, "cross_layer")
+    stats.update(np.ones((1, 1, 2)), np.ones((1, 1, 2)))
+    for compute in (max_correlations, null_max_correlations):
+        with pytest.raises(ValueError, match="refit 'seed1' against 'seed2' hold 1 token\\(s\\)"):
+            compute(stats)

@@ -168,14 +168,18 @@ class PairStatistics:
         roles = (self.other, self.anchor, self.scope, self.n_tokens)
         return PairStatistics(*roles, self.mean_b, self.mean_a, self.comoment_b, self.comoment_a, cross)
 
-    def covariances(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(Sigma_A [layer, d_mlp, d_mlp], Sigma_B [layer, d_mlp, d_mlp], C_AB [as `cross`]): population
-        covariances (divided by n_tokens; Pearson's r does not depend on the divisor)."""
+    def check_tokens(self) -> None:
+        """Fail unless at least 2 tokens were streamed (a covariance needs 2), naming the refits."""
         if self.n_tokens < 2:
             raise ValueError(
                 f"neuron statistics of refit {self.anchor!r} against {self.other!r} hold {self.n_tokens} token(s); "
                 "a covariance needs at least 2: stream more tokens"
             )
+
+    def covariances(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(Sigma_A [layer, d_mlp, d_mlp], Sigma_B [layer, d_mlp, d_mlp], C_AB [as `cross`]): population
+        covariances (divided by n_tokens; Pearson's r does not depend on the divisor)."""
+        self.check_tokens()
         n = float(self.n_tokens)
         return self.comoment_a / n, self.comoment_b / n, self.cross / n
 

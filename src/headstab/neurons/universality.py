@@ -47,12 +47,24 @@ def _nanmax(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.where(torch.isinf(best), torch.nan, best), index
 
 
+def _moments(statistics: PairStatistics) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(comoment_a, comoment_b, cross), n_tokens times the covariances: Pearson's r is the same from them (the
+    1 / n cancels), and no copy of the cross-covariance is made."""
+    statistics.check_tokens()
+    return statistics.comoment_a, statistics.comoment_b, statistics.cross
+
+
+def _scales(statistics: PairStatistics) -> tuple[torch.Tensor, torch.Tensor]:
+    """1 / sqrt of each neuron's sum of centred squares, [layer, d_mlp] for A and for B (NaN: dead)."""
+    moment_a, moment_b, _ = _moments(statistics)
+    return (_inverse_sd(torch.diagonal(m, dim1=-2, dim2=-1)) for m in (moment_a, moment_b))
+
+
 def correlation_matrix(statistics: PairStatistics) -> torch.Tensor:
     """Pearson r of every anchor neuron with every other-refit neuron, float64 [layer, d_mlp, d_mlp]
-    (same_layer) or [layer * d_mlp, layer * d_mlp] (cross_layer)."""
-    sigma_a, sigma_b, cross = statistics.covariances()
-    scale_a = _inverse_sd(torch.diagonal(sigma_a, dim1=-2, dim2=-1))  # [layer, d_mlp]
-    scale_b = _inverse_sd(torch.diagonal(sigma_b, dim1=-2, dim2=-1))
+    (same_layer) or [layer * d_mlp, layer * d_mlp] (cross_layer): a new tensor of the cross-covariance's size."""
+    scale_a, scale_b = _scales(statistics)
+    cross = _moments(statistics)[2]
     if statistics.scope == "cross_layer":
         return cross * scale_a.reshape(-1)[:, None] * scale_b.reshape(-1)[None, :]
     return cross * scale_a[:, :, None] * scale_b[:, None, :]
@@ -63,23 +75,29 @@ def max_correlations(statistics: PairStatistics) -> dict[str, np.ndarray]:
 
     Returns "same_layer" float64 [layer, d_mlp] and "same_layer_neuron" int64 [layer, d_mlp] (the other
     refit's best neuron in that layer); for cross_layer statistics also "cross_layer" [layer, d_mlp] and
-    "cross_layer_layer", "cross_layer_neuron" int64 [layer, d_mlp] (where the best neuron sits).
+    "cross_layer_layer", "cross_layer_neuron" int64 [layer, d_mlp] (where the best neuron sits). Cross-layer
+    correlations are formed one anchor layer at a time ([d_mlp, layer * d_mlp] in memory).
     """
-    r = correlation_matrix(statistics)
     n_layers, d_mlp = statistics.n_layers, statistics.d_mlp
     if statistics.scope == "same_layer":
-        best, index = _nanmax(r)
+        best, index = _nanmax(correlation_matrix(statistics))
         return {"same_layer": best.cpu().numpy(), "same_layer_neuron": index.cpu().numpy()}
-    blocks = r.reshape(n_layers, d_mlp, n_layers, d_mlp)
-    diagonal = torch.diagonal(blocks, dim1=0, dim2=2).permute(2, 0, 1)  # [layer, d_mlp, d_mlp]
-    same, same_index = _nanmax(diagonal)
-    every, every_index = _nanmax(r)
+    scale_a, scale_b = _scales(statistics)
+    cross = _moments(statistics)[2]
+    shape = (n_layers, d_mlp)
+    same, every = (torch.empty(shape, dtype=torch.float64, device=cross.device) for _ in range(2))
+    same_index, every_index = (torch.empty(shape, dtype=torch.long, device=cross.device) for _ in range(2))
+    for layer in range(n_layers):
+        rows = slice(layer * d_mlp, (layer + 1) * d_mlp)
+        r = cross[rows] * scale_a[layer][:, None] * scale_b.reshape(-1)[None, :]  # [d_mlp, layer * d_mlp]
+        same[layer], same_index[layer] = _nanmax(r[:, rows])
+        every[layer], every_index[layer] = _nanmax(r)
     return {
         "same_layer": same.cpu().numpy(),
         "same_layer_neuron": same_index.cpu().numpy(),
-        "cross_layer": every.reshape(n_layers, d_mlp).cpu().numpy(),
-        "cross_layer_layer": (every_index // d_mlp).reshape(n_layers, d_mlp).cpu().numpy(),
-        "cross_layer_neuron": (every_index % d_mlp).reshape(n_layers, d_mlp).cpu().numpy(),
+        "cross_layer": every.cpu().numpy(),
+        "cross_layer_layer": (every_index // d_mlp).cpu().numpy(),
+        "cross_layer_neuron": (every_index % d_mlp).cpu().numpy(),
     }
 
 
@@ -106,7 +124,7 @@ def null_max_correlations(
     Returns "same_layer" float64 [draw, layer, d_mlp] and, for cross_layer statistics, "cross_layer"
     [draw, layer, d_mlp] (the maximum over every layer of B, each layer mapped by its own map).
     """
-    sigma_a, sigma_b, cross = statistics.covariances()
+    sigma_a, sigma_b, cross = _moments(statistics)  # n times Sigma_A, Sigma_B, C_AB: the same correlations
     n_layers, d_mlp = statistics.n_layers, statistics.d_mlp
     variance_a = torch.diagonal(sigma_a, dim1=-2, dim2=-1)  # [layer, d_mlp]
     device = cross.device
