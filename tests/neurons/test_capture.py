@@ -9,7 +9,7 @@ import torch
 from conftest import TINY_ARCHITECTURE
 from helpers.bridges import tiny_bridge
 
-from headstab.neurons.capture import mlp_post_chunks, mlp_post_hook_names, stream_pair_statistics
+from headstab.neurons.capture import mlp_post_chunks, mlp_post_hook_names, stream_all_pairs, stream_pair_statistics
 from headstab.neurons.streamed import PairStatistics
 from headstab.plan.spec import ArchitectureSpec
 from headstab.refits.models import build_model
@@ -65,3 +65,15 @@ def test_an_attention_only_model_has_no_neurons_and_says_so():
     model = tiny_bridge(attn_only=True)
     with pytest.raises(ValueError, match="no hook blocks.0.mlp.hook_post .*give an architecture with MLPs"):
         mlp_post_hook_names(model)
+
+
+def test_every_pair_streamed_at_once_equals_each_pair_streamed_alone(refits):
+    rng = np.random.default_rng(3)
+    batches = [rng.integers(0, 32, size=(2, 16)) for _ in range(2)]
+    third = build_model(ArchitectureSpec(**TINY_ARCHITECTURE), 3)
+    models = {"seed1": refits[0], "seed2": refits[1], "seed3": third}
+    every = stream_all_pairs(models, batches, "same_layer")
+    assert list(every) == [("seed1", "seed2"), ("seed1", "seed3"), ("seed2", "seed3")]
+    alone = stream_pair_statistics(refits[1], third, batches, "same_layer", ("seed2", "seed3"))
+    for name in ("mean_a", "mean_b", "comoment_a", "comoment_b", "cross"):
+        assert torch.equal(getattr(every[("seed2", "seed3")], name), getattr(alone, name))

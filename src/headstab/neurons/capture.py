@@ -9,14 +9,15 @@ counts once whatever the batching.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from headstab.neurons.streamed import PairStatistics
 
-__all__ = ["MLP_POST_HOOK", "mlp_post_chunks", "mlp_post_hook_names", "stream_pair_statistics"]
+__all__ = ["MLP_POST_HOOK", "mlp_post_chunks", "mlp_post_hook_names", "stream_all_pairs", "stream_pair_statistics"]
 
 MLP_POST_HOOK = "mlp.hook_post"
 
@@ -84,3 +85,22 @@ def stream_pair_statistics(
         (b,) = mlp_post_chunks(other_model, [batch])
         statistics.update(a, b)
     return statistics
+
+
+def stream_all_pairs(
+    models: Mapping[str, Any], batches: Iterable[Batch], scope: str, device: str | Any = "cpu"
+) -> dict[tuple[str, str], PairStatistics]:
+    """Statistics of every unordered pair of `models` ({refit label: model}, one architecture) over the same
+    batches, each model run once per batch: {(a, b): statistics with a as anchor} for a before b in the
+    mapping's order. Memory: one accumulator per pair (`headstab.neurons.streamed.accumulator_bytes`)."""
+    labels = list(models)
+    first = models[labels[0]]
+    n_layers, d_mlp = int(first.cfg.n_layers), int(first.cfg.d_mlp)
+    pairs = {
+        pair: PairStatistics.empty(*pair, n_layers, d_mlp, scope, device) for pair in itertools.combinations(labels, 2)
+    }
+    for batch in batches:
+        chunks = {label: next(mlp_post_chunks(model, [batch])) for label, model in models.items()}
+        for (a, b), statistics in pairs.items():
+            statistics.update(chunks[a], chunks[b])
+    return pairs
