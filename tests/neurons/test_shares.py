@@ -9,7 +9,14 @@ import itertools
 import numpy as np
 import pytest
 
-from headstab.neurons.shares import SHARE_COLUMNS, neuron_scores, stack_pairs, universal_share_table
+from headstab.neurons.shares import (
+    NEURON_COLUMNS,
+    SHARE_COLUMNS,
+    neuron_rows,
+    neuron_scores,
+    stack_pairs,
+    universal_share_table,
+)
 from headstab.neurons.streamed import PairStatistics
 from headstab.neurons.universality import pair_universality
 
@@ -144,3 +151,15 @@ def test_the_interval_resamples_anchors_and_each_anchors_partners():
         nulls.append(null_universal / (4 * 6))
     np.testing.assert_allclose((table["ci_low"], table["ci_high"]), percentile_interval(np.array(shares), 0.9))
     np.testing.assert_allclose((table["null_ci_low"], table["null_ci_high"]), percentile_interval(np.array(nulls), 0.9))
+
+
+def test_neuron_rows_are_the_scores_one_row_per_anchor_neuron(pair_maxima):
+    pairs = {key: stack_pairs(values, REFITS) for key, values in pair_maxima["same_layer"].items()}
+    rows = neuron_rows(pairs["max"], pairs["null"], REFITS)
+    assert list(rows.columns) == NEURON_COLUMNS and len(rows) == 3 * N_LAYERS * D_MLP
+    universal = rows[rows["universal"]]
+    found = {(r.anchor_seed, r.layer, r.neuron) for r in universal.itertuples()}
+    assert found == {(refit, *PLANTED[refit][k]) for refit in REFITS for k in range(2)}
+    row = rows[(rows["anchor_seed"] == "seed2") & (rows["layer"] == 1) & (rows["neuron"] == 0)].iloc[0]
+    scores = neuron_scores(pairs["max"], pairs["null"])
+    assert row["max_correlation"] == scores["max"][1, 1, 0] and row["excess"] == scores["excess"][1, 1, 0]

@@ -23,9 +23,11 @@ from headstab.statistics.bootstrap import draw_resamples, percentile_interval
 from headstab.statistics.calibration import calibration_label
 
 __all__ = [
+    "NEURON_COLUMNS",
     "SHARE_COLUMNS",
     "SHARE_METHOD",
     "UNIVERSAL_THRESHOLD",
+    "neuron_rows",
     "neuron_scores",
     "stack_pairs",
     "universal_share_table",
@@ -33,6 +35,7 @@ __all__ = [
 
 UNIVERSAL_THRESHOLD = 0.5  # Gurnee et al. 2024's
 SHARE_METHOD = "neuron_share_bootstrap"
+NEURON_COLUMNS = ["anchor_seed", "layer", "neuron", "max_correlation", "null_max_correlation", "excess", "universal"]
 SHARE_COLUMNS = [
     "layer",
     "relative_depth",
@@ -93,6 +96,18 @@ def neuron_scores(
     counts = (1 - np.eye(n, dtype=np.int64))[None]
     score, null = _partner_means(pair_max, counts)[0], _partner_means(pair_null, counts)[0]
     return {"max": score, "null": null, "excess": score - null, "universal": score > threshold}
+
+
+def neuron_rows(
+    pair_max: np.ndarray, pair_null: np.ndarray, refits: Sequence[str], threshold: float = UNIVERSAL_THRESHOLD
+) -> pd.DataFrame:
+    """NEURON_COLUMNS, one row per neuron of every anchor refit (`neuron_scores` as a table; NaN: dead)."""
+    scores = neuron_scores(pair_max, pair_null, threshold)
+    anchor, layer, neuron = np.indices(scores["max"].shape).reshape(3, -1)
+    columns = {"max_correlation": "max", "null_max_correlation": "null", "excess": "excess", "universal": "universal"}
+    table = {"anchor_seed": np.asarray(list(refits))[anchor], "layer": layer, "neuron": neuron}
+    table |= {column: scores[key].ravel() for column, key in columns.items()}
+    return pd.DataFrame(table, columns=NEURON_COLUMNS)
 
 
 def _layer_replicates(
