@@ -57,7 +57,9 @@ def _moments(statistics: PairStatistics) -> tuple[torch.Tensor, torch.Tensor, to
 def _scales(statistics: PairStatistics) -> tuple[torch.Tensor, torch.Tensor]:
     """1 / sqrt of each neuron's sum of centred squares, [layer, d_mlp] for A and for B (NaN: dead)."""
     moment_a, moment_b, _ = _moments(statistics)
-    return (_inverse_sd(torch.diagonal(m, dim1=-2, dim2=-1)) for m in (moment_a, moment_b))
+    return _inverse_sd(torch.diagonal(moment_a, dim1=-2, dim2=-1)), _inverse_sd(
+        torch.diagonal(moment_b, dim1=-2, dim2=-1)
+    )
 
 
 def correlation_matrix(statistics: PairStatistics) -> torch.Tensor:
