@@ -77,3 +77,11 @@ def test_every_pair_streamed_at_once_equals_each_pair_streamed_alone(refits):
     alone = stream_pair_statistics(refits[1], third, batches, "same_layer", ("seed2", "seed3"))
     for name in ("mean_a", "mean_b", "comoment_a", "comoment_b", "cross"):
         assert torch.equal(getattr(every[("seed2", "seed3")], name), getattr(alone, name))
+
+
+def test_chunks_left_on_the_device_are_the_same_float16_values(refits):
+    tokens = np.random.default_rng(4).integers(0, 32, size=(2, 16))
+    (on_device,) = mlp_post_chunks(refits[0], [tokens], on_device=True)
+    (host,) = mlp_post_chunks(refits[0], [tokens])
+    assert isinstance(on_device, torch.Tensor) and on_device.dtype == torch.float16
+    np.testing.assert_array_equal(on_device.numpy(), host)

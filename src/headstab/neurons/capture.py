@@ -43,9 +43,10 @@ def _split(batch: Batch) -> tuple[np.ndarray, np.ndarray | None]:
     return np.asarray(batch), None
 
 
-def mlp_post_chunks(model: Any, batches: Iterable[Batch]) -> Iterator[np.ndarray]:
+def mlp_post_chunks(model: Any, batches: Iterable[Batch], on_device: bool = False) -> Iterator[Any]:
     """Yield each batch's `blocks.{layer}.mlp.hook_post` activations, float16 [token, layer, d_mlp]: the real
-    tokens of the batch in row-major order (prompt by prompt, position by position)."""
+    tokens of the batch in row-major order (prompt by prompt, position by position). A numpy array, or with
+    `on_device` a torch tensor left on the model's device (no round trip through the host on a GPU)."""
     import torch
 
     names = mlp_post_hook_names(model)
@@ -62,7 +63,8 @@ def mlp_post_chunks(model: Any, batches: Iterable[Batch]) -> Iterator[np.ndarray
             chunk = stacked[real]
         else:
             chunk = stacked.reshape(-1, *stacked.shape[2:])
-        yield chunk.to(torch.float16).cpu().numpy()
+        chunk = chunk.to(torch.float16)
+        yield chunk if on_device else chunk.cpu().numpy()
 
 
 def stream_pair_statistics(
@@ -81,8 +83,8 @@ def stream_pair_statistics(
     n_layers, d_mlp = int(anchor_model.cfg.n_layers), int(anchor_model.cfg.d_mlp)
     statistics = PairStatistics.empty(*names, n_layers, d_mlp, scope, device)
     for batch in batches:
-        (a,) = mlp_post_chunks(anchor_model, [batch])
-        (b,) = mlp_post_chunks(other_model, [batch])
+        (a,) = mlp_post_chunks(anchor_model, [batch], on_device=True)
+        (b,) = mlp_post_chunks(other_model, [batch], on_device=True)
         statistics.update(a, b)
     return statistics
 
@@ -100,7 +102,7 @@ def stream_all_pairs(
         pair: PairStatistics.empty(*pair, n_layers, d_mlp, scope, device) for pair in itertools.combinations(labels, 2)
     }
     for batch in batches:
-        chunks = {label: next(mlp_post_chunks(model, [batch])) for label, model in models.items()}
+        chunks = {label: next(mlp_post_chunks(model, [batch], on_device=True)) for label, model in models.items()}
         for (a, b), statistics in pairs.items():
             statistics.update(chunks[a], chunks[b])
     return pairs
