@@ -85,3 +85,17 @@ def test_chunks_left_on_the_device_are_the_same_float16_values(refits):
     (host,) = mlp_post_chunks(refits[0], [tokens])
     assert isinstance(on_device, torch.Tensor) and on_device.dtype == torch.float16
     np.testing.assert_array_equal(on_device.numpy(), host)
+
+
+def test_skipped_tokens_are_dropped_with_the_padding(refits):
+    model = refits[0]
+    tokens = np.array([[0, 5, 7, 0, 9, 3], [0, 4, 7, 2, 2, 2]])
+    lengths = np.array([6, 3])
+    (chunk,) = mlp_post_chunks(model, [(tokens, lengths)], skip_tokens={0, 7})
+    values = hook_values(model, tokens).astype(np.float16)
+    expected = values[[0, 0, 0, 1], [1, 4, 5, 1]]  # prompt 0 keeps 5, 9, 3; prompt 1 keeps 4 (then padding)
+    np.testing.assert_array_equal(chunk, expected)
+    every = stream_all_pairs(
+        dict(zip(("seed1", "seed2"), refits)), [(tokens, lengths)], "same_layer", skip_tokens={0, 7}
+    )
+    assert every[("seed1", "seed2")].n_tokens == 4
