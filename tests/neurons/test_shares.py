@@ -163,3 +163,13 @@ def test_neuron_rows_are_the_scores_one_row_per_anchor_neuron(pair_maxima):
     row = rows[(rows["anchor_seed"] == "seed2") & (rows["layer"] == 1) & (rows["neuron"] == 0)].iloc[0]
     scores = neuron_scores(pairs["max"], pairs["null"])
     assert row["max_correlation"] == scores["max"][1, 1, 0] and row["excess"] == scores["excess"][1, 1, 0]
+
+
+def test_the_shares_import_no_torch():
+    """An analysis job computes the tables from the stored maxima without loading torch (seconds to import)."""
+    import subprocess
+    import sys
+
+    check = "import sys, headstab.neurons.shares; print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "False", result.stderr[-2000:]
