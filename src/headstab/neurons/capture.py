@@ -1,0 +1,120 @@
+"""MLP neuron activations of a model, batch by batch, for the streamed statistics: `blocks.{layer}.mlp.hook_post`
+(the activation after the nonlinearity, Gurnee et al.'s neurons) of every layer, float16 [token, layer, d_mlp].
+
+Models are TransformerLens models (the TransformerBridge of `headstab.refits.models`, or a HookedTransformer):
+one `run_with_cache` per batch, only the MLP hooks kept, stopped after the last block. Batches are token ids
+[batch, pos]; right-padded batches come with their lengths, and padded positions are dropped, so a token
+counts once whatever the batching. `skip_tokens` drops the positions holding given token ids besides: Gurnee
+et al. leave out BOS / padding and the newline token, whose activations are outliers shared by every model.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from headstab.neurons.streamed import PairStatistics
+
+__all__ = ["MLP_POST_HOOK", "mlp_post_chunks", "mlp_post_hook_names", "stream_all_pairs", "stream_pair_statistics"]
+
+MLP_POST_HOOK = "mlp.hook_post"
+
+Batch = np.ndarray | tuple[np.ndarray, np.ndarray]  # tokens [batch, pos], or (tokens, lengths [batch])
+
+
+def mlp_post_hook_names(model: Any) -> list[str]:
+    """`blocks.{layer}.mlp.hook_post` of every layer of `model`, failing on a model without them."""
+    names = [f"blocks.{layer}.{MLP_POST_HOOK}" for layer in range(int(model.cfg.n_layers))]
+    missing = [name for name in names if name not in model.hook_dict]
+    if missing:
+        raise ValueError(
+            f"the model has no hook {missing[0]} (attention-only, or not a TransformerLens model); neuron "
+            "statistics need the MLP activations: give an architecture with MLPs"
+        )
+    return names
+
+
+def _split(batch: Batch) -> tuple[np.ndarray, np.ndarray | None]:
+    if isinstance(batch, tuple):
+        tokens, lengths = batch
+        return np.asarray(tokens), np.asarray(lengths)
+    return np.asarray(batch), None
+
+
+def mlp_post_chunks(
+    model: Any, batches: Iterable[Batch], on_device: bool = False, skip_tokens: Collection[int] = ()
+) -> Iterator[Any]:
+    """Yield each batch's `blocks.{layer}.mlp.hook_post` activations, float16 [token, layer, d_mlp]: the real
+    tokens of the batch in row-major order (prompt by prompt, position by position), less the positions holding
+    a token of `skip_tokens`. A numpy array, or with `on_device` a torch tensor left on the model's device (no
+    round trip through the host on a GPU)."""
+    import torch
+
+    names = mlp_post_hook_names(model)
+    wanted = set(names)
+    device = next(model.parameters()).device
+    for batch in batches:
+        tokens, lengths = _split(batch)
+        ids = torch.as_tensor(tokens, dtype=torch.long, device=device)
+        with torch.inference_mode():
+            _, cache = model.run_with_cache(ids, names_filter=lambda name: name in wanted, stop_at_layer=len(names))
+        stacked = torch.stack([cache[name] for name in names], dim=2)  # [batch, pos, layer, d_mlp]
+        keep = ~torch.isin(ids, torch.as_tensor(list(skip_tokens), dtype=torch.long, device=device))
+        if lengths is not None:
+            keep &= (
+                torch.arange(ids.shape[1], device=device)[None, :] < torch.as_tensor(lengths, device=device)[:, None]
+            )
+        chunk = stacked[keep].to(torch.float16)
+        yield chunk if on_device else chunk.cpu().numpy()
+
+
+def stream_pair_statistics(
+    anchor_model: Any,
+    other_model: Any,
+    batches: Iterable[Batch],
+    scope: str,
+    names: tuple[str, str],
+    device: str | Any = "cpu",
+    skip_tokens: Collection[int] = (),
+) -> PairStatistics:
+    """Statistics of both models' neurons over the same `batches` (each batch read by both, then dropped).
+
+    names: the (anchor, other) refit labels the statistics and their messages carry; device: where the
+    float64 accumulators live; skip_tokens: as `mlp_post_chunks`.
+    """
+    n_layers, d_mlp = int(anchor_model.cfg.n_layers), int(anchor_model.cfg.d_mlp)
+    statistics = PairStatistics.empty(*names, n_layers, d_mlp, scope, device)
+    for batch in batches:
+        (a,) = mlp_post_chunks(anchor_model, [batch], on_device=True, skip_tokens=skip_tokens)
+        (b,) = mlp_post_chunks(other_model, [batch], on_device=True, skip_tokens=skip_tokens)
+        statistics.update(a, b)
+    return statistics
+
+
+def stream_all_pairs(
+    models: Mapping[str, Any],
+    batches: Iterable[Batch],
+    scope: str,
+    device: str | Any = "cpu",
+    skip_tokens: Collection[int] = (),
+) -> dict[tuple[str, str], PairStatistics]:
+    """Statistics of every unordered pair of `models` ({refit label: model}, one architecture) over the same
+    batches, each model run once per batch: {(a, b): statistics with a as anchor} for a before b in the
+    mapping's order. Memory: one accumulator per pair (`headstab.neurons.streamed.accumulator_bytes`)."""
+    labels = list(models)
+    first = models[labels[0]]
+    n_layers, d_mlp = int(first.cfg.n_layers), int(first.cfg.d_mlp)
+    pairs = {
+        pair: PairStatistics.empty(*pair, n_layers, d_mlp, scope, device) for pair in itertools.combinations(labels, 2)
+    }
+    for batch in batches:
+        chunks = {
+            label: next(mlp_post_chunks(model, [batch], on_device=True, skip_tokens=skip_tokens))
+            for label, model in models.items()
+        }
+        for (a, b), statistics in pairs.items():
+            statistics.update(chunks[a], chunks[b])
+    return pairs

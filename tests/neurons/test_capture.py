@@ -1,0 +1,101 @@
+"""Capture of MLP neurons: the chunks are TransformerLens's `blocks.{layer}.mlp.hook_post` in float16, padded
+positions dropped, and two refits streamed batch by batch give the statistics of their stored activations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINY_ARCHITECTURE
+from helpers.bridges import tiny_bridge
+
+from headstab.neurons.capture import mlp_post_chunks, mlp_post_hook_names, stream_all_pairs, stream_pair_statistics
+from headstab.neurons.streamed import PairStatistics
+from headstab.plan.spec import ArchitectureSpec
+from headstab.refits.models import build_model
+
+
+@pytest.fixture(scope="module")
+def refits():
+    """Two seeds of the suite's tiny MLP architecture, as the workflow builds them."""
+    spec = ArchitectureSpec(**TINY_ARCHITECTURE)  # 2 layers, d_mlp 32
+    return build_model(spec, 1), build_model(spec, 2)
+
+
+def hook_values(model, tokens: np.ndarray) -> np.ndarray:
+    """[batch, pos, layer, d_mlp] float32 straight from run_with_cache."""
+    _, cache = model.run_with_cache(torch.as_tensor(tokens, dtype=torch.long))
+    return np.stack([cache[f"blocks.{layer}.mlp.hook_post"].numpy() for layer in range(2)], axis=2)
+
+
+def test_chunks_are_the_mlp_post_hook_in_float16(refits):
+    model = refits[0]
+    tokens = np.random.default_rng(0).integers(0, 32, size=(3, 16))
+    (chunk,) = mlp_post_chunks(model, [tokens])
+    assert chunk.dtype == np.float16 and chunk.shape == (48, 2, 32)
+    np.testing.assert_array_equal(chunk, hook_values(model, tokens).reshape(48, 2, 32).astype(np.float16))
+    assert mlp_post_hook_names(model) == ["blocks.0.mlp.hook_post", "blocks.1.mlp.hook_post"]
+
+
+def test_padded_positions_are_dropped_prompt_by_prompt(refits):
+    model = refits[0]
+    tokens = np.random.default_rng(1).integers(0, 32, size=(3, 6))
+    lengths = np.array([6, 2, 4])
+    (chunk,) = mlp_post_chunks(model, [(tokens, lengths)])
+    values = hook_values(model, tokens).astype(np.float16)
+    expected = np.concatenate([values[row, :length] for row, length in enumerate(lengths)])
+    np.testing.assert_array_equal(chunk, expected)
+
+
+def test_two_refits_streamed_give_the_statistics_of_their_activations(refits):
+    rng = np.random.default_rng(2)
+    batches = [rng.integers(0, 32, size=(2, 16)) for _ in range(3)]
+    streamed = stream_pair_statistics(*refits, batches, "cross_layer", ("seed1", "seed2"))
+    a = np.concatenate([next(mlp_post_chunks(refits[0], [batch])) for batch in batches])
+    b = np.concatenate([next(mlp_post_chunks(refits[1], [batch])) for batch in batches])
+    reference = PairStatistics.empty("seed1", "seed2", 2, 32, "cross_layer")
+    reference.update(a, b)
+    assert (streamed.anchor, streamed.other, streamed.n_tokens) == ("seed1", "seed2", 96)
+    for name in ("mean_a", "comoment_b", "cross"):
+        np.testing.assert_allclose(getattr(streamed, name).numpy(), getattr(reference, name).numpy(), atol=1e-9)
+    assert not torch.allclose(streamed.mean_a, streamed.mean_b)  # two refits, not one read twice
+
+
+def test_an_attention_only_model_has_no_neurons_and_says_so():
+    model = tiny_bridge(attn_only=True)
+    with pytest.raises(ValueError, match="no hook blocks.0.mlp.hook_post .*give an architecture with MLPs"):
+        mlp_post_hook_names(model)
+
+
+def test_every_pair_streamed_at_once_equals_each_pair_streamed_alone(refits):
+    rng = np.random.default_rng(3)
+    batches = [rng.integers(0, 32, size=(2, 16)) for _ in range(2)]
+    third = build_model(ArchitectureSpec(**TINY_ARCHITECTURE), 3)
+    models = {"seed1": refits[0], "seed2": refits[1], "seed3": third}
+    every = stream_all_pairs(models, batches, "same_layer")
+    assert list(every) == [("seed1", "seed2"), ("seed1", "seed3"), ("seed2", "seed3")]
+    alone = stream_pair_statistics(refits[1], third, batches, "same_layer", ("seed2", "seed3"))
+    for name in ("mean_a", "mean_b", "comoment_a", "comoment_b", "cross"):
+        assert torch.equal(getattr(every[("seed2", "seed3")], name), getattr(alone, name))
+
+
+def test_chunks_left_on_the_device_are_the_same_float16_values(refits):
+    tokens = np.random.default_rng(4).integers(0, 32, size=(2, 16))
+    (on_device,) = mlp_post_chunks(refits[0], [tokens], on_device=True)
+    (host,) = mlp_post_chunks(refits[0], [tokens])
+    assert isinstance(on_device, torch.Tensor) and on_device.dtype == torch.float16
+    np.testing.assert_array_equal(on_device.numpy(), host)
+
+
+def test_skipped_tokens_are_dropped_with_the_padding(refits):
+    model = refits[0]
+    tokens = np.array([[0, 5, 7, 0, 9, 3], [0, 4, 7, 2, 2, 2]])
+    lengths = np.array([6, 3])
+    (chunk,) = mlp_post_chunks(model, [(tokens, lengths)], skip_tokens={0, 7})
+    values = hook_values(model, tokens).astype(np.float16)
+    expected = values[[0, 0, 0, 1], [1, 4, 5, 1]]  # prompt 0 keeps 5, 9, 3; prompt 1 keeps 4 (then padding)
+    np.testing.assert_array_equal(chunk, expected)
+    every = stream_all_pairs(
+        dict(zip(("seed1", "seed2"), refits)), [(tokens, lengths)], "same_layer", skip_tokens={0, 7}
+    )
+    assert every[("seed1", "seed2")].n_tokens == 4
