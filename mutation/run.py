@@ -28,9 +28,9 @@ EQUIVALENT = ROOT / "tests" / "mutation_equivalent.txt"
 MUTMUT = str(Path(sys.executable).with_name("mutmut"))
 
 # The modules that compute a number a paper would report: the core two, then every similarity engine,
-# section (§4.4-4.9) and statistics module found, each tested by the file that mirrors its path.
+# section (§4.4-4.9), statistics and MLP-neuron module found, each tested by the file that mirrors its path.
 CORE = ("stability", "cka")
-PACKAGES = ("similarity", "sections", "statistics")
+PACKAGES = ("similarity", "sections", "statistics", "neurons")
 # A module whose tests live in another module's file: headline by the report pages' tests, refit_weights
 # by the tests of the sections that bootstrap refits.
 EXTRA_TESTS = {
