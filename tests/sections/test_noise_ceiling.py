@@ -75,7 +75,7 @@ def test_noisy_typing_with_reliability_one_half_and_agreement_one_half_is_correc
     best = (identity_partners(4, 1, 4) + 1) % 4
     table = noise_ceiling_table(typed(first, seeds), typed(second, seeds), pair_rows(best, seeds), seeds, **OPTIONS)
     rows = rows_of(table)
-    assert rows.loc["reliability_label", "estimate"] == 0.5
+    assert rows.loc["reliability_label", "estimate"] == 0.5 and rows.loc["typed_share", "estimate"] == 0.75
     assert rows.loc["cross_seed_label", "estimate"] == 0.5
     assert rows.loc["corrected_label", "estimate"] == 1.0
     # the scores' split-half r is 0: no reliability to correct by
@@ -95,6 +95,8 @@ def test_types_that_agree_across_refits_no_better_than_chance_are_corrected_belo
     assert rows.loc["cross_seed_label", "estimate"] == rows.loc["corrected_label", "estimate"] == 0.5
     # x = (.8, .8, 0, 0), y = (.8, 0, .8, 0) per direction: r = 0
     assert rows.loc["corrected_score", "estimate"] == pytest.approx(0.0, abs=1e-12)
+    # two refits: every resample draws both once, so there is no interval
+    assert table[["ci_low", "ci_high"]].isna().all().all()
 
 
 def reference(first, second, best, layer):
@@ -118,6 +120,7 @@ def reference(first, second, best, layer):
     own = [np.mean(label(u[:, 0]) == label(u[:, 1])) for u in (anchors, partners)]
     r_xx, r_yy = r(anchors[:, 0], anchors[:, 1]), r(partners[:, 0], partners[:, 1])
     return {
+        "typed_share": np.mean(label(within_x) | label(within_y)),
         "reliability_label": np.mean(label(within_x) == label(within_y)),
         "reliability_score": r(within_x, within_y),
         "reliability_score_full": 2 * r(within_x, within_y) / (1 + r(within_x, within_y)),
@@ -155,6 +158,7 @@ def test_every_estimate_equals_its_loop_form_and_every_row_is_descriptive():
     # the other scores are 0 on every head: their labels agree, their r is undefined
     constant = table[table["type"] != "previous_token"].set_index("statistic")
     assert constant.loc[["reliability_label", "cross_seed_label", "corrected_label"], "estimate"].eq(1.0).all()
+    assert constant.loc["typed_share", "estimate"].eq(0.0).all()  # ... trivially: no head has the type
     assert constant.loc[["reliability_score", "cross_seed_score", "corrected_score"], "estimate"].isna().all()
 
 
@@ -175,8 +179,23 @@ def test_the_interval_follows_resampled_refits():
 
 
 def test_spearman_brown_corrects_a_split_half_r_to_the_whole_probe_set():
-    np.testing.assert_allclose(spearman_brown([0.0, 0.5, 1.0, -0.5]), [0.0, 2 / 3, 1.0, -2.0])
-    assert np.isnan(spearman_brown(-1.0))
+    np.testing.assert_allclose(spearman_brown([0.0, 0.5, 1.0, 0.2]), [0.0, 2 / 3, 1.0, 1 / 3])
+    assert np.isnan(spearman_brown(-0.5)) and np.isnan(spearman_brown(-1.0))  # no reliability to extend
+
+
+def test_halves_that_disagree_have_no_reliability_and_no_correction():
+    """Each refit's second half reverses its first: the split-half r is -1 for anchors and partners alike, whose
+    product is +1; the corrected r must be NaN, not -1 / sqrt(1)."""
+    seeds = [1, 2, 3]
+    first = np.tile([0.1, 0.2, 0.3, 0.4], (3, 1, 1))
+    table = noise_ceiling_table(
+        typed(first, seeds), typed(first[..., ::-1], seeds), pair_rows(identity_partners(3, 1, 4), seeds), seeds,
+        **OPTIONS,
+    )  # fmt: skip
+    rows = rows_of(table)
+    assert rows.loc["reliability_score", "estimate"] == pytest.approx(-1.0)
+    assert rows.loc["cross_seed_score", "estimate"] == pytest.approx(-1.0)
+    assert rows.loc[["reliability_score_full", "corrected_score"], "estimate"].isna().all()
 
 
 def test_bad_inputs_name_what_to_rebuild():

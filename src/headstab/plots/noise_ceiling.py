@@ -18,6 +18,7 @@ __all__ = ["CEILING_LINES", "plot_noise_ceiling"]
 # Per row of panels (labels, scores): (statistic, legend, marker, colour).
 CEILING_LINES = {
     "label": (
+        ("typed_share", "heads with the type (either half)", "x", "tab:green"),
         ("reliability_label", "within refit (two probe halves)", "o", "tab:gray"),
         ("cross_seed_label", "across refits (best match)", "s", "tab:blue"),
         ("corrected_label", "across / within", "^", "tab:orange"),

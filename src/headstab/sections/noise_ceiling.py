@@ -7,6 +7,8 @@ measured on a sample of probe sequences, and two samples can type one head diffe
 typed on two disjoint halves of the probe set (`headstab.head_types.ProbeSet.rows`), "first" and "second",
 and per layer and type of HEAD_TYPES (its score: the attention score of the same name):
 
+- typed_share: the share of (refit, head) with the type on either half (where it is 0, every label agrees
+  trivially and the label rows say nothing);
 - reliability_label: the share of (refit, head) whose label (has the type or not) agrees between the halves;
 - reliability_score: the split-half correlation of the score over (refit, head), Pearson's r over both orderings
   of the two halves (the double-entry intraclass correlation: the halves are exchangeable); reliability_score_full:
@@ -18,6 +20,8 @@ and per layer and type of HEAD_TYPES (its score: the attention score of the same
   label agreements of the same anchors and partners (the ratio of agreements when every head is as reliable);
 - corrected_score: r_xy / sqrt(r_xx r_yy) (Spearman's correction for attenuation), r_xx and r_yy the split-half r
   of the same anchors' and partners' scores; NaN where either is not positive.
+
+Intervals are NaN with 2 refits: a resample must hold two distinct refits, so it draws both once.
 
 A refit against a copy of itself gives corrected agreement 1: its partners' cross-half agreement is its own
 within-refit agreement. Intervals resample refits (`headstab.statistics.bootstrap.draw_resamples`): a refit's
@@ -39,7 +43,7 @@ from headstab.statistics.calibration import calibration_label
 __all__ = ["CEILING_COLUMNS", "CEILING_METHOD", "CEILING_STATISTICS", "noise_ceiling_table", "spearman_brown"]
 
 CEILING_METHOD = "noise_ceiling_refit_bootstrap"
-REFIT_STATISTICS = ("reliability_label", "reliability_score", "reliability_score_full")
+REFIT_STATISTICS = ("typed_share", "reliability_label", "reliability_score", "reliability_score_full")
 PAIR_STATISTICS = ("cross_seed_label", "cross_seed_score", "corrected_label", "corrected_score")
 CEILING_STATISTICS = (*REFIT_STATISTICS, *PAIR_STATISTICS)
 CEILING_COLUMNS = ["layer", "relative_depth", "type", "statistic", "estimate", "ci_low", "ci_high", "n"]
@@ -48,10 +52,11 @@ MOMENTS = ("n", "x", "y", "xx", "yy", "xy")
 
 
 def spearman_brown(r: np.ndarray | float) -> np.ndarray:
-    """The reliability of a score on the whole probe set from the split-half correlation r: 2 r / (1 + r)."""
+    """The reliability of a score on the whole probe set from the split-half correlation r: 2 r / (1 + r); NaN
+    where r < 0 (halves that disagree more than chance have no reliability to extend)."""
     r = np.asarray(r, dtype=np.float64)
     out = np.full(r.shape, np.nan)
-    return np.divide(2 * r, 1 + r, out=out, where=(1 + r) != 0)
+    return np.divide(2 * r, 1 + r, out=out, where=r >= 0)
 
 
 def _moments(x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
@@ -125,7 +130,8 @@ def _refit_units(first: dict, second: dict, name: str, layer: int) -> dict[str, 
     """{sum: float64 [refit]} of one layer: label agreements between the halves, heads, and the score moments."""
     x, y = first[name][:, layer], second[name][:, layer]
     agree = first[f"{name}_member"][:, layer] == second[f"{name}_member"][:, layer]
-    units = {"agree": agree, "count": np.ones_like(x)}
+    typed = first[f"{name}_member"][:, layer] | second[f"{name}_member"][:, layer]
+    units = {"agree": agree, "typed": typed, "count": np.ones_like(x)}
     units |= {f"within_{key}": value for key, value in _moments(x, y).items()}
     return {key: np.asarray(value, dtype=np.float64).sum(axis=1) for key, value in units.items()}
 
@@ -157,6 +163,7 @@ def _pair_units(first: dict, second: dict, name: str, pairs: dict, layer: int, n
 def _refit_statistics(totals: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     r = _pearson(totals, "within")
     return {
+        "typed_share": _divide(totals["typed"], totals["count"]),
         "reliability_label": _divide(totals["agree"], totals["count"]),
         "reliability_score": r,
         "reliability_score_full": spearman_brown(r),
@@ -167,18 +174,20 @@ def _pair_statistics(totals: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     cross_label = _divide(totals["cross_agree"], totals["cross_count"])
     own = _divide(totals["anchor_agree"], totals["count"]) * _divide(totals["partner_agree"], totals["count"])
     cross_score = _pearson(totals, "cross")
-    reliabilities = _pearson(totals, "anchor") * _pearson(totals, "partner")
+    anchor, partner = _pearson(totals, "anchor"), _pearson(totals, "partner")
+    reliabilities = np.where((anchor > 0) & (partner > 0), anchor * partner, np.nan)  # two negatives: no reliability
     return {
         "cross_seed_label": cross_label,
         "cross_seed_score": cross_score,
         "corrected_label": _divide(cross_label, np.sqrt(np.where(own > 0, own, np.nan))),
-        "corrected_score": _divide(cross_score, np.sqrt(np.where(reliabilities > 0, reliabilities, np.nan))),
+        "corrected_score": _divide(cross_score, np.sqrt(reliabilities)),
     }
 
 
-def _estimates(units: dict[str, np.ndarray], refit_counts: np.ndarray, statistics, confidence: float):
+def _estimates(units: dict[str, np.ndarray], refit_counts: np.ndarray | None, statistics, confidence: float):
     """{statistic: (estimate, low, high)} from per-refit [r] or per-pair [a, b] sums; a resample (refit_counts
-    [boot, refit]) weighs refit a by k_a and pair (a, b) by k_a k_b; NaN interval where no resample is finite."""
+    [boot, refit]) weighs refit a by k_a and pair (a, b) by k_a k_b; NaN interval where no resample is finite or
+    there are no resamples (None)."""
 
     def totals(weights: np.ndarray) -> dict[str, np.ndarray]:
         if next(iter(units.values())).ndim == 1:
@@ -187,6 +196,8 @@ def _estimates(units: dict[str, np.ndarray], refit_counts: np.ndarray, statistic
 
     n = next(iter(units.values())).shape[0]
     observed = statistics(totals(np.ones(n)))
+    if refit_counts is None:
+        return {key: (float(value), np.nan, np.nan) for key, value in observed.items()}
     replicates = statistics(totals(refit_counts.astype(np.float64)))
     out = {}
     for key, value in observed.items():
@@ -224,7 +235,8 @@ def noise_ceiling_table(
     shape = (len(seeds), n_layers, n_heads)
     grids = [_grids(types, seeds, shape, half) for types, half in ((first, "first"), (second, "second"))]
     pair_index = _pair_index(pairs, seeds, n_layers, n_heads)
-    refit_counts = draw_resamples(n_boot, len(seeds), 1, seed).refit_counts
+    # a resample of 2 refits draws both once (at least two distinct refits): it cannot vary them, so no interval
+    refit_counts = draw_resamples(n_boot, len(seeds), 1, seed).refit_counts if len(seeds) > 2 else None
     label, rule = calibration_label(CEILING_METHOD, len(seeds)), rules.pop()
     sizes = {"refit": len(seeds) * n_heads, "pair": len(seeds) * (len(seeds) - 1) * n_heads}
     rows = []
