@@ -44,6 +44,8 @@ ARCH_SUBCATEGORIES = {
         "head_types",
         "head_type_thresholds",
         "head_type_universality",
+        "noise_ceiling_scores",
+        "noise_ceiling",
     ),
     "Beyond the paper: layer drop and swap": (
         "layer_drop_swap",
@@ -114,6 +116,8 @@ DESCRIPTIONS = {
     "head_types": "scores, entropy and type of every head of every refit, and the threshold rule that typed it",
     "head_type_thresholds": "per layer and score: the threshold, its rule (held-out step-0 maximum quantile raised to the floor, or fixed), and the score of even attention",
     "head_type_universality": "per layer and head type: weak universality (exact interval), head share, strong universality (best match, one-to-one) with its chance level and chance-corrected, stability and above-null, with intervals and their calibration",
+    "noise_ceiling_scores": "head-type scores of every head of every refit on each of two disjoint halves of the probe set",
+    "noise_ceiling": "per layer and head type: within-refit reliability of type labels and scores (two probe halves), cross-seed agreement with the best match and the attenuation-corrected ratio, with descriptive intervals",
 }
 
 

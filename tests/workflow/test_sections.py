@@ -32,6 +32,7 @@ SECTIONS = (
     "layer_robustness",
     "seed_grid",
     "head_types",
+    "noise_ceiling",
 )
 RULE_FILES = [REPO / f"workflow/rules/{section}.smk" for section in SECTIONS] + [REPO / "workflow/rules/report.smk"]
 
@@ -89,6 +90,8 @@ def test_demo_plans_one_job_per_section_rule_and_architecture_and_one_comparison
         "layer_drop_swap",
         "layer_robustness",
         "layer_pseudo_values",
+        "noise_ceiling_scores",
+        "noise_ceiling_tables",
     )
     assert {rule: counts.get(rule) for rule in per_architecture} == dict.fromkeys(per_architecture, 4)
     # l2_h8_attn is the demo's one architecture with a _wd twin
@@ -245,6 +248,16 @@ def test_head_type_draws_that_reuse_a_refit_seed_or_a_missing_quantile_fail_the_
         result.returncode != 0
         and "'head_types.sensitivity_quantiles' [0.95] must include head_types.quantile (0.99)" in output
     )
+
+
+def test_a_probe_set_too_small_to_split_fails_the_plan_naming_the_key(tmp_path):
+    """The noise ceiling types every refit on two disjoint halves of the probe set: one sequence has no halves."""
+    result = _dry_run(tmp_path, lambda config: config.setdefault("head_types", {}).update(n_sequences=1))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "config key 'head_types.n_sequences' is 1" in output
+    assert "set noise_ceiling.n_sequences to at least 2" in output
+    result = _dry_run(tmp_path, lambda config: config.update(noise_ceiling={"n_sequences": 1}))
+    assert result.returncode != 0 and "noise_ceiling" in result.stdout + result.stderr
 
 
 def test_the_stability_rule_declares_every_table_the_library_writes():

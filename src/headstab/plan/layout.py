@@ -20,7 +20,7 @@ TABLE_RECORD_SUFFIX = ".provenance.json"  # tables/x.csv -> tables/x.csv.provena
 
 # The rules that run a model: training, the activation caches, the validation perplexity of every
 # refit (optimizers.smk, §4.5), the anchor's head ablations (ablation.smk, §4.8), the training
-# snapshots' caches (snapshots.smk) and the head-type probe passes (head_types.smk).
+# snapshots' caches (snapshots.smk) and the head-type probe passes (head_types.smk, noise_ceiling.smk).
 GPU_RULES = (
     "train",
     "cache_activations",
@@ -32,6 +32,7 @@ GPU_RULES = (
     "head_type_scores",
     "head_type_scores_step0",
     "head_type_scores_held_out",
+    "noise_ceiling_scores",
 )
 # The rules that start an architecture's analyses from its weights and caches: forcing them reruns every
 # analysis of analyses_<arch> and nothing upstream (docs/operations.md; tests/workflow/test_operations.py checks
@@ -49,6 +50,7 @@ ANALYSIS_ROOT_RULES = (
     "head_type_scores",
     "head_type_scores_step0",
     "head_type_scores_held_out",
+    "noise_ceiling_scores",
 )
 
 

@@ -1,18 +1,19 @@
 """Which of the workflow's p-values and intervals are calibrated, and at how many units (docs/statistics.md).
 
-Every kind of p-value and interval that a table prints is a `Method` here. `make calibration`
-(calibration/run.py) simulates data with the dependence the real data has, at n = CALIBRATION_NS units, and
-measures each test's size at ALPHA and each interval's coverage at its nominal level. A method passes at n
-when its size is at most ALPHA + 3 Monte-Carlo standard errors, or its coverage at least the nominal level
-- 3 of them, in every scenario simulated for it. `min_n` is the smallest calibrated n from which it passes
-at every larger calibrated n (None: it passes at none, or was not calibrated). A table reports the method at
-n units as CALIBRATED when n >= min_n and as DESCRIPTIVE otherwise: a descriptive p-value or interval says
-how large a value is against its spread, never whether it differs from another.
+Every kind of p-value and interval that a table prints is a `Method` here. `make calibration` (calibration/run.py)
+simulates data with the dependence the real data has, at n = CALIBRATION_NS units, and measures each test's size at
+ALPHA and each interval's coverage at its nominal level. A method passes at n when its size is at most ALPHA + 3
+Monte-Carlo s.e., or its coverage at least the nominal level - 3 of them, in every scenario simulated for it. `min_n`
+is the smallest calibrated n from which it passes at every larger calibrated n (None: it passes at none, or was not
+calibrated). A table reports the method at n units as CALIBRATED when n >= min_n and as DESCRIPTIVE otherwise: a
+descriptive p-value or interval says how large a value is against its spread, never whether it differs from another.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from headstab.statistics.beyond_methods import BEYOND_METHODS
 
 __all__ = [
     "ALPHA",
@@ -363,7 +364,7 @@ _SECTION_METHODS = (
     ),
     Method("neuron_share_bootstrap", "interval", "refits", None, "share of universal neurons, its null and excess"),
 )
-METHODS.update({method.name: method for method in _SECTION_METHODS})
+METHODS.update({method.name: method for method in (*_SECTION_METHODS, *(Method(*f) for f in BEYOND_METHODS))})
 
 
 def is_calibrated(method: str, n: int) -> bool:
