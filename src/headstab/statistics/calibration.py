@@ -362,7 +362,6 @@ _SECTION_METHODS = (
         "min and max of the refits' final training losses (headline.csv final training loss): a range of the "
         "values, not a confidence interval",
     ),
-    Method("neuron_share_bootstrap", "interval", "refits", None, "share of universal neurons, its null and excess"),
 )
 METHODS.update({method.name: method for method in (*_SECTION_METHODS, *(Method(*f) for f in BEYOND_METHODS))})
 
