@@ -9,6 +9,7 @@ from helpers.tolerances import reduction_atol, reduction_rtol
 from headstab.stability import head_stability_table, pair_stability_table
 from headstab.statistics.bootstrap import (
     draw_resamples,
+    one_to_one_replicates,
     percentile_interval,
     prompt_weights,
     replicate_best_matches,
@@ -276,3 +277,44 @@ def test_the_docs_label_effect_size_descriptive_and_note_the_max_bias():
     (row,) = [line for line in text.split("| `") if line.startswith("effect_size`")]
     assert "Descriptive only" in row and "dependent" in row and "no test statistic" in row
     assert "Upward bias for a max of means" in text and "null" in text.split("Upward bias for a max of means")[1][:400]
+
+
+def test_one_to_one_replicates_are_the_best_match_bootstrap_of_the_assigned_partners_alone():
+    rng = np.random.default_rng(13)
+    n_groups, n_seeds, n_layers, n_heads = 3, 3, 2, 3
+    grouped, sizes = symmetric_groups(rng, n_groups, n_seeds, n_layers, n_heads), np.array([2, 1, 3])
+    # each head's partner: a fixed permutation per refit pair and layer, not the best match
+    assignment = np.stack([rng.permutation(n_heads) for _ in range(n_seeds * n_seeds * n_layers)])
+    assignment = assignment.reshape(n_seeds, n_seeds, n_layers, n_heads)
+    partner = assignment[None, ..., None] == np.arange(n_heads)  # [1, a, b, layer, head_a, head_b]
+    only_partner = np.where(partner, grouped, np.float32(-1.0))  # similarities are in [0, 1]: the max is the partner
+    draws = draw_resamples(30, n_seeds, n_groups, seed=4)
+    got = one_to_one_replicates(draws, grouped, sizes, assignment)
+    expected = stability_replicates(draws, only_partner, sizes)
+    atol = reduction_atol(np.float32, n_groups + n_seeds)
+    for key in ("head", "layer", "head_estimate", "layer_estimate", "pair_best"):
+        assert got[key].shape == expected[key].shape
+        np.testing.assert_allclose(got[key], expected[key], atol=atol)
+    best = stability_replicates(draws, grouped, sizes)
+    assert (got["head_estimate"] < best["head_estimate"] - atol).any()  # some partner is not the best match
+
+
+def test_the_batch_size_reaches_the_batches_of_both_bootstraps(monkeypatch):
+    from headstab.statistics import bootstrap
+
+    parts = []
+
+    def recorded(*args, **kwargs):
+        for part, values in replicate_best_matches(*args, **kwargs):
+            parts.append((part.start, part.stop))
+            yield part, values
+
+    monkeypatch.setattr(bootstrap, "replicate_best_matches", recorded)
+    rng = np.random.default_rng(8)
+    grouped, sizes = symmetric_groups(rng, 3, 2, 1, 2), np.array([1, 2, 3])
+    draws = draw_resamples(10, 2, 3, seed=9)
+    stability_replicates(draws, grouped, sizes, batch_size=4)
+    assert parts == [(0, 4), (4, 8), (8, 10)]
+    parts.clear()
+    one_to_one_replicates(draws, grouped, sizes, np.zeros((2, 2, 1, 2), dtype=np.int64), batch_size=3)
+    assert parts == [(0, 3), (3, 6), (6, 9), (9, 10)]

@@ -127,3 +127,40 @@ def test_coarser_studies_keep_the_prompts_and_the_noise_per_prompt():
     scenario = SCENARIOS["clear_best_match"]
     assert at_refits(scenario, LARGE_N - 1) is scenario
     assert at_refits(scenario, LARGE_N).init.n_heads == 3 and at_refits(scenario, LARGE_N).null.n_groups == 10
+
+
+def test_a_method_is_calibrated_from_its_min_n_on_and_never_without_one(monkeypatch):
+    from headstab.statistics import calibration
+
+    planted = {
+        "from_5": Method("from_5", "interval", "refits", 5, ""),
+        "never": Method("never", "p_value", "refits", None, ""),
+    }
+    monkeypatch.setattr(calibration, "METHODS", planted)
+    assert [calibration.is_calibrated("from_5", n) for n in (4, 5, 12)] == [False, True, True]
+    assert [calibration_label("from_5", n) for n in (4, 5, 50)] == [DESCRIPTIVE, CALIBRATED, CALIBRATED]
+    assert [calibration_label("never", n) for n in (4, 50, 10**6)] == [DESCRIPTIVE] * 3
+    with pytest.raises(KeyError, match=r"^\"no calibrated method 'x'; known: \['from_5', 'never'\]\"$"):
+        calibration.is_calibrated("x", 5)
+
+
+def test_a_method_reports_a_p_value_or_an_interval_at_a_calibrated_n_or_none():
+    assert Method("x", "interval", "refits", 12, "").min_n == 12
+    assert Method("x", "p_value", "refits", None, "").min_n is None
+    with pytest.raises(ValueError, match=r"^method 'x': reports must be 'p_value' or 'interval', got 'p-value'$"):
+        Method("x", "p-value", "refits", 4, "")
+    with pytest.raises(ValueError, match=r"^method 'x': min_n 3 is not a calibrated n of \(4, 5, 12, 50\)$"):
+        Method("x", "interval", "refits", 3, "")
+
+
+def test_the_detectable_effect_is_the_one_measured_at_the_largest_n_not_above(monkeypatch):
+    from headstab.statistics import calibration
+
+    planted = {"a claim": ("some_method", "stability", {4: 0.3, 12: 0.2, 50: 0.1})}
+    monkeypatch.setattr(calibration, "DETECTABLE_EFFECTS", planted)
+    assert [calibration.detectable_effect("a claim", n) for n in (4, 5, 11, 12, 49, 50, 500)] == [
+        0.3, 0.3, 0.3, 0.2, 0.2, 0.1, 0.1,
+    ]  # fmt: skip
+    assert np.isnan(calibration.detectable_effect("a claim", 3))  # below the smallest measured n
+    with pytest.raises(KeyError, match=r"^\"no power measured for claim 'other'; known: \['a claim'\]\"$"):
+        calibration.detectable_effect("other", 4)

@@ -11,7 +11,13 @@ from helpers.tolerances import reduction_atol
 
 from headstab.similarity.prompt_groups import GroupedSimilarity
 from headstab.statistics.bootstrap import draw_resamples, stability_replicates
-from headstab.statistics.controls import CONTENT_COLUMNS, entropy_column
+from headstab.statistics.controls import (
+    CONTENT_COLUMNS,
+    attach_content_share,
+    content_columns,
+    entropy_column,
+    gap_control_rows,
+)
 from headstab.statistics.interval_tables import interval_tables
 
 SEEDS = [2, 4, 6, 9]
@@ -254,3 +260,52 @@ def test_the_content_share_sits_beside_the_content_variant_averaged_over_heads_a
             pd.testing.assert_frame_equal(
                 frame.drop(columns="content_share"), tables[name].drop(columns="content_share")
             )
+
+
+def test_gap_rows_are_the_percentiles_of_each_controls_resampled_range_by_hand():
+    rng = np.random.default_rng(12)
+    layer = {name: rng.random((40, 3)) for name in ("same", "null", "content", "content_null")}
+    kinds = {
+        kind: {"layer": layer[name], "layer_estimate": layer[name].mean(axis=0)}
+        for kind, name in (
+            ("same_layer", "same"),
+            ("null", "null"),
+            ("content", "content"),
+            ("content_null", "content_null"),
+        )
+    }
+    rows = gap_control_rows(kinds, "p", 0.5)  # not the default 0.95
+    differences = {
+        "prompt_null": layer["null"],
+        "above_null": layer["same"] - layer["null"],
+        "content": layer["content"],
+        "content_above_null": layer["content"] - layer["content_null"],
+    }
+    assert [row[1] for row in rows] == [f"delta_s_{name}" for name in differences]
+    for row, draws in zip(rows, differences.values(), strict=True):
+        low, high = np.quantile(np.ptp(draws, axis=1), [0.25, 0.75])
+        assert row[0] == "p" and row[5] == 40 and np.isnan(row[6])
+        assert row[2] == pytest.approx(np.ptp(draws.mean(axis=0)), abs=reduction_atol(np.float64, 40))
+        assert (row[3], row[4]) == pytest.approx((low, high), abs=reduction_atol(np.float64, 40))
+
+
+def test_the_content_share_is_float64_and_nan_without_a_share():
+    share = np.random.default_rng(4).random((4, 3, 2)).astype(np.float32)
+    kinds = {"content": {}}
+    attach_content_share(kinds, share)
+    assert kinds["content"]["head_share"].dtype == np.float64
+    np.testing.assert_array_equal(kinds["content"]["head_share"], share)
+    attach_content_share(kinds := {}, share)  # no content variant: nothing to put it beside
+    assert kinds == {}
+    replicates = np.zeros((5, 3))
+    kinds = {
+        "same_layer": {"layer": replicates, "layer_estimate": replicates[0]},
+        "content": {"layer": replicates, "layer_estimate": replicates[0]},
+        "content_null": {"layer": replicates, "layer_estimate": replicates[0]},
+    }
+    columns = content_columns(kinds, "same_layer", "layer", 0.9)
+    assert columns["content_share"].dtype == np.float64 and np.isnan(columns["content_share"]).all()
+    kinds["content"]["head_share"] = np.arange(24.0).reshape(4, 3, 2)
+    np.testing.assert_array_equal(
+        content_columns(kinds, "same_layer", "layer", 0.9)["content_share"], [9.5, 11.5, 13.5]
+    )

@@ -69,3 +69,16 @@ def test_gap_rows_of_the_multibootstrap_are_labelled_and_other_rows_left_to_thei
     kept = gap_labels(gap.assign(p_calibration=["x", "y", "z"]), 12)
     assert listed(kept["p_calibration"]) == ["x", "y", "z"]
     assert set(GAP_METHODS.values()) == {"multibootstrap_gap"} and "delta_s_excess" not in GAP_METHODS
+
+
+def test_gap_labels_follow_the_rows_index_and_are_strings_with_missing_labels(registry):
+    # rows kept from a larger table: an index that is not 0..n-1 must still carry each row's own label
+    gap = pd.DataFrame({"statistic": ["delta_s_layer_null", "delta_s", "r_min"]}, index=[7, 3, 12])
+    labelled = gap_labels(gap, 12)
+    assert list(labelled.index) == [7, 3, 12]
+    assert listed(labelled["ci_calibration"]) == [None, "descriptive", "descriptive"]
+    for column in ("ci_calibration", "p_calibration"):
+        assert labelled[column].dtype == "string", column
+    assert labelled["p_calibration"].isna().all()
+    none = gap_labels(gap.iloc[:1], 12)  # no multi-bootstrap row: still a string column, all missing
+    assert none["ci_calibration"].dtype == "string" and none["ci_calibration"].isna().all()

@@ -3,6 +3,8 @@ interval's formula, and coverage where the percentile multi-bootstrap misses (do
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from helpers.tolerances import reduction_atol
@@ -216,3 +218,74 @@ def test_the_jackknife_t_test_holds_its_level_where_a_test_over_seeds_alone_does
     # measured: the sign-flip test rejected in 46 of 150 (0.31), the jackknife-t test in 10 (0.067)
     assert rejected["sign_flip"] / datasets > 0.2, rejected
     assert 0.01 <= rejected["jackknife"] / datasets <= 0.1, rejected  # binomial range of a 5% test, 150 datasets
+
+
+def test_three_refits_and_two_groups_are_enough_for_finite_columns():
+    rng = np.random.default_rng(5)
+    observed, null, sizes = (
+        grouped_tensor(rng, n_groups=2, n_seeds=3),
+        grouped_tensor(rng, n_groups=2, n_seeds=3),
+        [2, 1],
+    )
+    grouped = GroupedSimilarity(observed, null, np.array(sizes), [1, 2, 3], np.zeros(3, int), np.full(3, 5))
+    best = {
+        kind: np.tensordot(np.array(sizes) / 3, x, axes=1).max(axis=-1)
+        for kind, x in (("observed", observed), ("null", null))
+    }
+    columns = jackknife_columns(grouped, best, 0.95)
+    assert all(np.isfinite(v).all() for level in columns.values() for v in level.values())
+    assert leave_one_group_out(observed, sizes).shape == (2, 3, 3, 2, 3)
+    for level in ("head", "layer", "pooled"):
+        assert np.isfinite(
+            jackknife_parts(best["observed"], leave_one_group_out(observed, sizes), level)["estimate"]
+        ).all()
+    with pytest.raises(ValueError, match="at least 3 refits; got 2"):
+        jackknife_parts(best["observed"][:2, :2], leave_one_group_out(observed, sizes)[:, :2, :2], "pooled")
+
+
+def test_nan_columns_keep_each_levels_name_and_shape():
+    rng = np.random.default_rng(6)
+    two = grouped_tensor(rng, n_groups=3, n_seeds=2)
+    grouped = GroupedSimilarity(two, two, np.ones(3, int), [1, 2], np.zeros(3, int), np.full(3, 5))
+    best = {"observed": two.mean(axis=0).max(axis=-1), "null": two.mean(axis=0).max(axis=-1)}
+    columns = jackknife_columns(grouped, best, 0.95)
+    assert {level: columns[level]["jackknife"].shape for level in columns} == {
+        "head": (2, 2, 3),
+        "layer": (2, 2),
+        "pooled": (2,),
+    }
+
+
+def test_group_sizes_must_match_the_groups_and_any_integer_dtype_weighs_exactly():
+    rng = np.random.default_rng(7)
+    grouped = grouped_tensor(rng, n_groups=3).astype(np.float32)
+    with pytest.raises(ValueError):
+        leave_one_group_out(grouped, np.array([1, 2]))  # a size short: zip(strict=True) refuses
+    expected = leave_one_group_out(grouped, np.array([1.0, 2.0, 3.0]))
+    for dtype in (np.uint8, np.int32, np.int64):  # float32 group times size is exact in float64, not in float32
+        np.testing.assert_array_equal(leave_one_group_out(grouped, np.array([1, 2, 3], dtype=dtype)), expected)
+    np.testing.assert_array_equal(leave_one_group_out(grouped, [1, 2, 3]), expected)
+
+
+def test_the_interval_reads_every_input_in_float64_and_warns_of_nothing():
+    rng = np.random.default_rng(8)
+    estimate, refit_var, groups = rng.random(3), rng.random(3) / 100, rng.random((4, 3))
+    expected = jackknife_t_interval(estimate, refit_var, 2.0, groups, 0.9)
+    wide = jackknife_t_interval(*(np.asarray(x, dtype=np.longdouble) for x in (estimate, refit_var)), 2.0,
+                                groups.astype(np.longdouble), 0.9)  # fmt: skip
+    for key, value in wide.items():
+        assert value.dtype == np.float64, key
+        np.testing.assert_array_equal(value, expected[key])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no spread anywhere: 0 / 0 degrees of freedom, no warning
+        flat = jackknife_t_interval(np.array([0.5, 0.0]), np.zeros(2), 2.0, np.array([[0.5, 0.0]] * 3), 0.95)
+    np.testing.assert_array_equal(flat["p_value"], [0.0, 1.0])
+    assert np.isnan(flat["df"]).all() and (flat["se"] == 0).all()
+
+
+def test_an_undefined_estimate_or_variance_has_no_p_value_and_no_interval():
+    # an estimate, a refit variance, a left-out group NaN: before, the last two read as p = 0 with a zero-width interval
+    out = jackknife_t_interval(np.array([np.nan, 0.5, 0.5]), np.array([0.01, np.nan, 0.0]), 2.0,
+                               np.array([[0.4, 0.5, np.nan], [0.5, 0.5, 0.5], [0.6, 0.5, 0.5]]), 0.95)  # fmt: skip
+    for key in ("p_value", "ci_low", "ci_high"):
+        assert np.isnan(out[key]).all(), key

@@ -230,3 +230,51 @@ def test_partial_correlation_is_nan_where_z_leaves_nothing_and_never_beyond_one(
     assert float(same) == 1.0  # clipped: rounding may leave it a hair above 1
     weighted = partial_correlation(2 * z + 1, y, z, np.ones((2, 8)))
     assert np.isnan(weighted).all() and weighted.shape == (2,)
+
+
+def test_partial_correlation_of_rounding_past_one_is_clipped_to_exactly_one():
+    z = np.arange(8.0)
+    v = np.sin(10 * z)  # with these units the unclipped formula gives 1 + 2.2e-16 and -(1 + 2.2e-16)
+    assert float(partial_correlation(v, v, z)) == 1.0
+    assert float(partial_correlation(v, -v, z)) == -1.0
+
+
+def test_partial_correlation_degenerate_threshold_is_16_n_eps_of_the_left_factor():
+    # x = z + c w, y = z / 2 + w + u with w, u orthogonal to z, to a constant and to each other, all of
+    # population variance 1: the residuals are c w and w + u, so the partial correlation is 1 / sqrt(2),
+    # and left = (1 - r_xz^2)(1 - r_yz^2) = c^2 / (var z + c^2) * 2 / (var z / 4 + 2) with var z = 5.25.
+    n, eps = 8, np.finfo(np.float64).eps
+    z = np.arange(8.0)
+    w = np.array([1.0, -1.0, -1.0, 1.0, 1.0, -1.0, -1.0, 1.0])
+    u = np.array([1.0, 1.0, -1.0, -1.0, -1.0, -1.0, 1.0, 1.0])
+    y = z / 2 + w + u
+
+    def x_with_left(ratio: float) -> np.ndarray:  # left = ratio * 16 n eps
+        return z + np.sqrt(ratio * 16 * n * eps * 5.25 / (2 / (5.25 / 4 + 2))) * w
+
+    assert np.isnan(partial_correlation(x_with_left(0.92), y, z))
+    # 1 - r_xz^2 ~ 4e-14 is known to ~eps / 4e-14 ~ 1e-2 relative once r_xz is rounded
+    assert float(partial_correlation(x_with_left(1.03), y, z)) == pytest.approx(1 / np.sqrt(2), rel=1e-2)
+    assert float(partial_correlation(x_with_left(1e6), y, z)) == pytest.approx(1 / np.sqrt(2), rel=1e-8)
+
+
+def test_partial_correlation_nan_cases_raise_no_floating_point_warnings():
+    z = np.arange(8.0)
+    y = np.array([1.0, 3.0, 2.0, 5.0, 4.0, 7.0, 6.0, 8.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(partial_correlation(np.ones(8), y, z))  # 0 / 0: a constant
+        assert np.isnan(partial_correlation(z + 1e-13 * np.sin(z), y, z))  # a nonzero over sqrt(0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.longdouble, np.int64])
+def test_partial_correlation_reads_every_input_dtype_in_float64(dtype):
+    rng = np.random.default_rng(8)
+    x, y, z = rng.integers(-50, 50, size=(3, 12))
+    counts = rng.integers(0, 3, size=(4, 12))
+    expected = partial_correlation(x.astype(np.float64), y.astype(np.float64), z.astype(np.float64), counts)
+    got = partial_correlation(x.astype(dtype), y.astype(dtype), z.astype(dtype), counts.astype(dtype))
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, expected)
+    one = partial_correlation(x.astype(dtype), y.astype(dtype), z.astype(dtype))
+    assert one.dtype == np.float64 and float(one) == float(partial_correlation(x * 1.0, y * 1.0, z * 1.0))

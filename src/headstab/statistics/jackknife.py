@@ -103,20 +103,24 @@ def jackknife_t_interval(
     estimate [...]: the statistic on all data; refit_var [...] and refit_df: its refit part; groups [group, ...]:
     the statistic without each group. Returns "estimate" (bias-corrected over groups), "ci_low", "ci_high", "se",
     "df" and "p_value", the two-sided t test of a true value of 0 (the interval at level 1 - p just reaches 0); an
-    interval of zero width where neither part varies, and there p is 1 for an estimate of 0, else 0.
+    interval of zero width where neither part varies, and there p is 1 for an estimate of 0, else 0; NaN interval
+    and p where an input is NaN.
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"config key 'statistics.confidence' must be in (0, 1); got {confidence}")
     groups = np.asarray(groups, dtype=np.float64)
+    estimate, refit_var = np.asarray(estimate, dtype=np.float64), np.asarray(refit_var, dtype=np.float64)
     n_groups = groups.shape[0]
     mean_groups = groups.mean(axis=0)
     group_var = (n_groups - 1) / n_groups * ((groups - mean_groups) ** 2).sum(axis=0)
-    corrected = np.asarray(estimate, dtype=np.float64) - (n_groups - 1) * (mean_groups - estimate)
-    total = np.asarray(refit_var, dtype=np.float64) + group_var
+    corrected = estimate - (n_groups - 1) * (mean_groups - estimate)
+    total = refit_var + group_var
+    undefined = np.isnan(total) | np.isnan(corrected)  # a NaN input: no interval and no p, not a zero-width one
     with np.errstate(divide="ignore", invalid="ignore"):
         df = total**2 / (refit_var**2 / refit_df + group_var**2 / (n_groups - 1))
         half = np.where(total > 0, stats.t.ppf((1.0 + confidence) / 2.0, df) * np.sqrt(total), 0.0)
         p_value = np.where(total > 0, 2.0 * stats.t.sf(np.abs(corrected) / np.sqrt(total), df), 1.0 * (corrected == 0))
+    half, p_value = np.where(undefined, np.nan, half), np.where(undefined, np.nan, p_value)
     return {
         "estimate": corrected,
         "ci_low": corrected - half,
