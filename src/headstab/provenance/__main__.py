@@ -7,8 +7,8 @@ import argparse
 import json
 import sys
 
+from headstab.provenance.checks import FAILED
 from headstab.provenance.lineage import as_dict, format_chain, trace, walk
-from headstab.provenance.records import FAILED
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,5 @@
 """Lineage: the chain of files behind a file of the workflow, walked back to the corpus shards, each file
-checked against the record that covers it (records.py); `python -m headstab.provenance` prints it."""
+checked against the record that covers it (checks.py); `python -m headstab.provenance` prints it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from headstab.activations.reader import open_cache
 from headstab.plan.layout import file_kind
-from headstab.provenance.records import (
+from headstab.provenance.checks import (
     ProvenanceNode,
     check_sha256,
     read_h5_attrs,
