@@ -119,7 +119,9 @@ def _partial_interval(rng: np.random.Generator, n: int) -> tuple[float, float, f
             "entropy": values[:, 2],
         }
     )
-    table = head_norm_partial_table(norms, stability, n_boot=N_BOOT, seed=int(rng.integers(2**31)), confidence=0.95)
+    table = head_norm_partial_table(
+        norms, stability, promptset="primary", n_boot=N_BOOT, seed=int(rng.integers(2**31)), confidence=0.95
+    )
     row = table.iloc[0]
     return float(row["partial_r_ci_low"]), float(row["partial_r_ci_high"]), _partial_r(BETWEEN + WITHIN)
 

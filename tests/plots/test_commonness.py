@@ -12,7 +12,7 @@ from plots.test_stability import SEEDS, assert_png, tables  # noqa: F401  (the m
 
 def test_commonness_heatmap_holds_first_seed(tables, tmp_path):  # noqa: F811
     path = tmp_path / "commonness.png"
-    drawn = plot_commonness(tables["commonness"], path, "l3_h4")
+    drawn = plot_commonness(tables["commonness"], path, "l3_h4", "primary")
     assert_png(path)
     rows = tables["commonness"][tables["commonness"]["seed"] == SEEDS[0]]
     for row in rows.itertuples():
@@ -26,7 +26,7 @@ def test_above_null_panel_draws_each_layers_mean_over_seeds(tables, tmp_path):  
     value = common["seed"] + 10 * common["layer"] + common["head"] / 4
     common["commonness_above_null"] = value
     common["commonness_excl_self_above_null"] = value / 10
-    drawn = plot_commonness(common, tmp_path / "c.png", "l3_h4")
+    drawn = plot_commonness(common, tmp_path / "c.png", "l3_h4", "primary")
     expected = np.mean(SEEDS) + 10 * np.arange(3) + np.mean(np.arange(4)) / 4
     np.testing.assert_allclose(drawn["above_null"]["commonness_above_null"], expected)
     np.testing.assert_allclose(drawn["above_null"]["commonness_excl_self_above_null"], expected / 10)

@@ -56,20 +56,22 @@ def demo_tables(n_layers: int) -> dict[str, pd.DataFrame]:
 @pytest.mark.parametrize("n_layers", EDGE_DEPTHS)
 def test_stability_figures_keep_their_text_inside(n_layers, tmp_path):
     arch, t = f"l{n_layers}_h8_attn_wd", demo_tables(n_layers)
-    stability_plots.plot_head_stability(t["heads"], tmp_path / "head.png", arch)
-    stability_plots.plot_layer_stability(t["layers"], tmp_path / "layer.png", arch)
-    stability_plots.plot_pair_stability(t["pairs"], tmp_path / "pair.png", arch)
-    stability_plots.plot_cross_layer_stability(t["heads"], t["layers"], tmp_path / "cross.png", arch)
-    stability_plots.plot_alignment_map(t["alignment"], tmp_path / "map.png", arch, dispersion_table=t["dispersion"])
+    stability_plots.plot_head_stability(t["heads"], tmp_path / "head.png", arch, "primary")
+    stability_plots.plot_layer_stability(t["layers"], tmp_path / "layer.png", arch, "primary")
+    stability_plots.plot_pair_stability(t["pairs"], tmp_path / "pair.png", arch, "primary")
+    stability_plots.plot_cross_layer_stability(t["heads"], t["layers"], tmp_path / "cross.png", arch, "primary")
+    stability_plots.plot_alignment_map(
+        t["alignment"], tmp_path / "map.png", arch, "primary", dispersion_table=t["dispersion"]
+    )
     common = t["commonness"].assign(commonness_above_null=0.1, commonness_excl_self_above_null=-0.02)
-    plot_commonness(common, tmp_path / "common.png", arch)  # with the above-null panel
+    plot_commonness(common, tmp_path / "common.png", arch, "primary")  # with the above-null panel
 
 
 @pytest.mark.parametrize("n_layers", EDGE_DEPTHS)
 def test_section_figures_keep_their_text_inside(n_layers, tmp_path, layer_stability):
     arch = f"l{n_layers}_h8_attn"
     plot_optimizer_stability(
-        layer_stability(n_layers), layer_stability(n_layers, seed=1), tmp_path / "o.png", arch, f"{arch}_wd"
+        layer_stability(n_layers), layer_stability(n_layers, seed=1), tmp_path / "o.png", arch, f"{arch}_wd", "primary"
     )
     lengths = pd.concat(
         [layer_stability(n_layers, promptset=f"len{n}", chance=True).query("anchor_seed == 1") for n in (5, 10, 50)]
@@ -77,7 +79,7 @@ def test_section_figures_keep_their_text_inside(n_layers, tmp_path, layer_stabil
     plot_prompt_length(lengths, tmp_path / "p.png", arch)
     rows = [(a, b, layer, 0.9 - 0.05 * layer) for a in SEEDS for b in SEEDS if a < b for layer in range(n_layers)]
     cka = pd.DataFrame(rows, columns=["seed_a", "seed_b", "layer", "cka"]).assign(promptset="primary")
-    plot_residual_stream(cka, layer_stability(n_layers), tmp_path / "r.png", arch)
+    plot_residual_stream(cka, layer_stability(n_layers), tmp_path / "r.png", arch, "primary")
     logs = {seed: pd.DataFrame({"step": [16, 32], "tokens": [16384, 32768], "loss": [6.0, 5.0 + seed / 10]})
             for seed in SEEDS}  # fmt: skip
     curves = training_curves(logs)
@@ -95,7 +97,8 @@ def test_per_layer_analysis_figures_keep_their_text_inside(n_layers, tmp_path, l
                          columns=["seed", "layer", "matrix", "frobenius_norm"])  # fmt: skip
     norms["whole_layer_norm"] = norms["frobenius_norm"]
     stab = layer_stability(n_layers)
-    plot_weight_norm_correlation(norms, stab, norm_stability_correlation(norms, stab), tmp_path / "w.png", arch)
+    correlation = norm_stability_correlation(norms, stab, "primary")
+    plot_weight_norm_correlation(norms, stab, correlation, tmp_path / "w.png", arch, "primary")
     heads = t["heads"].query("anchor_seed == 1")
     ppl = 20 + rng.uniform(-1, 1, (n_layers, N_HEADS))
     table = ablation_table(ppl, 20.0, heads, seed=1)
@@ -140,7 +143,7 @@ def test_figures_across_architectures_keep_every_name_inside(tmp_path, layer_sta
     for n_layers in DEPTHS:
         for suffix in ("", "_attn", "_wd", "_attn_wd"):
             name = f"l{n_layers}_h8{suffix}"
-            gap = stability_gap_table(layer_stability(n_layers, seed=n_layers + len(suffix)), n_layers)
+            gap = stability_gap_table(layer_stability(n_layers, seed=n_layers + len(suffix)), n_layers, "primary")
             facts.append(gap.assign(architecture=name, n_layers=n_layers, n_heads=N_HEADS,
                                     optimizer="AdamW" if "_wd" in name else "Adam", attention_only="_attn" in name))  # fmt: skip
     summary = pd.concat(facts, ignore_index=True)

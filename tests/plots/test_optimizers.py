@@ -17,6 +17,7 @@ def test_optimizer_stability(tmp_path, layer_stability, assert_written):
         tmp_path / "optimizer_stability.png",
         "l4_h8",
         "l4_h8_wd",
+        "primary",
     )
     assert_written(tmp_path / "optimizer_stability.png")
     assert set(data["optimizer"]) == {"Adam", "AdamW"} and len(data) == 2 * N_LAYERS

@@ -59,7 +59,7 @@ def assert_png(path) -> None:
 
 def test_head_stability_heatmap_holds_first_anchor_table(tables, tmp_path):
     path = tmp_path / "figures" / "head_stability.png"
-    matrix = plot_head_stability(tables["heads"], path, "l3_h4")
+    matrix = plot_head_stability(tables["heads"], path, "l3_h4", "primary")
     assert_png(path)
     heads = tables["heads"]
     rows = heads[(heads["scope"] == "same_layer") & (heads["anchor_seed"] == 9)]
@@ -70,7 +70,7 @@ def test_head_stability_heatmap_holds_first_anchor_table(tables, tmp_path):
 
 def test_layer_stability_line_and_band_across_anchors(tables, tmp_path):
     path = tmp_path / "layer_stability.png"
-    data = plot_layer_stability(tables["layers"], path, "l3_h4")
+    data = plot_layer_stability(tables["layers"], path, "l3_h4", "primary")
     assert_png(path)
     layers = tables["layers"][tables["layers"]["scope"] == "same_layer"]
     first = layers[layers["anchor_seed"] == 9].sort_values("layer")
@@ -103,7 +103,7 @@ def legend_texts(ax) -> list[str]:
 def test_layer_stability_draws_interval_null_band_and_step_zero(tables, tmp_path, monkeypatch):
     layers = with_chance_columns(tables["layers"])
     figures = captured_figures(monkeypatch)
-    data = plot_layer_stability(layers, tmp_path / "layer_stability.png", "l3_h4")
+    data = plot_layer_stability(layers, tmp_path / "layer_stability.png", "l3_h4", "primary")
     assert_png(tmp_path / "layer_stability.png")
     first = layers[(layers["scope"] == "same_layer") & (layers["anchor_seed"] == 9)].sort_values("layer")
     for column in ("ci_low", "ci_high", "null", "null_ci_low", "null_ci_high", "init"):
@@ -129,7 +129,7 @@ def test_layer_stability_draws_interval_null_band_and_step_zero(tables, tmp_path
 def test_layer_stability_cross_layer_has_interval_but_no_null(tables, tmp_path, monkeypatch):
     figures = captured_figures(monkeypatch)
     layers = with_chance_columns(tables["layers"])
-    data = plot_layer_stability(layers, tmp_path / "cross.png", "l3_h4", scope="cross_layer")
+    data = plot_layer_stability(layers, tmp_path / "cross.png", "l3_h4", "primary", scope="cross_layer")
     assert data["null"].isna().all()
     (ax,) = figures[0].axes
     assert len(ax.containers) == 1  # the interval is drawn
@@ -139,7 +139,7 @@ def test_layer_stability_cross_layer_has_interval_but_no_null(tables, tmp_path, 
 
 def test_layer_stability_of_an_old_table_draws_no_extras(tables, tmp_path, monkeypatch):
     figures = captured_figures(monkeypatch)
-    data = plot_layer_stability(tables["layers"], tmp_path / "old.png", "l3_h4")
+    data = plot_layer_stability(tables["layers"], tmp_path / "old.png", "l3_h4", "primary")
     assert list(data.columns) == ["layer", "mean", "std", "anchors_mean", "anchors_std"]
     (ax,) = figures[0].axes
     assert not ax.containers and len(ax.collections) == 2  # the two s.d. bands only
@@ -149,7 +149,7 @@ def test_layer_stability_of_an_old_table_draws_no_extras(tables, tmp_path, monke
 def test_cross_layer_figure_draws_intervals_of_both_scopes_when_present(tables, tmp_path, monkeypatch):
     figures = captured_figures(monkeypatch)
     for layers in (tables["layers"], with_chance_columns(tables["layers"])):
-        plot_cross_layer_stability(tables["heads"], layers, tmp_path / "cross_layer.png", "l3_h4")
+        plot_cross_layer_stability(tables["heads"], layers, tmp_path / "cross_layer.png", "l3_h4", "primary")
     old, new = (figure.axes[1] for figure in figures)  # the line panel (axes[2] is the colorbar)
     assert len(old.containers) == 0 and len(new.containers) == 2
     assert "bootstrap CI" in new.get_title() and "CI" not in old.get_title()
@@ -157,7 +157,7 @@ def test_cross_layer_figure_draws_intervals_of_both_scopes_when_present(tables, 
 
 def test_pair_stability_panels_hold_similarities_of_first_anchor(tables, tmp_path):
     path = tmp_path / "pair_stability.png"
-    data = plot_pair_stability(tables["pairs"], path, "l3_h4")
+    data = plot_pair_stability(tables["pairs"], path, "l3_h4", "primary")
     assert_png(path)
     assert list(data.columns) == [3, 5]  # pair refits in the order given
     pairs = tables["pairs"]
@@ -168,7 +168,7 @@ def test_pair_stability_panels_hold_similarities_of_first_anchor(tables, tmp_pat
 
 def test_cross_layer_figure_holds_cross_layer_head_stability(tables, tmp_path):
     path = tmp_path / "cross_layer_stability.png"
-    matrix = plot_cross_layer_stability(tables["heads"], tables["layers"], path, "l3_h4")
+    matrix = plot_cross_layer_stability(tables["heads"], tables["layers"], path, "l3_h4", "primary")
     assert_png(path)
     heads = tables["heads"]
     rows = heads[(heads["scope"] == "cross_layer") & (heads["anchor_seed"] == 9)]
@@ -202,7 +202,7 @@ def overlapping_texts(figure: Figure) -> list[tuple[str, str]]:
 
 def test_alignment_map_rows_sum_to_one(tables, tmp_path):
     path = tmp_path / "alignment_map.png"
-    matrix = plot_alignment_map(tables["alignment"], path, "l3_h4")
+    matrix = plot_alignment_map(tables["alignment"], path, "l3_h4", "primary")
     assert_png(path)
     assert matrix.shape == (3, 3)
     np.testing.assert_allclose(matrix.sum(axis=1), 1.0)
@@ -220,7 +220,7 @@ def test_alignment_map_annotates_rows_with_share_and_entropy_without_overlap(n_l
     dispersion = alignment_dispersion_table(alignment)
     figures = captured_figures(monkeypatch)
     path = tmp_path / "alignment_map.png"
-    plot_alignment_map(alignment, path, f"l{n_layers}_h4", dispersion_table=dispersion)
+    plot_alignment_map(alignment, path, f"l{n_layers}_h4", "primary", dispersion_table=dispersion)
     assert_png(path)
     (figure,) = figures
     map_ax, side_ax = figure.axes[:2]
@@ -237,7 +237,7 @@ def test_alignment_map_annotates_rows_with_share_and_entropy_without_overlap(n_l
 def test_alignment_map_dispersion_of_another_prompt_set_fails_clearly(tables, tmp_path):
     other = tables["dispersion"].assign(promptset="len5")
     with pytest.raises(ValueError, match="alignment_dispersion table has no rows with promptset = 'primary'"):
-        plot_alignment_map(tables["alignment"], tmp_path / "x.png", "l3_h4", dispersion_table=other)
+        plot_alignment_map(tables["alignment"], tmp_path / "x.png", "l3_h4", "primary", dispersion_table=other)
 
 
 def test_unknown_prompt_set_fails_listing_available(tables, tmp_path):
@@ -248,10 +248,10 @@ def test_unknown_prompt_set_fails_listing_available(tables, tmp_path):
 def test_cross_layer_figure_draws_each_scopes_null_as_a_band_where_the_table_holds_it(tables, tmp_path, monkeypatch):
     figures = captured_figures(monkeypatch)
     layers = with_chance_columns(tables["layers"])
-    plot_cross_layer_stability(tables["heads"], layers, tmp_path / "same_null.png", "l3_h4")
+    plot_cross_layer_stability(tables["heads"], layers, tmp_path / "same_null.png", "l3_h4", "primary")
     null = 0.2 + 0.01 * layers["layer"]
     cross = layers.assign(null=null, null_ci_low=null - 0.01, null_ci_high=null + 0.01)
-    plot_cross_layer_stability(tables["heads"], cross, tmp_path / "both_nulls.png", "l3_h4")
+    plot_cross_layer_stability(tables["heads"], cross, tmp_path / "both_nulls.png", "l3_h4", "primary")
     same_only, both = (figure.axes[1] for figure in figures)
     labels = lambda ax: [text for text in legend_texts(ax) if "null" in text]  # noqa: E731
     assert labels(same_only) == ["same-layer null (prompt permutation)"]
@@ -261,11 +261,12 @@ def test_cross_layer_figure_draws_each_scopes_null_as_a_band_where_the_table_hol
 def test_alignment_map_adds_the_nulls_share_and_entropy_where_the_table_holds_them(tables, tmp_path, monkeypatch):
     figures = captured_figures(monkeypatch)
     dispersion = tables["dispersion"].assign(diagonal_share_null=0.25, normalized_entropy_null=0.75)
-    plot_alignment_map(tables["alignment"], tmp_path / "null.png", "l3_h4", dispersion_table=dispersion)
+    plot_alignment_map(tables["alignment"], tmp_path / "null.png", "l3_h4", "primary", dispersion_table=dispersion)
     plot_alignment_map(
         tables["alignment"],
         tmp_path / "nan.png",
         "l3_h4",
+        "primary",
         dispersion_table=dispersion.assign(diagonal_share_null=np.nan),
     )
     with_null, without_share = (figure.axes[1] for figure in figures)

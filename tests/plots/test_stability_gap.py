@@ -15,7 +15,7 @@ def _gap_summary(layer_stability):
     ):
         for suffix in ("", "_attn", "_wd", "_attn_wd"):
             name = arch + suffix
-            gap = stability_gap_table(layer_stability(n_layers, seed=i + len(suffix)), n_layers)
+            gap = stability_gap_table(layer_stability(n_layers, seed=i + len(suffix)), n_layers, "primary")
             frames.append(
                 gap.assign(
                     architecture=name,

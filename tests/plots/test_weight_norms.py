@@ -20,7 +20,7 @@ def test_weight_norm_correlation(tmp_path, layer_stability, assert_written):
         columns=["seed", "layer", "matrix", "frobenius_norm"],
     ).assign(whole_layer_norm=lambda frame: frame["frobenius_norm"] * 2)
     stab = layer_stability()
-    corr = norm_stability_correlation(norms, stab)
-    data = plot_weight_norm_correlation(norms, stab, corr, tmp_path / "weight_norm_correlation.png", "l4_h8")
+    corr = norm_stability_correlation(norms, stab, "primary")
+    data = plot_weight_norm_correlation(norms, stab, corr, tmp_path / "weight_norm_correlation.png", "l4_h8", "primary")
     assert_written(tmp_path / "weight_norm_correlation.png")
     assert len(data) == len(SEEDS) * N_LAYERS  # one point per refit and layer

@@ -23,7 +23,7 @@ from headstab.similarity.prompt_groups import GroupedSimilarity
 def test_stability_gap_by_hand(layer_stability):
     stab = layer_stability({1: [0.2, 0.9, 0.5, 0.1], 2: [0.4, 0.4, 0.3, 0.8]})
     stab = stab.sample(frac=1.0, random_state=0)  # row order must not matter
-    gap = stability_gap_table(stab, n_layers=4).set_index("anchor_seed")
+    gap = stability_gap_table(stab, n_layers=4, promptset="primary").set_index("anchor_seed")
     assert gap.loc[1, "delta_s"] == pytest.approx(0.8)
     assert (gap.loc[1, "l_max"], gap.loc[1, "l_min"]) == (2, 4)
     assert (gap.loc[1, "r_max"], gap.loc[1, "r_min"]) == (0.5, 1.0)
@@ -34,7 +34,7 @@ def test_stability_gap_by_hand(layer_stability):
 
 def test_stability_gap_rejects_missing_layers(layer_stability):
     with pytest.raises(ValueError, match="anchor 1 has layers"):
-        stability_gap_table(layer_stability({1: [0.2, 0.9]}), n_layers=3)
+        stability_gap_table(layer_stability({1: [0.2, 0.9]}), n_layers=3, promptset="primary")
 
 
 def test_summary_stacks_every_architecture_with_its_facts(layer_stability):
@@ -65,7 +65,7 @@ def test_gap_reads_the_requested_prompt_set_and_same_layer_scope_only(layer_stab
             layer_stability({1: [0.4, 0.4, 0.0]}, promptset="len5"),
         ]
     )
-    assert stability_gap_table(stab, n_layers=3)["delta_s"].tolist() == pytest.approx([0.7])
+    assert stability_gap_table(stab, n_layers=3, promptset="primary")["delta_s"].tolist() == pytest.approx([0.7])
     assert stability_gap_table(stab, n_layers=3, promptset="len5")["delta_s"].tolist() == pytest.approx([0.4])
     with pytest.raises(ValueError, match=r"^layer stability has no rows with promptset = 'len9'"):
         stability_gap_table(stab, n_layers=3, promptset="len9")
@@ -73,13 +73,13 @@ def test_gap_reads_the_requested_prompt_set_and_same_layer_scope_only(layer_stab
 
 def test_gap_rows_are_in_anchor_order_whatever_the_row_order(layer_stability):
     stab = layer_stability({3: [0.1, 0.2], 1: [0.5, 0.4], 2: [0.3, 0.3]})
-    assert stability_gap_table(stab, n_layers=2)["anchor_seed"].tolist() == [1, 2, 3]
+    assert stability_gap_table(stab, n_layers=2, promptset="primary")["anchor_seed"].tolist() == [1, 2, 3]
 
 
 def test_gap_of_whole_number_stabilities_is_float(layer_stability):
     # Read from a CSV, whole-number means come back as int64; the gap table keeps float columns.
     stab = layer_stability({1: [1, 0, 0]}).astype({"mean": int})
-    gap = stability_gap_table(stab, n_layers=3)
+    gap = stability_gap_table(stab, n_layers=3, promptset="primary")
     assert gap[["s_max", "s_min", "delta_s"]].dtypes.tolist() == [np.float64] * 3
     assert (gap.loc[0, "l_max"], gap.loc[0, "l_min"]) == (1, 2)
 
@@ -107,7 +107,7 @@ def test_null_source_gaps_are_each_columns_range_per_anchor_and_nan_without_it(l
             layer_stability({1: [0.0, 0.0, 0.0]}, scope="cross_layer").assign(null=9.0, above_null=9.0),
         ]
     )
-    gaps = null_source_gaps(layers.iloc[::-1]).set_index("anchor_seed")
+    gaps = null_source_gaps(layers.iloc[::-1], "primary").set_index("anchor_seed")
     assert gaps.index.tolist() == [1, 2]  # in anchor order whatever the row order
     assert gaps.loc[1, "delta_s_prompt_null"] == pytest.approx(0.3) and gaps.loc[2, "delta_s_prompt_null"] == 0
     assert gaps.loc[1, "delta_s_above_null"] == pytest.approx(0.6) and gaps.loc[
@@ -123,7 +123,7 @@ def test_null_source_gaps_are_each_columns_range_per_anchor_and_nan_without_it(l
     assert len5["delta_s_prompt_null"].tolist() == [4.0] and len5["delta_s_prompt_null"].dtype == np.float64
     assert null_source_gaps(other, "len5")["delta_s_prompt_null"].dtype == np.float64
     whole = layer_stability({1: [1, 2, 3]}).assign(null=[1, 5, 2], above_null=0)  # every column whole numbers
-    gaps = null_source_gaps(whole)
+    gaps = null_source_gaps(whole, "primary")
     assert gaps["delta_s_prompt_null"].tolist() == [4.0] and (gaps.dtypes[list(NULL_SOURCES)] == np.float64).all()
     with pytest.raises(ValueError, match=r"^layer stability has no rows with promptset = 'len9'"):
         null_source_gaps(other, "len9")

@@ -97,7 +97,7 @@ def test_norm_stability_correlation_by_hand(layer_stability):
     ).assign(whole_layer_norm=lambda t: t["frobenius_norm"])
     stab = layer_stability({1: [0.9, 0.6, 0.3], 2: [0.1, 0.2, 0.3], 3: [0.5, 0.5, 0.4]})
     stab = pd.concat([stab, stab.assign(promptset="len5", mean=0.0)])
-    corr = norm_stability_correlation(norms, stab)
+    corr = norm_stability_correlation(norms, stab, "primary")
     got = corr.set_index(["anchor_seed", "matrix"])
     assert sorted(corr["anchor_seed"].unique()) == [1, 2]  # anchor 3 has no weights
     assert got.loc[(1, "W_Q"), "pearson_r"] == pytest.approx(-1.0)
@@ -262,7 +262,7 @@ def test_correlation_rows_by_hand(layer_stability):
     norms = norms.assign(whole_layer_norm=norms["frobenius_norm"] ** 2)
     stab = layer_stability({1: [0.9, 0.6, 0.3], 2: [0.1, 0.2, 0.4]})
     stab = pd.concat([stab, stab.assign(scope="cross_layer", mean=stab["mean"][::-1].to_numpy())])
-    corr = norm_stability_correlation(norms, stab)
+    corr = norm_stability_correlation(norms, stab, "primary")
     assert list(zip(corr["anchor_seed"], corr["matrix"])) == [(a, m) for a in (1, 2) for m in ("W_Q", "W_K", "ln1_w")]
     assert corr.index.tolist() == list(range(6))
     assert list(corr.columns) == CORRELATION_COLUMNS
@@ -286,11 +286,11 @@ def test_correlation_refusals_name_the_table_and_the_refits(layer_stability):
     )
     stab = layer_stability({1: [0.5], 2: [0.4]})
     with pytest.raises(ValueError, match=r"^norms needs a 'seed' column naming the refit the weights come from$"):
-        norm_stability_correlation(norms.drop(columns="seed"), stab)
+        norm_stability_correlation(norms.drop(columns="seed"), stab, "primary")
     with pytest.raises(
         ValueError, match=r"norms \(seeds \['5'\]\) and as an anchor in layer stability \(anchors \['1', '2'\]\)$"
     ):
-        norm_stability_correlation(norms, stab)
+        norm_stability_correlation(norms, stab, "primary")
     with pytest.raises(ValueError, match=r"^layer stability has no rows with promptset = 'len5'"):
         norm_stability_correlation(norms, stab, promptset="len5")
 
@@ -318,7 +318,7 @@ def test_pooled_r_is_pearson_of_the_layer_values_centred_within_each_anchor(laye
     anchors, n_layers = (1, 2, 3, 4), 5
     norms = _random_norms(rng, anchors, n_layers)
     stab = layer_stability({a: rng.uniform(0.4, 0.9, n_layers).tolist() for a in anchors})
-    corr = norm_stability_correlation(norms, stab)
+    corr = norm_stability_correlation(norms, stab, "primary")
     facts = {"l5": {"n_layers": n_layers, "n_heads": 2, "optimizer": "Adam", "attention_only": False}}
     row = weight_norm_summary({"l5": corr}, facts, {"l5": 1}).iloc[0]
     x = norms.groupby("seed")["frobenius_norm"].transform(lambda v: v - v.mean()).to_numpy()
@@ -338,7 +338,7 @@ def test_two_layer_rows_are_plus_or_minus_one_by_construction_and_the_pooled_r_i
     anchors = tuple(range(1, 9))
     norms = _random_norms(rng, anchors, 2)
     stab = layer_stability({a: rng.uniform(0.4, 0.9, 2).tolist() for a in anchors})
-    corr = norm_stability_correlation(norms, stab)
+    corr = norm_stability_correlation(norms, stab, "primary")
     assert set(corr["pearson_r"].abs()) == {1.0} and set(corr["spearman_r"].abs()) == {1.0}
     assert corr["p_value"].isna().all()
     facts = {"l2": {"n_layers": 2, "n_heads": 2, "optimizer": "Adam", "attention_only": False}}
@@ -351,7 +351,7 @@ def test_two_layer_rows_are_plus_or_minus_one_by_construction_and_the_pooled_r_i
 def test_correlation_refuses_norms_without_table_b5s_norm(layer_stability):
     norms = pd.DataFrame({"seed": [1, 1], "layer": [0, 1], "matrix": "W_Q", "frobenius_norm": [1.0, 2.0]})
     with pytest.raises(ValueError, match=r"lacks the column whole_layer_norm .* rebuild tables/weight_norms.csv"):
-        norm_stability_correlation(norms, layer_stability({1: [0.5, 0.4]}))
+        norm_stability_correlation(norms, layer_stability({1: [0.5, 0.4]}), "primary")
 
 
 def test_head_weight_norms_by_hand():
@@ -389,16 +389,16 @@ def test_correlation_over_layers_comes_with_its_partial_given_layer_entropy():
     )
     layers = pd.DataFrame({"promptset": "primary", "scope": "same_layer", "anchor_seed": 1, "layer": range(8),
                            "mean": stability, "entropy": entropy})  # fmt: skip
-    row = norm_stability_correlation(norms, layers).iloc[0]
+    row = norm_stability_correlation(norms, layers, "primary").iloc[0]
     assert row["pearson_r"] < -0.99 and row["partial_r_entropy"] > -0.9  # 8 layers: the residuals are noise
     residual = lambda v: v - np.polyval(np.polyfit(entropy, v, 1), entropy)  # noqa: E731
     expected = np.corrcoef(residual(norm), residual(stability))[0, 1]
     # rounding of the three correlations, amplified by 1 / ((1 - r_xz^2)(1 - r_yz^2)) when z explains much
     amplification = 1 / ((1 - np.corrcoef(norm, entropy)[0, 1] ** 2) * (1 - np.corrcoef(stability, entropy)[0, 1] ** 2))
     assert row["partial_r_entropy"] == pytest.approx(expected, abs=reduction_atol(np.float64, 8) * amplification)
-    two = norm_stability_correlation(norms[norms["layer"] < 2], layers[layers["layer"] < 2])
+    two = norm_stability_correlation(norms[norms["layer"] < 2], layers[layers["layer"] < 2], "primary")
     assert np.isnan(two["partial_r_entropy"]).all()  # under 4 layers nothing is left to correlate
-    without = norm_stability_correlation(norms, layers.drop(columns="entropy"))
+    without = norm_stability_correlation(norms, layers.drop(columns="entropy"), "primary")
     assert without["partial_r_entropy"].isna().all()
 
 
@@ -417,7 +417,7 @@ def test_per_layer_head_partial_correlation_given_entropy_resamples_anchors():
     heads = pd.DataFrame(
         rows_stab, columns=["promptset", "scope", "anchor_seed", "layer", "head", "stability", "entropy"]
     )
-    table = head_norm_partial_table(norms, heads, n_boot=200, seed=0, confidence=0.9)
+    table = head_norm_partial_table(norms, heads, promptset="primary", n_boot=200, seed=0, confidence=0.9)
     assert list(table.columns) == PARTIAL_COLUMNS and table["matrix"].tolist() == ["W_Q"]
     row = table.iloc[0]
     assert (row["n_heads"], row["n_anchors"]) == (48, 6)
@@ -441,7 +441,7 @@ def test_the_p_values_of_an_architecture_are_one_family_and_a_few_layers_are_des
         columns=["seed", "layer", "matrix", "frobenius_norm"],
     ).assign(whole_layer_norm=lambda t: t["frobenius_norm"])
     stab = layer_stability({1: [0.9, 0.6, 0.3, 0.35], 2: [0.1, 0.2, 0.3, 0.25]})
-    corr = norm_stability_correlation(norms, stab)
+    corr = norm_stability_correlation(norms, stab, "primary")
     assert list(corr.columns) == CORRELATION_COLUMNS and CORRELATION_COLUMNS[-2:] == ["q_value", "calibration"]
     # Benjamini-Hochberg over the 4 (anchor, matrix) p-values of the table: q_(k) = min over j >= k of p_(j) 4 / j
     p = corr["p_value"].to_numpy()
@@ -485,7 +485,7 @@ def test_labels_are_taken_at_the_anchors_layers_and_at_the_anchors(monkeypatch, 
     stab = layer_stability({s: list(rng.random(5)) for s in anchors})  # 4 anchors of 5 layers
     for min_n, label in ((5, "calibrated"), (12, "descriptive")):
         _min_n(monkeypatch, "pearson_t_weight_norm_layers", min_n)
-        corr = norm_stability_correlation(norms, stab)
+        corr = norm_stability_correlation(norms, stab, "primary")
         assert (corr["calibration"] == label).all()
         assert (weight_norm_summary({"l5": corr}, {"l5": {}}, {"l5": 1})["p_calibration"] == label).all()
     for min_n, label in ((4, "calibrated"), (5, "descriptive")):
@@ -509,5 +509,5 @@ def test_the_partial_r_interval_is_labelled_at_the_anchors(monkeypatch):
     )
     for min_n, label in ((5, "calibrated"), (12, "descriptive")):
         _min_n(monkeypatch, "anchor_bootstrap_partial_r_weight_norm", min_n)
-        table = head_norm_partial_table(norms, heads, n_boot=20, seed=0, confidence=0.9)
+        table = head_norm_partial_table(norms, heads, promptset="primary", n_boot=20, seed=0, confidence=0.9)
         assert table["calibration"].tolist() == [label]

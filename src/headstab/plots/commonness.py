@@ -50,7 +50,7 @@ def plot_commonness(
     commonness: pd.DataFrame,
     path: str | Path,
     arch: str,
-    promptset: str = "primary",
+    promptset: str,
     column: str = "commonness",
 ) -> dict[str, pd.DataFrame]:
     """Within-layer commonness (Fig. 4): heads x layers for the first seed, layer means across seeds, and

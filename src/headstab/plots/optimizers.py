@@ -30,7 +30,7 @@ def plot_optimizer_stability(
     path: str | Path,
     arch_adam: str,
     arch_adamw: str,
-    promptset: str = "primary",
+    promptset: str,
     scope: str = "same_layer",
 ) -> pd.DataFrame:
     """Layer-wise stability of an architecture and its AdamW twin, side by side (§4.5, Fig. 6 / B.6).

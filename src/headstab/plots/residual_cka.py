@@ -101,7 +101,7 @@ def plot_residual_stream(
     layer_stability: pd.DataFrame,
     path: str | Path,
     arch: str,
-    promptset: str = "primary",
+    promptset: str,
     scope: str = "same_layer",
     kernel: str = "RBF",
     hook: str = "hook_resid_mid",

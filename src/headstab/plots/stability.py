@@ -108,7 +108,7 @@ def plot_head_stability(
     head_table: pd.DataFrame,
     path: str | Path,
     arch: str,
-    promptset: str = "primary",
+    promptset: str,
     scope: str = "same_layer",
 ) -> pd.DataFrame:
     """Heads x layers heatmap of head stability for the first seed as anchor (Fig. 2 top).
@@ -136,7 +136,7 @@ def plot_layer_stability(
     layer_table: pd.DataFrame,
     path: str | Path,
     arch: str,
-    promptset: str = "primary",
+    promptset: str,
     scope: str = "same_layer",
     confidence: float = 0.95,
 ) -> pd.DataFrame:
@@ -198,7 +198,7 @@ def plot_pair_stability(
     pair_table: pd.DataFrame,
     path: str | Path,
     arch: str,
-    promptset: str = "primary",
+    promptset: str,
     scope: str = "same_layer",
 ) -> pd.DataFrame:
     """Per layer, anchor heads x pair refits heatmaps of best-match similarity (Fig. 12 / A.5).
@@ -245,7 +245,7 @@ def plot_cross_layer_stability(
     layer_table: pd.DataFrame,
     path: str | Path,
     arch: str,
-    promptset: str = "primary",
+    promptset: str,
 ) -> pd.DataFrame:
     """Cross-layer head stability (Fig. 20): heads x layers heatmap and layer means beside same-layer.
 
@@ -291,7 +291,7 @@ def plot_alignment_map(
     alignment_map: pd.DataFrame,
     path: str | Path,
     arch: str,
-    promptset: str = "primary",
+    promptset: str,
     dispersion_table: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Cross-layer alignment map: share of best matches in each layer (Fig. 3), first seed as anchor.

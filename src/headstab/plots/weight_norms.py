@@ -20,7 +20,7 @@ def plot_weight_norm_correlation(
     correlations: pd.DataFrame,
     path: str | Path,
     arch: str,
-    promptset: str = "primary",
+    promptset: str,
     scope: str = "same_layer",
     attention_norm: str = "per_head_mean",
 ) -> pd.DataFrame:

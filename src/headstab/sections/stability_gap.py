@@ -56,7 +56,7 @@ RANGE_NOTE = "a range over L layer means grows with L when no layer differs: rho
 def stability_gap_table(
     layer_stability: pd.DataFrame,
     n_layers: int,
-    promptset: str | None = "primary",
+    promptset: str | None,
     scope: str | None = "same_layer",
 ) -> pd.DataFrame:
     """Stability gap and position of the extreme layers per anchor (§4.6, Fig. 7-8).
@@ -89,7 +89,7 @@ def stability_gap_table(
     return pd.DataFrame(rows, columns=GAP_COLUMNS)
 
 
-def null_source_gaps(layer_stability: pd.DataFrame, promptset: str | None = "primary") -> pd.DataFrame:
+def null_source_gaps(layer_stability: pd.DataFrame, promptset: str | None) -> pd.DataFrame:
     """anchor_seed and NULL_SOURCES: per anchor, ΔS (max - min over layers) of each layer column of NULL_SOURCES,
     NaN where the table lacks it. layer_stability: promptset, scope, anchor_seed, layer and those columns."""
     layers = select_rows(layer_stability, "layer stability", promptset=promptset, scope="same_layer")

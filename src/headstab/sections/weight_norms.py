@@ -218,7 +218,7 @@ def refit_weight_norms(
 def norm_stability_correlation(
     norms: pd.DataFrame,
     layer_stability: pd.DataFrame,
-    promptset: str | None = "primary",
+    promptset: str | None,
     scope: str | None = "same_layer",
 ) -> pd.DataFrame:
     """Pearson and Spearman correlations over layers between each weight norm and layer-wise stability.
@@ -347,7 +347,7 @@ def head_norm_partial_table(
     head_norms: pd.DataFrame,
     head_stability: pd.DataFrame,
     *,
-    promptset: str | None = "primary",
+    promptset: str | None,
     matrices: Sequence[str] = ("W_Q",),
     n_boot: int,
     seed: int,
