@@ -14,8 +14,15 @@ SHARED = ("common.smk", "functions.smk")
 
 
 def _globals(path: Path) -> set[str]:
+    """Names a rule file defines: top-level assignments and functions, and constants assigned one level in (a
+    `try:` around a config check)."""
     text = path.read_text()
-    return set(re.findall(r"^([A-Za-z_]\w*)\s*=", text, re.M)) | set(re.findall(r"^def ([A-Za-z_]\w*)", text, re.M))
+    constants = set(re.findall(r"^    ([A-Z][A-Z0-9_]*)\s*=", text, re.M))
+    return (
+        constants
+        | set(re.findall(r"^([A-Za-z_]\w*)\s*=", text, re.M))
+        | set(re.findall(r"^def ([A-Za-z_]\w*)", text, re.M))
+    )
 
 
 def test_paths_are_layout_calls():

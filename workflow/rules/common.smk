@@ -146,6 +146,10 @@ PAIR_CONFIGURATIONS = {
 # Held-out text: a corpus of this config in the architecture's tokenizer, else wikitext-2 (rule heldout_wikitext).
 HELDOUT_CORPUS = config["analysis"]["heldout_corpus"]
 HELDOUT_LABEL = HELDOUT_CORPUS or f"{jobs.HELDOUT_HUB['config_name']} {jobs.HELDOUT_HUB['split']}"
+try:
+    HELDOUT_SHARDS = jobs.heldout_shards(config, SPECS, LAYOUT)
+except ValueError as error:
+    raise WorkflowError(str(error)) from None
 
 TOKENIZER_JOBS = jobs.tokenizer_jobs(config, LAYOUT)  # what each tokenizer's jobs look up
 TRAINED_ARCHITECTURES = [arch for arch in ARCHITECTURES if SOURCES[arch].trained]

@@ -6,6 +6,8 @@
 #   fetch_tokenizer -> {RESULTS}/tokenizers/{tokenizer}/meta.json   (source hub: needs internet)
 #   tokenize_shard  -> {RESULTS}/data/{corpus}/shard_{shard}.npy/.json (one job per shard)
 #   corpus_meta     -> {RESULTS}/data/{corpus}/meta.json
+#   heldout_wikitext -> {RESULTS}/data/heldout/wikitext-2-raw-v1_test/{tokenizer}.npy/.json (analysis.heldout_corpus
+#                      null: the paper's held-out text, §4.5; needs internet)
 #
 # Local tokenizers (source local) are used in place: no rule. File formats: src/headstab/data/shards.py.
 
@@ -26,6 +28,7 @@ CORPUS_JOBS = {
     }
     for name, entry in CORPORA.items()
 }
+HELDOUT_HUB_SHARD = LAYOUT.heldout_shard(jobs.HELDOUT_HUB_DATASET, "{tokenizer}")
 
 
 rule synthetic_text:
@@ -161,3 +164,27 @@ rule corpus_meta:
         runtime=10,
     script:
         "../scripts/corpus_meta.py"
+
+
+rule heldout_wikitext:
+    """The paper's held-out text for validation perplexity (§4.5): wikitext-2-raw-v1 test through
+    `datasets`, joined with blank lines and tokenized with `tokenizer` into one token shard. Used when
+    analysis.heldout_corpus is null (the full paper); needs internet on the node that runs it."""
+    input:
+        tokenizer=lookup(dpath="{tokenizer}/target", within=TOKENIZER_JOBS),
+    output:
+        tokens=HELDOUT_HUB_SHARD,
+        record=HELDOUT_HUB_SHARD.replace(".npy", ".json"),
+    log:
+        LAYOUT.log("heldout_wikitext", "{tokenizer}"),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=20,
+    params:
+        dataset=jobs.HELDOUT_HUB,
+        tokenizer_dir=lookup(dpath="{tokenizer}/dir", within=TOKENIZER_JOBS),
+    script:
+        "../scripts/heldout_wikitext.py"

@@ -1,6 +1,5 @@
 # Paper §4.5, Fig. 6 / B.6, Fig. 35, §B.7 figures: Adam vs AdamW.
 #
-#   heldout_wikitext       {RESULTS}/data/heldout/wikitext-2-raw-v1_test/{tokenizer}.npy  (heldout_corpus null)
 #   validation_perplexity  {RESULTS}/{arch}/tables/validation_perplexity.csv  every refit on held-out text (GPU)
 #   activation_norms       {RESULTS}/{arch}/tables/activation_norms.csv       from the caches and W_O
 #   optimizer_comparison   {RESULTS}/compare/{arch}/...  ({arch} = the Adam member, its twin {arch}_wd)
@@ -27,37 +26,7 @@ TWIN_INPUTS = {
     for arch, twin in TWINS.items()
 }
 
-try:
-    HELDOUT_SHARDS = jobs.heldout_shards(config, SPECS, LAYOUT)
-except ValueError as error:
-    raise WorkflowError(str(error)) from None
-HELDOUT_HUB_SHARD = LAYOUT.heldout_shard(jobs.HELDOUT_HUB_DATASET, "{tokenizer}")
-
 add_outputs(OPTIMIZERS_TARGETS, shared=OPTIMIZERS_COMPARISON_TARGETS)
-
-
-rule heldout_wikitext:
-    """The paper's held-out text for validation perplexity (§4.5): wikitext-2-raw-v1 test through
-    `datasets`, joined with blank lines and tokenized with `tokenizer` into one token shard. Used when
-    analysis.heldout_corpus is null (the full paper); needs internet on the node that runs it."""
-    input:
-        tokenizer=lookup(dpath="{tokenizer}/target", within=TOKENIZER_JOBS),
-    output:
-        tokens=HELDOUT_HUB_SHARD,
-        record=HELDOUT_HUB_SHARD.replace(".npy", ".json"),
-    log:
-        LAYOUT.log("heldout_wikitext", "{tokenizer}"),
-    conda:
-        CONDA_ENV
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=20,
-    params:
-        dataset=jobs.HELDOUT_HUB,
-        tokenizer_dir=lookup(dpath="{tokenizer}/dir", within=TOKENIZER_JOBS),
-    script:
-        "../scripts/heldout_wikitext.py"
 
 
 rule validation_perplexity:
