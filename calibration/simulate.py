@@ -37,7 +37,7 @@ __all__ = [
     "SCENARIOS",
     "Scenario",
     "StabilityModel",
-    "TwinScenario",
+    "OptimizerPairScenario",
     "anchor_layer_values",
     "at_refits",
     "clustered_rows",
@@ -53,12 +53,12 @@ __all__ = [
     "shared_draws",
     "simulate_dataset",
     "simulate_grouped",
-    "simulate_twins",
+    "simulate_optimizer_pair",
     "stability_scenario",
     "symmetric_pair_values",
     "true_one_to_one",
     "true_stability",
-    "twin_refits",
+    "adamw_refits",
 ]
 
 
@@ -438,10 +438,10 @@ def coarser(model: StabilityModel, n_heads: int = 3, n_groups: int = 10) -> Stab
 
 
 def at_refits(scenario, n: int):
-    """`scenario` (a Scenario or TwinScenario) as simulated at n refits: `coarser` models from LARGE_N on."""
+    """`scenario` (a Scenario or OptimizerPairScenario) as simulated at n refits: `coarser` models from LARGE_N on."""
     if n < LARGE_N:
         return scenario
-    if isinstance(scenario, TwinScenario):
+    if isinstance(scenario, OptimizerPairScenario):
         return replace(scenario, adam=at_refits(scenario.adam, n), adamw=at_refits(scenario.adamw, n))
     kinds = ("observed", "null", "content", "content_null", "init")
     return replace(scenario, **{kind: coarser(getattr(scenario, kind)) for kind in kinds})
@@ -454,18 +454,19 @@ SCENARIOS = {
 }
 
 
-def twin_refits(rng: np.random.Generator, model: StabilityModel, refits: RefitEffects, rho: float) -> RefitEffects:
-    """The twins of `refits` (the same seeds, the other optimizer): effects correlated rho, the same head order
-    (the same initial weights)."""
+def adamw_refits(rng: np.random.Generator, model: StabilityModel, refits: RefitEffects, rho: float) -> RefitEffects:
+    """The AdamW member's refits beside `refits` (the same seeds, the other optimizer): effects correlated rho, the
+    same head order (the same initial weights)."""
     fresh = draw_refits(rng, model, len(refits.u))
     mix = lambda a, b: rho * a + np.sqrt(1.0 - rho**2) * b  # noqa: E731
     return RefitEffects(mix(refits.u, fresh.u), mix(refits.v, fresh.v), mix(refits.h, fresh.h), refits.order)
 
 
 @dataclass(frozen=True)
-class TwinScenario:
-    """Adam and AdamW twins, refit s of both from the same seed: each member's study populations, how much the
-    twins share (refit effects, prompt draws, perplexity noise) and the perplexities' AdamW - Adam difference."""
+class OptimizerPairScenario:
+    """An optimizer pair (Adam and AdamW member), refit s of both from the same seed: each member's study
+    populations, how much the members share (refit effects, prompt draws, perplexity noise) and the perplexities'
+    AdamW - Adam difference."""
 
     name: str
     adam: Scenario
@@ -482,26 +483,29 @@ class TwinScenario:
 KINDS = ("observed", "null", "content", "content_null")
 
 
-def _members(rng: np.random.Generator, twins: TwinScenario, n: int, kinds: tuple[str, ...]) -> tuple[dict, ...]:
-    """Each member's prompt-group tensors of `kinds`, twins sharing refit effects and prompt draws as configured."""
-    refits = {"adam": draw_refits(rng, twins.adam.observed, n)}
-    refits["adamw"] = twin_refits(rng, twins.adamw.observed, refits["adam"], twins.rho_refits)
+def _members(rng: np.random.Generator, pair: OptimizerPairScenario, n: int, kinds: tuple[str, ...]) -> tuple[dict, ...]:
+    """Each member's prompt-group tensors of `kinds`, the members sharing refit effects and prompt draws as
+    configured."""
+    refits = {"adam": draw_refits(rng, pair.adam.observed, n)}
+    refits["adamw"] = adamw_refits(rng, pair.adamw.observed, refits["adam"], pair.rho_refits)
     tensors = {"adam": {}, "adamw": {}}
     for kind in kinds:
-        draws = prompt_draws(rng, getattr(twins.adam, kind), n)
-        for member, prompts in (("adam", draws), ("adamw", mixed_draws(rng, draws, twins.rho_prompts))):
-            model = getattr(getattr(twins, member), kind)
+        draws = prompt_draws(rng, getattr(pair.adam, kind), n)
+        for member, prompts in (("adam", draws), ("adamw", mixed_draws(rng, draws, pair.rho_prompts))):
+            model = getattr(getattr(pair, member), kind)
             tensors[member][kind] = simulate_grouped(rng, model, refits[member], prompts)
     return tensors, refits["adam"], refits["adamw"]
 
 
-def simulate_twins(rng: np.random.Generator, twins: TwinScenario, n: int, content: bool = True) -> dict:
+def simulate_optimizer_pair(
+    rng: np.random.Generator, pair: OptimizerPairScenario, n: int, content: bool = True
+) -> dict:
     """One Adam/AdamW study of n seeds: "adam", "adamw" (`GroupedSimilarity`; content False: without the content
     variant), "ppl_adam", "ppl_adamw" (validation perplexities by seed), "refits_adam", "refits_adamw"."""
     from headstab.similarity.prompt_groups import GroupedSimilarity
 
-    tensors, refits_adam, refits_adamw = _members(rng, twins, n, KINDS if content else KINDS[:2])
-    model = twins.adam.observed
+    tensors, refits_adam, refits_adamw = _members(rng, pair, n, KINDS if content else KINDS[:2])
+    model = pair.adam.observed
     sizes = np.full(model.n_groups, model.group_size, dtype=np.int64)
     n_prompts = int(sizes.sum())
     common = {"group_sizes": sizes, "seeds": list(range(1, n + 1)), "partners": np.roll(np.arange(n_prompts), 1)}
@@ -518,12 +522,12 @@ def simulate_twins(rng: np.random.Generator, twins: TwinScenario, n: int, conten
             entropy=entropy,
             **common,
         )
-    draw = (lambda size: rng.standard_t(3, size) / np.sqrt(3.0)) if twins.heavy_tails else rng.standard_normal
+    draw = (lambda size: rng.standard_t(3, size) / np.sqrt(3.0)) if pair.heavy_tails else rng.standard_normal
     z_adam, z_fresh = draw(n), draw(n)
-    z_adamw = twins.rho_perplexity * z_adam + np.sqrt(1.0 - twins.rho_perplexity**2) * z_fresh
+    z_adamw = pair.rho_perplexity * z_adam + np.sqrt(1.0 - pair.rho_perplexity**2) * z_fresh
     seeds = common["seeds"]
-    ppl_adam = twins.perplexity + twins.perplexity_sd * z_adam
-    ppl_adamw = twins.perplexity + twins.perplexity_difference + twins.perplexity_sd * z_adamw
+    ppl_adam = pair.perplexity + pair.perplexity_sd * z_adam
+    ppl_adamw = pair.perplexity + pair.perplexity_difference + pair.perplexity_sd * z_adamw
     return {
         **members,
         "ppl_adam": pd.Series(ppl_adam, index=seeds),

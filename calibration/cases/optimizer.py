@@ -1,11 +1,11 @@
 """Adam vs AdamW (§4.5): every p-value and interval of optimizer_tests.csv, through the workflow's own
-`optimizer_tests` on simulated twins (calibration/simulate.py: refit s of both members from one seed, refit
+`optimizer_tests` on simulated optimizer pairs (calibration/simulate.py: refit s of both members from one seed, refit
 effects correlated 0.5, the same prompts, perplexities correlated 0.8), and the power of its claims.
 
 Each dataset is one pair of studies of n seeds (as calibration/cases/stability.py's: 20 groups of 5 prompts and
 2 layers of 4 heads, at 50 seeds 10 groups of 10 prompts and 3 heads; observed,
 null and content tensors) with a 100-resample bootstrap and 2,000 permutations or sign vectors; 300 datasets per
-n (150 at 50 seeds). Size: the members are one population (the optimizer changes nothing), twins paired (refit
+n (150 at 50 seeds). Size: the members are one population (the optimizer changes nothing), members paired (refit
 effects correlated 0.5, prompt draws 0.8, perplexities 0.8) with a clear best match, or independent (refits trained
 elsewhere) with exchangeable candidates and heavy-tailed perplexities (Student t, 3 degrees); the perplexity
 difference sits on the equivalence margin (2% of the Adam mean), TOST's hardest null. Coverage: those, AdamW's
@@ -22,12 +22,12 @@ from calibration.cases.stability import above_null_parts
 from calibration.harness import Case, PowerCase
 from calibration.simulate import (
     SCENARIOS,
+    OptimizerPairScenario,
     Scenario,
-    TwinScenario,
     at_refits,
     one_thread,
     shared_draws,
-    simulate_twins,
+    simulate_optimizer_pair,
     symmetric_pair_values,
     true_stability,
 )
@@ -49,9 +49,9 @@ def _raised(scenario: Scenario, shift: float) -> Scenario:
 
 
 BOUNDARY = MARGIN * 30.0  # the margin at the simulated Adam mean perplexity: TOST's hardest null
-TWINS = {
-    "same_population": TwinScenario("same_population", CLEAR, CLEAR, perplexity_difference=BOUNDARY),
-    "independent_exchangeable": TwinScenario(
+PAIRS = {
+    "same_population": OptimizerPairScenario("same_population", CLEAR, CLEAR, perplexity_difference=BOUNDARY),
+    "independent_exchangeable": OptimizerPairScenario(
         "independent_exchangeable",
         EXCHANGEABLE,
         EXCHANGEABLE,
@@ -61,18 +61,18 @@ TWINS = {
         perplexity_difference=-BOUNDARY,
         heavy_tails=True,
     ),
-    "adamw_raised": TwinScenario("adamw_raised", CLEAR, _raised(CLEAR, 0.02), perplexity_difference=0.3),
-    "adamw_sharper": TwinScenario("adamw_sharper", EXCHANGEABLE, CLEAR, perplexity_difference=0.3),
+    "adamw_raised": OptimizerPairScenario("adamw_raised", CLEAR, _raised(CLEAR, 0.02), perplexity_difference=0.3),
+    "adamw_sharper": OptimizerPairScenario("adamw_sharper", EXCHANGEABLE, CLEAR, perplexity_difference=0.3),
 }
-NULL_TWINS = ("same_population", "independent_exchangeable")
+NULL_PAIRS = ("same_population", "independent_exchangeable")
 STATISTICS = ("layer_stability", "layer_above_null", "layer_content_above_null")
 
 
-def _truths(twins: TwinScenario) -> dict[str, np.ndarray]:
+def _truths(pair: OptimizerPairScenario) -> dict[str, np.ndarray]:
     """AdamW - Adam of each tested statistic's population value, [layer]."""
     values = {}
     for member in ("adam", "adamw"):
-        scenario = getattr(twins, member)
+        scenario = getattr(pair, member)
         layer = {
             kind: true_stability(getattr(scenario, kind))["layer"]
             for kind in ("observed", "null", "content", "content_null")
@@ -85,9 +85,9 @@ def _truths(twins: TwinScenario) -> dict[str, np.ndarray]:
     return {statistic: values["adamw"][statistic] - values["adam"][statistic] for statistic in STATISTICS}
 
 
-def _outcomes(table, twins: TwinScenario) -> dict:
+def _outcomes(table, pair: OptimizerPairScenario) -> dict:
     """{(quantity, statistic, layer): p-value or (low, high, truth)} of one dataset."""
-    truths, out = _truths(twins), {}
+    truths, out = _truths(pair), {}
     for statistic in STATISTICS:
         rows = table[table["statistic"] == statistic].set_index("layer")
         for layer in rows.index:
@@ -107,19 +107,19 @@ def _outcomes(table, twins: TwinScenario) -> dict:
     ppl = table[table["statistic"] == "perplexity"].iloc[0]
     out["tost_paired", "perplexity", -1] = ppl["p_value"]
     out["tost_welch", "perplexity", -1] = ppl["unpaired_p_value"]
-    out["tost_paired_ci", "perplexity", -1] = (ppl["ci_low"], ppl["ci_high"], twins.perplexity_difference)
+    out["tost_paired_ci", "perplexity", -1] = (ppl["ci_low"], ppl["ci_high"], pair.perplexity_difference)
     out["tost_welch_ci", "perplexity", -1] = (
         ppl["unpaired_ci_low"],
         ppl["unpaired_ci_high"],
-        twins.perplexity_difference,
+        pair.perplexity_difference,
     )
     return out
 
 
-def _study(twins: TwinScenario):
+def _study(pair: OptimizerPairScenario):
     def study(rng: np.random.Generator, n: int) -> dict:
-        sized = at_refits(twins, n)
-        data = simulate_twins(rng, sized, n)
+        sized = at_refits(pair, n)
+        data = simulate_optimizer_pair(rng, sized, n)
         table = optimizer_tests(
             data["adam"], data["adamw"], data["ppl_adam"], data["ppl_adamw"], n_boot=N_BOOT,
             permutations=PERMUTATIONS, seed=int(rng.integers(2**31)), confidence=0.95,
@@ -131,7 +131,7 @@ def _study(twins: TwinScenario):
 
 
 def _paired_p(rng: np.random.Generator, n: int, effect: float = 0.0) -> float:
-    """Twins share each seed's effect; AdamW adds `effect` to every pair; p of the two-sided sign-flip test."""
+    """The members share each seed's effect; AdamW adds `effect` to every pair; p of the two-sided sign-flip test."""
     shared = rng.normal(scale=0.05, size=n)
     adam = symmetric_pair_values(rng, shared, pair_sd=0.03)
     adamw = symmetric_pair_values(rng, shared, pair_sd=0.03) + effect
@@ -139,17 +139,17 @@ def _paired_p(rng: np.random.Generator, n: int, effect: float = 0.0) -> float:
     return float(sign_flip_test(d, PERMUTATIONS, int(rng.integers(2**31)))["p_value"])
 
 
-# method -> (quantity, kind, twin scenarios, level)
+# method -> (quantity, kind, pair scenarios, level)
 METHOD_QUANTITIES = {
-    "jackknife_paired_p": ("jackknife_p", "size", NULL_TWINS, 0.95),
-    "jackknife_unpaired_p": ("unpaired_jackknife_p", "size", NULL_TWINS, 0.95),
-    "sign_flip_paired": ("sign_flip", "size", NULL_TWINS, 0.95),
-    "permutation_unpaired": ("permutation", "size", NULL_TWINS, 0.95),
-    "multibootstrap_paired_difference": ("paired_ci", "coverage", tuple(TWINS), 0.95),
-    "multibootstrap_unpaired_difference": ("unpaired_ci", "coverage", tuple(TWINS), 0.95),
-    "jackknife_paired_difference": ("jackknife", "coverage", tuple(TWINS), 0.95),
-    "jackknife_unpaired_difference": ("unpaired_jackknife", "coverage", tuple(TWINS), 0.95),
-    "partial_r_optimizer": ("partial_r", "coverage", NULL_TWINS, 0.95),
+    "jackknife_paired_p": ("jackknife_p", "size", NULL_PAIRS, 0.95),
+    "jackknife_unpaired_p": ("unpaired_jackknife_p", "size", NULL_PAIRS, 0.95),
+    "sign_flip_paired": ("sign_flip", "size", NULL_PAIRS, 0.95),
+    "permutation_unpaired": ("permutation", "size", NULL_PAIRS, 0.95),
+    "multibootstrap_paired_difference": ("paired_ci", "coverage", tuple(PAIRS), 0.95),
+    "multibootstrap_unpaired_difference": ("unpaired_ci", "coverage", tuple(PAIRS), 0.95),
+    "jackknife_paired_difference": ("jackknife", "coverage", tuple(PAIRS), 0.95),
+    "jackknife_unpaired_difference": ("unpaired_jackknife", "coverage", tuple(PAIRS), 0.95),
+    "partial_r_optimizer": ("partial_r", "coverage", NULL_PAIRS, 0.95),
 }
 PERPLEXITY_QUANTITIES = {
     "tost_paired": (("tost_paired", "size", 0.95), ("tost_paired_ci", "coverage", 0.9)),
@@ -168,14 +168,14 @@ def _case(method, name, quantity, statistic, layer, kind, level, study) -> Case:
 
 def _cases() -> list[Case]:
     cases = [Case("sign_flip_paired", "shared_seed_effects", "size", _paired_p, reps=1000, quick_n=5, quick_reps=200)]
-    studies = {name: _study(twins) for name, twins in TWINS.items()}
+    studies = {name: _study(pair) for name, pair in PAIRS.items()}
     for method, (quantity, kind, names, level) in METHOD_QUANTITIES.items():
         for name in names:
             cases += [_case(method, name, quantity, statistic, layer, kind, level, studies[name])
                       for statistic in STATISTICS for layer in (0, 1)]  # fmt: skip
     for method, quantities in PERPLEXITY_QUANTITIES.items():
         for quantity, kind, level in quantities:
-            names = NULL_TWINS if kind == "size" else tuple(TWINS)
+            names = NULL_PAIRS if kind == "size" else tuple(PAIRS)
             cases += [_case(method, name, quantity, "perplexity", -1, kind, level, studies[name]) for name in names]
     return cases
 
@@ -183,14 +183,14 @@ def _cases() -> list[Case]:
 CASES = _cases()
 
 
-def _raised_twins(effect: float, n: int) -> TwinScenario:
-    return at_refits(TwinScenario(f"adamw_raised_{effect}", CLEAR, _raised(CLEAR, effect)), n)
+def _raised_pair(effect: float, n: int) -> OptimizerPairScenario:
+    return at_refits(OptimizerPairScenario(f"adamw_raised_{effect}", CLEAR, _raised(CLEAR, effect)), n)
 
 
 def _power_jackknife(rng: np.random.Generator, n: int, effect: float) -> float:
     """p of the paired jackknife-t test of AdamW - Adam above the null in layer 1 (the sharp layer), AdamW raised
     by `effect`: the optimizer_tests.csv p_value of that row, from its own functions."""
-    data = simulate_twins(rng, _raised_twins(effect, n), n, content=False)
+    data = simulate_optimizer_pair(rng, _raised_pair(effect, n), n, content=False)
     above = [above_null_parts(data[member]) for member in ("adam", "adamw")]
     parts = [jackknife_parts(*member, "pooled") for member in above]
     pseudo = [pair_pseudo_values(member[0].mean(axis=-1)) for member in above]

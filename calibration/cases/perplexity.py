@@ -1,7 +1,7 @@
 """Adam vs AdamW validation perplexity (§4.5, §B.7 figures): the Welch and Brunner-Munzel difference tests of
 perplexity.csv. n counts refits per optimizer.
 
-The twins trained here share each seed's initial weights and data order, so refit s of Adam and refit s of
+The optimizer pairs trained here share each seed's initial weights and data order, so refit s of Adam and refit s of
 AdamW are alike (a seed that trains worse does so under both optimizers); the two-sample tests ignore it.
 Perplexities are skewed (a refit that trains worse costs more than one that trains better gains) and the two
 optimizers need not spread alike: a rank test whose null is "the same distribution" (Mann-Whitney) then
@@ -23,7 +23,7 @@ PERMUTATIONS = 999
 
 
 def _shared_seeds(rng: np.random.Generator, n: int, effect: float) -> tuple[np.ndarray, np.ndarray]:
-    """log-perplexity = base + the seed's effect (shared by the twins) + the refit's own; AdamW adds `effect`."""
+    """log-perplexity = base + the seed's effect (shared by the members) + the refit's own; AdamW adds `effect`."""
     seed = rng.normal(scale=0.03, size=n)
     adam = np.exp(BASE + seed + rng.normal(scale=0.015, size=n))
     adamw = np.exp(BASE + seed + rng.normal(scale=0.015, size=n)) * (1.0 + effect)

@@ -22,12 +22,12 @@ from headstab.plan.jobs import (
     names_regex,
     names_with_source,
     network_targets,
+    paper_twin_diagonal,
     paper_twins,
     prompt_checks,
     tokenizer_jobs,
     tokenizer_training_entry,
     trained_refits,
-    twin_diagonal,
 )
 from headstab.plan.layout import Layout
 
@@ -230,7 +230,7 @@ def test_library_digest_changes_with_the_code_it_covers_and_names_a_missing_modu
 
 def test_a_seed_grid_reuses_the_paper_architecture_whose_settings_it_shares(demo):
     assert paper_twins(specs_of(demo), ["l2_h8_grid"]) == {"l2_h8_grid": "l2_h8"}
-    assert twin_diagonal(specs_of(demo), {"l2_h8_grid": "l2_h8"}) == ["1-1", "2-2", "3-3"]
+    assert paper_twin_diagonal(specs_of(demo), {"l2_h8_grid": "l2_h8"}) == ["1-1", "2-2", "3-3"]
 
 
 def test_only_diagonal_refits_whose_seed_the_twin_has_are_reused(tiny_spec):
@@ -238,8 +238,8 @@ def test_only_diagonal_refits_whose_seed_the_twin_has_are_reused(tiny_spec):
         "paper": tiny_spec(name="paper", seeds=(1, 2)),
         "grid": tiny_spec(name="grid", seeds=("1-1", "1-2", "2-2", "3-3", "1-1-ulp")),
     }
-    assert twin_diagonal(specs, {"grid": "paper"}) == ["1-1", "2-2"]  # a one-ulp twin trains
-    assert twin_diagonal(specs, {}) == []
+    assert paper_twin_diagonal(specs, {"grid": "paper"}) == ["1-1", "2-2"]  # a one-ulp twin trains
+    assert paper_twin_diagonal(specs, {}) == []
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,7 @@ def test_partial_correlation_removes_what_the_control_explains():
     assert np.isnan(partial_correlation(x, y, x))  # nothing of x left once x is controlled for
 
 
-def twins(rng, shift=0.02, n_layers=2, n_heads=3, sizes=(2, 3, 1), refit_sd=0.2):
+def optimizer_pair(rng, shift=0.02, n_layers=2, n_heads=3, sizes=(2, 3, 1), refit_sd=0.2):
     """Adam with refits that differ a lot, and AdamW = the same refits' similarities + shift."""
     sizes = np.asarray(sizes)
     n = len(SEEDS)
@@ -60,7 +60,7 @@ def twins(rng, shift=0.02, n_layers=2, n_heads=3, sizes=(2, 3, 1), refit_sd=0.2)
 
 
 def test_a_small_shift_shared_by_every_seed_is_found_paired_and_missed_unpaired():
-    adam, adamw = twins(np.random.default_rng(2))
+    adam, adamw = optimizer_pair(np.random.default_rng(2))
     spread = np.array([20.0, 24.0, 19.0, 27.0, 22.0, 25.0])
     ppl_adam = pd.Series(spread, index=SEEDS)
     ppl_adamw = pd.Series(spread + np.array([0.05, -0.02, 0.03, 0.0, 0.04, -0.01]), index=SEEDS)
@@ -89,7 +89,7 @@ def test_a_small_shift_shared_by_every_seed_is_found_paired_and_missed_unpaired(
 
 
 def test_the_paired_interval_uses_the_same_resamples_for_both_members():
-    adam, adamw = twins(np.random.default_rng(3), shift=0.0)
+    adam, adamw = optimizer_pair(np.random.default_rng(3), shift=0.0)
     adamw = dataclasses.replace(adamw, observed=adam.observed * np.float32(1.1))
     table = optimizer_tests(adam, adamw, np.full(6, 20.0) + np.arange(6) * 0.01, np.full(6, 20.0),
                             n_boot=40, permutations=99, seed=4, confidence=0.9, perplexity_margin=0.02,
@@ -105,8 +105,8 @@ def test_the_paired_interval_uses_the_same_resamples_for_both_members():
     np.testing.assert_allclose(layers["sign_flip_p_value"], sign_flip_test(pseudo[1] - pseudo[0], 99, 4)["p_value"])
 
 
-def test_twins_that_cannot_be_paired_are_tested_unpaired_and_say_why(caplog):
-    adam, adamw = twins(np.random.default_rng(5))
+def test_pairs_that_cannot_be_paired_are_tested_unpaired_and_say_why(caplog):
+    adam, adamw = optimizer_pair(np.random.default_rng(5))
     other = dataclasses.replace(adamw, seeds=[1, 2, 3, 4, 5, 7])
     with caplog.at_level(logging.WARNING):
         table = optimizer_tests(adam, other, np.full(6, 20.0), np.full(6, 20.1) + np.arange(6) * 0.01, n_boot=20,
@@ -121,7 +121,7 @@ def test_twins_that_cannot_be_paired_are_tested_unpaired_and_say_why(caplog):
 
 def test_optimizer_partial_r_given_entropy_drops_a_difference_that_sharpness_explains():
     rng = np.random.default_rng(6)
-    adam, adamw = twins(rng, shift=0.05, refit_sd=0.01)
+    adam, adamw = optimizer_pair(rng, shift=0.05, refit_sd=0.01)
     draws = draw_resamples(2, len(SEEDS), 3, 0)
     entropy = {}  # sharper heads match better: entropy a decreasing function of head stability, AdamW's sharper
     for name, grouped in (("adam", adam), ("adamw", adamw)):
@@ -141,7 +141,7 @@ def test_optimizer_partial_r_given_entropy_drops_a_difference_that_sharpness_exp
 
 
 def test_q_values_are_benjamini_hochberg_within_the_pairs_layer_tests_and_labels_follow_the_design():
-    adam, adamw = twins(np.random.default_rng(8), shift=0.01)
+    adam, adamw = optimizer_pair(np.random.default_rng(8), shift=0.01)
     ppl = pd.Series(np.array([20.0, 24.0, 19.0, 27.0, 22.0, 25.0]), index=SEEDS)
     table = optimizer_tests(adam, adamw, ppl, ppl + 0.05, n_boot=40, permutations=999, seed=0, confidence=0.95,
                             perplexity_margin=0.02, paired=True)  # fmt: skip
@@ -183,7 +183,7 @@ def test_q_values_are_benjamini_hochberg_within_the_pairs_layer_tests_and_labels
 
 
 def test_the_paired_jackknife_interval_is_the_t_interval_of_the_seed_differences_with_the_groups_left_out():
-    adam, adamw = twins(np.random.default_rng(9), shift=0.02, refit_sd=0.02)
+    adam, adamw = optimizer_pair(np.random.default_rng(9), shift=0.02, refit_sd=0.02)
     adamw = dataclasses.replace(adamw, observed=adamw.observed + np.float32(0.01) * adam.observed)
     table = optimizer_tests(adam, adamw, np.full(6, 20.0), np.full(6, 20.0), n_boot=20, permutations=99, seed=0,
                             confidence=0.9, perplexity_margin=0.02, paired=True)  # fmt: skip
@@ -329,10 +329,10 @@ def test_optimizer_rows_are_each_members_bootstrap_the_permutation_test_and_welc
     assert row["equivalent"] is bool(max(p_lower, p_upper) < 0.1)  # alpha = 1 - confidence
 
 
-def test_pairing_problems_name_what_differs_and_none_is_returned_for_true_twins():
+def test_pairing_problems_name_what_differs_and_none_is_returned_for_a_seed_paired_pair():
     from headstab.sections.optimizer_tests import pairing_problem
 
-    adam, adamw = twins(np.random.default_rng(10))
+    adam, adamw = optimizer_pair(np.random.default_rng(10))
     assert pairing_problem(adam, adamw) is None
     other = dataclasses.replace(adamw, seeds=[1, 2, 3, 4, 5, 7])
     assert pairing_problem(adam, other) == (
@@ -348,7 +348,7 @@ def test_pairing_problems_name_what_differs_and_none_is_returned_for_true_twins(
 
 
 def test_perplexities_given_as_arrays_follow_the_seeds_and_without_entropy_the_partial_r_is_nan():
-    adam, adamw = twins(np.random.default_rng(11), shift=0.0)
+    adam, adamw = optimizer_pair(np.random.default_rng(11), shift=0.0)
     adam, adamw = (dataclasses.replace(m, entropy=None) for m in (adam, adamw))
     ppl = np.array([20.0, 24.0, 19.0, 27.0, 22.0, 25.0])
     table = optimizer_tests(adam, adamw, ppl, ppl[::-1].copy(), n_boot=20, permutations=99, seed=0,
@@ -398,7 +398,7 @@ def expected_partial_interval(adam, adamw, paired, n_boot, seed, confidence):
 
 
 def test_the_paired_table_keeps_the_unpaired_tests_beside_and_is_seeded():
-    adam, adamw = twins(np.random.default_rng(12), shift=0.01)
+    adam, adamw = optimizer_pair(np.random.default_rng(12), shift=0.01)
     ppl_adam = pd.Series([20.0, 20.4, 19.8, 20.2, 20.1, 19.9], index=SEEDS)
     ppl_adamw = ppl_adam + np.array([0.05, -0.02, 0.03, 0.0, 0.04, -0.01])
     kwargs = dict(n_boot=30, permutations=20, seed=3, confidence=0.9, perplexity_margin=0.05, paired=True)
@@ -445,7 +445,7 @@ def test_the_paired_table_keeps_the_unpaired_tests_beside_and_is_seeded():
 
 
 def test_where_entropy_is_the_optimizer_nothing_is_left_for_the_partial_r():
-    adam, adamw = twins(np.random.default_rng(13), shift=0.05)
+    adam, adamw = optimizer_pair(np.random.default_rng(13), shift=0.05)
     entropy = [m.entropy.copy() for m in (adam, adamw)]
     entropy[0][:, 1], entropy[1][:, 1] = 0.0, 1.0  # layer 1: entropy tells the optimizers apart exactly
     adam, adamw = (dataclasses.replace(m, entropy=e) for m, e in zip((adam, adamw), entropy, strict=True))
@@ -507,7 +507,7 @@ def test_the_jackknife_needs_the_same_groups_two_of_them_and_three_refits_a_memb
 
 
 def test_above_null_rows_subtract_each_members_own_null_also_in_the_left_out_groups():
-    adam, adamw = twins(np.random.default_rng(16), shift=0.02, refit_sd=0.02)
+    adam, adamw = optimizer_pair(np.random.default_rng(16), shift=0.02, refit_sd=0.02)
     adamw = dataclasses.replace(adamw, observed=adamw.observed + np.float32(0.01) * adam.observed)
     adam = dataclasses.replace(adam, null=np.full_like(adam.null, 0.125))  # a flat null: its best match is 0.125
     adamw = dataclasses.replace(adamw, null=np.full_like(adamw.null, 0.375))
@@ -523,7 +523,7 @@ def test_above_null_rows_subtract_each_members_own_null_also_in_the_left_out_gro
 
 
 def test_content_rows_need_the_content_variant_in_both_members():
-    adam, adamw = twins(np.random.default_rng(17))
+    adam, adamw = optimizer_pair(np.random.default_rng(17))
     for a, w in (
         (adam, dataclasses.replace(adamw, content_null=None)),
         (dataclasses.replace(adam, content_observed=None), adamw),
@@ -533,7 +533,7 @@ def test_content_rows_need_the_content_variant_in_both_members():
 
 
 def test_the_warning_names_the_pairing_problem_only_when_pairing_was_asked_for(caplog):
-    adam, adamw = twins(np.random.default_rng(18))
+    adam, adamw = optimizer_pair(np.random.default_rng(18))
     other = dataclasses.replace(adamw, seeds=[1, 2, 3, 4, 5, 7])
     with caplog.at_level(logging.WARNING):
         run_unpaired(adam, other, paired=True)
@@ -547,7 +547,7 @@ def test_the_warning_names_the_pairing_problem_only_when_pairing_was_asked_for(c
 
 
 def test_perplexities_mix_series_and_arrays_by_seed_and_are_averaged_in_float64():
-    adam, adamw = twins(np.random.default_rng(19))
+    adam, adamw = optimizer_pair(np.random.default_rng(19))
     ppl = np.array([20.1, 24.3, 19.7, 27.2, 22.9, 25.4])
     options = dict(n_boot=10, permutations=99, seed=0, confidence=0.9, perplexity_margin=0.02, paired=True)
     mixed = optimizer_tests(adam, adamw, pd.Series(ppl, index=SEEDS), ppl + 0.01, **options)
@@ -569,7 +569,7 @@ def test_labels_are_taken_at_the_designs_number_of_refits(monkeypatch):
     for name in ("jackknife_unpaired_p", "multibootstrap_unpaired_difference", "permutation_unpaired"):
         methods[name] = dataclasses.replace(methods[name], min_n=5)
     monkeypatch.setattr(calibration, "METHODS", methods)
-    adam, adamw = twins(np.random.default_rng(20))
+    adam, adamw = optimizer_pair(np.random.default_rng(20))
     for other, label in (([1, 2, 3, 4, 5, 7], "calibrated"), ([1, 2, 3, 4], "descriptive")):
         member = grouped_of(np.random.default_rng(21), len(other), adam.group_sizes)
         member = dataclasses.replace(member, lengths=adam.lengths, partners=adam.partners, seeds=other)
@@ -580,7 +580,7 @@ def test_labels_are_taken_at_the_designs_number_of_refits(monkeypatch):
 
 
 def test_members_without_spread_give_a_zero_width_interval_without_warnings():
-    adam, adamw = twins(np.random.default_rng(22), refit_sd=0.0)
+    adam, adamw = optimizer_pair(np.random.default_rng(22), refit_sd=0.0)
     flat = np.broadcast_to(adam.observed[:, :1, 1:2], adam.observed.shape).copy()  # every pair as pair (0, 1)
     adam, adamw = (dataclasses.replace(m, observed=flat + np.float32(s)) for m, s in ((adam, 0.0), (adamw, 0.02)))
     with warnings.catch_warnings():
@@ -591,7 +591,7 @@ def test_members_without_spread_give_a_zero_width_interval_without_warnings():
 
 
 def test_the_jackknife_scales_with_the_similarities():
-    adam, adamw = twins(np.random.default_rng(23), shift=0.02, refit_sd=0.05)
+    adam, adamw = optimizer_pair(np.random.default_rng(23), shift=0.02, refit_sd=0.05)
     scale = np.float32(2.0**-30)  # a power of two: every similarity scaled exactly
     small = [dataclasses.replace(m, observed=m.observed * scale, null=m.null * scale) for m in (adam, adamw)]
     options = dict(n_boot=10, permutations=99, seed=0, confidence=0.9, perplexity_margin=0.02, paired=True)
@@ -604,7 +604,7 @@ def test_the_jackknife_scales_with_the_similarities():
 
 
 def test_columns_without_a_value_hold_float_nan():
-    adam, adamw = twins(np.random.default_rng(24))
+    adam, adamw = optimizer_pair(np.random.default_rng(24))
     adam, adamw = (dataclasses.replace(m, entropy=None) for m in (adam, adamw))
     other = dataclasses.replace(adamw, seeds=[1, 2, 3, 4, 5, 7])
     table = run_unpaired(adam, other, paired=True)  # no sign-flip test unpaired, no partial r without entropy
@@ -617,7 +617,7 @@ def test_columns_without_a_value_hold_float_nan():
 
 
 def test_a_layer_whose_heads_all_agree_alike_has_no_correlation_with_the_optimizer():
-    adam, adamw = twins(np.random.default_rng(13), shift=0.0)
+    adam, adamw = optimizer_pair(np.random.default_rng(13), shift=0.0)
     observed = adam.observed.copy()
     observed[:, :, :, 1] = np.float32(0.5)  # layer 1: every head of every refit matches at 0.5
     adam, adamw = (dataclasses.replace(m, observed=observed) for m in (adam, adamw))

@@ -186,8 +186,8 @@ def test_the_t_test_is_the_p_at_which_the_interval_reaches_zero():
 
 
 def test_the_jackknife_t_test_holds_its_level_where_a_test_over_seeds_alone_does_not():
-    """Twins of one population answer the same prompts alike but not identically (group effects correlated
-    0.8): a sign-flip test of the seeds' pseudo-value differences holds the prompts fixed and takes their
+    """Two optimizer-pair members of one population answer the same prompts alike but not identically (group
+    effects correlated 0.8): a sign-flip test of the seeds' pseudo-value differences holds the prompts fixed and takes their
     difference for the optimizer's; the jackknife-t test leaves the groups out of both members at once."""
     from headstab.statistics.hypothesis import sign_flip_test
 

@@ -16,7 +16,7 @@ os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [LIBRARY, os.environ.g
 from headstab.check import check_configuration, refusal
 from headstab.plan import jobs, resources
 from headstab.plan.config import architecture_spec, selected_architectures
-from headstab.plan.spec import ConfigError, paired_twins
+from headstab.plan.spec import ConfigError, paired_by_seed
 from headstab.plan.formats import CACHE_FORMAT_VERSION, GROUPED_FORMAT_VERSION, SIMILARITY_FORMAT_VERSION
 from headstab.plan.layout import ANALYSIS_ROOT_RULES, Layout
 from headstab.sections import architecture_facts, architecture_summary
@@ -63,7 +63,7 @@ RUN_SUMMARY = f"{len(ARCHITECTURES)} architectures ({', '.join(ARCHITECTURES)}),
 
 SEEDS = {arch: list(spec.seeds) for arch, spec in SPECS.items()}
 # The refits each train job trains together (training.seeds_per_job of them): {arch: {block: refits}}, for the
-# architectures trained here; a seed grid's refits that its twin paper architecture trains are copied instead.
+# architectures trained here; a seed grid's refits that its paper twin trains are copied instead.
 PAPER_TWINS = jobs.paper_twins(SPECS, SEED_GRID_ARCHITECTURES)
 TRAIN_BLOCKS = {
     arch: train_blocks(refits, TRAINING["seeds_per_job"])
@@ -133,14 +133,14 @@ ARCH = {
 }
 
 # Values several rule files read.
-# {arch} is compared with its twin {arch}_wd when both run; the pair's outputs are named by the Adam member.
-# analysis.optimizer_pairs names other twins (e.g. two hub families), the first member in the Adam role.
-TWINS = {arch: config["analysis"]["optimizer_pairs"].get(arch, f"{arch}_wd") for arch in ARCHITECTURES}
-OPTIMIZER_PAIRS = {arch: twin for arch, twin in TWINS.items() if twin in ARCHITECTURES}
+# Optimizer pairs: {arch} (the Adam member) is compared with its AdamW member {arch}_wd when both run; the pair's
+# outputs are named by the Adam member. analysis.optimizer_pairs names other pairs (e.g. two hub families).
+ADAMW_MEMBERS = {arch: config["analysis"]["optimizer_pairs"].get(arch, f"{arch}_wd") for arch in ARCHITECTURES}
+OPTIMIZER_PAIRS = {arch: adamw for arch, adamw in ADAMW_MEMBERS.items() if adamw in ARCHITECTURES}
 
 PAIR_CONFIGURATIONS = {
-    arch: " | ".join(architecture_summary(SPECS[member], RESULTS) for member in (arch, twin))
-    for arch, twin in OPTIMIZER_PAIRS.items()
+    arch: " | ".join(architecture_summary(SPECS[member], RESULTS) for member in (arch, adamw))
+    for arch, adamw in OPTIMIZER_PAIRS.items()
 }
 
 # Held-out text: a corpus of this config in the architecture's tokenizer, else wikitext-2 (rule heldout_wikitext).

@@ -48,13 +48,13 @@ def snapshot_cache_options(wildcards):
 
 
 def paper_refit(name):
-    """Input function: the twin paper architecture's checkpoint file `name` of refit s, for the grid's s-s."""
+    """Input function: the paper twin's checkpoint file `name` of refit s, for the grid's s-s."""
 
-    def twin_file(wildcards):
+    def paper_twin_file(wildcards):
         seed = refit_seeds(wildcards.seed)[0]
         return str(Path(LAYOUT.final_weights(PAPER_TWINS[wildcards.arch], seed)).with_name(name))
 
-    return twin_file
+    return paper_twin_file
 
 
 def paper_twin(wildcards):

@@ -2,7 +2,7 @@
 #
 #   validation_perplexity  {RESULTS}/{arch}/tables/validation_perplexity.csv  every refit on held-out text (GPU)
 #   activation_norms       {RESULTS}/{arch}/tables/activation_norms.csv       from the caches and W_O
-#   optimizer_comparison   {RESULTS}/compare/{arch}/...  ({arch} = the Adam member, its twin {arch}_wd)
+#   optimizer_comparison   {RESULTS}/compare/{arch}/...  ({arch} = the Adam member, {arch}_wd the AdamW one)
 #
 # Library: headstab.sections.optimizers, headstab.evaluation, headstab.plots.optimizers.
 
@@ -16,14 +16,14 @@ OPTIMIZERS_COMPARISON_TARGETS = [
     for path in [LAYOUT.compare_table_path(arch, "perplexity")]
     + [LAYOUT.compare_figure_path(arch, name) for name in ("optimizer_stability", "activation_norms", "perplexity")]
 ]
-# A comparison asked of an architecture without its twin stops at the twin's missing tables.
-TWIN_INPUTS = {
+# A comparison asked of an architecture without its AdamW member stops at that member's missing tables.
+PAIR_INPUTS = {
     arch: {
         f"{role}_{name}": LAYOUT.table_path(member, name)
-        for role, member in (("adam", arch), ("adamw", twin))
+        for role, member in (("adam", arch), ("adamw", adamw))
         for name in ("layer_stability", "activation_norms", "validation_perplexity")
     }
-    for arch, twin in TWINS.items()
+    for arch, adamw in ADAMW_MEMBERS.items()
 }
 
 add_outputs(OPTIMIZERS_TARGETS, shared=OPTIMIZERS_COMPARISON_TARGETS)
@@ -93,7 +93,7 @@ rule optimizer_comparison:
     and resid_mid norms (Fig. 35), and the refits' validation perplexities with mean, spread and two
     two-sided difference tests, Welch's and Brunner-Munzel's (§B.7 figures; parity is optimizer_tests' TOST)."""
     input:
-        unpack(lookup(dpath="{arch}", within=TWIN_INPUTS)),
+        unpack(lookup(dpath="{arch}", within=PAIR_INPUTS)),
     output:
         perplexity=LAYOUT.compare_table_path("{arch}", "perplexity"),
         perplexity_record=LAYOUT.table_record(LAYOUT.compare_table_path("{arch}", "perplexity")),
@@ -125,7 +125,7 @@ rule optimizer_comparison:
         runtime=10,
     params:
         configuration=lookup(dpath="{arch}", within=PAIR_CONFIGURATIONS),
-        adamw=lookup(dpath="{arch}", within=TWINS),
+        adamw=lookup(dpath="{arch}", within=ADAMW_MEMBERS),
         promptset=PRIMARY,
         heldout_label=HELDOUT_LABEL,
         statistics=STATISTICS,  # the rank test's permutations and seed

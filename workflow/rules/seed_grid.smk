@@ -22,9 +22,9 @@ use rule train as train_seed_grid with:
         arch=jobs.names_regex(SEED_GRID_ARCHITECTURES),
 
 
-# A grid whose settings equal a selected paper architecture's (PAPER_TWINS, common.smk) reuses that one's refit s
-# as its s-s: same init seed, data seed and settings, so the same bits; only the off-diagonal refits train.
-TWIN_DIAGONAL = jobs.twin_diagonal(SPECS, PAPER_TWINS)
+# A grid whose settings equal a selected paper architecture's, its paper twin (PAPER_TWINS, common.smk), reuses
+# that one's refit s as its s-s: same init seed, data seed and settings, so the same bits; only the off-diagonal refits train.
+PAPER_TWIN_DIAGONAL = jobs.paper_twin_diagonal(SPECS, PAPER_TWINS)
 
 add_outputs(seed_grid=[path for arch in SEED_GRID_ARCHITECTURES for path in SEED_GRID_TARGETS[arch]])
 
@@ -33,7 +33,7 @@ ruleorder: reuse_paper_refit > publish_refit
 
 
 rule reuse_paper_refit:
-    """The grid's refit s-s as a copy of its twin paper architecture's refit s, meta.json saying so."""
+    """The grid's refit s-s as a copy of its paper twin's refit s, meta.json saying so."""
     input:
         weights=paper_refit("final.pt"),
         train_log=paper_refit("train_log.csv"),
@@ -46,7 +46,7 @@ rule reuse_paper_refit:
         LAYOUT.log("reuse_paper_refit", "{arch}", "seed{seed}"),
     wildcard_constraints:
         arch=jobs.names_regex(PAPER_TWINS),
-        seed=jobs.names_regex(TWIN_DIAGONAL),
+        seed=jobs.names_regex(PAPER_TWIN_DIAGONAL),
     conda:
         CONDA_ENV
     threads: 1

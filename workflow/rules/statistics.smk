@@ -26,18 +26,19 @@ OPTIMIZER_TESTS_TARGETS = [LAYOUT.compare_table_path(arch, "optimizer_tests") fo
 OPTIMIZER_TEST_INPUTS = {
     arch: {
         key: path
-        for role, member in (("adam", arch), ("adamw", twin))
+        for role, member in (("adam", arch), ("adamw", adamw))
         for key, path in (
             (role, LAYOUT.grouped_similarity_path(member, PRIMARY)),
             (f"{role}_perplexity", LAYOUT.table_path(member, "validation_perplexity")),
         )
     }
-    for arch, twin in TWINS.items()
+    for arch, adamw in ADAMW_MEMBERS.items()
 }
-# Refit s of trained twins starts from the same weights and data order: tested paired (docs/statistics.md).
-PAIRED_TWINS = {
-    arch: SOURCES[arch].trained and SOURCES[twin].trained and paired_twins(SPECS[arch], SPECS[twin])
-    for arch, twin in OPTIMIZER_PAIRS.items()
+# Refit s of both members trained here starts from the same weights and data order: tested paired
+# (docs/statistics.md).
+PAIRED_BY_SEED = {
+    arch: SOURCES[arch].trained and SOURCES[adamw].trained and paired_by_seed(SPECS[arch], SPECS[adamw])
+    for arch, adamw in OPTIMIZER_PAIRS.items()
 }
 CHANCE_SUMMARY_TARGETS = [
     LAYOUT.summary_table_path("stability_against_chance"),
@@ -84,7 +85,7 @@ rule seeds_needed:
 
 
 rule optimizer_tests:
-    """Adam vs AdamW (§4.5) as tests, paired by seed for trained twins: per-layer differences of stability,
+    """Adam vs AdamW (§4.5) as tests, paired by seed for pairs trained here: per-layer differences of stability,
     of stability above the null and of the content variant, with a paired multi-bootstrap interval and a
     sign-flip test over seeds (unpaired interval and permutation test beside them); perplexity parity as
     a paired equivalence test (TOST); the partial correlation of head stability with the optimizer given
@@ -105,7 +106,7 @@ rule optimizer_tests:
     params:
         library=OPTIMIZER_TESTS_CODE,
         statistics=STATISTICS,
-        paired=jobs.WildcardLookup(PAIRED_TWINS, "arch"),
+        paired=jobs.WildcardLookup(PAIRED_BY_SEED, "arch"),
     script:
         "../scripts/optimizer_tests.py"
 

@@ -24,7 +24,7 @@ TRAINING_CURVES_TARGETS = {
     )
     for arch in ARCHITECTURES
 }
-TRAINED_PAIRS = {arch: twin for arch, twin in OPTIMIZER_PAIRS.items() if arch in TRAIN_LOGS and twin in TRAIN_LOGS}
+TRAINED_PAIRS = {arch: adamw for arch, adamw in OPTIMIZER_PAIRS.items() if arch in TRAIN_LOGS and adamw in TRAIN_LOGS}
 OPTIMIZER_TRAINING_CURVES_TARGETS = [
     path
     for arch in TRAINED_PAIRS
@@ -36,10 +36,10 @@ OPTIMIZER_TRAINING_CURVES_TARGETS = [
 TRAINING_CURVES_INPUTS = {
     arch: {
         f"{role}_{name}": LAYOUT.table_path(member, name)
-        for role, member in (("adam", arch), ("adamw", twin))
+        for role, member in (("adam", arch), ("adamw", adamw))
         for name in ("training_curves", "training_final_loss")
     }
-    for arch, twin in TRAINED_PAIRS.items()
+    for arch, adamw in TRAINED_PAIRS.items()
 }
 
 add_outputs(TRAINING_CURVES_TARGETS, shared=OPTIMIZER_TRAINING_CURVES_TARGETS)

@@ -1,4 +1,4 @@
-"""Rule optimizer_comparison: an architecture and its AdamW twin -> compare/{arch}/figures/
+"""Rule optimizer_comparison: an optimizer pair (Adam and AdamW member) -> compare/{arch}/figures/
 optimizer_stability.png (Fig. 6 / B.6), activation_norms.png (Fig. 35), perplexity.png and the tidy
 tables/perplexity.csv (§B.7 figures; columns in headstab.sections.optimizers.perplexity_table) (paper §4.5)."""
 

@@ -1,4 +1,4 @@
-"""Rule optimizer_training_curves: an architecture's and its AdamW twin's training curves ->
+"""Rule optimizer_training_curves: the training curves of an optimizer pair's two members ->
 compare/{arch}/tables/optimizer_final_loss.csv, figures/optimizer_training_curves.png."""
 
 import pandas as pd

@@ -87,7 +87,7 @@ def analysis_spec(spec: ArchitectureSpec, act_fn: str | None) -> ArchitectureSpe
 def paper_twins(specs: Mapping[str, ArchitectureSpec], grids: Iterable[str]) -> dict[str, str]:
     """Per seed grid, the selected paper architecture whose refit s is bit-identical to the grid's refit s-s.
 
-    A twin's job_spec equals the grid's in every training, model, data and tokenizer field (all but name
+    A paper twin's job_spec equals the grid's in every training, model, data and tokenizer field (all but name
     and seeds); a grid without one trains its diagonal itself.
     """
     grids = set(grids)
@@ -105,11 +105,11 @@ def paper_twins(specs: Mapping[str, ArchitectureSpec], grids: Iterable[str]) -> 
     return twins
 
 
-def twin_diagonal(specs: Mapping[str, ArchitectureSpec], twins: Mapping[str, str]) -> list[str]:
-    """The grid refits s-s that rule reuse_paper_refit copies: s-s in the grid and s among its twin's seeds (never a
-    one-ulp twin s-s-ulp, which trains)."""
+def paper_twin_diagonal(specs: Mapping[str, ArchitectureSpec], paper_twins: Mapping[str, str]) -> list[str]:
+    """The grid refits s-s that rule reuse_paper_refit copies: s-s in the grid and s among its paper twin's seeds
+    (never a one-ulp twin s-s-ulp, which trains)."""
     names = set()
-    for grid, twin in twins.items():
+    for grid, twin in paper_twins.items():
         for name in specs[grid].seeds:
             if ulp_perturbed(name):
                 continue
@@ -119,13 +119,13 @@ def twin_diagonal(specs: Mapping[str, ArchitectureSpec], twins: Mapping[str, str
     return sorted(names)
 
 
-def trained_refits(specs: Mapping[str, ArchitectureSpec], twins: Mapping[str, str]) -> dict[str, list[int | str]]:
-    """{architecture: the refits its train jobs train}: every refit, but a seed grid's s-s that its twin paper
-    architecture trains (rule reuse_paper_refit copies them; `twins` is paper_twins')."""
+def trained_refits(specs: Mapping[str, ArchitectureSpec], paper_twins: Mapping[str, str]) -> dict[str, list[int | str]]:
+    """{architecture: the refits its train jobs train}: every refit, but a seed grid's s-s that its paper twin
+    trains (rule reuse_paper_refit copies them; `paper_twins` as `paper_twins` returns)."""
     trained = {}
     for arch, spec in specs.items():
-        twin = twins.get(arch)
-        copied = {refit for refit in twin_diagonal(specs, {arch: twin})} if twin else set()
+        twin = paper_twins.get(arch)
+        copied = {refit for refit in paper_twin_diagonal(specs, {arch: twin})} if twin else set()
         trained[arch] = [refit for refit in spec.seeds if str(refit) not in copied]
     return trained
 

@@ -150,7 +150,7 @@ PAIRING_FIELDS = (
 )
 
 
-def paired_twins(adam: ArchitectureSpec, adamw: ArchitectureSpec) -> bool:
+def paired_by_seed(adam: ArchitectureSpec, adamw: ArchitectureSpec) -> bool:
     """Whether refit s of the two architectures starts from the same weights and sees the same data order
     (every field of PAIRING_FIELDS equal), so a comparison of the two is a paired design."""
     return all(getattr(adam, name) == getattr(adamw, name) for name in PAIRING_FIELDS)

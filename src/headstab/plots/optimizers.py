@@ -33,7 +33,7 @@ def plot_optimizer_stability(
     promptset: str,
     scope: str = "same_layer",
 ) -> pd.DataFrame:
-    """Layer-wise stability of an architecture and its AdamW twin, side by side (§4.5, Fig. 6 / B.6).
+    """Layer-wise stability of the two members of an optimizer pair (Adam, AdamW), side by side (§4.5, Fig. 6 / B.6).
 
     adam, adamw: layer stability tables (anchor_seed, layer, mean, std, + promptset, scope).
     Returns per optimizer and layer: mean (over anchors), anchors_std, heads_std.

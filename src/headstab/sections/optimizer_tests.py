@@ -1,7 +1,7 @@
 """Adam vs AdamW (paper §4.5) as tests: the paired design first, the unpaired tests beside it.
 
-Refit s of an architecture and of its `_wd` twin start from the same weights and see the same data
-order (`headstab.plan.spec.paired_twins`), so the comparison is paired by seed:
+Refit s of the two members of an optimizer pair (an architecture and its `_wd` AdamW member) start from the same
+weights and see the same data order (`headstab.plan.spec.paired_by_seed`), so the comparison is paired by seed:
 
 - per-seed differences: d_s = psi_s(AdamW) - psi_s(Adam), psi_s the jackknife pseudo-value of the
   pooled layer statistic (`headstab.statistics.hypothesis.pair_pseudo_values`); the d_s average to the
@@ -16,8 +16,8 @@ order (`headstab.plan.spec.paired_twins`), so the comparison is paired by seed:
 
 The unpaired tests (independent multi-bootstraps, the jackknife-t test of each member's pseudo-values with
 Welch's degrees of freedom, Welch TOST; the permutation test of the refits' optimizer labels beside them) are
-the secondary `unpaired_*` columns; they are primary for twins that are not
-paired (refits trained elsewhere, or other seeds). Each layer statistic is tested raw, above its
+the secondary `unpaired_*` columns; they are primary for optimizer pairs that are not paired (refits trained
+elsewhere, or other seeds). Each layer statistic is tested raw, above its
 prompt-permutation null, and in the content variant (raw and above its own null). Per layer, the
 partial correlation of head stability with the optimizer given head entropy says whether a difference
 survives sharpness.
@@ -330,8 +330,8 @@ def optimizer_tests(
     """OPTIMIZER_TEST_COLUMNS for one Adam/AdamW pair.
 
     adam, adamw: `GroupedSimilarity` of each member (primary prompts). ppl_adam, ppl_adamw: validation
-    perplexities, a Series indexed by seed or an array in the member's seed order. paired: the twins
-    share initial weights and data order per seed (`headstab.plan.spec.paired_twins`); the paired design
+    perplexities, a Series indexed by seed or an array in the member's seed order. paired: the members
+    share initial weights and data order per seed (`headstab.plan.spec.paired_by_seed`); the paired design
     is used when the prompt groups allow it too (`pairing_problem`), and `design` says which was.
     Rows: each statistic of TESTED_STATISTICS per layer (the content rows when both members have the
     content variant): pooled values of each member, difference AdamW - Adam; paired: paired multi-bootstrap

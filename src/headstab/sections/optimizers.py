@@ -1,8 +1,8 @@
 """Adam vs AdamW (paper §4.5): activation norms (Fig. 35), validation perplexity (§B.7 figures), and both as tests.
 
-An architecture and its `_wd` twin differ only in the optimizer (AdamW, weight decay 0.1). Their
-layer stability is compared in the figures (`headstab.plots.optimizers`); here are the two checks
-behind the paper's explanation: the mean per-token norms of the attention output (rebuilt from the
+The two members of an optimizer pair, an architecture and its `_wd` member, differ only in the optimizer (AdamW,
+weight decay 0.1). Their layer stability is compared in the figures (`headstab.plots.optimizers`); here are
+the two checks behind the paper's explanation: the mean per-token norms of the attention output (rebuilt from the
 cached `hook_z` and W_O) and of resid_mid, and the validation perplexity of every refit on held-out
 text with two tests of a difference (Welch's t-test and the Brunner-Munzel rank test). A difference test
 that does not reject is no evidence of parity: the paper's "performance parity" is tested by the TOST, and

@@ -1,4 +1,5 @@
-"""Adam vs AdamW twins are a paired design: refit s of both starts from the same weights on the same data order."""
+"""The two members of an optimizer pair (Adam, AdamW) are a paired design: refit s of both starts from the same
+weights on the same data order."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from headstab.plan.config import architecture_spec, load_config
-from headstab.plan.spec import paired_twins
+from headstab.plan.spec import paired_by_seed
 from headstab.refits.models import build_model
 from headstab.training.options import RefitTarget, TrainingData
 from headstab.training.refit import open_corpus, prepare_refit
@@ -19,16 +20,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("config", ["config.yaml", "demo.yaml"])
-def test_every_wd_twin_of_the_configs_is_paired_with_its_adam_member(config):
+def test_every_wd_member_of_the_configs_is_paired_with_its_adam_member(config):
     configuration = load_config(REPO / "config" / config)
     names = [name for name in configuration["architectures"] if name.endswith("_wd")]
-    assert names, f"config/{config} has no AdamW twins"
+    assert names, f"config/{config} has no AdamW members"
     for name in names:
         adam, adamw = architecture_spec(configuration, name[: -len("_wd")]), architecture_spec(configuration, name)
-        assert (adam.optimizer, adamw.optimizer) == ("adam", "adamw") and paired_twins(adam, adamw), name
+        assert (adam.optimizer, adamw.optimizer) == ("adam", "adamw") and paired_by_seed(adam, adamw), name
 
 
-def test_twins_start_from_bit_identical_weights_and_other_seeds_do_not():
+def test_pair_members_start_from_bit_identical_weights_and_other_seeds_do_not():
     configuration = load_config(REPO / "config" / "demo.yaml")
     adam, adamw = architecture_spec(configuration, "l2_h8_attn"), architecture_spec(configuration, "l2_h8_attn_wd")
     for seed in (1, 3):
@@ -39,10 +40,10 @@ def test_twins_start_from_bit_identical_weights_and_other_seeds_do_not():
     assert not torch.equal(first["blocks.0.attn.q.weight"], other["blocks.0.attn.q.weight"])
 
 
-def test_twins_see_the_same_data_order_for_the_same_seed(tiny_spec, cyclic_shards, tmp_path):
+def test_pair_members_see_the_same_data_order_for_the_same_seed(tiny_spec, cyclic_shards, tmp_path):
     adam = tiny_spec(name="tiny", optimizer="adam", weight_decay=0.0)
     adamw = dataclasses.replace(adam, name="tiny_wd", optimizer="adamw", weight_decay=0.1)
-    assert paired_twins(adam, adamw)
+    assert paired_by_seed(adam, adamw)
     data = TrainingData.of(cyclic_shards)
 
     def prepared(spec, seed, name):
@@ -55,9 +56,9 @@ def test_twins_see_the_same_data_order_for_the_same_seed(tiny_spec, cyclic_shard
     assert not np.array_equal(first.order, prepared(adam, 1, "x")[1].order)
 
 
-def test_twins_that_differ_in_init_or_data_are_not_paired(tiny_spec):
+def test_pair_members_that_differ_in_init_or_data_are_not_paired(tiny_spec):
     adam = tiny_spec(name="tiny", optimizer="adam", weight_decay=0.0)
     adamw = dataclasses.replace(adam, name="tiny_wd", optimizer="adamw", weight_decay=0.1)
     for change in ({"d_model": 32}, {"corpus": "other"}, {"seq_len": 8}, {"seeds": (1, 2, 4)}, {"n_tokens": 64}):
-        assert not paired_twins(adam, dataclasses.replace(adamw, **change)), change
-    assert paired_twins(adam, dataclasses.replace(adamw, lr=1e-4, log_every=7))  # the recipe, not the start or data
+        assert not paired_by_seed(adam, dataclasses.replace(adamw, **change)), change
+    assert paired_by_seed(adam, dataclasses.replace(adamw, lr=1e-4, log_every=7))  # the recipe, not the start or data
