@@ -57,13 +57,21 @@ def _cases(layout: Layout):
         (layout.compare_table_path("l2_h8", "perplexity"), ("table", None, "compare", "l2_h8", "perplexity")),
         (layout.summary_table_path("headline"), ("table", None, "summary", "", "headline")),
         (layout.summary_figure_path("meta_sne"), ("figure", None, "summary", "", "meta_sne")),
+        (
+            layout.table_record(layout.table_path("l2_h8", "head_stability")),
+            ("table record", None, "", "", "head_stability"),
+        ),
+        (
+            layout.figure_record(layout.compare_figure_path("l2_h8", "perplexity")),
+            ("figure record", None, "", "", "perplexity"),
+        ),
         (layout.report_configuration_path(), ("configuration", "report_configuration", "", "", "configuration")),
         (layout.log("train", "l2_h8", "seed1"), ("log", None, "", "", "seed1")),
         (layout.benchmark("train", "l2_h8", "seed1"), ("benchmark", None, "", "", "seed1")),
     ]
 
 
-@pytest.mark.parametrize("index", range(29))
+@pytest.mark.parametrize("index", range(31))
 def test_every_layout_path_parses_back(index):
     layout = Layout(CONFIG)
     path, (kind, rule, scope, arch, name) = _cases(layout)[index]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -16,15 +16,16 @@ from helpers.provenance_runs import fake_run, flip_middle_byte
 from headstab.fileio import read_json, sha256_file, write_json_atomic
 from headstab.provenance.__main__ import main
 from headstab.provenance.lineage import format_chain, trace, walk
-from headstab.table_files import table_record_path, write_table
+from headstab.table_files import record_path, write_figure_records, write_table
 
 
 @dataclass
 class Job:
-    """The part of Snakemake's `snakemake` object write_table reads."""
+    """The part of Snakemake's `snakemake` object write_table and write_figure_records read."""
 
     rule: str
     input: list[str]
+    output: list[str] = field(default_factory=list)
 
 
 def test_checkpoint_chain_reaches_the_corpus_shards(tmp_path):
@@ -75,7 +76,8 @@ def test_without_verify_hashes_are_listed_not_recomputed(tmp_path):
 # ---------------------------------------------------------------- --verify catches flipped bits
 @pytest.fixture
 def built_run(tmp_path, tiny_spec):
-    """A checkpoint with its meta.json, a cache built from it, a similarity file and a table, laid out as the workflow does."""
+    """A checkpoint with its meta.json, a cache built from it, a similarity file, a table and a figure drawn from
+    it, laid out as the workflow does."""
     from headstab.activations.writer import CacheOptions, write_activation_cache
     from headstab.refits.models import build_model, save_weights
     from headstab.similarity.null_pairs import null_pair_similarity_from_caches
@@ -122,7 +124,19 @@ def built_run(tmp_path, tiny_spec):
     table = arch / "tables" / "head_stability.csv"
     frame = pd.DataFrame({"layer": [0, 0], "head": [0, 1], "stability": [1.0, 0.25]})
     write_table(frame, table, Job("stability_tables", [str(similarity), str(groups)]))
-    return {"checkpoint": weights, "cache": cache, "similarity": similarity, "groups": groups, "table": table}
+    figure = arch / "figures" / "head_stability.png"
+    _save_png(figure)
+    write_figure_records(Job("stability_figures", [str(table)], [str(figure)]))
+    paths = {"checkpoint": weights, "cache": cache, "similarity": similarity, "groups": groups, "table": table}
+    return paths | {"figure": figure}
+
+
+def _save_png(path: Path) -> None:
+    from headstab.plots import new_figure, save_figure
+
+    figure = new_figure((2, 2))
+    figure.add_subplot().plot([0, 1], [1, 0])
+    save_figure(figure, path)
 
 
 def test_verify_passes_a_sound_run(built_run):
@@ -263,7 +277,7 @@ def test_verify_fails_a_hand_edited_table_naming_it_and_the_fix(built_run, capsy
     assert main([str(table), "--verify"]) == 1
     out = capsys.readouterr().out
     assert out.startswith(f"table: {table}  [sha256 mismatch]")
-    assert f"{table} differs from the sha256 in {table_record_path(table)}" in out
+    assert f"{table} differs from the sha256 in {record_path(table)}" in out
     assert "`snakemake --forcerun stability_tables`" in out and f"or delete {table} and run snakemake" in out
 
 
@@ -282,7 +296,7 @@ def test_verify_fails_a_table_made_from_a_hand_edited_table(built_run, capsys):
 @pytest.mark.parametrize("damage", ["deleted", "not JSON", "no sha256"])
 def test_verify_fails_a_table_whose_record_is_gone_or_damaged(built_run, capsys, damage):
     table = built_run["table"]
-    record = table_record_path(table)
+    record = record_path(table)
     if damage == "deleted":
         record.unlink()
     else:
@@ -295,7 +309,7 @@ def test_verify_fails_a_table_whose_record_is_gone_or_damaged(built_run, capsys,
 
 def test_the_record_is_checked_against_its_table(built_run, capsys):
     """The record's own check is its table's sha256; the inputs are the table's trace."""
-    table, record = built_run["table"], table_record_path(built_run["table"])
+    table, record = built_run["table"], record_path(built_run["table"])
     chain = trace(record, verify=True)
     assert (chain.kind, chain.path, chain.status, chain.inputs) == ("table", str(table), "ok", [])
     table.write_text(table.read_text().replace("0.25", "0.5"))
@@ -342,3 +356,42 @@ def test_a_results_directory_moved_whole_keeps_its_tables_lineage(built_run, tmp
         str(moved / "l2_h4/similarity/primary.h5"),
         str(moved / "l2_h4/similarity/primary.groups.h5"),
     ]
+
+
+# ---------------------------------------------------------------- figures: their record and their job's inputs
+def test_verify_fails_a_hand_edited_figure_naming_it_and_the_rule_to_rerun(built_run, capsys):
+    """A PNG changed after its rule saved it (here: one byte in its pixels) still opens; only its record can tell."""
+    figure = built_run["figure"]
+    assert main([str(figure), "--verify"]) == 0
+    capsys.readouterr()
+    flip_middle_byte(figure)
+    assert main([str(figure)]) == 0  # without --verify hashes are listed, not recomputed
+    capsys.readouterr()
+    assert main([str(figure), "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"figure: {figure}  [sha256 mismatch]")
+    assert f"{figure} differs from the sha256 in {record_path(figure)}" in out
+    assert "`snakemake --forcerun stability_figures`" in out and f"or delete {figure} and run snakemake" in out
+
+
+def test_a_figure_is_traced_through_its_jobs_inputs(built_run, capsys):
+    """The table its job read, and through it the similarity files and a cache: no guess from the directory."""
+    figure, table = built_run["figure"], built_run["table"]
+    chain = trace(figure, verify=True)
+    assert (chain.kind, chain.status, chain.details["rule"]) == ("figure", "ok", "stability_figures")
+    assert [(node.kind, node.path) for node in chain.inputs] == [("table", str(table))]
+    assert [node.path for node in chain.inputs[0].inputs] == [str(built_run["similarity"]), str(built_run["groups"])]
+    assert str(built_run["cache"]) in {node.path for node in walk(chain)}
+    table.write_text(table.read_text().replace("0.25", "0.5"))  # the figure is sound, what it was drawn from not
+    assert main([str(figure), "--verify"]) == 1
+    assert f"<- table: {table}  [sha256 mismatch]" in capsys.readouterr().out
+
+
+def test_a_figure_without_its_record_is_unrecorded_and_its_record_is_checked_against_it(built_run, capsys):
+    figure, record = built_run["figure"], record_path(built_run["figure"])
+    chain = trace(record, verify=True)
+    assert (chain.kind, chain.path, chain.status, chain.inputs) == ("figure", str(figure), "ok", [])
+    record.unlink()
+    assert main([str(figure)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"figure: {figure}  [unrecorded]") and "figure record file" in out and str(record) in out

@@ -96,6 +96,19 @@ def test_similarity_files_and_stability_tables(tiny_run):
             assert (tiny_run / arch / "figures" / f"{name}.png").stat().st_size > 0
 
 
+def test_every_figure_has_the_record_of_its_bytes(tiny_run):
+    """write_figure_records: the workflow's figures each beside its record, which vouches for exactly it."""
+    from headstab.fileio import sha256_file
+    from headstab.table_files import read_file_record
+
+    figures = sorted(tiny_run.rglob("figures/*.png"))
+    assert len(figures) >= 20
+    for figure in figures:
+        record = read_file_record(figure)
+        assert (record["figure"], record["sha256"]) == (figure.name, sha256_file(figure)), figure
+        assert record["rule"] and record["inputs"], figure
+
+
 def test_nothing_left_to_do_after_the_run(tiny_run):
     result = tiny_snakemake(tiny_run, "-n", "--quiet", "rules")
     assert result.returncode == 0, result.stderr[-2000:]

@@ -405,7 +405,8 @@ def test_documented_params_check_plans_nothing_after_a_run_and_only_the_jobs_who
 @pytest.mark.parametrize(
     "output",
     [f"{OTHER}/checkpoints/seed1/final.pt", f"{OTHER}/caches/seed2.h5", f"{OTHER}/similarity/primary.h5",
-     f"{OTHER}/tables/head_stability.csv", f"{OTHER}/tables/weight_norms.csv"],
+     f"{OTHER}/tables/head_stability.csv", f"{OTHER}/tables/weight_norms.csv",
+     f"{OTHER}/figures/head_stability.png", f"{OTHER}/figures/weight_norm_correlation.png"],
 )  # fmt: skip
 def test_provenance_chain_reaches_the_corpus_shards(tiny_run: Path, output: str) -> None:
     result = subprocess.run(
@@ -424,6 +425,8 @@ def test_provenance_chain_reaches_the_corpus_shards(tiny_run: Path, output: str)
     shards = {node["path"] for node in nodes if node["kind"] == "token shard"}
     assert shards == {str(tiny_run / f"data/tiny_text/shard_{i:03d}.npy") for i in range(2)}
     assert nodes[0]["path"] == str(tiny_run / output)
+    if output.endswith(".png"):  # checked against its record, traced through the tables its job read
+        assert nodes[0]["kind"] == "figure" and {n["kind"] for n in nodes[0]["inputs"]} == {"table"}
     if output.endswith("weight_norms.csv"):  # made from final.pt: traced through the checkpoints, no similarity
         kinds = {node["kind"] for node in nodes}
         assert "checkpoint" in kinds and not kinds & {"pair similarity", "prompt-group similarity", "activation cache"}
@@ -487,7 +490,7 @@ def test_provenance_verify_passes_every_file_of_the_run(tiny_run: Path) -> None:
     assert {file_kind(path) for path in files} >= {
         "checkpoint", "full-state checkpoint", "snapshot weights", "activation cache", "pair similarity",
         "prompt-group similarity", "token shard", "corpus meta", "corpus text", "tokenizer", "prompt check",
-        "table", "table record", "figure", "report page", "configuration", "log", "benchmark",
+        "table", "table record", "figure", "figure record", "report page", "configuration", "log", "benchmark",
     }  # fmt: skip
     failed = {}
     for path in files:
@@ -535,6 +538,10 @@ def test_provenance_verify_fails_a_damaged_file_of_every_kind_naming_it(tiny_run
             lambda p: _flip_byte(p, p.stat().st_size // 2), "tokenizer: {}  [sha256 mismatch]"),
         results / RERUN / "tables/weight_norms.csv": (_edit_a_number, "table: {}  [sha256 mismatch]"),
         results / "summary/tables/weight_norm_correlation.csv": (_edit_a_number, "table: {}  [sha256 mismatch]"),
+        results / RERUN / "figures/head_stability.png": (
+            lambda p: _flip_byte(p, p.stat().st_size // 2), "figure: {}  [sha256 mismatch]"),
+        results / "summary/figures/stability_gap.png": (
+            lambda p: _flip_byte(p, p.stat().st_size // 2), "figure: {}  [sha256 mismatch]"),
     }  # fmt: skip
     for path, (damage, _) in damaged.items():
         damage(path)

@@ -62,3 +62,46 @@ def test_no_rule_file_reads_another_rule_files_globals():
         if home not in (path.name, *SHARED) and re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", path.read_text())
     ]
     assert not reads, reads
+
+
+_FIGURE = r"LAYOUT\.(?:summary_|compare_)?figure_path\([^)]*\)"
+
+
+def _figure_outputs(block: str) -> tuple[set[str], set[str]]:
+    """The figure paths a rule's output section declares, and those it declares a record of."""
+    output = re.search(r"^    output:\n(.*?)(?=^    \w+:)", block, re.M | re.S)
+    text = output.group(1) if output else ""
+    return set(re.findall(_FIGURE, text)), set(re.findall(rf"LAYOUT\.figure_record\(({_FIGURE})\)", text))
+
+
+def test_every_figure_is_declared_with_its_record_and_its_script_writes_them():
+    """A rule that draws a figure names its record (LAYOUT.figure_record) among its outputs, like a table's, and its
+    script calls write_figure_records (headstab.table_files), so `python -m headstab.provenance --verify` can tell a
+    hand-edited figure."""
+    problems, rules = [], 0
+    for path in RULE_FILES:
+        for block in re.split(r"\n(?=rule \w+:|use rule \w+ as \w+ with:)", path.read_text())[1:]:
+            figures, recorded = _figure_outputs(block)
+            if not figures:
+                continue
+            rules += 1
+            rule = re.match(r"(?:rule|use rule \w+ as) (\w+)", block).group(1)
+            problems += [f"{path.name}: rule {rule} declares no record of {figure}" for figure in figures - recorded]
+            script = re.search(r'^    script:\n\s+"\.\./scripts/(\w+\.py)"', block, re.M)
+            if (
+                not script
+                or "write_figure_records(snakemake)" not in (REPO / "workflow/scripts" / script.group(1)).read_text()
+            ):
+                problems.append(f"{path.name}: the script of rule {rule} does not call write_figure_records(snakemake)")
+    assert rules and not problems, problems
+
+
+def test_the_figure_check_sees_a_figure_without_its_record():
+    block = (
+        'rule x:\n    output:\n        figure=LAYOUT.figure_path("{arch}", "x"),\n    log:\n        LAYOUT.log("x"),\n'
+    )
+    assert _figure_outputs(block) == ({'LAYOUT.figure_path("{arch}", "x")'}, set())
+    recorded = block.replace(
+        "    log:", '        figure_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "x")),\n    log:'
+    )
+    assert _figure_outputs(recorded) == ({'LAYOUT.figure_path("{arch}", "x")'},) * 2

@@ -74,6 +74,7 @@ rule ablation:
             category="{arch}",
             subcategory="Ablation (§4.8)",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "ablation_correlation")),
     log:
         LAYOUT.log("ablation", "{arch}"),
     conda:

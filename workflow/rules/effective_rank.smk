@@ -44,6 +44,7 @@ rule effective_rank:
             category="{arch}",
             subcategory="Beyond the paper: effective rank",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "effective_rank_stability")),
     log:
         LAYOUT.log("effective_rank", "{arch}"),
     conda:
@@ -75,6 +76,7 @@ rule effective_rank_summary:
             category="Across architectures",
             subcategory="Beyond the paper: effective rank",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.summary_figure_path("effective_rank_by_layer")),
     log:
         LAYOUT.log("effective_rank_summary", "summary"),
     conda:

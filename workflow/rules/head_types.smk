@@ -203,6 +203,7 @@ rule head_type_tables:
             category="{arch}",
             subcategory="Beyond the paper: head types",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "head_types")),
     log:
         LAYOUT.log("head_type_tables", "{arch}"),
     conda:
@@ -235,6 +236,7 @@ rule head_type_summary:
             category="Across architectures",
             subcategory="Beyond the paper: head types",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.summary_figure_path("head_types_by_depth")),
     log:
         LAYOUT.log("head_type_summary", "summary"),
     conda:

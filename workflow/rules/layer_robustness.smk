@@ -84,6 +84,7 @@ rule layer_robustness:
             category="{arch}",
             subcategory="Beyond the paper: layer drop and swap",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "layer_robustness_stability")),
     log:
         LAYOUT.log("layer_robustness", "{arch}"),
     conda:
@@ -119,6 +120,7 @@ rule layer_robustness_summary:
             category="Across architectures",
             subcategory="Beyond the paper: layer drop and swap",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.summary_figure_path("layer_robustness_stages")),
     log:
         LAYOUT.log("layer_robustness_summary", "summary"),
     conda:

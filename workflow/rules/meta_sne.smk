@@ -45,6 +45,7 @@ rule meta_sne:
             category="Across architectures",
             subcategory="meta-SNE (§4.9)",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.summary_figure_path("meta_sne")),
         normalised_table=LAYOUT.summary_table_path("meta_sne_scale_normalised"),
         normalised_table_record=LAYOUT.table_record(LAYOUT.summary_table_path("meta_sne_scale_normalised")),
         normalised_figure=report(
@@ -53,6 +54,7 @@ rule meta_sne:
             category="Across architectures",
             subcategory="meta-SNE (§4.9)",
         ),
+        normalised_figure_record=LAYOUT.figure_record(LAYOUT.summary_figure_path("meta_sne_scale_normalised")),
         mantel=LAYOUT.summary_table_path("meta_sne_mantel"),
         mantel_record=LAYOUT.table_record(LAYOUT.summary_table_path("meta_sne_mantel")),
     log:

@@ -103,18 +103,21 @@ rule optimizer_comparison:
             category="Adam vs AdamW (§4.5)",
             subcategory="{arch}",
         ),
+        optimizer_stability_record=LAYOUT.figure_record(LAYOUT.compare_figure_path("{arch}", "optimizer_stability")),
         activation_norms=report(
             LAYOUT.compare_figure_path("{arch}", "activation_norms"),
             caption="../report/activation_norms.rst",
             category="Adam vs AdamW (§4.5)",
             subcategory="{arch}",
         ),
+        activation_norms_record=LAYOUT.figure_record(LAYOUT.compare_figure_path("{arch}", "activation_norms")),
         perplexity_figure=report(
             LAYOUT.compare_figure_path("{arch}", "perplexity"),
             caption="../report/perplexity.rst",
             category="Adam vs AdamW (§4.5)",
             subcategory="{arch}",
         ),
+        perplexity_figure_record=LAYOUT.figure_record(LAYOUT.compare_figure_path("{arch}", "perplexity")),
     log:
         LAYOUT.log("optimizer_comparison", "{arch}"),
     conda:

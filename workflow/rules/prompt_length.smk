@@ -35,6 +35,7 @@ rule prompt_length:
             category="{arch}",
             subcategory="Prompt length (§4.4.2)",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "prompt_length")),
     log:
         LAYOUT.log("prompt_length", "{arch}"),
     conda:

@@ -194,6 +194,7 @@ rule headline_summary:
             category=SUMMARY_CATEGORY,
             subcategory="All architectures",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.summary_figure_path("layer_stability_by_depth")),
         pages=report(
             directory(LAYOUT.headline_dir()),
             patterns=["{architecture}.html"],

@@ -55,6 +55,7 @@ rule residual_cka:
             category="{arch}",
             subcategory="Residual stream (§4.7)",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "residual_stream")),
     log:
         LAYOUT.log("residual_cka", "{arch}"),
     conda:

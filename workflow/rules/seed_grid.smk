@@ -76,6 +76,7 @@ rule seed_grid:
             category="{arch}",
             subcategory="Beyond the paper: init vs data-order seed",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "seed_grid")),
     log:
         LAYOUT.log("seed_grid", "{arch}"),
     wildcard_constraints:

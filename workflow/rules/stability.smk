@@ -75,36 +75,42 @@ rule stability_figures:
             category="{arch}",
             subcategory="Stability (§4.1)",
         ),
+        head_stability_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "head_stability")),
         layer_stability=report(
             LAYOUT.figure_path("{arch}", "layer_stability"),
             caption="../report/layer_stability.rst",
             category="{arch}",
             subcategory="Stability (§4.1)",
         ),
+        layer_stability_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "layer_stability")),
         pair_stability=report(
             LAYOUT.figure_path("{arch}", "pair_stability"),
             caption="../report/pair_stability.rst",
             category="{arch}",
             subcategory="Stability (§4.1)",
         ),
+        pair_stability_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "pair_stability")),
         cross_layer_stability=report(
             LAYOUT.figure_path("{arch}", "cross_layer_stability"),
             caption="../report/cross_layer_stability.rst",
             category="{arch}",
             subcategory="Cross-layer (§4.2)",
         ),
+        cross_layer_stability_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "cross_layer_stability")),
         alignment_map=report(
             LAYOUT.figure_path("{arch}", "alignment_map"),
             caption="../report/alignment_map.rst",
             category="{arch}",
             subcategory="Cross-layer (§4.2)",
         ),
+        alignment_map_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "alignment_map")),
         commonness=report(
             LAYOUT.figure_path("{arch}", "commonness"),
             caption="../report/commonness.rst",
             category="{arch}",
             subcategory="Within-layer (§4.3)",
         ),
+        commonness_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "commonness")),
     log:
         LAYOUT.log("stability_figures", "{arch}"),
     conda:

@@ -71,12 +71,14 @@ rule stability_gap:
             category="Across architectures",
             subcategory="Stability gap (§4.6)",
         ),
+        stability_gap_record=LAYOUT.figure_record(LAYOUT.summary_figure_path("stability_gap")),
         extreme_layer_depth=report(
             LAYOUT.summary_figure_path("extreme_layer_depth"),
             caption="../report/extreme_layer_depth.rst",
             category="Across architectures",
             subcategory="Stability gap (§4.6)",
         ),
+        extreme_layer_depth_record=LAYOUT.figure_record(LAYOUT.summary_figure_path("extreme_layer_depth")),
     log:
         LAYOUT.log("stability_gap", "summary"),
     conda:

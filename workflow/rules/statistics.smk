@@ -69,6 +69,7 @@ rule seeds_needed:
             category="Stability against chance",
             subcategory="{arch}",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "seeds_needed")),
     log:
         LAYOUT.log("seeds_needed", "{arch}"),
     conda:
@@ -128,6 +129,7 @@ rule stability_against_chance:
             category="Stability against chance",
             subcategory="All architectures",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.summary_figure_path("stability_against_chance")),
     log:
         LAYOUT.log("stability_against_chance", "summary"),
     conda:

@@ -61,6 +61,7 @@ rule training_curves:
             category="{arch}",
             subcategory="Training",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "training_curves")),
     log:
         LAYOUT.log("training_curves", "{arch}"),
     conda:
@@ -90,6 +91,7 @@ rule optimizer_training_curves:
             category="Adam vs AdamW (§4.5)",
             subcategory="{arch}",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.compare_figure_path("{arch}", "optimizer_training_curves")),
     log:
         LAYOUT.log("optimizer_training_curves", "{arch}"),
     conda:

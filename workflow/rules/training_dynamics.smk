@@ -47,6 +47,7 @@ rule stability_along_training:
             category="{arch}",
             subcategory="Stability along training",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "stability_along_training")),
     log:
         LAYOUT.log("stability_along_training", "{arch}"),
     conda:

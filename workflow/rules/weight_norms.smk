@@ -75,6 +75,7 @@ rule weight_norm_correlation:
             category="{arch}",
             subcategory="Weight norms (§4.4.1)",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "weight_norm_correlation")),
     log:
         LAYOUT.log("weight_norm_correlation", "{arch}"),
     conda:

@@ -15,7 +15,7 @@ from headstab.sections.ablation import (
     ablation_table,
     correlation_table,
 )
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 
 
 def main():
@@ -46,6 +46,7 @@ def main():
         per_layer["pooled_pearson_r"].round(3).tolist(), trend["slope"],
     )  # fmt: skip
     plot_ablation_correlation(table, per_layer, trend, out.figure, snakemake.wildcards.arch)
+    write_figure_records(snakemake)
 
 
 run_job(main, "ablation", snakemake.log[0])

@@ -11,7 +11,7 @@ from headstab.activations.reader import open_cache
 from headstab.joblog import run_job
 from headstab.plots.effective_rank import plot_rank_vs_stability
 from headstab.sections.effective_rank import effective_rank_table, matched_rank_table, rank_correlation_table
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 from headstab.table_rows import select_rows
 
 
@@ -37,6 +37,7 @@ def main():
     write_table(correlations, out.correlation, snakemake)
     logging.info("effective rank per layer:\n%s", correlations.round(3).to_string())
     plot_rank_vs_stability(pr, heads, out.figure, snakemake.wildcards.arch)
+    write_figure_records(snakemake)
 
 
 run_job(main, "effective_rank", snakemake.log[0])

@@ -5,7 +5,7 @@ import pandas as pd
 
 from headstab.joblog import run_job
 from headstab.plots.effective_rank import plot_rank_by_layer
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 
 
 def main():
@@ -17,6 +17,7 @@ def main():
     summary = pd.concat(tables, ignore_index=True)
     write_table(summary, snakemake.output.table, snakemake)
     plot_rank_by_layer(summary, facts, snakemake.output.figure)
+    write_figure_records(snakemake)
 
 
 run_job(main, "effective_rank_summary", snakemake.log[0])

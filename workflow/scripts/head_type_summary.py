@@ -5,7 +5,7 @@ import pandas as pd
 
 from headstab.joblog import run_job
 from headstab.plots.head_types import plot_type_share_by_depth
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 
 
 def main():
@@ -22,6 +22,7 @@ def main():
     summary = pd.concat(tables, ignore_index=True)
     write_table(summary, snakemake.output.table, snakemake)
     plot_type_share_by_depth(summary, snakemake.output.figure)
+    write_figure_records(snakemake)
 
 
 run_job(main, "head_type_summary", snakemake.log[0])

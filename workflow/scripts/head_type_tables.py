@@ -10,7 +10,7 @@ from headstab.head_type_thresholds import type_heads
 from headstab.joblog import run_job
 from headstab.plots.head_types import plot_head_types
 from headstab.sections.head_types import universality_table
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 from headstab.table_rows import select_rows
 
 
@@ -35,6 +35,7 @@ def main():
     logging.info("head types per layer:\n%s", types.groupby(["layer", "type"]).size().to_string())
     pooled = select_rows(pd.read_csv(inp.pooled), "pooled layer stability", promptset=params.promptset)
     plot_head_types(universality, pooled, out.figure, snakemake.wildcards.arch)
+    write_figure_records(snakemake)
 
 
 run_job(main, "head_type_tables", snakemake.log[0], label=snakemake.wildcards.arch)

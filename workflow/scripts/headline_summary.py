@@ -10,7 +10,7 @@ from headstab.plan.yaml_files import load_yaml_file
 from headstab.plots.headline import plot_stability_by_depth
 from headstab.report_pages import table_kind, table_page
 from headstab.sections.headline import anchor_layer_difference, headline_table, paper_values_frame
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 
 # The table each headline_table argument reads, by the name of its CSV.
 ARGUMENTS = {
@@ -63,6 +63,7 @@ def main():
         text = table_page(table.drop(columns="architecture"), title, source, len(table), params.legend, digits=4)
         (pages / f"{arch}.html").write_text(text)
     plot_stability_by_depth(headline, params.facts, out.figure)
+    write_figure_records(snakemake)
 
 
 run_job(main, "headline_summary", snakemake.log[0])

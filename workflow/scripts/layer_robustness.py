@@ -15,7 +15,7 @@ from headstab.sections.layer_robustness import (
     robustness_correlation,
     robustness_with_stability,
 )
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 from headstab.table_rows import select_rows
 
 
@@ -36,6 +36,7 @@ def main():
     write_table(depths, out.depth, snakemake)
     logging.info("robustness by layer:\n%s\nextreme depths:\n%s", by_layer.round(4).to_string(), depths.to_string())
     plot_robustness_vs_stability(table, out.figure, snakemake.wildcards.arch)
+    write_figure_records(snakemake)
 
 
 run_job(main, "layer_robustness", snakemake.log[0])

@@ -6,7 +6,7 @@ import pandas as pd
 
 from headstab.joblog import run_job
 from headstab.plots.layer_robustness import plot_robustness_stages
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 
 
 def main():
@@ -18,6 +18,7 @@ def main():
     write_table(summary, out.table, snakemake)
     write_table(pd.concat([pd.read_csv(path) for path in inp.depths], ignore_index=True), out.depth, snakemake)
     plot_robustness_stages(summary, out.figure)
+    write_figure_records(snakemake)
 
 
 run_job(main, "layer_robustness_summary", snakemake.log[0])

@@ -9,7 +9,7 @@ import logging
 from headstab.joblog import run_job
 from headstab.plots.meta_sne import plot_meta_sne
 from headstab.sections.meta_sne import depth_mantel_table, describe_refits, meta_sne_table
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 
 
 def main():
@@ -36,6 +36,7 @@ def main():
         logging.info("t-SNE of %d heads from %d refits (%s descriptions)", len(table), len(descriptions), description)
         write_table(table, table_path, snakemake)
         plot_meta_sne(table, figure_path, mantel=mantel)
+    write_figure_records(snakemake)
 
 
 run_job(main, "meta_sne", snakemake.log[0])

@@ -9,7 +9,7 @@ import pandas as pd
 from headstab.joblog import run_job
 from headstab.plots import optimizers as plots
 from headstab.sections.optimizers import pair_frame, perplexity_comparison, perplexity_table
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 
 
 def main():
@@ -46,6 +46,7 @@ def main():
     )
     write_table(perplexity_table(ppl, comparison, arch_of), out.perplexity, snakemake)
     plots.plot_perplexity(ppl, comparison, out.perplexity_figure, adam, adamw, corpus=params.heldout_label)
+    write_figure_records(snakemake)
 
 
 run_job(main, "optimizer_comparison", snakemake.log[0])

@@ -5,7 +5,7 @@ import pandas as pd
 
 from headstab.joblog import run_job
 from headstab.plots.training_curves import plot_optimizer_training_curves
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 
 
 def main():
@@ -21,6 +21,7 @@ def main():
     )
     write_table(finals, snakemake.output.finals, snakemake)
     plot_optimizer_training_curves(curves, finals, snakemake.output.figure, adam, adamw)
+    write_figure_records(snakemake)
 
 
 run_job(main, "optimizer_training_curves", snakemake.log[0])

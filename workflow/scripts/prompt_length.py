@@ -8,7 +8,7 @@ import pandas as pd
 from headstab.joblog import run_job
 from headstab.plots.prompt_length import plot_prompt_length
 from headstab.sections.prompt_length import prompt_length_table
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 
 
 def main():
@@ -18,6 +18,7 @@ def main():
     logging.info("prompt lengths %s, anchor seed %d", sorted(table["prompt_length"].unique()), anchor)
     confidence = snakemake.config.get("statistics", {}).get("confidence", 0.95)
     plot_prompt_length(table, snakemake.output.figure, snakemake.wildcards.arch, confidence=confidence)
+    write_figure_records(snakemake)
 
 
 run_job(main, "prompt_length", snakemake.log[0])

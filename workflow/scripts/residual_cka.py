@@ -8,7 +8,7 @@ import pandas as pd
 from headstab.joblog import run_job
 from headstab.plots.residual_cka import plot_residual_stream
 from headstab.sections.residual_cka import kernel_label, layer_cka_table, residual_cka_table
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 
 
 def main():
@@ -41,6 +41,7 @@ def main():
         pairs=params.pairs,
         layer_intervals=layers,
     )
+    write_figure_records(snakemake)
 
 
 run_job(main, "residual_cka", snakemake.log[0])

@@ -11,7 +11,7 @@ from headstab.plots.seed_grid import plot_seed_grid
 from headstab.sections.seed_grid import grid_pair_table, seed_grid_table
 from headstab.similarity.pairs import pair_similarity_from_caches
 from headstab.stability import pair_stability_table
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 
 
 def main():
@@ -26,6 +26,7 @@ def main():
     write_table(table.assign(promptset=params.promptset), out.table, snakemake)
     logging.info("seed grid decomposition:\n%s", table.round(4).to_string())
     plot_seed_grid(table, out.figure, snakemake.wildcards.arch)
+    write_figure_records(snakemake)
 
 
 run_job(main, "seed_grid", snakemake.log[0])

@@ -6,7 +6,7 @@ from headstab.joblog import run_job
 from headstab.plots.chance import plot_seeds_needed
 from headstab.similarity.prompt_groups import read_grouped_similarity
 from headstab.statistics.seeds_needed import seeds_needed, seeds_needed_curve
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 
 
 def main():
@@ -25,6 +25,7 @@ def main():
     write_table(needed, snakemake.output.needed, snakemake)
     logging.info("refits needed:\n%s", needed.to_string(index=False))
     plot_seeds_needed(curve, needed, snakemake.output.figure, snakemake.wildcards.arch, options["confidence"])
+    write_figure_records(snakemake)
 
 
 run_job(main, "seeds_needed", snakemake.log[0])

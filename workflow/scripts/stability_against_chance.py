@@ -5,7 +5,7 @@ import pandas as pd
 
 from headstab.joblog import run_job
 from headstab.plots.chance import plot_stability_against_chance
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 
 
 def main():
@@ -23,6 +23,7 @@ def main():
     write_table(tables["pooled"], snakemake.output.summary, snakemake)
     write_table(tables["gap"], snakemake.output.gap, snakemake)
     plot_stability_against_chance(tables["pooled"], snakemake.output.figure, params.promptset, params.confidence)
+    write_figure_records(snakemake)
 
 
 run_job(main, "stability_against_chance", snakemake.log[0])

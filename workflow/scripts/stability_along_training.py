@@ -9,7 +9,7 @@ from headstab.plots.training_dynamics import plot_stability_along_training
 from headstab.sections.training_dynamics import stability_along_training
 from headstab.similarity.prompt_groups import read_grouped_similarity
 from headstab.similarity.prompt_identity import check_same_prompts
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 
 
 def main():
@@ -28,6 +28,7 @@ def main():
     write_table(table, snakemake.output.table, snakemake)
     logging.info("steps %s (%d after training), %d resamples", sorted(grouped), final_step, options["n_boot"])
     plot_stability_along_training(table, snakemake.output.figure, snakemake.wildcards.arch)
+    write_figure_records(snakemake)
 
 
 run_job(main, "stability_along_training", snakemake.log[0])

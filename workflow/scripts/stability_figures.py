@@ -5,6 +5,7 @@ import pandas as pd
 from headstab.joblog import run_job
 from headstab.plots import stability as plots
 from headstab.plots.commonness import plot_commonness
+from headstab.table_files import write_figure_records
 
 
 def main():
@@ -21,6 +22,7 @@ def main():
         tables["alignment_map"], out.alignment_map, arch, promptset, dispersion_table=tables["alignment_dispersion"]
     )
     plot_commonness(tables["commonness"], out.commonness, arch, promptset)
+    write_figure_records(snakemake)
 
 
 run_job(main, "stability_figures", snakemake.log[0])

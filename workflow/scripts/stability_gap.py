@@ -10,7 +10,7 @@ import pandas as pd
 from headstab.joblog import run_job
 from headstab.plots.stability_gap import plot_extreme_layer_depth, plot_stability_gap
 from headstab.sections.stability_gap import gap_depth_table, layer_tests_table, stability_gap_summary
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 
 
 def main():
@@ -28,6 +28,7 @@ def main():
     logging.info("against depth (architectures as units):\n%s", depth.to_string(index=False))
     plot_stability_gap(summary, out.stability_gap)
     plot_extreme_layer_depth(summary, out.extreme_layer_depth)
+    write_figure_records(snakemake)
 
 
 run_job(main, "stability_gap", snakemake.log[0])

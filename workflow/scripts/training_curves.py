@@ -8,7 +8,7 @@ import pandas as pd
 from headstab.joblog import run_job
 from headstab.plots.training_curves import plot_training_curves
 from headstab.sections.training_curves import final_losses, training_curves
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 
 
 def main():
@@ -19,6 +19,7 @@ def main():
     write_table(finals, snakemake.output.finals, snakemake)
     logging.info("%d refits, %d levelled off", len(finals), int(finals["converged"].sum()))
     plot_training_curves(curves, finals, snakemake.output.figure, snakemake.wildcards.arch)
+    write_figure_records(snakemake)
 
 
 run_job(main, "training_curves", snakemake.log[0])

@@ -10,7 +10,7 @@ import pandas as pd
 from headstab.joblog import run_job
 from headstab.plots.weight_norms import plot_weight_norm_correlation
 from headstab.sections.weight_norms import head_norm_partial_table, norm_stability_correlation
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 
 
 def main():
@@ -38,6 +38,7 @@ def main():
         promptset=params.promptset,
         attention_norm=params.attention_norm,
     )
+    write_figure_records(snakemake)
 
 
 run_job(main, "weight_norm_correlation", snakemake.log[0])

@@ -16,7 +16,8 @@ from pathlib import Path, PurePath
 from headstab.plan.spec import ConfigError
 from headstab.plan.yaml_files import bounded_repr, bounded_text
 
-TABLE_RECORD_SUFFIX = ".provenance.json"  # tables/x.csv -> tables/x.csv.provenance.json
+# the record beside a table or figure: tables/x.csv -> tables/x.csv.provenance.json, figures/x.png -> ...png.provenance.json
+RECORD_SUFFIX = ".provenance.json"
 
 # The rules that run a model: training, the activation caches, the validation perplexity of every
 # refit (optimizers.smk, §4.5), the anchor's head ablations (ablation.smk, §4.8), the training
@@ -231,7 +232,12 @@ class Layout:
     @staticmethod
     def table_record(table: str) -> str:
         """The record written beside a table (headstab.table_files.write_table): its sha256, rule and inputs."""
-        return table + TABLE_RECORD_SUFFIX
+        return table + RECORD_SUFFIX
+
+    @staticmethod
+    def figure_record(figure: str) -> str:
+        """The record written beside a figure (headstab.table_files.write_figure_records): sha256, rule, inputs."""
+        return figure + RECORD_SUFFIX
 
     def figure_path(self, arch: str, name: str) -> str:
         return f"{self.results}/{arch}/figures/{name}.png"
@@ -320,6 +326,7 @@ _FILES = (
     (r"/tables/[^/]+\.csv$", "table", None),
     (r"/tables/[^/]+\.csv\.provenance\.json$", "table record", None),  # written with its table (write_table)
     (r"/figures/[^/]+\.png$", "figure", None),
+    (r"/figures/[^/]+\.png\.provenance\.json$", "figure record", None),  # written with its figure
     (r"/logs/.+\.log$", "log", None),
     (r"/benchmarks/.+\.tsv$", "benchmark", None),
     (r"/[^/]+\.(html|zip)$", "report", None),  # snakemake --report

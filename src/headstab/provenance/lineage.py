@@ -19,7 +19,7 @@ from headstab.provenance.checks import (
 )
 from headstab.similarity.pairs import read_pair_similarity, read_pair_similarity_null
 from headstab.similarity.prompt_groups import read_grouped_similarity
-from headstab.table_files import RECORD_SUFFIX, read_table_record, table_inputs, table_record_path
+from headstab.table_files import RECORD_SUFFIX, read_file_record, record_inputs, record_path
 
 __all__ = ["as_dict", "format_chain", "trace", "walk"]
 
@@ -186,24 +186,6 @@ def _result_node(path: Path, verify: bool, expand_all: bool) -> ProvenanceNode:
     return node
 
 
-def _figure_node(path: Path, verify: bool, expand_all: bool) -> ProvenanceNode:
-    """A figure: traced through its architecture's similarity files, the primary one first."""
-    node = ProvenanceNode(str(path), "figure", status="ok" if path.exists() else "missing")
-    similarity_dir = path.parent.parent / "similarity"
-    sources = sorted(p for p in similarity_dir.glob("*.h5") if not p.name.endswith(".groups.h5"))
-    primary = similarity_dir / "primary.h5"
-    if primary.exists():
-        sources = [primary] + [p for p in sources if p != primary]
-    for index, source in enumerate(sources):
-        if index == 0 or expand_all:
-            node.inputs.append(_result_node(source, verify, expand_all))
-        else:
-            node.inputs.append(ProvenanceNode(str(source), "pair similarity", {"expanded": "no (use --all)"}))
-    if not sources:
-        node.details["note"] = f"no similarity files under {similarity_dir}"
-    return node
-
-
 @dataclass
 class _Chain:
     """What one trace has met: files traced (listed, not traced again) and the families of `_TRACED` already
@@ -213,47 +195,48 @@ class _Chain:
     expanded: set[str] = field(default_factory=set)
 
 
-def _table_node(path: Path, verify: bool, expand_all: bool, chain: _Chain, follow: bool = True) -> ProvenanceNode:
-    """A table checked against its record (write_table), and traced through the inputs of the job that wrote
-    it: other tables always, the first weights, cache and similarity file in the whole chain (every one with
-    `expand_all`); a file met earlier in the chain is listed, not traced again. follow=False: the table only."""
-    node = ProvenanceNode(str(path), "table")
+def _recorded_node(path: Path, verify: bool, expand_all: bool, chain: _Chain, follow: bool = True) -> ProvenanceNode:
+    """A table or figure checked against its record (write_table, write_figure_records), and traced through the
+    inputs of the job that wrote it: other tables always, the first weights, cache and similarity file in the
+    whole chain (every one with `expand_all`); a file met earlier in the chain is listed, not traced again.
+    follow=False: the file only."""
+    node = ProvenanceNode(str(path), file_kind(path) or "table")
     chain.seen.add(str(path))
-    record_path = table_record_path(path)
+    record_file = record_path(path)
     try:
-        record = read_table_record(path)
+        record = read_file_record(path)
     except (FileNotFoundError, ValueError, UnicodeDecodeError) as error:
         node.status = "missing" if not path.exists() else "unrecorded"
-        node.details["error"] = f"{error}. {_table_fix(path, None)}"
+        node.details["error"] = f"{error}. {_rebuild_fix(path, None)}"
         return node
-    node.details |= {"rule": record.get("rule"), "record": str(record_path)}
+    node.details |= {"rule": record.get("rule"), "record": str(record_file)}
     node.status = check_sha256(path, record["sha256"], verify)
     if node.status == "sha256 mismatch":
         node.details["error"] = (
-            f"{path} differs from the sha256 in {record_path}: it was changed after its rule wrote it. "
-            + _table_fix(path, record.get("rule"))
+            f"{path} differs from the sha256 in {record_file}: it was changed after its rule wrote it. "
+            + _rebuild_fix(path, record.get("rule"))
         )
     if not follow:
         node.details["inputs"] = f"not traced (trace {path.name} for them)"
         return node
-    for item in table_inputs(path, record):
+    for item in record_inputs(path, record):
         node.inputs.append(_input_node(item, verify, expand_all, chain))
     return node
 
 
-def _table_fix(path: Path, rule: str | None) -> str:
+def _rebuild_fix(path: Path, rule: str | None) -> str:
     rerun = f"snakemake --forcerun {rule}" if rule else "snakemake --forcerun <its rule>"
     return f"Rebuild it: `{rerun}`, or delete {path} and run snakemake"
 
 
 def _input_node(path: Path, verify: bool, expand_all: bool, chain: _Chain) -> ProvenanceNode:
-    """One input of a table's job: a table (traced), a file a record covers (traced, the first of its kind
-    unless `expand_all`), or a file no record covers (its status only)."""
+    """One input of a table's or figure's job: a table or figure (traced), a file a record covers (traced, the
+    first of its kind unless `expand_all`), or a file no record covers (its status only)."""
     kind = file_kind(path)
     if str(path) in chain.seen:
         return ProvenanceNode(str(path), kind or "input", {"traced": "above"})
-    if kind == "table":
-        return _table_node(path, verify, expand_all, chain)
+    if kind in ("table", "figure"):
+        return _recorded_node(path, verify, expand_all, chain)
     if kind in _TRACED and (expand_all or _TRACED[kind] not in chain.expanded):
         chain.expanded.add(_TRACED[kind])
         chain.seen.add(str(path))
@@ -269,9 +252,8 @@ def trace(path: str | Path, verify: bool = False, expand_all: bool = False) -> P
 
     Knows every kind of file the workflow writes under results_dir (headstab.plan.layout.file_kind): checkpoints
     (final.pt, meta.json, train_log.csv), full-state checkpoints, snapshot weights, activation caches,
-    similarity and prompt-group similarity files, token shards, corpus metas, tokenizers, tables (checked
-    against their record and traced through the inputs of the job that wrote them) and figures (traced
-    through their architecture's primary similarity file); files no record covers (logs,
+    similarity and prompt-group similarity files, token shards, corpus metas, tokenizers, tables and figures
+    (checked against their record and traced through the inputs of the job that wrote them); files no record covers (logs,
     benchmarks, report pages, the configuration, the corpus text) are listed as such. verify=True recomputes
     every recorded sha256, checks every HDF5 file's attribute digests and reads it in full, which checks its
     fletcher32 checksums (slow for big files); otherwise hashes are only listed.
@@ -282,12 +264,12 @@ def trace(path: str | Path, verify: bool = False, expand_all: bool = False) -> P
         return _checkpoint_node(path.parent / "final.pt", None, verify)
     if kind in ("pair similarity", "prompt-group similarity"):
         return _result_node(path, verify, expand_all)
-    if kind == "table":
-        return _table_node(path, verify, expand_all, _Chain())
-    if kind == "table record":  # checked against its table; the table's own trace follows the inputs
-        return _table_node(path.with_name(path.name.removesuffix(RECORD_SUFFIX)), verify, expand_all, _Chain(), False)
-    if kind == "figure":
-        return _figure_node(path, verify, expand_all)
+    if kind in ("table", "figure"):
+        return _recorded_node(path, verify, expand_all, _Chain())
+    if kind in ("table record", "figure record"):  # checked against its file, whose own trace follows the inputs
+        return _recorded_node(
+            path.with_name(path.name.removesuffix(RECORD_SUFFIX)), verify, expand_all, _Chain(), False
+        )
     builders = {"full-state checkpoint": _state_node, "activation cache": _cache_node, "token shard": _shard_node}
     builders |= {"tokenizer": _tokenizer_node, "corpus meta": lambda path, verify: _corpus_node(path, None, verify)}
     if kind in builders:
