@@ -91,6 +91,7 @@ rule noise_ceiling_tables:
             category="{arch}",
             subcategory="Beyond the paper: head types",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "noise_ceiling")),
     log:
         LAYOUT.log("noise_ceiling_tables", "{arch}"),
     conda:

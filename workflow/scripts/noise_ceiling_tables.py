@@ -8,7 +8,7 @@ from headstab.head_type_thresholds import type_heads
 from headstab.joblog import run_job
 from headstab.plots.noise_ceiling import plot_noise_ceiling
 from headstab.sections.noise_ceiling import noise_ceiling_table
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 from headstab.table_rows import select_rows
 
 
@@ -34,6 +34,7 @@ def main():
     write_table(ceiling, out.table, snakemake)
     pooled = select_rows(pd.read_csv(inp.pooled), "pooled layer stability", promptset=params.promptset)
     plot_noise_ceiling(ceiling, pooled, out.figure, snakemake.wildcards.arch)
+    write_figure_records(snakemake)
 
 
 run_job(main, "noise_ceiling_tables", snakemake.log[0], label=snakemake.wildcards.arch)
