@@ -1,6 +1,7 @@
 """headstab.sections.ablation: §4.8 tables (anchor perplexities, ΔPPL beside stability, correlations)."""
 
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -410,3 +411,38 @@ def test_the_default_permutations_are_10000():
     table["delta_ppl"] = rng.lognormal(size=8)
     default, _ = ablation_correlation(table)
     pd.testing.assert_frame_equal(default, ablation_correlation(table, permutations=10000, seed=0)[0])
+
+
+def test_the_default_anchor_is_the_first_row_of_a_table_whose_anchors_interleave():
+    table = _two_anchors(np.random.default_rng(14)).sort_values(["layer", "head"], kind="stable")  # 5, 3, 5, 3, ...
+    default, _ = ablation_correlation(table, permutations=30)
+    pd.testing.assert_frame_equal(default, ablation_correlation(table, anchor_seed=5, permutations=30)[0])
+    intervals = ablation_correlation_intervals(table, n_boot=20, seed=0, confidence=0.9)
+    pd.testing.assert_frame_equal(intervals, ablation_correlation_intervals(table, 20, 0, 0.9, anchor_seed=5))
+    assert intervals["layer"].tolist() == [0, 1, 2]
+    other = ablation_correlation_intervals(table, 20, 0, 0.9, anchor_seed=3)  # an anchor given is the one read
+    assert not np.allclose(other[["ci_low", "ci_high"]], intervals[["ci_low", "ci_high"]])
+
+
+def test_a_table_without_seeds_is_the_one_anchor_seed_0():
+    table = _two_anchors(np.random.default_rng(15))
+    one = table[table["seed"] == 5]
+    expected, _ = ablation_correlation(one, permutations=30)
+    got, _ = ablation_correlation(one.drop(columns="seed"), anchor_seed=0, permutations=30)
+    pd.testing.assert_frame_equal(got, expected)
+
+
+def test_pooled_r_without_spread_is_nan_without_a_division_by_zero():
+    from headstab.sections.ablation import _pooled_r
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert math.isnan(_pooled_r(np.zeros(3), np.array([1.0, -1.0, 0.0])))
+
+
+def test_a_layer_without_an_interval_keeps_its_row():
+    table = _two_anchors(np.random.default_rng(16))
+    per_layer, trend = ablation_correlation(table, permutations=20)
+    intervals = ablation_correlation_intervals(table, n_boot=20, seed=0, confidence=0.9)
+    merged = correlation_table(per_layer, trend, seed=5, intervals=intervals[intervals["layer"] != 1])
+    assert merged["layer"].tolist() == [0, 1, 2] and merged["ci_low"].isna().tolist() == [False, True, False]

@@ -315,3 +315,42 @@ def test_with_anchors_first_the_estimate_is_the_papers_anchors_own():
         headline_table("l2_h8", "primary", 0.9, **tables, anchor_seed=9, anchors="first")
     with pytest.raises(ValueError, match=r"anchors must be all or first"):
         headline_table("l2_h8", "primary", 0.9, anchors="one")
+
+
+def test_with_anchors_first_table_b5s_r_is_the_anchors_and_the_gap_its_three_rows():
+    tables, paper = _inputs()
+    norms = tables["weight_norms"].assign(first_anchor_r=[-0.7, 0.8, 0.1], ci_calibration="descriptive")
+    tables = {**tables, "weight_norms": norms}
+    rows = headline_table("l2_h8", "primary", 0.9, **tables, anchor_seed=1, anchors="first")
+    rows = rows.set_index(["statistic", "layer"])
+    norm = rows.loc[("weight-norm r with layer stability (W_Q)", -1)]
+    assert (norm["estimate"], norm["anchor_estimate"]) == (-0.7, -1.0) and np.isnan(norm["ci_low"])
+    # one anchor's r has no interval, so nothing to call descriptive
+    assert norm["interval"] == "anchor seed 1 only; 2 layers: every r is ±1 by construction"
+    for name in (
+        "stability gap ΔS",
+        "relative depth of the most stable layer",
+        "relative depth of the least stable layer",
+    ):
+        gap = rows.loc[(name, -1)]
+        assert gap["interval"] == "anchor seed 1 only" and gap["anchor_estimate"] == gap["estimate"], name
+    with pytest.raises(ValueError, match=r"^analysis.anchors first: l2_h8 has no same-layer rows of anchor seed 1"):
+        headline_table("l2_h8", "primary", 0.9, gap=tables["gap"], anchor_seed=1, anchors="first")
+
+
+def test_without_the_per_anchor_table_the_gap_has_no_anchor_estimate():
+    tables, _ = _inputs()
+    rows = headline_table("l2_h8", "primary", 0.9, gap=tables["gap"], anchor_seed=1).set_index("statistic")
+    assert rows.loc["stability gap ΔS", "anchor_estimate"] != rows.loc["stability gap ΔS", "anchor_estimate"]  # NaN
+
+
+def test_the_first_number_given_twice_is_named():
+    entry = {"statistic": "layer stability", "value": 0.5, "source": "Fig. 2"}
+    twice = [
+        entry | {"architecture": "a", "layer": 0},
+        entry | {"architecture": "b", "layer": 0},
+        entry | {"architecture": "b", "layer": 0, "value": 0.7},  # another value: still the same number twice
+        entry | {"architecture": "a", "layer": 0, "value": 0.6},  # a's is the first number given twice
+    ]
+    with pytest.raises(ValueError, match=r"^paper values give a 'layer stability' layer 0 twice in paper_text;"):
+        paper_values_frame({"paper_text": twice})

@@ -57,3 +57,18 @@ def test_the_headline_closes_with_the_power_rows(measured):
     table = headline_table("l2_h8", "primary", 0.95, pooled=pooled)
     assert table["statistic"].tolist()[-1] == f"effect detectable with 80% power: {ABOVE}"
     assert table["estimate"].iloc[-1] == 0.005 and table["paper_source"].iloc[-1] == ""
+
+
+def test_a_claim_without_its_table_or_units_leaves_the_next_claims_row(measured):
+    tests = pd.DataFrame({"statistic": ["layer_stability"], "n_pairs": [50]})
+    (rows,) = headline_power.detectable_rows({"tests": tests})  # no pooled table: the paired claim still reads
+    assert rows["interval"].tolist() == ["jackknife_paired_p at 50 refits, in stability"]
+    no_refits = pd.DataFrame({"layer": [0], "n_refits": [0]})
+    (rows,) = headline_power.detectable_rows({"pooled": no_refits, "tests": tests})
+    assert rows["estimate"].tolist() == [0.01]
+
+
+def test_one_refit_gets_its_row_with_no_effect_measured(measured):
+    (rows,) = headline_power.detectable_rows({"pooled": pd.DataFrame({"layer": [0], "n_refits": [1]})})
+    assert rows["interval"].tolist() == ["jackknife_pooled at 1 refits, in stability"]
+    assert math.isnan(rows["estimate"].iloc[0])  # nothing measured at or below 1 refit

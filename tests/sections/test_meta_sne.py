@@ -1,8 +1,10 @@
 """headstab.sections.meta_sne: §4.9 head descriptions, the frame of all heads and the t-SNE."""
 
 import logging
+import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 from helpers.tolerances import reduction_rtol
 from scipy.spatial.distance import pdist
@@ -514,3 +516,66 @@ def test_scale_normalised_divides_every_nonzero_description_by_its_norm_in_float
         out[:2],
         features[:2].astype(np.float64) / np.linalg.norm(features[:2].astype(np.float64), axis=1, keepdims=True),
     )
+
+
+def test_normalising_takes_away_a_depth_order_made_by_output_scale_alone():
+    table = depth_mantel_table(_planted("scale"), FACTS, n_permutations=199, seed=0).set_index("description")
+    assert table.loc["raw", "mantel_r"] > 0.8 and abs(table.loc["scale_normalised", "mantel_r"]) < 0.1
+
+
+def _random_l4(n_refits=3):
+    generator = np.random.default_rng(4)
+    facts = {"l4": {"n_layers": 4, "n_heads": 2, "optimizer": "Adam", "attention_only": False}}
+    return {("l4", seed): generator.normal(size=(4, 2, 6)) for seed in range(n_refits)}, facts
+
+
+def test_a_sampled_mantel_test_is_seeded_and_its_note_is_empty(caplog):
+    descriptions, facts = _random_l4()
+    with caplog.at_level(logging.INFO, logger="headstab.sections.meta_sne"):
+        table = depth_mantel_table(descriptions, facts, n_permutations=23, seed=0)  # 23 of 24 orders: sampled
+    pd.testing.assert_frame_equal(depth_mantel_table(descriptions, facts, n_permutations=23, seed=0), table)
+    assert (table["note"] == "").all() and (table["n_permutations"] == 23).all()
+    expected = [
+        f"Mantel, {row.description} descriptions vs |Δ depth| (3 refits): r {row.mantel_r:.3f}, p {row.p_value:.4g}"
+        for row in table.itertuples()
+    ]
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("Mantel")] == expected
+
+
+def test_the_note_gives_the_exact_floor_when_every_order_is_enumerated():
+    descriptions, facts = _random_l4()
+    three = {("l3", seed): desc[:3] for (_, seed), desc in descriptions.items()}
+    facts = facts | {"l3": {"n_layers": 3, "n_heads": 2, "optimizer": "Adam", "attention_only": False}}
+    # 3! = 6 orders with 6 permutations: exact; an order and its reverse give the same |Δ depth|
+    only_three = depth_mantel_table(three, facts, n_permutations=6, seed=0)
+    assert (only_three["note"] == "exact over 6 layer orders, so p >= 0.333").all()
+    # 3! 4! = 144 orders of two depths: reversing both changes the relative depths across them, floor 1 / 144
+    both = depth_mantel_table(descriptions | three, facts, n_permutations=144, seed=0)
+    assert (both["note"] == "exact over 144 layer orders, so p >= 0.00694").all()
+
+
+def test_without_refits_of_three_layers_r_and_p_are_float_nans():
+    two_layers = {refit: desc for refit, desc in _planted("shape").items() if refit[0] != "l4_h8_attn"}
+    table = depth_mantel_table(two_layers, FACTS, n_permutations=20, seed=0)
+    assert table["mantel_r"].dtype == np.float64 and table["p_value"].dtype == np.float64
+
+
+def test_mantel_refits_take_every_architecture_first_whatever_the_seed():
+    descriptions = {("a", s): np.zeros((3, 2, 3)) for s in (1, 2, 3)} | {("b", 1): np.zeros((3, 2, 3))}
+    for seed in range(10):
+        chosen = mantel_refits(descriptions, max_heads=12, seed=seed)  # two refits of 6 heads fit
+        assert {arch for arch, _ in chosen} == {"a", "b"}, seed
+    assert mantel_refits(descriptions, None, seed=5) == mantel_refits(descriptions, None, seed=5)
+
+
+def test_a_zero_description_stays_zero_whatever_the_memory_held():
+    features = np.ones((50, 4))
+    features[::2] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy warns of a `where` without an `out`
+        for _ in range(5):
+            garbage = np.full_like(features, np.nan)  # freed memory the output may be given
+            del garbage
+            out = scale_normalised(features)
+            np.testing.assert_array_equal(out[::2], 0.0)
+            np.testing.assert_array_equal(out[1::2], 0.5)

@@ -403,3 +403,29 @@ def test_the_tests_are_labelled_at_the_smaller_members_refits(monkeypatch):
             _min_n(monkeypatch, method, min_n)
         table = perplexity_table(ppl, comparison, {"Adam": "a", "AdamW": "b"}).set_index("statistic")
         assert table.loc[["welch_p", "brunner_munzel_p"], "calibration"].tolist() == [label, label]
+
+
+def test_the_rank_test_samples_10000_seeded_splits_by_default():
+    rng = np.random.default_rng(1)
+    adam, adamw = rng.normal(20.0, 1.0, size=8), rng.normal(20.5, 1.0, size=8)  # 12870 splits: sampled
+    comparison = perplexity_comparison(adam, adamw)
+    w, p = brunner_munzel_test(adam, adamw, 10000, 0)
+    assert (comparison["brunner_munzel_w"], comparison["brunner_munzel_p"]) == (w, p)
+    assert brunner_munzel_test(adam, adamw, 10000, 0) == (w, p)  # seeded: the same draws
+    assert (p * 10001) == pytest.approx(round(p * 10001))  # (k + 1) / (10000 + 1)
+    assert brunner_munzel_test(adam, adamw, 10000, 1)[1] != p
+
+
+def test_a_complete_separation_is_the_most_extreme_statistic_either_way():
+    low, high = np.array([0.0, 1.0, 2.0]), np.array([3.0, 4.0, 5.0])
+    assert optimizers._brunner_munzel(low, high) == SEPARATED
+    assert optimizers._brunner_munzel(high, low) == -SEPARATED
+
+
+def test_the_q_values_of_the_perplexity_table_are_floats():
+    ppl = pair_frame(
+        pd.DataFrame({"seed": [1, 2], "perplexity": [1.0, 2.0]}),
+        pd.DataFrame({"seed": [1, 2], "perplexity": [4.0, 6.0]}),
+    )
+    table = perplexity_table(ppl, perplexity_comparison([1.0, 2.0], [4.0, 6.0]), {"Adam": "l2", "AdamW": "l2_wd"})
+    assert table["q_value"].dtype == np.float64

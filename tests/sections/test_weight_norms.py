@@ -1,6 +1,8 @@
 """headstab.sections.weight_norms: §4.4.1 weight norms, their correlation with stability, Table B.5."""
 
 import math
+import re
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -511,3 +513,119 @@ def test_the_partial_r_interval_is_labelled_at_the_anchors(monkeypatch):
         _min_n(monkeypatch, "anchor_bootstrap_partial_r_weight_norm", min_n)
         table = head_norm_partial_table(norms, heads, promptset="primary", n_boot=20, seed=0, confidence=0.9)
         assert table["calibration"].tolist() == [label]
+
+
+def test_refit_norm_tables_give_every_refits_layer_and_head_norms_as_processed(tiny_spec, tmp_path):
+    from headstab.sections.weight_norms import HEAD_NORM_COLUMNS, head_weight_norms, refit_norm_tables
+
+    spec, paths = _saved_refits(tiny_spec, tmp_path)
+    steps = ["center_writing_weights"]  # changes W_O: the norms must be those of the processed weights
+    layers, heads = refit_norm_tables(spec, paths, "layer", steps)
+    assert list(layers.columns) == NORM_COLUMNS and list(heads.columns) == HEAD_NORM_COLUMNS
+    assert layers.index.tolist() == list(range(len(layers))) and heads.index.tolist() == list(range(len(heads)))
+    assert layers["seed"].unique().tolist() == [1, 2] and heads["seed"].unique().tolist() == [1, 2]
+    for seed in (1, 2):
+        state = trained_state(spec, paths[seed], steps)
+        expected = layer_weight_norms(state, spec.n_layers, spec.n_heads, spec.d_head, "layer")
+        got = layers[layers["seed"] == seed].drop(columns="seed").reset_index(drop=True)
+        pd.testing.assert_frame_equal(got, expected[NORM_COLUMNS[1:]])  # the same tensors: exact
+        expected = head_weight_norms(state, spec.n_layers, spec.n_heads, spec.d_head)
+        got = heads[heads["seed"] == seed].drop(columns="seed").reset_index(drop=True)
+        pd.testing.assert_frame_equal(got, expected[HEAD_NORM_COLUMNS[1:]])
+    unprocessed = refit_weight_norms(spec, paths, "layer", ())
+    assert not np.array_equal(unprocessed["frobenius_norm"], layers["frobenius_norm"])
+
+
+def test_head_weight_norms_columns_and_refusals_name_the_key():
+    from headstab.sections.weight_norms import head_weight_norms
+
+    state = {f"blocks.0.attn.{m}.weight": np.ones((4, 3)) for m in "qkv"} | {"blocks.0.attn.o.weight": np.ones((3, 4))}
+    assert list(head_weight_norms(state, 1, 2, 2).columns) == ["layer", "head", "matrix", "frobenius_norm"]
+    missing = {k: v for k, v in state.items() if ".q." not in k} | {"a": 0, "b": 0, "c": 0}
+    keys = r"\['a', 'b', 'blocks.0.attn.k.weight', 'blocks.0.attn.o.weight'\]\"$"  # the first four of five
+    with pytest.raises(
+        KeyError, match=r"^\"state dict lacks 'blocks.0.attn.q.weight' \(needed for W_Q\); keys look like " + keys
+    ):
+        head_weight_norms(missing, 1, 2, 2)
+    with pytest.raises(ValueError, match=r"^blocks.0.attn.q.weight has shape \(4, 3\); expected n_heads\*d_head = 6"):
+        head_weight_norms(state, 1, 2, 3)
+
+
+def test_partial_r_over_layers_needs_four_layers(layer_stability):
+    rng = np.random.default_rng(5)
+    for n_layers, finite in ((3, False), (4, True)):
+        norms = _random_norms(rng, (1,), n_layers)
+        stab = layer_stability({1: rng.uniform(0.4, 0.9, n_layers).tolist()}).assign(entropy=rng.random(n_layers))
+        partial = norm_stability_correlation(norms, stab)["partial_r_entropy"].iloc[0]
+        assert np.isfinite(partial) == finite, n_layers  # 3 layers: 1 residual degree of freedom, r = +-1
+
+
+def test_correlation_refusal_names_table_b5s_norm_and_the_rule(layer_stability):
+    norms = pd.DataFrame({"seed": [1, 1], "layer": [0, 1], "matrix": "W_Q", "frobenius_norm": [1.0, 2.0]})
+    message = "norms lacks the column whole_layer_norm (Table B.5's norm); rebuild tables/weight_norms.csv (rule weight_norms)"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        norm_stability_correlation(norms, layer_stability({1: [0.5, 0.4]}))
+
+
+def test_weight_norm_summary_gives_float_nans_the_partial_mean_and_no_warning_for_a_constant_stability():
+    correlation = pd.DataFrame(
+        {"anchor_seed": [1, 2], "matrix": "W_Q", "pearson_r": math.nan, "p_value": math.nan, "n_layers": 3}
+    ).assign(spearman_r=math.nan, whole_layer_pearson_r=math.nan, norm_ss=1.0, stability_ss=0.0)
+    facts = {"l3": {}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no 0 / 0: a constant stability has no pooled r
+        row = weight_norm_summary({"l3": correlation}, facts, {"l3": 9}).iloc[0]
+    for column in ("pooled_pearson_r", "first_anchor_r", "first_anchor_p", "first_anchor_whole_layer_r"):
+        assert isinstance(row[column], float) and math.isnan(row[column]), column
+    assert "mean_partial_r_entropy" not in row.index  # an older table without the partial
+    with_partial = correlation.assign(partial_r_entropy=[0.2, 0.6])
+    assert weight_norm_summary({"l3": with_partial}, facts, {"l3": 1}).iloc[0]["mean_partial_r_entropy"] == (
+        pytest.approx(0.4)
+    )
+
+
+def _head_tables(rng, layers=(0,), anchors=range(5)):
+    rows_norm, rows_stab = [], []
+    for layer in layers:
+        for anchor in anchors:
+            entropy, norm, stability = _entropy_driven(rng, 8)
+            rows_norm += [(anchor, layer, head, "W_Q", norm[head]) for head in range(8)]
+            rows_stab += [("primary", "same_layer", anchor, layer, head, stability[head], entropy[head])
+                          for head in range(8)]  # fmt: skip
+    norms = pd.DataFrame(rows_norm, columns=["seed", "layer", "head", "matrix", "frobenius_norm"])
+    heads = pd.DataFrame(
+        rows_stab, columns=["promptset", "scope", "anchor_seed", "layer", "head", "stability", "entropy"]
+    )
+    return norms, heads
+
+
+def test_head_partial_table_reads_same_layer_rows_of_its_prompt_set_in_layer_order():
+    from headstab.sections.weight_norms import head_norm_partial_table
+
+    norms, heads = _head_tables(np.random.default_rng(6), layers=(1, 0))
+    kwargs = {"n_boot": 50, "seed": 3, "confidence": 0.9}
+    table = head_norm_partial_table(norms, heads, **kwargs)
+    assert table["layer"].tolist() == [0, 1]  # sorted, whatever the order of the rows
+    noisy = heads.assign(stability=heads["stability"][::-1].to_numpy())
+    mixed = pd.concat([heads, noisy.assign(scope="cross_layer"), noisy.assign(promptset="len5")])
+    pd.testing.assert_frame_equal(head_norm_partial_table(norms, mixed, **kwargs), table)
+    pd.testing.assert_frame_equal(head_norm_partial_table(norms, heads, **kwargs), table)  # seeded: reproducible
+    with pytest.raises(ValueError, match=r"^head stability has no rows with promptset = 'len9'"):
+        head_norm_partial_table(norms, heads, promptset="len9", **kwargs)
+
+
+def test_head_partial_intervals_nest_by_confidence_and_are_nan_without_a_partial():
+    from headstab.sections.weight_norms import head_norm_partial_table
+
+    norms, heads = _head_tables(np.random.default_rng(7))
+    narrow = head_norm_partial_table(norms, heads, n_boot=200, seed=0, confidence=0.5).iloc[0]
+    wide = head_norm_partial_table(norms, heads, n_boot=200, seed=0, confidence=0.99).iloc[0]
+    assert (
+        wide["partial_r_ci_low"] < narrow["partial_r_ci_low"] < narrow["partial_r_ci_high"] < wide["partial_r_ci_high"]
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no quantile of an all-NaN slice
+        # stability a linear function of entropy: nothing left of it given entropy, in every resample
+        degenerate = heads.assign(stability=2 * heads["entropy"] + 1)
+        row = head_norm_partial_table(norms, degenerate, n_boot=20, seed=0, confidence=0.9).iloc[0]
+    assert np.isnan(row["partial_r"]) and np.isnan(row["partial_r_ci_low"]) and np.isnan(row["partial_r_ci_high"])

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+import warnings
 
 import h5py
 import numpy as np
@@ -517,3 +519,101 @@ def test_prompt_features_are_the_gathered_segments_normalised_to_the_last_bit():
     full = prompt_features(block, offsets, np.arange(5), lengths)
     assert full.shape == block.shape and full.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(full[:, offsets[1] : offsets[2]], axis=1), 1 / np.sqrt(5), rtol=1e-6)
+
+
+def test_grouped_arrays_show_their_progress_bar_by_default(caches, tqdm_bars):
+    from headstab.similarity.prompt_groups import grouped_arrays_from_caches
+
+    grouped_arrays_from_caches(caches, "short", [np.arange(3)], np.array([1, 0, 0]))
+    assert tqdm_bars == [{"desc": "prompt groups short", "unit": "layer", "disable": False}]
+
+
+def test_the_content_arrays_of_the_caches_are_those_of_each_layers_block(caches):
+    from headstab.sharpness import content_remainders
+    from headstab.similarity.prompt_groups import grouped_arrays_from_caches
+
+    with open_cache(caches[0]) as cache:
+        lengths, offsets = cache.lengths("primary"), cache.pattern_offsets("primary")
+    groups, partners = prompt_groups(lengths.size, 2, seed=1), null_partners(lengths, seed=1)
+    arrays = grouped_arrays_from_caches(caches, "primary", groups, partners, progress=False, content=True)
+    for layer in range(arrays["observed"].shape[3]):
+        blocks = []
+        for path in caches:
+            with open_cache(path) as cache:
+                blocks.append(cache.hook_pattern_lower("primary", layer=layer))
+        block = np.ascontiguousarray(np.concatenate(blocks))  # [seed * head, entry]
+        own, partner = content_remainders(block, lengths, offsets, partners)
+        observed, null = layer_group_similarity(own, offsets, lengths, groups, partners, 2, candidates=partner)
+        np.testing.assert_array_equal(arrays["content_observed"][:, :, :, layer], observed)
+        # the partner's own remainder leaves out another prompt pair from its template: not the null's candidate
+        np.testing.assert_array_equal(arrays["content_null"][:, :, :, layer], null)
+
+
+def test_the_entropy_of_one_token_prompts_is_nan_without_a_warning(caches):
+    from headstab.similarity.prompt_groups import _layer_arrays
+
+    lengths = np.array([1, 1, 1])
+    offsets = lower_triangle_offsets(lengths)
+    block = np.ones((2, 3), np.float32)  # 2 refits of one head, three one-entry patterns
+    out = {name: np.zeros((1, 2, 2, 1, 1, 1), np.float32) for name in ("observed", "null")}
+    out["entropy"] = np.zeros((2, 1, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _layer_arrays(out, 0, block, offsets, lengths, [np.arange(3)], np.array([1, 2, 0]), 2, False)
+    assert np.isnan(out["entropy"]).all()
+    np.testing.assert_allclose(out["observed"], 1.0, rtol=0, atol=reduction_atol(np.float32, 3))
+
+
+def test_null_partners_follow_the_seeds_permutation_within_each_run():
+    """Runs of equal lengths in the order the seeded permutation visits them; each partner is the next of its run."""
+    lengths = np.random.default_rng(0).integers(3, 6, size=200)  # three runs of about 67: a sort of size > 16
+    partners = null_partners(lengths, seed=9)
+    visited = np.random.default_rng(9).permutation(lengths.size)
+    for length in (3, 4, 5):
+        run = visited[lengths[visited] == length]
+        np.testing.assert_array_equal(partners[run], np.roll(run, -1))
+
+
+def test_every_array_given_is_written_in_float64_or_as_it_is(tmp_path):
+    grouped = small_grouped()
+    only_null = dataclasses.replace(grouped, content_null=grouped.null / 3, entropy=np.full((2, 1, 2), 0.5, np.float32))
+    path = tmp_path / "primary.groups.h5"
+    write_grouped_similarity(path, only_null)
+    back = read_grouped_similarity(path)
+    np.testing.assert_array_equal(back.content_null, only_null.content_null)  # written past a missing one
+    assert back.content_observed is None and not back.has_content
+    assert back.entropy.dtype == np.float64  # float64 [seed, layer, head] whatever it was given in
+
+
+def _pair_tensor(rng, n_seeds=2, n_layers=3, n_heads=2):
+    """[seed_a, seed_b, layer_a, head_a, layer_b, head_b] and its same-layer best matches by loops."""
+    similarity = rng.uniform(0.1, 0.9, size=(n_seeds, n_seeds, n_layers, n_heads, n_layers, n_heads))
+    similarity = similarity.astype(np.float32)
+    best = np.empty((n_seeds, n_seeds, n_layers, n_heads))
+    for a, b, layer, head in np.ndindex(best.shape):
+        best[a, b, layer, head] = similarity[a, b, layer, head, layer].max()
+    return similarity, best
+
+
+def test_the_grouped_best_matches_must_be_the_pair_tensors_within_the_rounding_of_the_longest_prompt():
+    from headstab.similarity.prompt_groups import check_matches_pair_tensor
+
+    similarity, best = _pair_tensor(np.random.default_rng(2))
+    lengths = np.array([3, 5, 4])  # the longest prompt: 15 lower entries
+    tolerance = 16 * np.finfo(np.float32).eps * (np.sqrt(15) + 4)
+    check_matches_pair_tensor(best, similarity, lengths, "primary")
+    check_matches_pair_tensor(best + 0.99 * tolerance, similarity, lengths, "primary")
+    off = best.copy()
+    off[1, 0, 2, 1] += 1.01 * tolerance
+    message = (
+        "prompt set 'primary': the prompt-group similarity and the pair-similarity tensor disagree (best matches "
+        f"differ by up to {1.01 * tolerance:.3g}); they were built from different caches. Rebuild both "
+        "(snakemake --forcerun pair_similarity prompt_group_similarity)"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        check_matches_pair_tensor(off, similarity, lengths, "primary")
+    # the best match over the other layer's heads, or of another head, is not the same-layer one
+    with pytest.raises(ValueError, match="disagree"):
+        check_matches_pair_tensor(similarity.max(axis=(-2, -1)), similarity, lengths, "primary")
+    with pytest.raises(ValueError, match="disagree"):
+        check_matches_pair_tensor(best[:, :, :, ::-1], similarity, lengths, "primary")

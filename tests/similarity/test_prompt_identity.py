@@ -95,3 +95,31 @@ def test_a_result_file_without_the_digest_is_refused_naming_it_and_the_rebuild(t
         check_same_prompts(trained, old, "primary")
     assert str(error.value).startswith(f"{old} records no {PROMPT_DIGEST} (written by older code)")
     assert f"rm -f {old} && snakemake {old}" in str(error.value)
+
+
+def test_lengths_of_another_count_than_the_prompts_are_refused():
+    tokens, lengths = padded(PROMPTS, 0, 4, np.int32)
+    with pytest.raises(ValueError, match="zip"):  # not a digest of the first prompts only
+        prompt_tokens_digest(tokens, lengths[:2])
+
+
+def test_the_cache_message_ends_with_the_snapshot_rule(tmp_path):
+    first = write_cache(tmp_path / "seed1.h5", PROMPTS)
+    other = write_cache(tmp_path / "seed3.h5", [[0, 7, 3], [0, 5], [0, 9, 9, 5]], seed=3)
+    with pytest.raises(ValueError) as error:
+        cached_prompt_digest([first, other], "primary")
+    assert str(error.value).endswith(
+        f"`snakemake {other} --forcerun cache_activations` (cache_snapshot_activations for a snapshot's)"
+    )
+
+
+def test_the_message_of_other_prompts_gives_both_rebuilds_in_full(tmp_path):
+    trained = write_groups(tmp_path / "primary.groups.h5", by_hand(PROMPTS))
+    step0 = write_groups(tmp_path / "step0.groups.h5", by_hand(PROMPTS[:2]))
+    with pytest.raises(ValueError) as error:
+        check_same_prompts(trained, step0, "primary")
+    assert (
+        f"pair unrelated prompts; rebuild the one made on the old prompts, `rm -f {trained} && snakemake {trained}` "
+        f"or `rm -f {step0} && snakemake {step0}` (if it still differs, its caches hold the old prompts: add "
+        "`--forcerun cache_activations cache_snapshot_activations`)"
+    ) in str(error.value)
