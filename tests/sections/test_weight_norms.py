@@ -556,7 +556,7 @@ def test_partial_r_over_layers_needs_four_layers(layer_stability):
     for n_layers, finite in ((3, False), (4, True)):
         norms = _random_norms(rng, (1,), n_layers)
         stab = layer_stability({1: rng.uniform(0.4, 0.9, n_layers).tolist()}).assign(entropy=rng.random(n_layers))
-        partial = norm_stability_correlation(norms, stab)["partial_r_entropy"].iloc[0]
+        partial = norm_stability_correlation(norms, stab, "primary")["partial_r_entropy"].iloc[0]
         assert np.isfinite(partial) == finite, n_layers  # 3 layers: 1 residual degree of freedom, r = +-1
 
 
@@ -564,7 +564,7 @@ def test_correlation_refusal_names_table_b5s_norm_and_the_rule(layer_stability):
     norms = pd.DataFrame({"seed": [1, 1], "layer": [0, 1], "matrix": "W_Q", "frobenius_norm": [1.0, 2.0]})
     message = "norms lacks the column whole_layer_norm (Table B.5's norm); rebuild tables/weight_norms.csv (rule weight_norms)"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        norm_stability_correlation(norms, layer_stability({1: [0.5, 0.4]}))
+        norm_stability_correlation(norms, layer_stability({1: [0.5, 0.4]}), "primary")
 
 
 def test_weight_norm_summary_gives_float_nans_the_partial_mean_and_no_warning_for_a_constant_stability():
@@ -604,12 +604,14 @@ def test_head_partial_table_reads_same_layer_rows_of_its_prompt_set_in_layer_ord
 
     norms, heads = _head_tables(np.random.default_rng(6), layers=(1, 0))
     kwargs = {"n_boot": 50, "seed": 3, "confidence": 0.9}
-    table = head_norm_partial_table(norms, heads, **kwargs)
+    table = head_norm_partial_table(norms, heads, promptset="primary", **kwargs)
     assert table["layer"].tolist() == [0, 1]  # sorted, whatever the order of the rows
     noisy = heads.assign(stability=heads["stability"][::-1].to_numpy())
     mixed = pd.concat([heads, noisy.assign(scope="cross_layer"), noisy.assign(promptset="len5")])
-    pd.testing.assert_frame_equal(head_norm_partial_table(norms, mixed, **kwargs), table)
-    pd.testing.assert_frame_equal(head_norm_partial_table(norms, heads, **kwargs), table)  # seeded: reproducible
+    pd.testing.assert_frame_equal(head_norm_partial_table(norms, mixed, promptset="primary", **kwargs), table)
+    pd.testing.assert_frame_equal(  # seeded: reproducible
+        head_norm_partial_table(norms, heads, promptset="primary", **kwargs), table
+    )
     with pytest.raises(ValueError, match=r"^head stability has no rows with promptset = 'len9'"):
         head_norm_partial_table(norms, heads, promptset="len9", **kwargs)
 
@@ -618,8 +620,8 @@ def test_head_partial_intervals_nest_by_confidence_and_are_nan_without_a_partial
     from headstab.sections.weight_norms import head_norm_partial_table
 
     norms, heads = _head_tables(np.random.default_rng(7))
-    narrow = head_norm_partial_table(norms, heads, n_boot=200, seed=0, confidence=0.5).iloc[0]
-    wide = head_norm_partial_table(norms, heads, n_boot=200, seed=0, confidence=0.99).iloc[0]
+    narrow = head_norm_partial_table(norms, heads, promptset="primary", n_boot=200, seed=0, confidence=0.5).iloc[0]
+    wide = head_norm_partial_table(norms, heads, promptset="primary", n_boot=200, seed=0, confidence=0.99).iloc[0]
     assert (
         wide["partial_r_ci_low"] < narrow["partial_r_ci_low"] < narrow["partial_r_ci_high"] < wide["partial_r_ci_high"]
     )
@@ -627,5 +629,6 @@ def test_head_partial_intervals_nest_by_confidence_and_are_nan_without_a_partial
         warnings.simplefilter("error")  # no quantile of an all-NaN slice
         # stability a linear function of entropy: nothing left of it given entropy, in every resample
         degenerate = heads.assign(stability=2 * heads["entropy"] + 1)
-        row = head_norm_partial_table(norms, degenerate, n_boot=20, seed=0, confidence=0.9).iloc[0]
+        row = head_norm_partial_table(norms, degenerate, promptset="primary", n_boot=20, seed=0, confidence=0.9)
+        row = row.iloc[0]
     assert np.isnan(row["partial_r"]) and np.isnan(row["partial_r_ci_low"]) and np.isnan(row["partial_r_ci_high"])

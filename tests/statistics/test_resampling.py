@@ -232,6 +232,21 @@ def test_partial_correlation_is_nan_where_z_leaves_nothing_and_never_beyond_one(
     assert np.isnan(weighted).all() and weighted.shape == (2,)
 
 
+def test_partial_correlation_of_a_constant_whose_mean_does_not_round_exactly_is_nan():
+    """0.37 repeated: its weighted mean misses 0.37 by rounding, so its spread is about 1e-17, not 0; read as
+    a spread, y's residual correlates with anything at about 0 and a table would print that r with an interval."""
+    rng = np.random.default_rng(5)
+    x, z, y = rng.normal(size=20), rng.normal(size=20), np.full(20, 0.37)
+    counts = rng.multinomial(20, np.full(20, 1 / 20), size=6).astype(np.float64)
+    assert np.isnan(partial_correlation(x, y, z))
+    assert np.isnan(partial_correlation(y, x, z, counts)).all()
+    assert np.isnan(partial_correlation(x, z, y)).all()
+    # a real spread of a billionth of the value is kept: 1e-9 is far above 16 n eps = 7e-14
+    varying = 0.37 * (1 + 1e-9 * rng.normal(size=20))
+    assert np.isfinite(partial_correlation(x, varying, z))
+    assert np.isfinite(partial_correlation(x, varying, z, counts)).all()
+
+
 def test_partial_correlation_of_rounding_past_one_is_clipped_to_exactly_one():
     z = np.arange(8.0)
     v = np.sin(10 * z)  # with these units the unclipped formula gives 1 + 2.2e-16 and -(1 + 2.2e-16)

@@ -107,5 +107,8 @@ def partial_correlation(x: np.ndarray, y: np.ndarray, z: np.ndarray, weights: np
         partial = (r_xy - r_xz * r_yz) / np.sqrt(left)
     # |r| = 1 up to the rounding of sums over the units: nothing left of x or y once z is removed.
     degenerate = left <= 16 * data.shape[1] * np.finfo(np.float64).eps
+    # a constant variable keeps a spread of the weighted mean's rounding, about n eps |value|, never exactly 0
+    constant = sd <= 16 * data.shape[1] * np.finfo(np.float64).eps * np.abs(data).max(axis=1)
+    degenerate |= constant.any(axis=1)
     partial = np.where(np.isfinite(partial) & ~degenerate, np.clip(partial, -1.0, 1.0), np.nan)
     return partial[0] if weights is None else partial
