@@ -32,6 +32,7 @@ SECTIONS = (
     "layer_robustness",
     "seed_grid",
     "head_types",
+    "neurons",
 )
 RULE_FILES = [REPO / f"workflow/rules/{section}.smk" for section in SECTIONS] + [REPO / "workflow/rules/report.smk"]
 

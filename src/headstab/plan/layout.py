@@ -20,7 +20,7 @@ TABLE_RECORD_SUFFIX = ".provenance.json"  # tables/x.csv -> tables/x.csv.provena
 
 # The rules that run a model: training, the activation caches, the validation perplexity of every
 # refit (optimizers.smk, §4.5), the anchor's head ablations (ablation.smk, §4.8), the training
-# snapshots' caches (snapshots.smk) and the head-type probe passes (head_types.smk).
+# snapshots' caches (snapshots.smk), the head-type probe passes (head_types.smk) and the neuron stream (neurons.smk).
 GPU_RULES = (
     "train",
     "cache_activations",
@@ -32,6 +32,7 @@ GPU_RULES = (
     "head_type_scores",
     "head_type_scores_step0",
     "head_type_scores_held_out",
+    "neuron_statistics",
 )
 # The rules that start an architecture's analyses from its weights and caches: forcing them reruns every
 # analysis of analyses_<arch> and nothing upstream (docs/operations.md; tests/workflow/test_operations.py checks
@@ -49,6 +50,7 @@ ANALYSIS_ROOT_RULES = (
     "head_type_scores",
     "head_type_scores_step0",
     "head_type_scores_held_out",
+    "neuron_statistics",
 )
 
 
@@ -221,6 +223,14 @@ class Layout:
 
     def snapshot_grouped_similarity_path(self, arch: str, step: int | str, promptset: str) -> str:
         return f"{self.snapshot_dir(arch, step)}/similarity/{promptset}.groups.h5"
+
+    # -- MLP neurons: streamed statistics of each refit pair and every ordered pair's maxima (docs/beyond_the_paper.md)
+    def neuron_statistics_dir(self, arch: str) -> str:
+        """One .npz per refit pair, seed<a>_seed<b>.npz (headstab.neurons.statistics_files)."""
+        return f"{self.results}/{arch}/neurons/pairs"
+
+    def neuron_maxima_path(self, arch: str) -> str:
+        return f"{self.results}/{arch}/neurons/maxima.npz"
 
     # -- tables and figures: per architecture, per Adam/AdamW pair (named by its Adam member), across all
     def table_path(self, arch: str, name: str) -> str:

@@ -10,9 +10,9 @@ n units as CALIBRATED when n >= min_n and as DESCRIPTIVE otherwise: a descriptiv
 how large a value is against its spread, never whether it differs from another.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
+
+from headstab.statistics.neuron_methods import NEURON_METHODS  # Method fields as plain tuples: no import back
 
 __all__ = [
     "ALPHA",
@@ -361,9 +361,8 @@ _SECTION_METHODS = (
         "min and max of the refits' final training losses (headline.csv final training loss): a range of the "
         "values, not a confidence interval",
     ),
-    Method("neuron_share_bootstrap", "interval", "refits", None, "share of universal neurons, its null and excess"),
 )
-METHODS.update({method.name: method for method in _SECTION_METHODS})
+METHODS.update({method.name: method for method in (*_SECTION_METHODS, *(Method(*f) for f in NEURON_METHODS))})
 
 
 def is_calibrated(method: str, n: int) -> bool:
