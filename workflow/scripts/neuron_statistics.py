@@ -15,7 +15,7 @@ from headstab.fileio import atomic_path
 from headstab.joblog import run_job
 from headstab.neurons.capture import neuron_pair_passes, newline_token_ids, stream_all_pairs
 from headstab.neurons.shares import stack_pairs
-from headstab.neurons.statistics_files import load_pair_statistics, save_pair_statistics
+from headstab.neurons.statistics_files import save_pair_statistics
 from headstab.neurons.streamed import accumulator_bytes
 from headstab.neurons.universality import pair_universality
 from headstab.plan.spec import spec_from_dict
@@ -53,8 +53,9 @@ def main():
         progress = tqdm(batches, total=total, unit="batch", mininterval=10)
         for (a, b), statistics in stream_all_pairs(models, progress, neurons["scope"], device, skip, pairs).items():
             path = Path(out.statistics) / f"seed{a}_seed{b}.npz"
+            if statistics.n_tokens != expected:
+                raise ValueError(f"{path}: {statistics.n_tokens} tokens streamed, {expected} expected from the windows")
             save_pair_statistics(statistics, path)
-            statistics = load_pair_statistics(path, expected, device)  # the file as the analysis reads it
             found |= pair_universality(statistics, neurons["null_draws"], params.seed, neurons["null"])
             del statistics
     arrays = {

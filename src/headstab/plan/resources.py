@@ -178,7 +178,7 @@ def neuron_statistics_mem_mb(
     accumulator = neuron_accumulator_mb(spec, scope)
     if pass_memory_gb is not None:
         pairs = min(pairs, max(1, int(pass_memory_gb * 1e3 // accumulator)))
-    held = accumulator * (pairs if device == "cpu" else 1)
+    held = accumulator * pairs if device == "cpu" else accumulator  # a GPU's pair copied to the host to be written
     null_block = spec.n_layers * spec.d_mlp**2 * 8 * 4 / 1e6  # rotated correlations of one partner layer
     models = n_refits * spec.n_params * 4 / 1e6
-    return _round_up_mb(BASE_MB + 1.2 * (held + accumulator + null_block) + models)
+    return _round_up_mb(BASE_MB + 1.2 * (held + null_block) + models)
