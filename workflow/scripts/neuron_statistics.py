@@ -45,7 +45,7 @@ def main():
     Path(out.statistics).mkdir(parents=True, exist_ok=True)
     found = {}
     for pairs in neuron_pair_passes(labels, pair_bytes, None if budget is None else int(budget * 1e9)):
-        logging.info("neurons: one pass over the tokens for the pairs %s (%.2f GB each)", pairs, pair_bytes / 1e9)
+        logging.info("neurons: one pass over the tokens for the pairs %s (%.3g GB each)", pairs, pair_bytes / 1e9)
         batches = (
             windows[start : start + neurons["batch_size"]] for start in range(0, len(windows), neurons["batch_size"])
         )
