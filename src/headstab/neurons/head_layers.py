@@ -58,9 +58,9 @@ _NEURON_COLUMNS = [
     "n_refits",
     "calibration",
 ]
+_RENAMED = ("ci_low", "ci_high", "n_refits", "calibration")  # the share table's names, prefixed neuron_ here
 LAYER_COLUMNS = ["architecture", "layer", "n_layers", "relative_depth", "n_head_refits", *_HEAD_COLUMNS]
-LAYER_COLUMNS += [f"neuron_{name}" if name in ("ci_low", "ci_high", "n_refits", "calibration") else name
-                  for name in _NEURON_COLUMNS]  # fmt: skip
+LAYER_COLUMNS += [f"neuron_{name}" if name in _RENAMED else name for name in _NEURON_COLUMNS]
 RANK_COLUMNS = [
     "head_measure",
     "neuron_measure",
@@ -97,7 +97,7 @@ def head_neuron_layer_table(chance: pd.DataFrame, shares: Mapping[str, pd.DataFr
             row["n_head_refits"] = int(head["n_refits"])
             row |= {name: float(head[name]) for name in _HEAD_COLUMNS}
             for name in _NEURON_COLUMNS:
-                key = f"neuron_{name}" if name in ("ci_low", "ci_high", "n_refits", "calibration") else name
+                key = f"neuron_{name}" if name in _RENAMED else name
                 row[key] = record[name]
             rows.append(row)
     return pd.DataFrame(rows, columns=LAYER_COLUMNS)
@@ -168,7 +168,7 @@ def rank_correlation_table(layers: pd.DataFrame, n_permutations: int, seed: int)
                 "n_architectures": layers["architecture"].nunique(),
                 "n_permutations": found["n_permutations"],
                 "exact": found["exact"],
-                "calibration": calibration_label(RANK_METHOD, found["n_units"]),
+                "calibration": calibration_label(RANK_METHOD, layers["architecture"].nunique()),
             }
         )
     table = pd.DataFrame(rows, columns=RANK_COLUMNS)

@@ -27,10 +27,8 @@ def plot_universal_share(shares: pd.DataFrame, path: str | Path, arch: str, thre
     ax = figure.subplots()
     layers = shares["layer"].to_numpy() + 1
     _interval(ax, layers, shares["universal_share"], shares["ci_low"], shares["ci_high"], label="observed")
-    _interval(
-        ax, layers + 0.08, shares["null_share"], shares["null_ci_low"], shares["null_ci_high"], color="0.5",
-        linestyle="--", label="rotation null (chance)",
-    )  # fmt: skip
+    null = (shares["null_share"], shares["null_ci_low"], shares["null_ci_high"])
+    _interval(ax, layers + 0.08, *null, color="0.5", linestyle="--", label="rotation null (chance)")
     ax.set_xticks(layers)
     ax.set_xlabel("layer")
     ax.set_ylabel(f"share of neurons universal (mean max corr. > {threshold:g})")

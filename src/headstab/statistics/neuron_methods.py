@@ -8,11 +8,11 @@ __all__ = ["NEURON_METHODS"]
 
 NEURON_METHODS: tuple[tuple[str, str, str, int | None, str], ...] = (
     ("neuron_share_bootstrap", "interval", "refits", None, "share of universal neurons, its null and excess"),
-    # Exact when layers are exchangeable within an architecture, but no calibration case simulates it yet.
+    # calibration/cases/head_neurons.py: n architectures of 6 layers.
     (
         "head_neuron_rank_permutation",
         "p_value",
-        "layers",
+        "architectures",
         None,
         "Spearman rank correlation over layers of head stability above null and universal-neuron share",
     ),
