@@ -311,6 +311,9 @@ _FILES = (
     (r"/caches/blocks/[^/]+/seed[^/]+\.h5$", "activation cache", "cache_activations"),
     (r"/caches/blocks/[^/]+\.json$", "cache block record", "cache_activations"),
     (r"/caches/seed[^/]+\.h5$", "activation cache", "publish_cache"),
+    (r"/neurons/pairs/seed[^/]+_seed[^/]+\.npz$", "neuron statistics", "neuron_statistics"),
+    (r"/neurons/maxima\.npz$", "neuron maxima", "neuron_statistics"),
+    (r"/neurons/pairs/\.snakemake_timestamp$", "directory timestamp", "neuron_statistics"),  # directory() output
     (r"/similarity/[^/]+\.groups\.h5$", "prompt-group similarity", "prompt_group_similarity"),
     (r"/similarity/[^/]+\.h5$", "pair similarity", "pair_similarity"),
     (r"/data/heldout/[^/]+/[^/]+\.npy$", "held-out shard", "heldout_wikitext"),
