@@ -46,6 +46,7 @@ include: "workflow/rules/layer_robustness.smk"
 include: "workflow/rules/seed_grid.smk"
 include: "workflow/rules/head_types.smk"
 include: "workflow/rules/noise_ceiling.smk"
+include: "workflow/rules/neurons.smk"
 include: "workflow/rules/targets.smk"
 include: "workflow/rules/report.smk"
 

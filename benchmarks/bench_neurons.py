@@ -8,7 +8,9 @@ Measurements (one process, float16 chunks of random activations, GELU-like, medi
   12 times the same-layer one's);
 - `neuron_null_seconds_per_gpt2_layer_draw`: one Haar rotation of d 3072 (QR), its (C M^T) and diag(M Sigma M^T),
   the same-layer null's cost per layer and draw (K = 20 draws of 12 layers: 240 times it);
-- `neuron_accumulator_gb_gpt2_small_{same,cross}_layer`: `accumulator_bytes` of GPT-2 small (12 x 3072).
+- `neuron_accumulator_gb_gpt2_small_{same,cross}_layer`: `accumulator_bytes` of GPT-2 small (12 x 3072);
+- `neuron_stream_tokens_per_s_demo_pair`: the rule's whole stream for one refit pair of the demo's l2_h8 (2 layers,
+  d_mlp 256, cross-layer): both models' forward passes on 8 windows of 128 tokens a batch and the update.
 
     python benchmarks/bench_neurons.py [--quick] [--device cuda] [--threads N]
 """
@@ -66,6 +68,47 @@ def null_seconds(d_mlp: int, device: str) -> float:
     return time.perf_counter() - start
 
 
+def demo_stream_rate(batches: int, device: str) -> float:
+    """Tokens per second of `stream_all_pairs` for two untrained refits of the demo's l2_h8, cross-layer."""
+    from headstab.neurons.capture import stream_all_pairs
+    from headstab.plan.config import architecture_spec, load_config
+    from headstab.refits.models import build_model
+
+    spec = architecture_spec(load_config(common.REPO / "config/demo.yaml"), "l2_h8")
+    models = {str(seed): build_model(spec, seed).to(device) for seed in (1, 2)}
+    rng = np.random.default_rng(0)
+    windows = [rng.integers(0, spec.d_vocab, size=(8, spec.seq_len)) for _ in range(batches + 1)]
+    stream_all_pairs(models, windows[:1], "cross_layer", device)  # warm-up
+    _synchronise(device)
+    start = time.perf_counter()
+    stream_all_pairs(models, windows[1:], "cross_layer", device)
+    _synchronise(device)
+    return batches * 8 * spec.seq_len / (time.perf_counter() - start)
+
+
+def bench_neurons(quick: bool = False, device: str = "cpu") -> dict:
+    """Every measurement of the module docstring (quick: fewer chunks, a d_mlp of 768 for the GPT-2 rows)."""
+    d_gpt2 = 768 if quick else 3072
+    repeats = 1 if quick else 3
+    return {
+        "neuron_update_tokens_per_s_tiny_same_layer": update_rate(2, 32, "same_layer", 4096, 20, device),
+        "neuron_update_tokens_per_s_tiny_cross_layer": update_rate(2, 32, "cross_layer", 4096, 20, device),
+        "neuron_update_tokens_per_s_gpt2_layer": float(
+            np.median([update_rate(1, d_gpt2, "same_layer", 1024, 2, device) for _ in range(repeats)])
+        ),
+        "neuron_null_seconds_per_gpt2_layer_draw": float(
+            np.median([null_seconds(d_gpt2, device) for _ in range(repeats)])
+        ),
+        "neuron_stream_tokens_per_s_demo_pair": demo_stream_rate(2 if quick else 16, device),
+        "neuron_accumulator_gb_gpt2_small_same_layer": accumulator_bytes(12, 3072, "same_layer") / 1e9,
+        "neuron_accumulator_gb_gpt2_small_cross_layer": accumulator_bytes(12, 3072, "cross_layer") / 1e9,
+        "d_mlp_gpt2_rows": d_gpt2,
+        "device": device,
+        "torch_threads": torch.get_num_threads(),
+        "load_average": common.load_average(),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer chunks and a d_mlp of 768 for the GPT-2 rows")
@@ -75,25 +118,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    d_gpt2 = 768 if args.quick else 3072
-    repeats = 1 if args.quick else 3
-    results = {
-        "neuron_update_tokens_per_s_tiny_same_layer": update_rate(2, 32, "same_layer", 4096, 20, args.device),
-        "neuron_update_tokens_per_s_tiny_cross_layer": update_rate(2, 32, "cross_layer", 4096, 20, args.device),
-        "neuron_update_tokens_per_s_gpt2_layer": float(
-            np.median([update_rate(1, d_gpt2, "same_layer", 1024, 2, args.device) for _ in range(repeats)])
-        ),
-        "neuron_null_seconds_per_gpt2_layer_draw": float(
-            np.median([null_seconds(d_gpt2, args.device) for _ in range(repeats)])
-        ),
-        "neuron_accumulator_gb_gpt2_small_same_layer": accumulator_bytes(12, 3072, "same_layer") / 1e9,
-        "neuron_accumulator_gb_gpt2_small_cross_layer": accumulator_bytes(12, 3072, "cross_layer") / 1e9,
-        "d_mlp_gpt2_rows": d_gpt2,
-        "device": args.device,
-        "torch_threads": torch.get_num_threads(),
-        "load_average": common.load_average(),
-    }
-    print(json.dumps(results, indent=1))
+    print(json.dumps(bench_neurons(args.quick, args.device), indent=1))
 
 
 if __name__ == "__main__":

@@ -79,6 +79,12 @@ TARGETS: dict[str, tuple[str, float] | None] = {
     "head_types_seconds_per_refit": None,
     "head_types_vs_cache": ("<=", 1.0),
     "job_startup_seconds": None,
+    # MLP neurons (bench_neurons.py), one CPU thread: cost per refit pair, reported only
+    "neuron_stream_tokens_per_s_demo_pair": None,
+    "neuron_update_tokens_per_s_tiny_cross_layer": None,
+    "neuron_update_tokens_per_s_gpt2_layer": None,
+    "neuron_null_seconds_per_gpt2_layer_draw": None,
+    "neuron_accumulator_gb_gpt2_small_cross_layer": None,
 }
 STAGES = (
     "similarity",
@@ -91,6 +97,7 @@ STAGES = (
     "training_model",
     "train_gpu",
     "job_startup",
+    "neurons",
 )
 
 
@@ -183,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     import bench_drop_swap
     import bench_head_types
     import bench_job_startup
+    import bench_neurons
     import bench_paper_scale
     import bench_similarity
     import bench_train
@@ -310,6 +318,20 @@ def main(argv: list[str] | None = None) -> int:
             summary["head_types_seconds_per_refit"] = head_types["head_types_seconds_per_refit"]
             summary["head_types_vs_cache"] = head_types["head_types_vs_cache"]
             details["head_types"] = head_types
+        if "neurons" in stages:
+            log.info("neurons: the streamed statistics and the rotation null of one refit pair, one thread")
+            import torch
+
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)  # a spinning second thread slows the small chunks
+            try:
+                neurons = bench_neurons.bench_neurons(quick=args.quick)
+            finally:
+                torch.set_num_threads(threads)
+            for key in TARGETS:
+                if key.startswith("neuron_"):
+                    summary[key] = neurons[key]
+            details["neurons"] = neurons
         if "job_startup" in stages:
             log.info("job_startup: do-nothing Snakemake script jobs")
             startup = bench_job_startup.bench_job_startup(n_jobs=3 if args.quick else 8)

@@ -9,7 +9,14 @@ import torch
 from conftest import TINY_ARCHITECTURE
 from helpers.bridges import tiny_bridge
 
-from headstab.neurons.capture import mlp_post_chunks, mlp_post_hook_names, stream_all_pairs, stream_pair_statistics
+from headstab.neurons.capture import (
+    mlp_post_chunks,
+    mlp_post_hook_names,
+    neuron_pair_passes,
+    newline_token_ids,
+    stream_all_pairs,
+    stream_pair_statistics,
+)
 from headstab.neurons.streamed import PairStatistics
 from headstab.plan.spec import ArchitectureSpec
 from headstab.refits.models import build_model
@@ -99,3 +106,45 @@ def test_skipped_tokens_are_dropped_with_the_padding(refits):
         dict(zip(("seed1", "seed2"), refits)), [(tokens, lengths)], "same_layer", skip_tokens={0, 7}
     )
     assert every[("seed1", "seed2")].n_tokens == 4
+
+
+def test_chosen_pairs_run_only_their_models_and_equal_the_full_stream(refits):
+    rng = np.random.default_rng(5)
+    batches = [rng.integers(0, 32, size=(2, 16)) for _ in range(2)]
+
+    class Refused:
+        cfg = refits[0].cfg
+
+        def run_with_cache(self, *args, **kwargs):
+            raise AssertionError("a refit in no chosen pair was run")
+
+    models = {"seed1": refits[0], "seed2": refits[1], "seed3": Refused()}
+    chosen = stream_all_pairs(models, batches, "same_layer", pairs=[("seed2", "seed1")])
+    full = stream_all_pairs({"seed2": refits[1], "seed1": refits[0]}, batches, "same_layer")
+    assert list(chosen) == [("seed2", "seed1")]
+    for name in ("mean_a", "mean_b", "comoment_a", "comoment_b", "cross"):
+        assert torch.equal(getattr(chosen[("seed2", "seed1")], name), getattr(full[("seed2", "seed1")], name))
+    with pytest.raises(ValueError, match=r"\['seed9'\] that are not among the models"):
+        stream_all_pairs(models, batches, "same_layer", pairs=[("seed1", "seed9")])
+
+
+def test_pair_passes_hold_as_many_pairs_as_the_budget_fits():
+    labels = ["a", "b", "c", "d"]  # 6 pairs
+    every = [("a", "b"), ("a", "c"), ("a", "d"), ("b", "c"), ("b", "d"), ("c", "d")]
+    assert neuron_pair_passes(labels, 10, None) == [every]
+    assert neuron_pair_passes(labels, 10, 25) == [every[:2], every[2:4], every[4:]]
+    assert neuron_pair_passes(labels, 10, 60) == [every]
+    assert neuron_pair_passes(labels, 10, 5) == [[pair] for pair in every]  # one pair a pass at least
+
+
+def test_the_newline_token_is_skipped_only_when_it_is_one_token():
+    class Tokenizer:
+        def __init__(self, ids):
+            self.ids = ids
+
+        def encode(self, text, add_special_tokens):
+            assert text == "\n" and add_special_tokens is False
+            return self.ids
+
+    assert newline_token_ids(Tokenizer([198])) == [198]
+    assert newline_token_ids(Tokenizer([5, 6])) == []

@@ -14,6 +14,8 @@ from headstab.plan.resources import (
     head_type_runtime,
     meta_sne_mem_mb,
     model_gpus,
+    neuron_accumulator_mb,
+    neuron_statistics_mem_mb,
     similarity_mem_mb,
     similarity_runtime,
     tokens_per_second,
@@ -118,3 +120,24 @@ def test_similarity_memory_covers_the_nulls_three_layer_blocks_by_hand(tiny_spec
     expected = int((null_block + rows * rows * (8 * 3 + 4)) / 1e6 * 1.5) + 1000
     assert similarity_mem_mb(big, 50, 10, null_prompts=100) == expected
     assert similarity_mem_mb(big, 50, 10, null_prompts=5) == int((block + rows * rows * 28) / 1e6 * 1.5) + 1000
+
+
+def test_neuron_accumulators_are_the_librarys_bytes_and_a_pass_bounds_the_cpu_memory(paper):
+    from headstab.neurons.streamed import accumulator_bytes
+
+    gpt2 = architecture_spec(paper, "gpt2")  # 12 layers of 3072 neurons
+    for scope in ("same_layer", "cross_layer"):
+        assert neuron_accumulator_mb(gpt2, scope) == accumulator_bytes(12, 3072, scope) / 1e6
+    assert neuron_accumulator_mb(gpt2, "cross_layer") == pytest.approx(12_683, abs=1)  # 10.9 GB + 1.8 GB
+    # 5 refits: 10 pairs on the CPU, or 3 a pass within 40 GB; on a GPU the host holds one pair's copy
+    null_block = 12 * 3072**2 * 8 * 4 / 1e6
+    models = 5 * gpt2.n_params * 4 / 1e6
+    expected = {10: 3000 + 1.2 * (10 * 12_683.2 + null_block) + models}
+    expected[3] = expected[10] - 1.2 * 7 * 12_683.2
+    expected[1] = expected[10] - 1.2 * 9 * 12_683.2
+    assert neuron_statistics_mem_mb(gpt2, 5, "cross_layer", "cpu") == 500 * math.ceil(expected[10] / 500)
+    assert neuron_statistics_mem_mb(gpt2, 5, "cross_layer", "cpu", 40) == 500 * math.ceil(expected[3] / 500)
+    assert neuron_statistics_mem_mb(gpt2, 5, "cross_layer", "cuda") == 500 * math.ceil(expected[1] / 500)
+    assert neuron_statistics_mem_mb(gpt2, 5, "cross_layer", "cpu", 1) == neuron_statistics_mem_mb(
+        gpt2, 5, "cross_layer", "cuda"
+    )

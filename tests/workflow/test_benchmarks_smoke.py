@@ -397,3 +397,18 @@ def test_gpu_check_runs_on_the_cpu_and_names_what_it_did_not_measure(tmp_path):
     assert summary["bench"]["quick"] is True and summary["bench"]["train_stack_speedup_k2"] > 0
     assert summary["unmeasured"] == [*gpu_check.NOT_YET_MEASURED, *gpu_check.CUDA_ONLY]
     assert "Unmeasured in this run:" in (tmp_path / "summary.md").read_text()
+
+
+def test_neuron_benchmark_streams_a_demo_pair_and_reports_the_accumulators():
+    bench = pytest.importorskip("bench_neurons")
+    result = bench.bench_neurons(quick=True)
+    # GPT-2 small (12 x 3072), float64: 3 x 12 x 3072^2 x 8 B same-layer; (36864^2 + 2 x 12 x 3072^2) x 8 B cross
+    assert result["neuron_accumulator_gb_gpt2_small_same_layer"] == pytest.approx(3 * 12 * 3072**2 * 8 / 1e9)
+    assert result["neuron_accumulator_gb_gpt2_small_cross_layer"] == pytest.approx(
+        (36864**2 + 2 * 12 * 3072**2) * 8 / 1e9
+    )
+    assert result["d_mlp_gpt2_rows"] == 768
+    for key in ("stream_tokens_per_s_demo_pair", "update_tokens_per_s_gpt2_layer", "null_seconds_per_gpt2_layer_draw"):
+        assert result[f"neuron_{key}"] > 0
+    run_all = pytest.importorskip("run_all")
+    assert "neurons" in run_all.STAGES and "neuron_stream_tokens_per_s_demo_pair" in run_all.TARGETS

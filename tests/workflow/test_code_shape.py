@@ -152,7 +152,8 @@ def test_every_hugging_face_loader_refuses_a_models_own_code():
 MODEL_SCRIPTS = {
     "ablation_perplexity", "activation_norms", "cache_activations", "digest_refit", "digest_revision", "fetch_family",
     "fetch_published",
-    "head_type_scores", "init_weights", "layer_drop_swap", "noise_ceiling_scores", "snapshot_weights", "train",
+    "head_type_scores", "init_weights", "layer_drop_swap", "neuron_statistics", "noise_ceiling_scores",
+    "snapshot_weights", "train",
     "validation_perplexity",
     "weight_norms",
 }  # fmt: skip

@@ -199,3 +199,38 @@ def test_the_cross_layer_null_and_the_content_share_reach_the_tables(tiny_run):
         np.testing.assert_allclose(sums, 1.0, atol=reduction_atol(np.float64, 64))
         dispersion = pd.read_csv(tiny_run / arch / "tables/alignment_dispersion.csv")
         assert dispersion.loc[dispersion["promptset"] == "primary", "diagonal_share_null"].between(0, 1).all()
+
+
+def test_neuron_universality_of_both_refits_reaches_the_tables(tiny_run):
+    """Each architecture's one refit pair: its statistics file holds the tokens the maxima record, both scopes'
+    shares per layer sit beside their null share, every neuron of both anchors has a row, and the summary sets
+    the four (architecture, layer) units' heads beside their neurons with an exact 2! x 2! permutation p."""
+    from headstab.neurons.statistics_files import load_pair_statistics
+
+    for arch in ("l2_h4", "l2_h4_wd"):
+        with np.load(tiny_run / arch / "neurons/maxima.npz") as maxima:
+            n_tokens = int(maxima["n_tokens"])
+            assert list(maxima["refits"]) == ["1", "2"] and maxima["max_cross_layer"].shape == (2, 2, 2, 64)
+        pair = load_pair_statistics(tiny_run / arch / "neurons/pairs/seed1_seed2.npz", expected_tokens=n_tokens)
+        assert (pair.anchor, pair.other, pair.scope) == ("1", "2", "cross_layer") and 0 < n_tokens <= 1024
+        shares = pd.read_csv(tiny_run / arch / "tables/neuron_universality.csv")
+        assert sorted(zip(shares["scope"], shares["layer"])) == [
+            (scope, layer) for scope in ("cross_layer", "same_layer") for layer in (0, 1)
+        ]
+        assert (shares["n_refits"] == 2).all() and (shares["n_tokens"] == n_tokens).all()
+        assert (shares["ci_low"] <= shares["universal_share"]).all() and shares["null_share"].notna().all()
+        scores = pd.read_csv(tiny_run / arch / "tables/neuron_scores.csv")
+        assert len(scores) == 2 * 2 * 2 * 64  # scopes x anchors x layers x neurons
+        assert (tiny_run / arch / "figures/neuron_universality.png").stat().st_size > 0
+    layers = pd.read_csv(tiny_run / "summary/tables/head_neuron_layers.csv")
+    assert sorted(zip(layers["architecture"], layers["layer"])) == [
+        ("l2_h4", 0),
+        ("l2_h4", 1),
+        ("l2_h4_wd", 0),
+        ("l2_h4_wd", 1),
+    ]
+    correlation = pd.read_csv(tiny_run / "summary/tables/head_neuron_correlation.csv")
+    assert len(correlation) == 4 and (correlation["calibration"] == "descriptive").all()
+    finite = correlation["p_value"].notna()
+    assert (correlation.loc[finite, "n_permutations"] == 4).all() and correlation.loc[finite, "exact"].all()
+    assert (tiny_run / "summary/figures/head_neuron_layers.png").stat().st_size > 0

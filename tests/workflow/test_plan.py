@@ -344,3 +344,20 @@ def test_a_second_worktree_plans_in_its_own_directory(tmp_path):
         assert (worktree / ".snakemake").is_dir()
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, capture_output=True)
+
+
+def test_the_paper_plans_the_neuron_stream_of_gpt2_on_a_gpu_with_its_pass_memory(tmp_path):
+    """neurons: 5 refits of gpt2 (10 pairs of 12.7 GB cross-layer accumulators) stream on a GPU; the host holds one
+    pair's copy while it is written, so the job's host memory is a few pairs, not ten; the attention-only l2_h8_attn
+    gets no neuron job, and head_neuron_layers sets gpt2's layers beside its heads."""
+    result = _plan(
+        "--config", f"results_dir={tmp_path / 'results'}", "run={architectures: [gpt2, l2_h8_attn], seeds: null}"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = _jobs(result.stdout)
+    stream = [(wildcards, resources) for rule, wildcards, resources in jobs if rule == "neuron_statistics"]
+    assert [wildcards for wildcards, _ in stream] == ["arch=gpt2"]
+    memory = int(re.search(r"mem_mb=(\d+)", stream[0][1]).group(1))
+    assert "gpu=1" in stream[0][1] and 12_700 < memory < 4 * 12_700  # a pair's copy and the null's block, not 10
+    assert [rule for rule, _, _ in jobs].count("neuron_universality") == 1
+    assert [rule for rule, _, _ in jobs].count("head_neuron_layers") == 1

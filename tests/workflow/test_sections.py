@@ -33,6 +33,7 @@ SECTIONS = (
     "seed_grid",
     "head_types",
     "noise_ceiling",
+    "neurons",
 )
 RULE_FILES = [REPO / f"workflow/rules/{section}.smk" for section in SECTIONS] + [REPO / "workflow/rules/report.smk"]
 
@@ -115,6 +116,8 @@ def test_demo_plans_one_job_per_section_rule_and_architecture_and_one_comparison
     assert counts.get("seed_grid") == 1
     # the demo's held-out text is its synthetic_heldout corpus, not wikitext
     assert "heldout_wikitext" not in counts
+    # MLP neurons: l2_h8 is the demo's one architecture with MLPs; the attention-only ones get no neuron job
+    assert [counts.get(rule) for rule in ("neuron_statistics", "neuron_universality", "head_neuron_layers")] == [1] * 3
 
 
 def test_null_heldout_corpus_fetches_wikitext_once_per_tokenizer(tmp_path):

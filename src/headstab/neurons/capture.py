@@ -11,14 +11,22 @@ et al. leave out BOS / padding and the newline token, whose activations are outl
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from headstab.neurons.streamed import PairStatistics
 
-__all__ = ["MLP_POST_HOOK", "mlp_post_chunks", "mlp_post_hook_names", "stream_all_pairs", "stream_pair_statistics"]
+__all__ = [
+    "MLP_POST_HOOK",
+    "mlp_post_chunks",
+    "mlp_post_hook_names",
+    "neuron_pair_passes",
+    "newline_token_ids",
+    "stream_all_pairs",
+    "stream_pair_statistics",
+]
 
 MLP_POST_HOOK = "mlp.hook_post"
 
@@ -100,21 +108,41 @@ def stream_all_pairs(
     scope: str,
     device: str | Any = "cpu",
     skip_tokens: Collection[int] = (),
+    pairs: Sequence[tuple[str, str]] | None = None,
 ) -> dict[tuple[str, str], PairStatistics]:
     """Statistics of every unordered pair of `models` ({refit label: model}, one architecture) over the same
     batches, each model run once per batch: {(a, b): statistics with a as anchor} for a before b in the
-    mapping's order. Memory: one accumulator per pair (`headstab.neurons.streamed.accumulator_bytes`)."""
+    mapping's order. pairs: only these (anchor, other) pairs (`neuron_pair_passes` bounds them by memory),
+    only their models run. Memory: one accumulator per pair (`headstab.neurons.streamed.accumulator_bytes`)."""
     labels = list(models)
+    wanted = list(itertools.combinations(labels, 2)) if pairs is None else [tuple(pair) for pair in pairs]
+    unknown = sorted({label for pair in wanted for label in pair} - set(labels))
+    if unknown:
+        raise ValueError(f"neuron pairs name refits {unknown} that are not among the models {labels}")
     first = models[labels[0]]
     n_layers, d_mlp = int(first.cfg.n_layers), int(first.cfg.d_mlp)
-    pairs = {
-        pair: PairStatistics.empty(*pair, n_layers, d_mlp, scope, device) for pair in itertools.combinations(labels, 2)
-    }
+    statistics_of = {pair: PairStatistics.empty(*pair, n_layers, d_mlp, scope, device) for pair in wanted}
+    running = [label for label in labels if any(label in pair for pair in wanted)]
     for batch in batches:
         chunks = {
-            label: next(mlp_post_chunks(model, [batch], on_device=True, skip_tokens=skip_tokens))
-            for label, model in models.items()
+            label: next(mlp_post_chunks(models[label], [batch], on_device=True, skip_tokens=skip_tokens))
+            for label in running
         }
-        for (a, b), statistics in pairs.items():
+        for (a, b), statistics in statistics_of.items():
             statistics.update(chunks[a], chunks[b])
-    return pairs
+    return statistics_of
+
+
+def neuron_pair_passes(labels: Sequence[str], pair_bytes: int, budget_bytes: int | None) -> list[list[tuple[str, str]]]:
+    """Every unordered pair of `labels`, in passes over the tokens whose accumulators (pair_bytes each) fit
+    budget_bytes (None: one pass); at least one pair a pass."""
+    pairs = list(itertools.combinations(labels, 2))
+    per_pass = len(pairs) if budget_bytes is None else max(1, budget_bytes // pair_bytes)
+    return [pairs[start : start + per_pass] for start in range(0, len(pairs), per_pass)]
+
+
+def newline_token_ids(tokenizer: Any) -> list[int]:
+    """The id of the newline token ("\\n" alone), which Gurnee et al. leave out; none when the tokenizer
+    spells "\\n" with several tokens."""
+    ids = tokenizer.encode("\n", add_special_tokens=False)
+    return list(ids) if len(ids) == 1 else []

@@ -21,7 +21,8 @@ RECORD_SUFFIX = ".provenance.json"
 
 # The rules that run a model: training, the activation caches, the validation perplexity of every
 # refit (optimizers.smk, §4.5), the anchor's head ablations (ablation.smk, §4.8), the training
-# snapshots' caches (snapshots.smk) and the head-type probe passes (head_types.smk, noise_ceiling.smk).
+# snapshots' caches (snapshots.smk), the head-type probe passes (head_types.smk, noise_ceiling.smk) and the
+# neuron stream (neurons.smk).
 GPU_RULES = (
     "train",
     "cache_activations",
@@ -34,6 +35,7 @@ GPU_RULES = (
     "head_type_scores_step0",
     "head_type_scores_held_out",
     "noise_ceiling_scores",
+    "neuron_statistics",
 )
 # The rules that start an architecture's analyses from its weights and caches: forcing them reruns every
 # analysis of analyses_<arch> and nothing upstream (docs/operations.md; tests/workflow/test_operations.py checks
@@ -52,6 +54,7 @@ ANALYSIS_ROOT_RULES = (
     "head_type_scores_step0",
     "head_type_scores_held_out",
     "noise_ceiling_scores",
+    "neuron_statistics",
 )
 
 
@@ -225,6 +228,14 @@ class Layout:
     def snapshot_grouped_similarity_path(self, arch: str, step: int | str, promptset: str) -> str:
         return f"{self.snapshot_dir(arch, step)}/similarity/{promptset}.groups.h5"
 
+    # -- MLP neurons: streamed statistics of each refit pair and every ordered pair's maxima (docs/beyond_the_paper.md)
+    def neuron_statistics_dir(self, arch: str) -> str:
+        """One .npz per refit pair, seed<a>_seed<b>.npz (headstab.neurons.statistics_files)."""
+        return f"{self.results}/{arch}/neurons/pairs"
+
+    def neuron_maxima_path(self, arch: str) -> str:
+        return f"{self.results}/{arch}/neurons/maxima.npz"
+
     # -- tables and figures: per architecture, per Adam/AdamW pair (named by its Adam member), across all
     def table_path(self, arch: str, name: str) -> str:
         return f"{self.results}/{arch}/tables/{name}.csv"
@@ -309,6 +320,9 @@ _FILES = (
     (r"/caches/blocks/[^/]+/seed[^/]+\.h5$", "activation cache", "cache_activations"),
     (r"/caches/blocks/[^/]+\.json$", "cache block record", "cache_activations"),
     (r"/caches/seed[^/]+\.h5$", "activation cache", "publish_cache"),
+    (r"/neurons/pairs/seed[^/]+_seed[^/]+\.npz$", "neuron statistics", "neuron_statistics"),
+    (r"/neurons/maxima\.npz$", "neuron maxima", "neuron_statistics"),
+    (r"/neurons/pairs/\.snakemake_timestamp$", "directory timestamp", "neuron_statistics"),  # directory() output
     (r"/similarity/[^/]+\.groups\.h5$", "prompt-group similarity", "prompt_group_similarity"),
     (r"/similarity/[^/]+\.h5$", "pair similarity", "pair_similarity"),
     (r"/data/heldout/[^/]+/[^/]+\.npy$", "held-out shard", "heldout_wikitext"),

@@ -159,3 +159,26 @@ def meta_sne_mem_mb(n_heads_total: int, n_prompts: int, mantel_heads: int | None
     when None)."""
     mantel = min(n_heads_total, mantel_heads if mantel_heads is not None else n_heads_total)
     return 2000 + int(n_heads_total * (n_prompts * (n_prompts - 1) // 2) * 8 * 4 / 1e6) + int(mantel**2 * 8 * 4 / 1e6)
+
+
+def neuron_accumulator_mb(spec: ArchitectureSpec, scope: str) -> float:
+    """One refit pair's float64 accumulators (headstab.neurons.streamed.accumulator_bytes, without torch)."""
+    per_layer = spec.n_layers * spec.d_mlp**2
+    cross = (spec.n_layers * spec.d_mlp) ** 2 if scope == "cross_layer" else per_layer
+    return (cross + 2 * per_layer) * 8 / 1e6
+
+
+def neuron_statistics_mem_mb(
+    spec: ArchitectureSpec, n_refits: int, scope: str, device: str, pass_memory_gb: float | None = None
+) -> int:
+    """Host memory of the neuron stream: one pass's pair accumulators on the CPU (all pairs, or as many as
+    pass_memory_gb holds; on a GPU they live there and the host holds one pair's copy while it is written),
+    the null's largest block and the refits' models."""
+    pairs = n_refits * (n_refits - 1) // 2
+    accumulator = neuron_accumulator_mb(spec, scope)
+    if pass_memory_gb is not None:
+        pairs = min(pairs, max(1, int(pass_memory_gb * 1e3 // accumulator)))
+    held = accumulator * pairs if device == "cpu" else accumulator  # a GPU's pair copied to the host to be written
+    null_block = spec.n_layers * spec.d_mlp**2 * 8 * 4 / 1e6  # rotated correlations of one partner layer
+    models = n_refits * spec.n_params * 4 / 1e6
+    return _round_up_mb(BASE_MB + 1.2 * (held + null_block) + models)

@@ -14,5 +14,4 @@ BEYOND_METHODS: tuple[tuple[str, str, str, int | None, str], ...] = (
         "refit-resampled percentile interval (refit a weighs k_a, pair (a, b) k_a k_b) of the within-refit "
         "reliability of head types, their cross-seed agreement and its attenuation-corrected form (noise_ceiling.csv)",
     ),
-    ("neuron_share_bootstrap", "interval", "refits", None, "share of universal neurons, its null and excess"),
 )

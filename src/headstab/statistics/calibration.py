@@ -9,11 +9,10 @@ calibrated). A table reports the method at n units as CALIBRATED when n >= min_n
 descriptive p-value or interval says how large a value is against its spread, never whether it differs from another.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from headstab.statistics.beyond_methods import BEYOND_METHODS
+from headstab.statistics.neuron_methods import NEURON_METHODS  # Method fields as plain tuples: no import back
 
 __all__ = [
     "ALPHA",
@@ -363,7 +362,7 @@ _SECTION_METHODS = (
         "values, not a confidence interval",
     ),
 )
-METHODS.update({method.name: method for method in (*_SECTION_METHODS, *(Method(*f) for f in BEYOND_METHODS))})
+METHODS.update({m.name: m for m in (*_SECTION_METHODS, *(Method(*f) for f in (*BEYOND_METHODS, *NEURON_METHODS)))})
 
 
 def is_calibrated(method: str, n: int) -> bool:
