@@ -97,6 +97,7 @@ rule neuron_universality:
             category="{arch}",
             subcategory="Beyond the paper: MLP neurons",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.figure_path("{arch}", "neuron_universality")),
     log:
         LAYOUT.log("neuron_universality", "{arch}"),
     conda:
@@ -131,6 +132,7 @@ rule head_neuron_layers:
             category="Across architectures",
             subcategory="Beyond the paper: MLP neurons",
         ),
+        figure_record=LAYOUT.figure_record(LAYOUT.summary_figure_path("head_neuron_layers")),
     log:
         LAYOUT.log("head_neuron_layers", "summary"),
     conda:

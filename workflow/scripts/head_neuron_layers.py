@@ -8,7 +8,7 @@ import pandas as pd
 from headstab.joblog import run_job
 from headstab.neurons.head_layers import head_neuron_layer_table, rank_correlation_table
 from headstab.plots.neurons import plot_head_neuron_depth
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 
 
 def main():
@@ -23,6 +23,7 @@ def main():
     correlation = rank_correlation_table(layers, statistics["permutations"], statistics["seed"])
     write_table(correlation.assign(neuron_scope=params.scope), out.correlation, snakemake)
     plot_head_neuron_depth(layers, out.figure)
+    write_figure_records(snakemake)
 
 
 run_job(main, "head_neuron_layers", snakemake.log[0])

@@ -10,7 +10,7 @@ import pandas as pd
 from headstab.joblog import run_job
 from headstab.neurons.shares import neuron_rows, universal_share_table
 from headstab.plots.neurons import plot_universal_share
-from headstab.table_files import write_table
+from headstab.table_files import write_figure_records, write_table
 
 
 def main():
@@ -41,6 +41,7 @@ def main():
     write_table(pd.concat(scores, ignore_index=True), out.scores, snakemake)
     chosen = share_table[share_table["scope"] == neurons["scope"]]
     plot_universal_share(chosen, out.figure, snakemake.wildcards.arch, neurons["threshold"])
+    write_figure_records(snakemake)
 
 
 run_job(main, "neuron_universality", snakemake.log[0])
