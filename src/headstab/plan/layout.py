@@ -21,8 +21,7 @@ RECORD_SUFFIX = ".provenance.json"
 
 # The rules that run a model: training, the activation caches, the validation perplexity of every
 # refit (optimizers.smk, §4.5), the anchor's head ablations (ablation.smk, §4.8), the training
-# snapshots' caches (snapshots.smk), the head-type probe passes (head_types.smk, noise_ceiling.smk) and the
-# neuron stream (neurons.smk).
+# snapshots' caches (snapshots.smk), the head-type probe passes (head_types.smk, noise_ceiling.smk), neurons.smk's stream.
 GPU_RULES = (
     "train",
     "cache_activations",
