@@ -247,6 +247,20 @@ def test_partial_correlation_of_a_constant_whose_mean_does_not_round_exactly_is_
     assert np.isfinite(partial_correlation(x, varying, z, counts)).all()
 
 
+def test_partial_correlation_reads_constancy_per_resample_and_per_variable_scale():
+    rng = np.random.default_rng(8)
+    x, z = rng.normal(size=20), rng.normal(size=20)
+    y = np.where(np.arange(20) < 10, 0.37, 1.0 + rng.normal(size=20))
+    counts = np.zeros((2, 20))
+    counts[0, :10] = 2.0  # resample 0 draws only units where y is 0.37: constant there, and there only
+    counts[1] = 1.0
+    partial = partial_correlation(x, y, z, counts)
+    assert np.isnan(partial[0]) and np.isfinite(partial[1])
+    # each variable's rounding floor scales with its own size: z at 1e12 leaves y's real spread of 1e-9 alone
+    varying = 0.37 * (1 + 1e-9 * rng.normal(size=20))
+    assert np.isfinite(partial_correlation(x, varying, 1e12 * z))
+
+
 def test_partial_correlation_of_rounding_past_one_is_clipped_to_exactly_one():
     z = np.arange(8.0)
     v = np.sin(10 * z)  # with these units the unclipped formula gives 1 + 2.2e-16 and -(1 + 2.2e-16)
