@@ -105,19 +105,17 @@ def run_cases(
     and each new one is written there as soon as it is done. jobs > 1: forked worker processes."""
     digest = source_digest()
     position = {id(case): index for index, case in enumerate(CASES)}  # by identity: two cases may compare equal
-    tasks, done = [], {}
-    for case in cases:
-        for n in (case.quick_n,) if quick else (case.ns or CALIBRATION_NS):
-            reps = case.quick_reps if quick else case.reps_for(n)
-            key = row_key(case, n, reps, seed, digest)
-            if rows is not None and not fresh and (rows / key).exists():
-                done[key] = json.loads((rows / key).read_text())
-            else:
-                tasks.append((key, (position[id(case)], n, reps, seed)))
+    planned = [(case, n, case.quick_reps if quick else case.reps_for(n)) for case, n in _case_ns(cases, quick)]
+    order = [row_key(case, n, reps, seed, digest) for case, n, reps in planned]
+    keys, done = {}, {}  # keys: task (case index, n, reps, seed) -> its row's key, for the rows to compute
+    for (case, n, reps), key in zip(planned, order, strict=True):
+        if rows is not None and not fresh and (rows / key).exists():
+            done[key] = json.loads((rows / key).read_text())
+        else:
+            keys[(position[id(case)], n, reps, seed)] = key
     if rows is not None:
         rows.mkdir(parents=True, exist_ok=True)
-    print(f"{len(done)} rows kept from {rows}, {len(tasks)} to compute with {jobs} process(es)", flush=True)
-    keys = {task: key for key, task in tasks}
+    print(f"{len(done)} rows kept from {rows}, {len(keys)} to compute with {jobs} process(es)", flush=True)
     pool = multiprocessing.get_context("fork").Pool(jobs) if jobs > 1 else None
     try:
         results = pool.imap_unordered(_evaluate_row, keys) if pool else map(_evaluate_row, keys)
@@ -138,16 +136,12 @@ def run_cases(
         if pool:
             pool.close()
             pool.join()
-    order = [row_key(c, n, r, seed, digest) for c, n, r in _planned(cases, quick)]
     return pd.DataFrame([done[key] for key in order])
 
 
-def _planned(cases: list[Case], quick: bool) -> list[tuple[Case, int, int]]:
-    return [
-        (case, n, case.quick_reps if quick else case.reps_for(n))
-        for case in cases
-        for n in ((case.quick_n,) if quick else (case.ns or CALIBRATION_NS))
-    ]
+def _case_ns(cases: list[Case], quick: bool) -> list[tuple[Case, int]]:
+    """(case, n) in the cases' order: its quick n, or every n it is calibrated at."""
+    return [(case, n) for case in cases for n in ((case.quick_n,) if quick else (case.ns or CALIBRATION_NS))]
 
 
 def method_table(summary: pd.DataFrame) -> pd.DataFrame:
