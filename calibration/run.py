@@ -6,9 +6,10 @@ it is reported for, on data simulated with the dependence the real data has (doc
     python calibration/run.py --methods sign_flip_paired layer_heterogeneity
     python calibration/run.py --jobs 16              # (case, n) rows in 16 processes
 
-Each finished (case, n) row is kept in rows/ under a key of the case, n, datasets, seed and a digest of every file
-of calibration/ and of the headstab modules it imports, transitively: a run stopped part-way resumes where it
-stopped, and a changed line of that code recomputes every row (--fresh recomputes them anyway).
+Each finished (case, n) row is kept in rows/ under a key of the case, n, datasets, seed and a digest of the case's
+module, the harness and of the headstab modules they import, transitively: a run stopped part-way resumes where it
+stopped, and a changed line of that code recomputes the rows of the cases that import it (--fresh recomputes
+every row).
 
 Writes summary.csv (one row per method, scenario and n: rate, Monte-Carlo s.e., bound, passed, the workflow's
 label there, consistent), methods.csv (per method: its min_n in headstab.statistics.calibration and the one the
@@ -60,9 +61,10 @@ def _module_file(name: str, root: Path) -> Path | None:
     return None
 
 
-def source_files(root: Path = ROOT) -> list[Path]:
-    """Every file of calibration/ and the headstab modules they import, transitively (packages' __init__ too)."""
-    pending = sorted((root / "calibration").rglob("*.py"))
+def source_files(root: Path = ROOT, start: list[Path] | None = None) -> list[Path]:
+    """`start` (default: every file of calibration/) and the headstab and calibration modules they import,
+    transitively (packages' __init__ too)."""
+    pending = sorted(start) if start is not None else sorted((root / "calibration").rglob("*.py"))
     seen: set[Path] = set()
     while pending:
         path = pending.pop()
@@ -78,12 +80,22 @@ def source_files(root: Path = ROOT) -> list[Path]:
     return sorted(seen)
 
 
-def source_digest(root: Path = ROOT) -> str:
+def source_digest(root: Path = ROOT, start: list[Path] | None = None) -> str:
     """sha256 over the path and bytes of `source_files`: what a row's outcome can depend on."""
     digest = hashlib.sha256()
-    for path in source_files(root):
+    for path in source_files(root, start):
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+def case_digest(case: Case, root: Path = ROOT) -> str:
+    """The digest of what one case's rows depend on: the module that defines its simulation, the harness, and
+    what they import; so an edit to one family's code recomputes that family's rows only. A simulation
+    defined outside calibration/cases/ gets the digest of all of calibration/."""
+    defined = Path(getattr(sys.modules.get(case.simulate.__module__), "__file__", None) or "/").resolve()
+    if not defined.is_relative_to(root / "calibration" / "cases"):
+        return source_digest(root)
+    return source_digest(root, [defined, root / "calibration" / "harness.py"])
 
 
 def row_key(case: Case, n: int, reps: int, seed: int, digest: str) -> str:
@@ -103,10 +115,13 @@ def run_cases(
 ) -> pd.DataFrame:
     """One row per (case, n), in the cases' order; rows already in `rows` (same key) are read, not recomputed,
     and each new one is written there as soon as it is done. jobs > 1: forked worker processes."""
-    digest = source_digest()
+    digests: dict[str, str] = {}  # by the module that defines a simulation
     position = {id(case): index for index, case in enumerate(CASES)}  # by identity: two cases may compare equal
     planned = [(case, n, case.quick_reps if quick else case.reps_for(n)) for case, n in _case_ns(cases, quick)]
-    order = [row_key(case, n, reps, seed, digest) for case, n, reps in planned]
+    for case, _, _ in planned:
+        if case.simulate.__module__ not in digests:
+            digests[case.simulate.__module__] = case_digest(case)
+    order = [row_key(case, n, reps, seed, digests[case.simulate.__module__]) for case, n, reps in planned]
     keys, done = {}, {}  # keys: task (case index, n, reps, seed) -> its row's key, for the rows to compute
     for (case, n, reps), key in zip(planned, order, strict=True):
         if rows is not None and not fresh and (rows / key).exists():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import types
 from pathlib import Path
 
 import pandas as pd
@@ -68,7 +69,7 @@ def test_a_changed_source_another_seed_or_fresh_recomputes(runner, tmp_path, mon
     module.run_cases(cases, quick=False, seed=3, rows=rows, fresh=True)
     assert len(CALLS) == 110
     CALLS.clear()
-    monkeypatch.setattr(module, "source_digest", lambda: "another source")
+    monkeypatch.setattr(module, "source_digest", lambda *args: "another source")
     module.run_cases(cases, quick=False, seed=3, rows=rows)
     assert len(CALLS) == 110
 
@@ -93,6 +94,46 @@ def test_the_digest_covers_what_the_cases_import_and_nothing_else(runner, tmp_pa
     assert module.source_digest(tmp_path) == before
     (tmp_path / "src/headstab/statistics/y.py").write_text("h = 2\n")  # imported by what a case imports
     assert module.source_digest(tmp_path) != before
+
+
+def test_an_edit_to_one_case_module_changes_only_its_cases_digest(runner, tmp_path, monkeypatch):
+    module, _ = runner
+    files = {
+        "calibration/harness.py": "import headstab.statistics.calibration\n",
+        "calibration/cases/a.py": "from headstab.statistics.x import g\n",
+        "calibration/cases/b.py": "k = 1\n",
+        "src/headstab/__init__.py": "",
+        "src/headstab/statistics/__init__.py": "",
+        "src/headstab/statistics/calibration.py": "METHODS = {}\n",
+        "src/headstab/statistics/x.py": "g = 1\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    cases = {}
+    for name in ("a", "b"):
+        fake = types.ModuleType(f"fake_case_{name}")
+        fake.__file__ = str(tmp_path / "calibration" / "cases" / f"{name}.py")
+        monkeypatch.setitem(sys.modules, fake.__name__, fake)
+        simulate = types.FunctionType(_uniform_p.__code__, {"CALLS": CALLS})
+        simulate.__module__ = fake.__name__
+        cases[name] = Case("mantel_layer_blocks", name, "size", simulate)
+    outside = Case("mantel_layer_blocks", "outside", "size", _uniform_p)  # defined in this test, not under cases/
+
+    def digests():
+        return {name: module.case_digest(case, tmp_path) for name, case in {**cases, "outside": outside}.items()}
+
+    before = digests()
+    assert len(set(before.values())) == 3
+    (tmp_path / "calibration/cases/b.py").write_text("k = 2\n")
+    after_b = digests()
+    assert after_b["a"] == before["a"] and after_b["b"] != before["b"] and after_b["outside"] != before["outside"]
+    (tmp_path / "src/headstab/statistics/x.py").write_text("g = 2\n")  # imported by a only
+    after_x = digests()
+    assert after_x["b"] == after_b["b"] and after_x["a"] != after_b["a"]
+    (tmp_path / "src/headstab/statistics/calibration.py").write_text("METHODS = {1: 2}\n")  # the harness imports it
+    after_h = digests()
+    assert after_h["a"] != after_x["a"] and after_h["b"] != after_x["b"]
 
 
 def test_worker_processes_give_the_same_rows_in_the_same_order(runner, tmp_path):
