@@ -37,7 +37,13 @@ import pandas as pd  # noqa: E402
 
 from calibration.cases import CASES, POWER  # noqa: E402
 from calibration.harness import Case, detectable_effect, evaluate, min_n_passing  # noqa: E402
-from headstab.statistics.calibration import CALIBRATION_NS, METHODS  # noqa: E402
+from headstab.statistics.calibration import (  # noqa: E402
+    ALPHA,
+    CALIBRATED,
+    CALIBRATION_NS,
+    METHODS,
+    calibration_label,
+)
 
 OUT = ROOT / "results" / "calibration"
 
@@ -61,14 +67,21 @@ def _module_file(name: str, root: Path) -> Path | None:
     return None
 
 
-def source_files(root: Path = ROOT, start: list[Path] | None = None) -> list[Path]:
+# The registry of methods and their min_n: it sets a row's label, which is read afresh when the summary is written,
+# and ALPHA, which is part of every row's key; a method registered or relabelled recomputes no row.
+REGISTRY = ("src/headstab/statistics/calibration.py", "src/headstab/statistics/beyond_methods.py",
+            "src/headstab/statistics/neuron_methods.py")  # fmt: skip
+
+
+def source_files(root: Path = ROOT, start: list[Path] | None = None, skip: tuple[str, ...] = ()) -> list[Path]:
     """`start` (default: every file of calibration/) and the headstab and calibration modules they import,
-    transitively (packages' __init__ too)."""
+    transitively (packages' __init__ too); the files `skip` names (relative to root) are neither listed nor
+    followed."""
     pending = sorted(start) if start is not None else sorted((root / "calibration").rglob("*.py"))
     seen: set[Path] = set()
     while pending:
         path = pending.pop()
-        if path in seen:
+        if path in seen or str(path.relative_to(root)) in skip:
             continue
         seen.add(path)
         for name in _imported_modules(path):
@@ -80,27 +93,27 @@ def source_files(root: Path = ROOT, start: list[Path] | None = None) -> list[Pat
     return sorted(seen)
 
 
-def source_digest(root: Path = ROOT, start: list[Path] | None = None) -> str:
+def source_digest(root: Path = ROOT, start: list[Path] | None = None, skip: tuple[str, ...] = ()) -> str:
     """sha256 over the path and bytes of `source_files`: what a row's outcome can depend on."""
     digest = hashlib.sha256()
-    for path in source_files(root, start):
+    for path in source_files(root, start, skip):
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
 def case_digest(case: Case, root: Path = ROOT) -> str:
     """The digest of what one case's rows depend on: the module that defines its simulation, the harness, and
-    what they import; so an edit to one family's code recomputes that family's rows only. A simulation
-    defined outside calibration/cases/ gets the digest of all of calibration/."""
+    what they import, the REGISTRY left out; so an edit to one family's code recomputes that family's rows only.
+    A simulation defined outside calibration/cases/ gets the digest of all of calibration/."""
     defined = Path(getattr(sys.modules.get(case.simulate.__module__), "__file__", None) or "/").resolve()
     if not defined.is_relative_to(root / "calibration" / "cases"):
-        return source_digest(root)
-    return source_digest(root, [defined, root / "calibration" / "harness.py"])
+        return source_digest(root, skip=REGISTRY)
+    return source_digest(root, [defined, root / "calibration" / "harness.py"], REGISTRY)
 
 
 def row_key(case: Case, n: int, reps: int, seed: int, digest: str) -> str:
     """The file name of one (case, n) row: readable, then a hash of everything its outcome depends on."""
-    identity = json.dumps([case.method, case.scenario, case.kind, case.level, n, reps, seed, digest])
+    identity = json.dumps([case.method, case.scenario, case.kind, case.level, n, reps, seed, ALPHA, digest])
     return f"{case.method}.{case.kind}.n{n}.{hashlib.sha256(identity.encode()).hexdigest()[:16]}.json"
 
 
@@ -151,7 +164,13 @@ def run_cases(
         if pool:
             pool.close()
             pool.join()
-    return pd.DataFrame([done[key] for key in order])
+    return pd.DataFrame([labelled(done[key]) for key in order])
+
+
+def labelled(outcome: dict) -> dict:
+    """The row with the label the registry gives its method at its n now, and whether the two agree."""
+    label = calibration_label(outcome["method"], outcome["n"])
+    return {**outcome, "label": label, "consistent": bool(outcome["passed"]) or label != CALIBRATED}
 
 
 def _case_ns(cases: list[Case], quick: bool) -> list[tuple[Case, int]]:

@@ -69,7 +69,7 @@ def test_a_changed_source_another_seed_or_fresh_recomputes(runner, tmp_path, mon
     module.run_cases(cases, quick=False, seed=3, rows=rows, fresh=True)
     assert len(CALLS) == 110
     CALLS.clear()
-    monkeypatch.setattr(module, "source_digest", lambda *args: "another source")
+    monkeypatch.setattr(module, "source_digest", lambda *args, **kwargs: "another source")
     module.run_cases(cases, quick=False, seed=3, rows=rows)
     assert len(CALLS) == 110
 
@@ -131,9 +131,22 @@ def test_an_edit_to_one_case_module_changes_only_its_cases_digest(runner, tmp_pa
     (tmp_path / "src/headstab/statistics/x.py").write_text("g = 2\n")  # imported by a only
     after_x = digests()
     assert after_x["b"] == after_b["b"] and after_x["a"] != after_b["a"]
-    (tmp_path / "src/headstab/statistics/calibration.py").write_text("METHODS = {1: 2}\n")  # the harness imports it
+    (tmp_path / "calibration/harness.py").write_text("import headstab.statistics.calibration\nx = 1\n")
     after_h = digests()
     assert after_h["a"] != after_x["a"] and after_h["b"] != after_x["b"]
+    (tmp_path / "src/headstab/statistics/calibration.py").write_text("METHODS = {1: 2}\n")  # the registry: labels only
+    assert digests() == after_h
+
+
+def test_kept_rows_take_the_registrys_label_of_now(runner, tmp_path, monkeypatch):
+    module, cases = runner
+    first = module.run_cases(cases, quick=False, seed=3, rows=tmp_path / "rows")
+    assert set(first["label"]) == {"calibrated"}
+    monkeypatch.setattr(module, "calibration_label", lambda method, n: "descriptive" if n == 12 else "calibrated")
+    module.CASES[:] = [Case(c.method, c.scenario, c.kind, _failing, reps=c.reps, ns=c.ns) for c in cases]
+    again = module.run_cases(module.CASES, quick=False, seed=3, rows=tmp_path / "rows")
+    assert list(again["label"]) == ["calibrated", "calibrated", "descriptive"]
+    assert list(again["consistent"]) == [True, True, True] and list(again["passed"]) == list(first["passed"])
 
 
 def test_worker_processes_give_the_same_rows_in_the_same_order(runner, tmp_path):
