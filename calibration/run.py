@@ -117,17 +117,50 @@ def row_key(case: Case, n: int, reps: int, seed: int, digest: str) -> str:
     return f"{case.method}.{case.kind}.n{n}.{hashlib.sha256(identity.encode()).hexdigest()[:16]}.json"
 
 
-def _evaluate_row(task: tuple[int, int, int, int]) -> tuple[int, dict, float]:
-    index, n, reps, seed = task
-    start = time.monotonic()
-    return index, asdict(evaluate(CASES[index], n, reps, seed)), time.monotonic() - start
+def shared_study(case: Case) -> int | None:
+    """The identity of the `shared_draws` study a case's simulation reads (found in its closures), or None: the
+    cases of one study at one n go to one worker, which then simulates each dataset once."""
+    pending, seen = [case.simulate], set()
+    while pending:
+        function = pending.pop()
+        if id(function) in seen:
+            continue
+        seen.add(id(function))
+        if getattr(function, "__qualname__", "") == "shared_draws.<locals>.run":
+            return id(function)
+        pending += [
+            cell.cell_contents for cell in getattr(function, "__closure__", None) or () if callable(cell.cell_contents)
+        ]
+    return None
+
+
+def _evaluate_group(group: tuple[Path | None, list[tuple[int, int, int, int, str]]]) -> list[tuple[str, dict]]:
+    """Evaluate each (case index, n, reps, seed, key) of one group in order, writing each row as it finishes."""
+    rows, tasks = group
+    out = []
+    for index, n, reps, seed, key in tasks:
+        start = time.monotonic()
+        outcome = asdict(evaluate(CASES[index], n, reps, seed))
+        if rows is not None:
+            partial = rows / f".{key}.tmp"
+            partial.write_text(json.dumps(outcome) + "\n")
+            partial.replace(rows / key)
+        print(
+            f"{outcome['method']:40s} {outcome['scenario']:28s} n={outcome['n']:3d} {outcome['kind']:8s} "
+            f"rate {outcome['rate']:.3f} (bound {outcome['bound']:.3f}) {'pass' if outcome['passed'] else 'FAIL'} "
+            f"{time.monotonic() - start:.1f} s",
+            flush=True,
+        )
+        out.append((key, outcome))
+    return out
 
 
 def run_cases(
     cases: list[Case], quick: bool, seed: int, rows: Path | None = None, jobs: int = 1, fresh: bool = False
 ) -> pd.DataFrame:
     """One row per (case, n), in the cases' order; rows already in `rows` (same key) are read, not recomputed,
-    and each new one is written there as soon as it is done. jobs > 1: forked worker processes."""
+    and each new one is written there as soon as it is done. jobs > 1: forked worker processes, each taking
+    whole groups (the cases of one shared study at one n)."""
     digests: dict[str, str] = {}  # by the module that defines a simulation
     position = {id(case): index for index, case in enumerate(CASES)}  # by identity: two cases may compare equal
     planned = [(case, n, case.quick_reps if quick else case.reps_for(n)) for case, n in _case_ns(cases, quick)]
@@ -135,31 +168,27 @@ def run_cases(
         if case.simulate.__module__ not in digests:
             digests[case.simulate.__module__] = case_digest(case)
     order = [row_key(case, n, reps, seed, digests[case.simulate.__module__]) for case, n, reps in planned]
-    keys, done = {}, {}  # keys: task (case index, n, reps, seed) -> its row's key, for the rows to compute
+    groups: dict[tuple, list[tuple[int, int, int, int, str]]] = {}  # (study or case, n) -> its rows to compute
+    done = {}
     for (case, n, reps), key in zip(planned, order, strict=True):
         if rows is not None and not fresh and (rows / key).exists():
             done[key] = json.loads((rows / key).read_text())
         else:
-            keys[(position[id(case)], n, reps, seed)] = key
+            study = shared_study(case)
+            group = ("study", study, n) if study is not None else ("row", key)
+            groups.setdefault(group, []).append((position[id(case)], n, reps, seed, key))
     if rows is not None:
         rows.mkdir(parents=True, exist_ok=True)
-    print(f"{len(done)} rows kept from {rows}, {len(keys)} to compute with {jobs} process(es)", flush=True)
+    to_compute = sum(len(tasks) for tasks in groups.values())
+    print(
+        f"{len(done)} rows kept from {rows}, {to_compute} to compute in {len(groups)} groups with {jobs} process(es)",
+        flush=True,
+    )
     pool = multiprocessing.get_context("fork").Pool(jobs) if jobs > 1 else None
     try:
-        results = pool.imap_unordered(_evaluate_row, keys) if pool else map(_evaluate_row, keys)
-        for index, outcome, seconds in results:
-            key = keys[(index, outcome["n"], outcome["reps"], seed)]
-            done[key] = outcome
-            if rows is not None:
-                partial = rows / f".{key}.tmp"
-                partial.write_text(json.dumps(outcome) + "\n")
-                partial.replace(rows / key)
-            print(
-                f"{outcome['method']:40s} {outcome['scenario']:28s} n={outcome['n']:3d} {outcome['kind']:8s} "
-                f"rate {outcome['rate']:.3f} (bound {outcome['bound']:.3f}) {'pass' if outcome['passed'] else 'FAIL'} "
-                f"[{outcome['label']}] {seconds:.1f} s",
-                flush=True,
-            )
+        work = [(rows, tasks) for tasks in groups.values()]
+        for finished in pool.imap_unordered(_evaluate_group, work) if pool else map(_evaluate_group, work):
+            done.update(finished)
     finally:
         if pool:
             pool.close()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import types
 from pathlib import Path
@@ -15,6 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from calibration.harness import Case  # noqa: E402
+from calibration.simulate import shared_draws  # noqa: E402
 
 CALLS: list[int] = []
 
@@ -153,4 +155,35 @@ def test_worker_processes_give_the_same_rows_in_the_same_order(runner, tmp_path)
     module, cases = runner
     one = module.run_cases(cases, quick=False, seed=3, rows=tmp_path / "one")
     two = module.run_cases(cases, quick=False, seed=3, rows=tmp_path / "two", jobs=2)
+    pd.testing.assert_frame_equal(one, two)
+
+
+def test_the_cases_of_one_shared_study_run_in_one_worker_and_draw_each_dataset_once(runner, tmp_path, monkeypatch):
+    module, _ = runner
+    log = tmp_path / "studies.txt"
+
+    def study(rng, n):
+        with log.open("a") as out:
+            out.write(f"{os.getpid()} {n}\n")
+        return {"a": float(rng.uniform()), "b": float(rng.uniform())}
+
+    shared = shared_draws(study)
+
+    def reads(name):
+        def simulate(rng, n):
+            return shared(rng, n)[name]
+
+        return simulate
+
+    cases = [Case("mantel_layer_blocks", name, "size", reads(name), reps=20, ns=(4, 5)) for name in ("a", "b")]
+    cases.append(Case("mantel_layer_blocks", "alone", "size", _uniform_p, reps=20, ns=(4,)))
+    monkeypatch.setattr(module, "CASES", cases)
+    assert module.shared_study(cases[0]) == module.shared_study(cases[1]) is not None
+    assert module.shared_study(cases[2]) is None
+    two = module.run_cases(cases, quick=False, seed=3, rows=tmp_path / "rows", jobs=2)
+    runs = [line.split() for line in log.read_text().splitlines()]
+    assert sorted(n for _, n in runs) == ["4"] * 20 + ["5"] * 20  # 2 cases x 2 n x 20 datasets, each drawn once
+    assert all(len({pid for pid, n in runs if n == size}) == 1 for size in ("4", "5"))
+    log.unlink()
+    one = module.run_cases(cases, quick=False, seed=3, rows=tmp_path / "one")
     pd.testing.assert_frame_equal(one, two)
