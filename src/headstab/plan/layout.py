@@ -324,7 +324,8 @@ _FILES = (
     (r"/neurons/pairs/\.snakemake_timestamp$", "directory timestamp", "neuron_statistics"),  # directory() output
     (r"/similarity/[^/]+\.groups\.h5$", "prompt-group similarity", "prompt_group_similarity"),
     (r"/similarity/[^/]+\.h5$", "pair similarity", "pair_similarity"),
-    (r"/data/heldout/[^/]+/[^/]+\.npy$", "held-out shard", "heldout_wikitext"),
+    (r"/data/heldout/wikitext-2-raw-v1_test/[^/]+\.(npy|json)$", "held-out shard", "heldout_wikitext"),
+    (r"/data/heldout/[^/]+/[^/]+\.(npy|json)$", "held-out shard", "heldout_neuron_text"),  # neurons.heldout's
     (r"/data/[^/]+/shard_\d+\.(npy|json)$", "token shard", "tokenize_shard"),
     (r"/data/[^/]+/meta\.json$", "corpus meta", "corpus_meta"),
     (r"/data/[^/]+/environment\.json$", "build environment", "corpus_meta"),
