@@ -125,8 +125,7 @@ class Layout:
         return f"{self.results}/tokenizers/{name}/meta.json"
 
     def prompt_check_record(self, tokenizer: str, n_ctx: int | str) -> str:
-        """Written once every prompt set fits n_ctx tokens of `tokenizer`; beside the tokenizer, so it is lost
-        only with it."""
+        """Written once every prompt set fits n_ctx tokens of `tokenizer`; beside the tokenizer, lost only with it."""
         return f"{self.results}/tokenizers/{tokenizer}/prompt_check/n_ctx{n_ctx}.json"
 
     def corpus_dir(self, name: str) -> str:
@@ -149,7 +148,7 @@ class Layout:
         return f"{self.corpus_dir(name)}/meta.json"
 
     def heldout_shard(self, dataset: str, tokenizer: str) -> str:
-        """A hub held-out text (e.g. wikitext-2-raw-v1_test) as one token shard in `tokenizer`'s ids."""
+        """A hub held-out text (wikitext-2-raw-v1_test, neurons.heldout's) as one token shard in `tokenizer`'s ids."""
         return f"{self.results}/data/heldout/{dataset}/{tokenizer}.npy"
 
     # -- refits (§3.1-3.2)
