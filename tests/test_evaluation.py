@@ -157,8 +157,16 @@ def test_heldout_windows_take_the_first_tokens_across_shards_in_whole_windows():
 def test_heldout_windows_with_too_little_text(caplog):
     windows = heldout_windows([np.arange(9)], n_tokens=100, seq_len=4)
     assert windows.shape == (2, 4) and "fewer than analysis.heldout_tokens=100" in caplog.text
-    with pytest.raises(ValueError, match="less than one window of seq_len=16"):
+    with pytest.raises(ValueError, match="less than one window of seq_len=16; raise analysis.heldout_tokens or"):
         heldout_windows([np.arange(9)], n_tokens=100, seq_len=16)
+
+
+def test_heldout_windows_name_the_budgets_own_key(caplog):
+    """The neuron statistics' budget is neurons.tokens: a short text names that key, not the perplexity's."""
+    heldout_windows([np.arange(9)], n_tokens=100, seq_len=4, budget_key="neurons.tokens")
+    assert "fewer than neurons.tokens=100" in caplog.text and "analysis.heldout_tokens" not in caplog.text
+    with pytest.raises(ValueError, match="less than one window of seq_len=16; raise neurons.tokens or"):
+        heldout_windows([np.arange(9)], n_tokens=100, seq_len=16, budget_key="neurons.tokens")
 
 
 def test_heldout_tokens_outside_the_vocabulary_name_the_shards():

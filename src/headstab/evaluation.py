@@ -157,10 +157,13 @@ def head_ablation_perplexities(
     return out
 
 
-def heldout_windows(shards: Sequence[np.ndarray], n_tokens: int, seq_len: int) -> np.ndarray:
+def heldout_windows(
+    shards: Sequence[np.ndarray], n_tokens: int, seq_len: int, budget_key: str = "analysis.heldout_tokens"
+) -> np.ndarray:
     """The first `n_tokens` tokens of the concatenated shards as whole windows, [window, seq_len] int64.
 
-    A tail shorter than seq_len is dropped; every refit of an architecture sees the same windows.
+    A tail shorter than seq_len is dropped; every refit of an architecture sees the same windows. budget_key: the
+    config key of `n_tokens`, named when the text is short.
     """
     stream, remaining = [], n_tokens
     for shard in shards:
@@ -170,14 +173,12 @@ def heldout_windows(shards: Sequence[np.ndarray], n_tokens: int, seq_len: int) -
         remaining -= len(stream[-1])
     stream = np.concatenate(stream) if stream else np.zeros(0, np.int64)
     if len(stream) < n_tokens:
-        log.warning(
-            "held-out text has %d tokens, fewer than analysis.heldout_tokens=%d; using all of it", len(stream), n_tokens
-        )
+        log.warning("held-out text has %d tokens, fewer than %s=%d; using all of it", len(stream), budget_key, n_tokens)
     n_windows = len(stream) // seq_len
     if n_windows == 0:
         raise ValueError(
             f"held-out text has {len(stream)} tokens, less than one window of seq_len={seq_len}; "
-            "raise analysis.heldout_tokens or use a larger held-out corpus"
+            f"raise {budget_key} or use a larger held-out corpus"
         )
     return stream[: n_windows * seq_len].reshape(n_windows, seq_len)
 

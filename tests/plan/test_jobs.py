@@ -22,6 +22,8 @@ from headstab.plan.jobs import (
     names_regex,
     names_with_source,
     network_targets,
+    neuron_heldout_dataset,
+    neuron_heldout_shards,
     paper_twin_diagonal,
     paper_twins,
     prompt_checks,
@@ -195,8 +197,47 @@ def test_network_targets_are_the_hub_downloads_only(paper, demo):
     assert [
         layout.tokenizer_target(name) for name in tokenizers if paper["tokenizers"][name]["source"] == "hub"
     ] == targets[: len([t for t in tokenizers if paper["tokenizers"][t]["source"] == "hub"])]
-    assert [layout.heldout_shard(HELDOUT_HUB_DATASET, name) for name in tokenizers] == targets[-len(tokenizers) :]
+    wikitext = [layout.heldout_shard(HELDOUT_HUB_DATASET, name) for name in tokenizers]
+    c4 = [layout.heldout_shard("allenai--c4_en_validation_first10000000", name) for name in tokenizers]
+    assert wikitext + c4 == targets[-2 * len(tokenizers) :]  # every tokenizer of the paper has MLP architectures
     assert len(targets) == len(set(targets))
+    offline_neurons = {**paper, "neurons": {**paper["neurons"], "heldout": None}}
+    assert network_targets(offline_neurons, specs, layout) == targets[: -len(tokenizers)]
+
+
+def test_the_neuron_heldout_text_is_one_shard_per_tokenizer_of_the_architectures_with_mlps(paper, demo):
+    layout, specs = Layout(paper), specs_of(paper)
+    with_mlps = {arch: spec for arch, spec in specs.items() if not spec.attn_only}
+    shards = neuron_heldout_shards(paper, with_mlps, layout)
+    dataset = "allenai--c4_en_validation_first10000000"
+    assert shards == {arch: [layout.heldout_shard(dataset, spec.tokenizer)] for arch, spec in with_mlps.items()}
+    assert sorted({shard for arch_shards in shards.values() for shard in arch_shards}) == [
+        layout.heldout_shard(dataset, "gpt2"),
+        layout.heldout_shard(dataset, "neox_digits"),
+    ]
+    assert neuron_heldout_shards(paper, with_mlps, layout)["gpt2"] != heldout_shards(paper, with_mlps, layout)["gpt2"]
+    # null: the analysis held-out text, as the demo and the tests keep
+    assert demo["neurons"]["heldout"] is None
+    demo_specs = specs_of(demo)
+    assert neuron_heldout_shards(demo, demo_specs, Layout(demo)) == heldout_shards(demo, demo_specs, Layout(demo))
+    assert neuron_heldout_dataset(demo) is None
+
+
+def test_the_neuron_heldout_directory_names_the_split_and_the_budget(paper):
+    """Another dataset, split or budget is another shard and so new neuron statistics: nothing stale is read."""
+
+    def named(**changes):
+        source = {**paper["neurons"]["heldout"], **changes.pop("source", {})}
+        return neuron_heldout_dataset({"neurons": {**paper["neurons"], "heldout": source, **changes}})
+
+    assert named() == "allenai--c4_en_validation_first10000000"
+    assert named(tokens=1000) == "allenai--c4_en_validation_first1000"
+    assert named(source={"split": "train"}) == "allenai--c4_en_train_first10000000"
+    assert named(source={"name": "Skylion007/openwebtext", "config_name": None, "split": "train"}) == (
+        "Skylion007--openwebtext_train_first10000000"
+    )
+    assert named(source={"config_name": "en.noblocklist"}) == "allenai--c4_en-noblocklist_validation_first10000000"
+    assert re.fullmatch(names_regex([named()]), named()) and not re.fullmatch(names_regex([named()]), "wikitext")
 
 
 def test_wildcard_lookup_returns_the_jobs_entry_and_names_a_missing_one():

@@ -51,6 +51,14 @@ def _cases(layout: Layout):
         (layout.corpus_shard("synthetic", "001"), ("token shard", "tokenize_shard", "", "", "shard_001")),
         (layout.corpus_meta("synthetic"), ("corpus meta", "corpus_meta", "", "", "meta")),
         (layout.synthetic_text("synthetic"), ("corpus text", None, "", "", "text")),
+        (
+            layout.heldout_shard("wikitext-2-raw-v1_test", "gpt2"),
+            ("held-out shard", "heldout_wikitext", "", "", "gpt2"),
+        ),
+        (
+            layout.heldout_shard("allenai--c4_en_validation_first1000", "gpt2").replace(".npy", ".json"),
+            ("held-out shard", "heldout_neuron_text", "", "", "gpt2"),
+        ),
         (layout.prompt_check_record("bpe", 128), ("prompt check", "check_prompts", "", "", "n_ctx128")),
         (layout.table_path("l2_h8", "head_stability"), ("table", None, "arch", "l2_h8", "head_stability")),
         (layout.figure_path("l2_h8", "alignment_map"), ("figure", None, "arch", "l2_h8", "alignment_map")),
@@ -71,7 +79,7 @@ def _cases(layout: Layout):
     ]
 
 
-@pytest.mark.parametrize("index", range(31))
+@pytest.mark.parametrize("index", range(33))
 def test_every_layout_path_parses_back(index):
     layout = Layout(CONFIG)
     path, (kind, rule, scope, arch, name) = _cases(layout)[index]

@@ -281,7 +281,8 @@ def test_train_runtime_is_planned_from_the_config_alone(tmp_path):
 
 def test_network_inputs_plans_exactly_the_jobs_that_download(paper_plan):
     """README "Offline clusters": `snakemake network_inputs` on the paper builds the hub tokenizers, the hub
-    corpora's shards and wikitext-2, and nothing else; the full plan has no other job of those rules."""
+    corpora's shards, wikitext-2 and the neuron statistics' C4 validation text, and nothing else; the full plan has
+    no other job of those rules."""
     result = _dry_run("--", "network_inputs")
     network = job_counts(result.stdout + result.stderr)
     assert network == {
@@ -289,8 +290,9 @@ def test_network_inputs_plans_exactly_the_jobs_that_download(paper_plan):
         "tokenize_shard": 20,
         "corpus_meta": 2,
         "heldout_wikitext": 2,
+        "heldout_neuron_text": 2,  # C4 validation for the neuron statistics, in neox_digits and in gpt2
         "network_inputs": 1,
-        "total": 27,
+        "total": 29,
     }
     everything = paper_plan
     assert all(everything[rule] == count for rule, count in network.items() if rule not in ("network_inputs", "total"))
@@ -361,3 +363,10 @@ def test_the_paper_plans_the_neuron_stream_of_gpt2_on_a_gpu_with_its_pass_memory
     assert "gpu=1" in stream[0][1] and 12_700 < memory < 4 * 12_700  # a pair's copy and the null's block, not 10
     assert [rule for rule, _, _ in jobs].count("neuron_universality") == 1
     assert [rule for rule, _, _ in jobs].count("head_neuron_layers") == 1
+    # its held-out text: C4 validation's first neurons.tokens tokens in gpt2's tokenizer, from the hub; the
+    # attention-only l2_h8_attn (neox_digits) streams none
+    text = [wildcards for rule, wildcards, _ in jobs if rule == "heldout_neuron_text"]
+    assert text == ["dataset=allenai--c4_en_validation_first10000000, tokenizer=gpt2"]
+    shard = f"{tmp_path / 'results'}/data/heldout/allenai--c4_en_validation_first10000000/gpt2.npy"
+    reads = re.search(r"rule neuron_statistics:\n\s+input: (.*)$", result.stdout, re.M).group(1).split(", ")
+    assert shard in reads and not any("wikitext" in path for path in reads)

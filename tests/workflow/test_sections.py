@@ -114,8 +114,8 @@ def test_demo_plans_one_job_per_section_rule_and_architecture_and_one_comparison
     assert counts.get("reuse_paper_refit") == 3 and counts.get("train_seed_grid") == 2
     assert counts.get("publish_refit") == 16 + 6 + 3
     assert counts.get("seed_grid") == 1
-    # the demo's held-out text is its synthetic_heldout corpus, not wikitext
-    assert "heldout_wikitext" not in counts
+    # the demo's held-out text is its synthetic_heldout corpus, not wikitext, for the neurons too (offline)
+    assert "heldout_wikitext" not in counts and "heldout_neuron_text" not in counts
     # MLP neurons: l2_h8 is the demo's one architecture with MLPs; the attention-only ones get no neuron job
     assert [counts.get(rule) for rule in ("neuron_statistics", "neuron_universality", "head_neuron_layers")] == [1] * 3
 

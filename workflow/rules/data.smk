@@ -8,6 +8,8 @@
 #   corpus_meta     -> {RESULTS}/data/{corpus}/meta.json
 #   heldout_wikitext -> {RESULTS}/data/heldout/wikitext-2-raw-v1_test/{tokenizer}.npy/.json (analysis.heldout_corpus
 #                      null: the paper's held-out text, §4.5; needs internet)
+#   heldout_neuron_text -> {RESULTS}/data/heldout/{dataset}/{tokenizer}.npy/.json (neurons.heldout: the neuron
+#                      statistics' text, the first neurons.tokens tokens of a hub split; needs internet)
 #
 # Local tokenizers (source local) are used in place: no rule. File formats: src/headstab/data/shards.py.
 
@@ -29,6 +31,8 @@ CORPUS_JOBS = {
     for name, entry in CORPORA.items()
 }
 HELDOUT_HUB_SHARD = LAYOUT.heldout_shard(jobs.HELDOUT_HUB_DATASET, "{tokenizer}")
+HELDOUT_NEURON_DATASET = jobs.neuron_heldout_dataset(config)  # None: neurons.heldout is null, no such job
+HELDOUT_NEURON_SHARD = LAYOUT.heldout_shard("{dataset}", "{tokenizer}")
 
 
 rule synthetic_text:
@@ -188,3 +192,30 @@ rule heldout_wikitext:
         tokenizer_dir=lookup(dpath="{tokenizer}/dir", within=TOKENIZER_JOBS),
     script:
         "../scripts/heldout_wikitext.py"
+
+
+rule heldout_neuron_text:
+    """The neuron statistics' held-out text (neurons.heldout): a hub split streamed through `datasets`, each
+    document tokenized with `tokenizer` and followed by its EOS token, cut after the first neurons.tokens tokens
+    into one token shard (the directory names the split and the budget). Needs internet on the node that runs it."""
+    input:
+        tokenizer=lookup(dpath="{tokenizer}/target", within=TOKENIZER_JOBS),
+    output:
+        tokens=HELDOUT_NEURON_SHARD,
+        record=HELDOUT_NEURON_SHARD.replace(".npy", ".json"),
+    log:
+        LAYOUT.log("heldout_neuron_text", "{dataset}", "{tokenizer}"),
+    wildcard_constraints:
+        dataset=jobs.names_regex([HELDOUT_NEURON_DATASET] if HELDOUT_NEURON_DATASET else []),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    params:
+        source=config["neurons"]["heldout"],
+        tokens=config["neurons"]["tokens"],
+        tokenizer_dir=lookup(dpath="{tokenizer}/dir", within=TOKENIZER_JOBS),
+    script:
+        "../scripts/heldout_neuron_text.py"

@@ -21,7 +21,7 @@ NEURON_MEM_MB = {
     for arch, seeds in NEURON_SEEDS.items()
 }
 try:
-    NEURON_HELDOUT = jobs.heldout_shards(config, SPECS, LAYOUT)
+    NEURON_HELDOUT = jobs.neuron_heldout_shards(config, {arch: SPECS[arch] for arch in NEURON_ARCHITECTURES}, LAYOUT)
 except ValueError as error:
     raise WorkflowError(str(error)) from None
 

@@ -11,7 +11,8 @@
 # (rule all) refreshes them afterwards.
 #
 #   snakemake network_inputs --cores 4   everything that needs the internet (hub tokenizers, hub
-#                                        corpora's shards, wikitext-2), on a node that has it
+#                                        corpora's shards, wikitext-2, neurons.heldout's text), on a node
+#                                        that has it
 
 
 # Every output of one architecture: weights, caches, similarity, then each section's (add_outputs, common.smk).

@@ -27,7 +27,7 @@ def main():
     params, inp, out = snakemake.params, snakemake.input, snakemake.output
     spec, neurons = spec_from_dict(params.spec), params.neurons
     torch.set_num_threads(snakemake.threads)
-    windows = heldout_windows(load_shards(inp.heldout), neurons["tokens"], spec.seq_len)
+    windows = heldout_windows(load_shards(inp.heldout), neurons["tokens"], spec.seq_len, "neurons.tokens")
     check_heldout_vocabulary(windows, spec.d_vocab, list(inp.heldout))
     skip = newline_token_ids(load_tokenizer(params.tokenizer_dir)) if neurons["skip_newline"] else []
     expected = int((~np.isin(windows, skip)).sum())

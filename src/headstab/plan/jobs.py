@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -245,6 +246,29 @@ def heldout_shards(
     return {arch: layout.corpus_shards(corpus) for arch in specs}
 
 
+def neuron_heldout_dataset(config: Mapping[str, Any]) -> str | None:
+    """The directory name of the neuron statistics' held-out text under data/heldout/: the hub dataset of
+    neurons.heldout and the token budget, e.g. allenai--c4_en_validation_first10000000, so another dataset or
+    budget is another shard (and new neuron statistics), never a stale one; None when neurons.heldout is null."""
+    source = config["neurons"]["heldout"]
+    if source is None:
+        return None
+    parts = [source["name"].replace("/", "--"), source.get("config_name"), source["split"]]
+    name = "_".join(re.sub(r"[^A-Za-z0-9-]+", "-", str(part)) for part in parts if part is not None)
+    return f"{name}_first{config['neurons']['tokens']}"
+
+
+def neuron_heldout_shards(
+    config: Mapping[str, Any], specs: Mapping[str, ArchitectureSpec], layout: Layout
+) -> dict[str, list[str]]:
+    """{architecture: the held-out token shards its neuron statistics stream}: neurons.heldout in the
+    architecture's tokenizer (one shard per tokenizer), or `heldout_shards` when it is null."""
+    dataset = neuron_heldout_dataset(config)
+    if dataset is None:
+        return heldout_shards(config, specs, layout)
+    return {arch: [layout.heldout_shard(dataset, spec.tokenizer)] for arch, spec in specs.items()}
+
+
 def run_corpora(config: Mapping[str, Any], specs: Mapping[str, ArchitectureSpec]) -> set[str]:
     """The corpora this run tokenizes: its trained architectures' (a published refit needs no corpus) and the
     held-out one."""
@@ -268,7 +292,7 @@ def published_targets(
 def network_targets(config: Mapping[str, Any], specs: Mapping[str, ArchitectureSpec], layout: Layout) -> list[str]:
     """Outputs of every job of this run that downloads from the Hugging Face hub: hub tokenizers (and
     tokenizers trained on a hub corpus), hub corpora's metas, wikitext-2 when analysis.heldout_corpus is
-    null, the published refits of source published and the hub models of source hub_family (with the
+    null, the neuron statistics' held-out text when neurons.heldout names a hub dataset, the published refits of source published and the hub models of source hub_family (with the
     digests of their audited revisions)."""
     tokenizers, corpora, run = config["tokenizers"], config["corpora"], run_corpora(config, specs)
     used = {spec.tokenizer for spec in specs.values()} | {corpora[name]["tokenizer"] for name in run}
@@ -281,6 +305,10 @@ def network_targets(config: Mapping[str, Any], specs: Mapping[str, ArchitectureS
     targets += [layout.corpus_meta(name) for name in sorted(run) if corpora[name]["source"] == "hub"]
     if config["analysis"]["heldout_corpus"] is None:  # wikitext-2 from the hub, once per tokenizer
         targets += sorted({shard for shards in heldout_shards(config, specs, layout).values() for shard in shards})
+    if neuron_heldout_dataset(config) is not None:  # the neuron statistics' text, once per tokenizer
+        with_mlps = {arch: spec for arch, spec in specs.items() if not spec.attn_only}
+        shards = neuron_heldout_shards(config, with_mlps, layout).values()
+        targets += sorted({shard for arch_shards in shards for shard in arch_shards})
     families = [
         path
         for arch, spec in specs.items()

@@ -125,8 +125,7 @@ class Layout:
         return f"{self.results}/tokenizers/{name}/meta.json"
 
     def prompt_check_record(self, tokenizer: str, n_ctx: int | str) -> str:
-        """Written once every prompt set fits n_ctx tokens of `tokenizer`; beside the tokenizer, so it is lost
-        only with it."""
+        """Written once every prompt set fits n_ctx tokens of `tokenizer`; beside the tokenizer, lost only with it."""
         return f"{self.results}/tokenizers/{tokenizer}/prompt_check/n_ctx{n_ctx}.json"
 
     def corpus_dir(self, name: str) -> str:
@@ -149,7 +148,7 @@ class Layout:
         return f"{self.corpus_dir(name)}/meta.json"
 
     def heldout_shard(self, dataset: str, tokenizer: str) -> str:
-        """A hub held-out text (e.g. wikitext-2-raw-v1_test) as one token shard in `tokenizer`'s ids."""
+        """A hub held-out text (wikitext-2-raw-v1_test, neurons.heldout's) as one token shard in `tokenizer`'s ids."""
         return f"{self.results}/data/heldout/{dataset}/{tokenizer}.npy"
 
     # -- refits (§3.1-3.2)
@@ -324,7 +323,8 @@ _FILES = (
     (r"/neurons/pairs/\.snakemake_timestamp$", "directory timestamp", "neuron_statistics"),  # directory() output
     (r"/similarity/[^/]+\.groups\.h5$", "prompt-group similarity", "prompt_group_similarity"),
     (r"/similarity/[^/]+\.h5$", "pair similarity", "pair_similarity"),
-    (r"/data/heldout/[^/]+/[^/]+\.npy$", "held-out shard", "heldout_wikitext"),
+    (r"/data/heldout/wikitext-2-raw-v1_test/[^/]+\.(npy|json)$", "held-out shard", "heldout_wikitext"),
+    (r"/data/heldout/[^/]+/[^/]+\.(npy|json)$", "held-out shard", "heldout_neuron_text"),  # neurons.heldout's
     (r"/data/[^/]+/shard_\d+\.(npy|json)$", "token shard", "tokenize_shard"),
     (r"/data/[^/]+/meta\.json$", "corpus meta", "corpus_meta"),
     (r"/data/[^/]+/environment\.json$", "build environment", "corpus_meta"),
