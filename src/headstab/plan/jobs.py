@@ -292,8 +292,8 @@ def published_targets(
 def network_targets(config: Mapping[str, Any], specs: Mapping[str, ArchitectureSpec], layout: Layout) -> list[str]:
     """Outputs of every job of this run that downloads from the Hugging Face hub: hub tokenizers (and
     tokenizers trained on a hub corpus), hub corpora's metas, wikitext-2 when analysis.heldout_corpus is
-    null, the neuron statistics' held-out text when neurons.heldout names a hub dataset, the published refits of source published and the hub models of source hub_family (with the
-    digests of their audited revisions)."""
+    null, the neuron statistics' held-out text when neurons.heldout names a hub dataset, the published refits
+    of source published and the hub models of source hub_family (with the digests of their audited revisions)."""
     tokenizers, corpora, run = config["tokenizers"], config["corpora"], run_corpora(config, specs)
     used = {spec.tokenizer for spec in specs.values()} | {corpora[name]["tokenizer"] for name in run}
     targets = [
