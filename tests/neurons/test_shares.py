@@ -12,6 +12,7 @@ import pytest
 from headstab.neurons.shares import (
     NEURON_COLUMNS,
     SHARE_COLUMNS,
+    SHARE_METHOD,
     neuron_rows,
     neuron_scores,
     stack_pairs,
@@ -89,6 +90,8 @@ def test_the_layer_share_is_the_planted_share_with_a_chance_level_of_zero(pair_m
     assert (table[["null_share", "null_ci_low", "null_ci_high"]].to_numpy() == 0).all()
     assert table["n_neurons"].tolist() == [192] * 3 and table["n_dead"].tolist() == [0] * 3
     assert table["calibration"].eq("descriptive").all() and table["relative_depth"].tolist() == [1 / 3, 2 / 3, 1.0]
+    assert table["layer"].tolist() == [0, 1, 2] and table["n_refits"].tolist() == [3] * 3
+    assert table["n_boot"].tolist() == [200] * 3
 
 
 def test_scores_and_shares_by_hand():
@@ -105,7 +108,53 @@ def test_scores_and_shares_by_hand():
     assert table["universal_share"] == pytest.approx(3 / 5) and table["n_dead"] == 1 and table["n_neurons"] == 5
     assert table["mean_max"] == pytest.approx((0.6 + 0.3 + 0.6 + 0.5 + 0.6) / 5)
     assert table["excess"] == pytest.approx(table["mean_max"] - 0.1)
-    assert table["null_share"] == 0.0
+    assert table["null_share"] == 0.0 and table["mean_null_max"] == pytest.approx(0.1)
+
+
+def two_refits_by_hand() -> tuple[np.ndarray, np.ndarray]:
+    """2 refits, 1 layer, 3 neurons stacked from their two directions; anchor a's neuron 2 has a NaN null."""
+    maxima = {("a", "b"): [[0.8, 0.4, 0.6]], ("b", "a"): [[0.7, 0.3, 0.9]]}
+    nulls = {("a", "b"): [[0.5, 0.2, np.nan]], ("b", "a"): [[0.1, 0.5, 0.2]]}
+    return stack_pairs(maxima, ["a", "b"]), stack_pairs(nulls, ["a", "b"])
+
+
+def test_a_neuron_without_a_null_is_in_no_share_and_a_null_at_the_threshold_is_not_universal():
+    """Each anchor's one partner is the other refit, so scores are the pair values; 5 live neurons: maxima 0.8,
+    0.4 (a) and 0.7, 0.3, 0.9 (b), nulls 0.5, 0.2 and 0.1, 0.5, 0.2 (two exactly at the threshold)."""
+    pair_max, pair_null = two_refits_by_hand()
+    assert pair_max.shape == (2, 2, 1, 3) and np.isnan(pair_max[[0, 1], [0, 1]]).all()
+    table = universal_share_table(pair_max, pair_null, n_boot=20, seed=0, confidence=0.9).iloc[0]
+    assert table["n_neurons"] == 5 and table["n_dead"] == 1
+    assert table["universal_share"] == pytest.approx(3 / 5) and table["null_share"] == 0.0
+    assert table["mean_max"] == pytest.approx(3.1 / 5) and table["mean_null_max"] == pytest.approx(1.5 / 5)
+    assert table["excess"] == pytest.approx(1.6 / 5)
+
+
+def test_neuron_rows_use_the_threshold_and_keep_the_null_per_neuron():
+    pair_max, pair_null = two_refits_by_hand()
+    rows = neuron_rows(pair_max, pair_null, ["a", "b"], threshold=0.75)
+    assert list(rows.columns) == NEURON_COLUMNS
+    assert rows["anchor_seed"].tolist() == ["a"] * 3 + ["b"] * 3 and rows["neuron"].tolist() == [0, 1, 2] * 2
+    assert rows["layer"].tolist() == [0] * 6
+    assert rows["universal"].tolist() == [True, False, False, False, False, True]
+    np.testing.assert_array_equal(rows["max_correlation"], [0.8, 0.4, 0.6, 0.7, 0.3, 0.9])
+    np.testing.assert_array_equal(rows["null_max_correlation"], [0.5, 0.2, np.nan, 0.1, 0.5, 0.2])
+    np.testing.assert_allclose(rows["excess"], [0.3, 0.2, np.nan, 0.6, -0.2, 0.7])
+
+
+def test_the_label_follows_the_number_of_refits(monkeypatch):
+    """Planted: the share's interval calibrated from 4 refits on; 3 refits are descriptive, 4 calibrated."""
+    from headstab.statistics import calibration
+
+    planted = calibration.Method(SHARE_METHOD, "interval", "refits", 4, "share of universal neurons")
+    monkeypatch.setitem(calibration.METHODS, SHARE_METHOD, planted)
+    rng = np.random.default_rng(2)
+    labels = []
+    for n_refits in (3, 4):
+        pair_max = rng.uniform(0.2, 0.9, size=(n_refits, n_refits, 2, 5))
+        table = universal_share_table(pair_max, pair_max / 2, n_boot=10, seed=0, confidence=0.9)
+        labels.append(table["calibration"].tolist())
+    assert labels == [["descriptive"] * 2, ["calibrated"] * 2]
 
 
 def test_a_higher_threshold_finds_fewer_universal_neurons():
@@ -124,6 +173,14 @@ def test_a_missing_pair_direction_is_named_with_the_fix():
     values[("seed1", "seed3")] = np.zeros((1, 2))
     with pytest.raises(ValueError, match=r"\('seed3', 'seed2'\)\] are missing \(3 of 6 ordered pairs\).*swapped"):
         stack_pairs(values, ["seed1", "seed2", "seed3"])
+    # five missing: the first three are named, then the count and the fix
+    message = (
+        r"^neuron maxima of the refit pairs \[\('seed1', 'seed3'\), \('seed2', 'seed1'\), \('seed2', 'seed3'\)\] "
+        r"are missing \(5 of 6 ordered pairs\); compute every pair, each in both directions "
+        r"\(PairStatistics\.swapped gives the other direction\)$"
+    )
+    with pytest.raises(ValueError, match=message):
+        stack_pairs({("seed1", "seed2"): np.zeros((1, 2))}, ["seed1", "seed2", "seed3"])
     with pytest.raises(ValueError, match=r"null maxima of shape \(2, 2, 1\) for maxima of shape \(2, 2, 1, 3\)"):
         universal_share_table(np.zeros((2, 2, 1, 3)), np.zeros((2, 2, 1)), n_boot=10, seed=0, confidence=0.9)
 
@@ -138,19 +195,25 @@ def test_the_interval_resamples_anchors_and_each_anchors_partners():
     pair_null = rng.uniform(0.0, 0.6, size=(4, 4, 1, 6))
     table = universal_share_table(pair_max, pair_null, n_boot=300, seed=9, confidence=0.9).iloc[0]
     draws = draw_resamples(300, 4, 1, 9)
-    shares, nulls = [], []
+    shares, nulls, excesses = [], [], []
     for r in range(300):
-        universal = null_universal = 0.0
+        universal = null_universal = excess = 0.0
         for a in range(4):
             partners = [b for b in range(4) for _ in range(draws.pair_counts[r, a, b])]
             score = np.mean([pair_max[a, b, 0] for b in partners], axis=0)
             null = np.mean([pair_null[a, b, 0] for b in partners], axis=0)
             universal += draws.refit_counts[r, a] * np.sum(score > 0.5)
             null_universal += draws.refit_counts[r, a] * np.sum(null > 0.5)
+            excess += draws.refit_counts[r, a] * np.sum(score - null)
         shares.append(universal / (4 * 6))
         nulls.append(null_universal / (4 * 6))
+        excesses.append(excess / (4 * 6))
     np.testing.assert_allclose((table["ci_low"], table["ci_high"]), percentile_interval(np.array(shares), 0.9))
     np.testing.assert_allclose((table["null_ci_low"], table["null_ci_high"]), percentile_interval(np.array(nulls), 0.9))
+    # the excess is continuous, so its interval pins the draws themselves (seed 9), not only their counts
+    excess_interval = percentile_interval(np.array(excesses), 0.9)
+    np.testing.assert_allclose((table["excess_ci_low"], table["excess_ci_high"]), excess_interval, rtol=1e-12)
+    assert excess_interval[0] < excess_interval[1]
 
 
 def test_neuron_rows_are_the_scores_one_row_per_anchor_neuron(pair_maxima):
