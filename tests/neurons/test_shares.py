@@ -130,6 +130,21 @@ def test_a_neuron_without_a_null_is_in_no_share_and_a_null_at_the_threshold_is_n
     assert table["excess"] == pytest.approx(1.6 / 5)
 
 
+def test_two_refits_give_no_interval_and_three_give_one():
+    """With 2 refits every resample repeats the sample (each anchor's one partner is the other refit): NaN, not a
+    zero-width interval; a third refit gives intervals that contain the estimates."""
+    interval_columns = ["ci_low", "ci_high", "null_ci_low", "null_ci_high", "excess_ci_low", "excess_ci_high"]
+    two = universal_share_table(*two_refits_by_hand(), n_boot=50, seed=0, confidence=0.9).iloc[0]
+    assert two[interval_columns].isna().all() and two["universal_share"] == pytest.approx(3 / 5)
+    rng = np.random.default_rng(3)
+    values = rng.uniform(0.2, 0.9, size=(3, 3, 1, 40))
+    values[np.arange(3), np.arange(3)] = np.nan
+    three = universal_share_table(values, np.where(np.isnan(values), np.nan, 0.3), n_boot=200, seed=0, confidence=0.9)
+    row = three.iloc[0]
+    assert row[interval_columns].notna().all() and row["ci_low"] < row["ci_high"]
+    assert row["ci_low"] <= row["universal_share"] <= row["ci_high"]
+
+
 def test_neuron_rows_use_the_threshold_and_keep_the_null_per_neuron():
     pair_max, pair_null = two_refits_by_hand()
     rows = neuron_rows(pair_max, pair_null, ["a", "b"], threshold=0.75)

@@ -218,9 +218,12 @@ def test_neuron_universality_of_both_refits_reaches_the_tables(tiny_run):
             (scope, layer) for scope in ("cross_layer", "same_layer") for layer in (0, 1)
         ]
         assert (shares["n_refits"] == 2).all() and (shares["n_tokens"] == n_tokens).all()
-        assert (shares["ci_low"] <= shares["universal_share"]).all() and shares["null_share"].notna().all()
+        assert shares["ci_low"].isna().all() and shares["null_share"].notna().all()  # 2 refits: no interval
         scores = pd.read_csv(tiny_run / arch / "tables/neuron_scores.csv")
         assert len(scores) == 2 * 2 * 2 * 64  # scopes x anchors x layers x neurons
+        depth = pd.read_csv(tiny_run / arch / "tables/neuron_depth_tests.csv")  # 2 refits of 2 layers: no test
+        assert sorted(depth["scope"]) == ["cross_layer", "same_layer"] and depth["p_value"].isna().all()
+        assert depth["note"].str.contains("at least 3 refits").all()
         assert (tiny_run / arch / "figures/neuron_universality.png").stat().st_size > 0
     layers = pd.read_csv(tiny_run / "summary/tables/head_neuron_layers.csv")
     assert sorted(zip(layers["architecture"], layers["layer"])) == [

@@ -146,7 +146,8 @@ def universal_share_table(
     excess, each with a refit-resampled percentile interval (n_boot resamples drawn with `seed`).
 
     pair_max, pair_null: float64 [anchor, other, layer, neuron] (`stack_pairs` of `max_correlations` and of
-    `null_max_correlations` averaged over draws), at least 2 refits. n_neurons: live neurons over all anchors.
+    `null_max_correlations` averaged over draws), at least 2 refits; with 2 every interval is NaN (the resamples
+    can only repeat the sample). n_neurons: live neurons over all anchors.
     """
     n_refits, n_layers = pair_max.shape[0], pair_max.shape[2]
     if pair_null.shape != pair_max.shape:
@@ -161,6 +162,8 @@ def universal_share_table(
         estimate = _layer_replicates(*part, full_pairs, full_refits, threshold)
         replicates = _layer_replicates(*part, resamples.pair_counts, resamples.refit_counts, threshold)
         intervals = {name: percentile_interval(values, confidence) for name, values in replicates.items()}
+        if n_refits < 3:  # each resample is the sample itself (the only partner is the other refit): no interval
+            intervals = dict.fromkeys(intervals, (np.nan, np.nan))
         scores = neuron_scores(*part)
         live = (np.isfinite(scores["max"]) & np.isfinite(scores["null"])).sum()
         rows.append(
