@@ -4,7 +4,7 @@
 #   neuron_statistics    {RESULTS}/{arch}/neurons/pairs/seed<a>_seed<b>.npz (streamed statistics of each pair),
 #                        neurons/maxima.npz (every ordered pair's maxima and null maxima)   (GPU)
 #   neuron_universality  {RESULTS}/{arch}/tables/neuron_universality.csv, neuron_scores.csv,
-#                        figures/neuron_universality.png
+#                        neuron_depth_tests.csv, figures/neuron_universality.png
 #   head_neuron_layers   {RESULTS}/summary/tables/head_neuron_layers.csv, head_neuron_correlation.csv,
 #                        summary/figures/head_neuron_layers.png
 #
@@ -25,7 +25,7 @@ try:
 except ValueError as error:
     raise WorkflowError(str(error)) from None
 
-NEURON_TABLES = ("neuron_universality", "neuron_scores")
+NEURON_TABLES = ("neuron_universality", "neuron_scores", "neuron_depth_tests")
 NEURON_TARGETS = {
     arch: [LAYOUT.table_path(arch, name) for name in NEURON_TABLES] + [LAYOUT.figure_path(arch, "neuron_universality")]
     for arch in NEURON_ARCHITECTURES
@@ -83,7 +83,8 @@ rule neuron_statistics:
 rule neuron_universality:
     """Per neuron, the maximum correlation averaged over partner refits, its null and the excess; per layer
     and scope, the universal share (above neurons.threshold) with a refit-resampled interval beside the null's
-    share (the chance level)."""
+    share (the chance level); per scope, the test that the excess correlation dips at mid-depth, refits as
+    units (one-sided sign flips of their jackknife pseudo-values)."""
     input:
         maxima=LAYOUT.neuron_maxima_path("{arch}"),
     output:
@@ -91,6 +92,8 @@ rule neuron_universality:
         table_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "neuron_universality")),
         scores=LAYOUT.table_path("{arch}", "neuron_scores"),
         scores_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "neuron_scores")),
+        depth=LAYOUT.table_path("{arch}", "neuron_depth_tests"),
+        depth_record=LAYOUT.table_record(LAYOUT.table_path("{arch}", "neuron_depth_tests")),
         figure=report(
             LAYOUT.figure_path("{arch}", "neuron_universality"),
             caption="../report/neuron_universality.rst",

@@ -16,4 +16,13 @@ NEURON_METHODS: tuple[tuple[str, str, str, int | None, str], ...] = (
         None,
         "Spearman rank correlation over layers of head stability above null and universal-neuron share",
     ),
+    # calibration/cases/neuron_depth.py: 4 layers, no dip, layers of two kinds and refit-specific offsets.
+    (
+        "neuron_mid_depth_sign_flip",
+        "p_value",
+        "refits",
+        4,
+        "end layers minus interior layers of the neurons' excess correlation, one-sided sign flip over refits' "
+        "jackknife pseudo-values (neuron_depth_tests.csv)",
+    ),
 )
