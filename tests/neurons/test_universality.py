@@ -158,3 +158,91 @@ def test_independent_refits_sit_at_their_null(kind):
     for scope in ("same_layer", "cross_layer"):
         excess = found[scope] - null[scope].mean(axis=0)
         assert abs(float(excess.mean())) < 0.01 and found[scope].max() < 0.15
+
+
+def test_neurons_of_small_variance_keep_their_correlation():
+    """Pearson's r does not depend on scale: activations times 1e-3 (sums of centred squares near 0.01, not 0)
+    give the same maxima and null maxima as the originals."""
+    a, b = correlated_refits(7)
+    stats, small = statistics_of(a, b, "cross_layer"), statistics_of(a * 1e-3, b * 1e-3, "cross_layer")
+    assert float(torch.diagonal(small.comoment_a, dim1=-2, dim2=-1).max()) < 1.0
+    assert float(torch.diagonal(small.comoment_b, dim1=-2, dim2=-1).max()) < 1.0
+    found, found_small = max_correlations(stats), max_correlations(small)
+    null, null_small = null_max_correlations(stats, 2, 3), null_max_correlations(small, 2, 3)
+    for scope in ("same_layer", "cross_layer"):
+        assert np.isfinite(found_small[scope]).all() and np.isfinite(null_small[scope]).all()
+        np.testing.assert_allclose(found_small[scope], found[scope], rtol=0, atol=ATOL)
+        np.testing.assert_allclose(null_small[scope], null[scope], rtol=0, atol=ATOL)
+
+
+def test_cross_layer_maxima_also_give_the_same_layer_maxima_and_integer_indices():
+    a, b = correlated_refits(8)
+    found = max_correlations(statistics_of(a, b, "cross_layer"))
+    same_scope = max_correlations(statistics_of(a, b, "same_layer"))
+    assert set(found) == {
+        "same_layer",
+        "same_layer_neuron",
+        "cross_layer",
+        "cross_layer_layer",
+        "cross_layer_neuron",
+    }
+    np.testing.assert_array_equal(found["same_layer_neuron"], same_scope["same_layer_neuron"])
+    for key in ("same_layer_neuron", "cross_layer_layer", "cross_layer_neuron"):
+        assert found[key].dtype == np.int64 and found[key].shape == (N_LAYERS, D_MLP), key
+    assert found["same_layer"].dtype == np.float64 and found["cross_layer"].dtype == np.float64
+
+
+@pytest.mark.parametrize("scope", ["same_layer", "cross_layer"])
+def test_results_do_not_depend_on_the_default_device(scope):
+    """A session whose default device is another (cuda; here meta) gets the same numbers: every tensor is made
+    on the statistics' device."""
+    a, b = correlated_refits(9)
+    stats = statistics_of(a, b, scope)
+    found, null = max_correlations(stats), null_max_correlations(stats, 2, 4)
+    with torch.device("meta"):
+        found_elsewhere, null_elsewhere = max_correlations(stats), null_max_correlations(stats, 2, 4)
+    for expected, got in ((found, found_elsewhere), (null, null_elsewhere)):
+        assert set(got) == set(expected)
+        for key, values in expected.items():
+            np.testing.assert_array_equal(got[key], values)
+
+
+def test_the_null_maps_are_drawn_on_the_statistics_device(monkeypatch):
+    """CPU maps of CUDA statistics would fail their product: the device is passed on to draw_maps."""
+    from headstab.neurons import universality
+
+    calls = []
+
+    def recording(*args, **kwargs):
+        calls.append((args, kwargs))
+        return draw_maps(*args, **kwargs)
+
+    monkeypatch.setattr(universality, "draw_maps", recording)
+    a, b = correlated_refits(10)
+    stats = statistics_of(a, b, "same_layer")
+    null_max_correlations(stats, 1, 0)
+    ((args, kwargs),) = calls
+    assert args == ("haar", 1, N_LAYERS, D_MLP, 0, stats.cross.device) and not kwargs
+
+
+def test_the_defaults_are_twenty_haar_draws_of_seed_zero():
+    a, b = correlated_refits(11)
+    stats = statistics_of(a, b, "same_layer")
+    null = null_max_correlations(stats)
+    assert null["same_layer"].shape == (20, N_LAYERS, D_MLP)
+    np.testing.assert_array_equal(null["same_layer"], null_max_correlations(stats, 20, 0, "haar")["same_layer"])
+    both, explicit = pair_universality(stats), pair_universality(stats, 20, 0, "haar")
+    assert set(both) == set(explicit)
+    for key, arrays in explicit.items():
+        for name, values in arrays.items():
+            np.testing.assert_array_equal(both[key][name], values)
+
+
+def test_pair_universality_draws_the_kind_of_null_asked_for():
+    a, b = correlated_refits(12)
+    stats = statistics_of(a, b, "same_layer")
+    gurnee = pair_universality(stats, 2, 7, "gurnee")[("seed1", "seed2")]["null_same_layer"]
+    expected = null_max_correlations(stats, 2, direction_seed(7, "seed1", "seed2"), "gurnee")["same_layer"]
+    np.testing.assert_array_equal(gurnee, expected.mean(axis=0))
+    haar = null_max_correlations(stats, 2, direction_seed(7, "seed1", "seed2"), "haar")["same_layer"]
+    assert not np.allclose(gurnee, haar.mean(axis=0))
