@@ -123,6 +123,13 @@ def layer_permutations(groups: Sequence[object], n_permutations: int, seed: int)
     return out, False
 
 
+def _unit_ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks of values [unit], centred and scaled to unit length: the dot product of two is Spearman's rho."""
+    ranks = rankdata(values)
+    centred = ranks - ranks.mean()
+    return centred / np.linalg.norm(centred)
+
+
 def rank_permutation_test(
     head: np.ndarray, neuron: np.ndarray, groups: Sequence[object], n_permutations: int, seed: int
 ) -> dict[str, float | int | bool]:
@@ -135,8 +142,7 @@ def rank_permutation_test(
     empty = {"rho": math.nan, "p_value": math.nan, "n_units": int(keep.sum()), "n_permutations": 0, "exact": False}
     if len(head) < 3 or np.ptp(head) == 0 or np.ptp(neuron) == 0:
         return empty
-    x, y = rankdata(head), rankdata(neuron)
-    x, y = (x - x.mean()) / np.linalg.norm(x - x.mean()), (y - y.mean()) / np.linalg.norm(y - y.mean())
+    x, y = _unit_ranks(head), _unit_ranks(neuron)
     rho = float(x @ y)
     permutations, exact = layer_permutations(groups, n_permutations, seed)
     permuted = y[permutations] @ x  # the ranks of a permuted measure are the permuted ranks
