@@ -76,6 +76,29 @@ def hf_layer0_patterns(directory: Path, tokens: Any) -> Any:
     return out.attentions[0].numpy()
 
 
+def hf_mlp_post(directory: Path, tokens: Any) -> Any:
+    """Every layer's MLP activation of the saved model, run directly with transformers: the output of `act`, which
+    GPT2MLP applies to `c_fc` and GPTNeoXMLP to `dense_h_to_4h` (TransformerLens's `mlp.hook_post`), float32
+    [layer, batch, pos, d_mlp]."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(directory, trust_remote_code=False).eval()
+    base = model.base_model
+    blocks = base.h if hasattr(base, "h") else base.layers  # GPT2Model.h, GPTNeoXModel.layers
+    captured = {}
+    handles = [
+        block.mlp.act.register_forward_hook(lambda _module, _args, out, layer=layer: captured.__setitem__(layer, out))
+        for layer, block in enumerate(blocks)
+    ]
+    try:
+        with torch.no_grad():
+            model(torch.as_tensor(tokens))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return torch.stack([captured[layer] for layer in range(len(blocks))]).numpy()
+
+
 # ---------------------------------------------------------------- families with revisions along training
 def train_run(kind: str, init_seed: int, data_seed: int, vocab_size: int, start: Any = None) -> dict[str, Any]:
     """One run's state dicts {"step0", "step1", "step4", "final"}: the initialisation of `init_seed` (or the

@@ -30,11 +30,11 @@ def job_counts(output: str) -> dict[str, int]:
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s*([A-Za-z_]\w*)\s+(\d+)\s*$", output, re.M)}
 
 
-# The tables of every rule that runs a refit (validation and ablation perplexity, layer drop/swap, head-type scores)
-# or reads its weights, caches or similarity, up to the stability tables: what a refit from elsewhere (a published
-# mirror, a hub family) must get through. The rules that only read these tables (figures, head types, layer
-# robustness, weight-norm correlation) run the same code whatever the weights' source; the tiny DAG
-# (tests/workflow/test_integration.py) runs them.
+# The tables of every rule that runs a refit (validation and ablation perplexity, layer drop/swap, head-type scores,
+# the MLP neurons' streamed statistics) or reads its weights, caches or similarity, up to the stability tables: what
+# a refit from elsewhere (a published mirror, a hub family) must get through. The rules that only read these tables
+# (figures, head types, layer robustness, weight-norm correlation) run the same code whatever the weights' source;
+# the tiny DAG (tests/workflow/test_integration.py) runs them.
 MODEL_ANALYSIS_TABLES = (
     "head_stability",
     "weight_norms",
@@ -46,6 +46,8 @@ MODEL_ANALYSIS_TABLES = (
     "effective_rank",
     "layer_drop_swap",
     "head_type_scores",
+    "neuron_universality",
+    "neuron_scores",
 )
 
 

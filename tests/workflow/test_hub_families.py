@@ -14,10 +14,12 @@ from helpers.hub_family_models import (
     audit_config,
     build_tokenizer,
     hf_layer0_patterns,
+    hf_mlp_post,
     train_run,
     write_family,
     write_revisions,
 )
+from helpers.neuron_moments import assert_streamed_moments, heldout_windows, load_pair_file, newline_ids
 from helpers.workflow_runs import MODEL_ANALYSIS_TABLES, REPO, job_counts, run_snakemake
 
 from headstab.plan.config import load_yaml, validate_config
@@ -73,7 +75,8 @@ def family_config(tmp_path: Path) -> Path:
 
 @pytest.mark.integration
 def test_the_model_analyses_run_on_tiny_gpt2_and_gpt_neox_families(tmp_path):
-    """Every rule that runs or reads a family's model, from local save_pretrained directories (FAMILY_TABLES)."""
+    """Every rule that runs or reads a family's model, from local save_pretrained directories (FAMILY_TABLES); the
+    layer-0 patterns and the neurons' streamed moments equal those of the models run directly with transformers."""
     from headstab.activations.reader import open_cache
     from headstab.plan.config import architecture_spec
 
@@ -110,7 +113,24 @@ def test_the_model_analyses_run_on_tiny_gpt2_and_gpt_neox_families(tmp_path):
         for prompt, length in enumerate(lengths[:4]):
             expected = hf_layer0_patterns(tmp_path / f"models/{kind}/seed2", tokens[prompt : prompt + 1, :length])[0]
             np.testing.assert_allclose(patterns[prompt, :, :length, :length], expected, atol=1e-6)
+        assert (results / "figures/neuron_universality.png").stat().st_size > 0
+        assert_neuron_moments_match_transformers(tmp_path, results, kind, spec.seq_len)
     assert (compare / "tables/perplexity.csv").stat().st_size > 0
+
+
+def assert_neuron_moments_match_transformers(tmp_path: Path, results: Path, kind: str, seq_len: int) -> None:
+    """Both refits of the pair file stream the neurons of the saved models run directly with transformers (`act` in
+    every MLP), over the same held-out windows with the newline positions left out (helpers.neuron_moments)."""
+    neurons = load_yaml(tmp_path / "families.yaml")["neurons"]
+    windows = heldout_windows(tmp_path / "results/data/family_heldout", neurons["tokens"], seq_len)
+    newline = newline_ids(tmp_path / "models/tokenizer")
+    keep = ~np.isin(windows, newline)
+    statistics = load_pair_file(results / "neurons/pairs/seed1_seed2.npz")
+    assert len(newline) == 1 and int(statistics["n_tokens"]) == keep.sum() < windows.size, (newline, windows.shape)
+    assert (str(statistics["anchor"]), str(statistics["other"])) == ("1", "2")
+    for side, seed in (("a", 1), ("b", 2)):
+        activations = hf_mlp_post(tmp_path / f"models/{kind}/seed{seed}", windows)[:, keep]
+        assert_streamed_moments(statistics, side, activations.astype(np.float64))
 
 
 @pytest.mark.integration

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from helpers.published_refits import numpy_layer0_patterns, tl2_state_dict, write_mirror
+from helpers.neuron_moments import assert_streamed_moments, heldout_windows, load_pair_file, newline_ids
+from helpers.published_refits import numpy_layer0_patterns, numpy_mlp_post, tl2_state_dict, write_mirror
 from helpers.workflow_runs import MODEL_ANALYSIS_TABLES, REPO, job_counts, run_snakemake
 
 from headstab.plan.config import architecture_spec, load_yaml
+from headstab.plan.spec import ArchitectureSpec
 
 # Two refits give every pair-wise analysis; seed 3 lies outside the tiny default (1-2), so run.seeds must select it.
 SEEDS = (2, 3)
@@ -51,7 +53,8 @@ def mirror_config(tmp_path: Path, mirror: Path) -> Path:
 
 @pytest.mark.integration
 def test_the_model_analyses_run_from_a_local_mirror_of_published_refits(tmp_path):
-    """Every rule that runs or reads a published refit, from a local mirror (MIRROR_TABLES)."""
+    """Every rule that runs or reads a published refit, from a local mirror (MIRROR_TABLES); the layer-0 patterns
+    and the neurons' streamed moments equal those computed in numpy from the raw tensors."""
     from headstab.activations.reader import open_cache
     from headstab.plan.config import load_config
 
@@ -81,3 +84,20 @@ def test_the_model_analyses_run_from_a_local_mirror_of_published_refits(tmp_path
         expected = numpy_layer0_patterns(raw, tokens[prompt : prompt + 1, :length])[0]
         np.testing.assert_allclose(patterns[prompt, :, :length, :length], expected, atol=1e-5)
     assert torch.load(results / "checkpoints/seed2/final.pt", weights_only=True)["embed.weight"].dtype == torch.float32
+    assert (results / "figures/neuron_universality.png").stat().st_size > 0
+    assert_neuron_moments_match_numpy(tmp_path, config_path, spec)
+
+
+def assert_neuron_moments_match_numpy(tmp_path: Path, config_path: Path, spec: ArchitectureSpec) -> None:
+    """Both refits of the pair file stream the MLP activations computed in numpy from the raw TL2 tensors, over the
+    same held-out windows with the newline positions left out (helpers.neuron_moments)."""
+    windows = heldout_windows(
+        tmp_path / "results/data/tiny_heldout", load_yaml(config_path)["neurons"]["tokens"], spec.seq_len
+    )
+    assert spec.act_fn == "gelu", spec.act_fn  # numpy_mlp_post's exact GELU
+    newline = newline_ids(tmp_path / "results/tokenizers/tiny_bpe")
+    keep = ~np.isin(windows, newline)
+    statistics = load_pair_file(tmp_path / f"results/l2_h4/neurons/pairs/seed{SEEDS[0]}_seed{SEEDS[1]}.npz")
+    assert len(newline) == 1 and int(statistics["n_tokens"]) == keep.sum() < windows.size, (newline, windows.shape)
+    for side, seed in zip("ab", SEEDS, strict=True):
+        assert_streamed_moments(statistics, side, numpy_mlp_post(tl2_state_dict(spec, seed), windows)[:, keep])
