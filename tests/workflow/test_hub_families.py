@@ -136,7 +136,8 @@ def assert_neuron_moments_match_transformers(tmp_path: Path, results: Path, kind
 @pytest.mark.integration
 def test_no_analysis_of_a_family_runs_before_its_provenance_audit_passes(tmp_path):
     """A local GPT-NeoX family that serves its step0 as step1 (EleutherAI/pythia issue 83) fails its audit naming
-    the revisions, and its caches wait for that audit (test_the_model_analyses_run_... runs families that pass)."""
+    the revisions, and its caches and neuron statistics wait for that audit (test_the_model_analyses_run_... runs
+    families that pass)."""
     tokenizer = build_tokenizer(tmp_path / "models/tokenizer")
     runs = {seed: train_run("neox", seed, seed, len(tokenizer)) for seed in SEEDS}
     copied = {seed: {**run, "step1": run["step0"]} for seed, run in runs.items()}
@@ -146,10 +147,13 @@ def test_no_analysis_of_a_family_runs_before_its_provenance_audit_passes(tmp_pat
     }
     config = audit_config(tmp_path, {"copied": entry}, seeds=SEEDS)
     cache = str(tmp_path / "results/copied/caches/seed1.h5")
-    plan = run_snakemake(cache, "-n", "--quiet", "rules", "--configfile", str(config))
+    neurons = str(tmp_path / "results/copied/neurons/maxima.npz")
+    plan = run_snakemake(cache, neurons, "-n", "--quiet", "rules", "--configfile", str(config))
     counts = job_counts(plan.stdout + plan.stderr)
     assert (counts.get("digest_revision"), counts.get("audit_family"), counts.get("cache_activations")) == (4, 1, 1)
-    result = run_snakemake(cache, "--cores", "2", "--configfile", str(config), timeout=900)
+    assert counts.get("neuron_statistics") == 1, counts
+    # --keep-going: every job that does not wait for the audit runs, so only the audit input holds these back
+    result = run_snakemake(cache, neurons, "--cores", "2", "--keep-going", "--configfile", str(config), timeout=900)
     output = result.stdout + result.stderr
     assert result.returncode != 0, output[-3000:]
     assert "Error in rule audit_family (copied): hub family 'copied' is refused by its provenance audit" in output
@@ -161,3 +165,4 @@ def test_no_analysis_of_a_family_runs_before_its_provenance_audit_passes(tmp_pat
     )
     assert not (tmp_path / "results/copied/audit/audit.json").exists()
     assert not (tmp_path / "results/copied/caches").exists()  # its cache job never started
+    assert not (tmp_path / "results/copied/neurons").exists()  # nor its neuron statistics
