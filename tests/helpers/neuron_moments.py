@@ -1,5 +1,6 @@
 """The known answer for a run's streamed neuron statistics: the mean and variance of every neuron equal those of the
-MLP activations computed outside TransformerLens, over the same held-out windows less the newline positions."""
+MLP activations computed outside TransformerLens, over the same held-out windows less the positions of the newline
+token and of the tokenizer's BOS, EOS and padding tokens (the document separators of a held-out corpus)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,14 @@ def heldout_windows(shard_dir: Path, n_tokens: int, seq_len: int) -> np.ndarray:
     return stream[: len(stream) // seq_len * seq_len].reshape(-1, seq_len)
 
 
-def newline_ids(tokenizer_dir: Path) -> list[int]:
-    """The tokenizer's ids of "\\n" alone, read with transformers."""
+def skipped_ids(tokenizer_dir: Path) -> tuple[list[int], list[int]]:
+    """The tokenizer's ids of "\\n" alone and of its BOS, EOS and padding tokens, read with transformers: the
+    positions Gurnee et al. leave out."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(tokenizer_dir).encode("\n", add_special_tokens=False)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    special = {tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
+    return tokenizer.encode("\n", add_special_tokens=False), sorted(special)
 
 
 def load_pair_file(path: Path) -> dict[str, np.ndarray]:

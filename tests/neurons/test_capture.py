@@ -3,6 +3,8 @@ positions dropped, and two refits streamed batch by batch give the statistics of
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -14,6 +16,7 @@ from headstab.neurons.capture import (
     mlp_post_hook_names,
     neuron_pair_passes,
     newline_token_ids,
+    special_token_ids,
     stream_all_pairs,
     stream_pair_statistics,
 )
@@ -148,3 +151,11 @@ def test_the_newline_token_is_skipped_only_when_it_is_one_token():
 
     assert newline_token_ids(Tokenizer([198])) == [198]
     assert newline_token_ids(Tokenizer([5, 6])) == []
+
+
+def test_special_tokens_are_each_id_once_and_only_those_the_tokenizer_has():
+    tokenizer = lambda bos, eos, pad: SimpleNamespace(bos_token_id=bos, eos_token_id=eos, pad_token_id=pad)  # noqa: E731
+    assert special_token_ids(tokenizer(50256, 50256, 50256)) == [50256]  # GPT-2: <|endoftext|> is all three
+    assert special_token_ids(tokenizer(0, 0, None)) == [0]  # a tokenizer without a padding token
+    assert special_token_ids(tokenizer(2, 1, None)) == [1, 2]
+    assert special_token_ids(tokenizer(None, None, None)) == []

@@ -19,7 +19,7 @@ from helpers.hub_family_models import (
     write_family,
     write_revisions,
 )
-from helpers.neuron_moments import assert_streamed_moments, heldout_windows, load_pair_file, newline_ids
+from helpers.neuron_moments import assert_streamed_moments, heldout_windows, load_pair_file, skipped_ids
 from helpers.workflow_runs import MODEL_ANALYSIS_TABLES, REPO, job_counts, run_snakemake
 
 from headstab.plan.config import load_yaml, validate_config
@@ -120,13 +120,14 @@ def test_the_model_analyses_run_on_tiny_gpt2_and_gpt_neox_families(tmp_path):
 
 def assert_neuron_moments_match_transformers(tmp_path: Path, results: Path, kind: str, seq_len: int) -> None:
     """Both refits of the pair file stream the neurons of the saved models run directly with transformers (`act` in
-    every MLP), over the same held-out windows with the newline positions left out (helpers.neuron_moments)."""
+    every MLP), over the same held-out windows less the newline and BOS/EOS/padding positions (helpers.neuron_moments)."""
     neurons = load_yaml(tmp_path / "families.yaml")["neurons"]
     windows = heldout_windows(tmp_path / "results/data/family_heldout", neurons["tokens"], seq_len)
-    newline = newline_ids(tmp_path / "models/tokenizer")
-    keep = ~np.isin(windows, newline)
+    newline, special = skipped_ids(tmp_path / "models/tokenizer")
+    keep = ~np.isin(windows, newline + special)
     statistics = load_pair_file(results / "neurons/pairs/seed1_seed2.npz")
-    assert len(newline) == 1 and int(statistics["n_tokens"]) == keep.sum() < windows.size, (newline, windows.shape)
+    assert len(newline) == 1 and special == [0], (newline, special)  # <|endoftext|> is BOS, EOS and padding
+    assert int(statistics["n_tokens"]) == keep.sum() < windows.size, windows.shape
     assert (str(statistics["anchor"]), str(statistics["other"])) == ("1", "2")
     for side, seed in (("a", 1), ("b", 2)):
         activations = hf_mlp_post(tmp_path / f"models/{kind}/seed{seed}", windows)[:, keep]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from helpers.neuron_moments import assert_streamed_moments, heldout_windows, load_pair_file, newline_ids
+from helpers.neuron_moments import assert_streamed_moments, heldout_windows, load_pair_file, skipped_ids
 from helpers.published_refits import numpy_layer0_patterns, numpy_mlp_post, tl2_state_dict, write_mirror
 from helpers.workflow_runs import MODEL_ANALYSIS_TABLES, REPO, job_counts, run_snakemake
 
@@ -90,14 +90,16 @@ def test_the_model_analyses_run_from_a_local_mirror_of_published_refits(tmp_path
 
 def assert_neuron_moments_match_numpy(tmp_path: Path, config_path: Path, spec: ArchitectureSpec) -> None:
     """Both refits of the pair file stream the MLP activations computed in numpy from the raw TL2 tensors, over the
-    same held-out windows with the newline positions left out (helpers.neuron_moments)."""
+    same held-out windows less the newline and BOS/EOS/padding positions (helpers.neuron_moments)."""
     windows = heldout_windows(
         tmp_path / "results/data/tiny_heldout", load_yaml(config_path)["neurons"]["tokens"], spec.seq_len
     )
     assert spec.act_fn == "gelu", spec.act_fn  # numpy_mlp_post's exact GELU
-    newline = newline_ids(tmp_path / "results/tokenizers/tiny_bpe")
-    keep = ~np.isin(windows, newline)
+    newline, special = skipped_ids(tmp_path / "results/tokenizers/tiny_bpe")
+    assert len(newline) == 1 and special == [0], (newline, special)  # <|endoftext|> is BOS, EOS and padding
+    keep = ~np.isin(windows, newline + special)
+    assert np.isin(windows, special).any()  # the held-out corpus's document separators
     statistics = load_pair_file(tmp_path / f"results/l2_h4/neurons/pairs/seed{SEEDS[0]}_seed{SEEDS[1]}.npz")
-    assert len(newline) == 1 and int(statistics["n_tokens"]) == keep.sum() < windows.size, (newline, windows.shape)
+    assert int(statistics["n_tokens"]) == keep.sum() < windows.size, windows.shape
     for side, seed in zip("ab", SEEDS, strict=True):
         assert_streamed_moments(statistics, side, numpy_mlp_post(tl2_state_dict(spec, seed), windows)[:, keep])

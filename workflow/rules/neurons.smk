@@ -45,10 +45,10 @@ add_outputs(NEURON_TARGETS, shared=HEAD_NEURON_TARGETS)
 
 rule neuron_statistics:
     """blocks.{layer}.mlp.hook_post of the first neurons.refits refits on the first neurons.tokens held-out
-    tokens (newline positions left out), every refit run once per batch; float64 means, covariances and
-    cross-covariances of every refit pair, then each ordered pair's maximum correlations and the null's
-    maxima from them (neurons.null_draws random maps per layer, no second pass). Runs the models: a GPU
-    where the run has one."""
+    tokens (the newline and BOS/EOS/padding positions left out), every refit run once per batch; float64
+    means, covariances and cross-covariances of every refit pair, then each ordered pair's maximum
+    correlations and the null's maxima from them (neurons.null_draws random maps per layer, no second
+    pass). Runs the models: a GPU where the run has one."""
     input:
         weights=lookup(dpath="{arch}", within=NEURON_WEIGHTS),
         audit=family_audit,

@@ -13,7 +13,7 @@ from headstab.data.shards import load_shards
 from headstab.evaluation import check_heldout_vocabulary, heldout_windows
 from headstab.fileio import atomic_path
 from headstab.joblog import run_job
-from headstab.neurons.capture import neuron_pair_passes, newline_token_ids, stream_all_pairs
+from headstab.neurons.capture import neuron_pair_passes, newline_token_ids, special_token_ids, stream_all_pairs
 from headstab.neurons.shares import stack_pairs
 from headstab.neurons.statistics_files import save_pair_statistics
 from headstab.neurons.streamed import accumulator_bytes
@@ -29,10 +29,17 @@ def main():
     torch.set_num_threads(snakemake.threads)
     windows = heldout_windows(load_shards(inp.heldout), neurons["tokens"], spec.seq_len, "neurons.tokens")
     check_heldout_vocabulary(windows, spec.d_vocab, list(inp.heldout))
-    skip = newline_token_ids(load_tokenizer(params.tokenizer_dir)) if neurons["skip_newline"] else []
+    tokenizer = load_tokenizer(params.tokenizer_dir)
+    newline = newline_token_ids(tokenizer) if neurons["skip_newline"] else []
+    special = special_token_ids(tokenizer) if neurons["skip_special"] else []
+    skip = sorted(set(newline + special))
     expected = int((~np.isin(windows, skip)).sum())
     logging.info(
-        "neurons: %d windows of %d tokens, %d streamed (newline ids %s left out)", *windows.shape, expected, skip
+        "neurons: %d windows of %d tokens, %d streamed (newline ids %s, BOS/EOS/padding ids %s left out)",
+        *windows.shape,
+        expected,
+        newline,
+        special,
     )
     device = resolve_device(params.device)
     labels = [str(seed) for seed in params.seeds]

@@ -5,7 +5,8 @@ Models are TransformerLens models (the TransformerBridge of `headstab.refits.mod
 one `run_with_cache` per batch, only the MLP hooks kept, stopped after the last block. Batches are token ids
 [batch, pos]; right-padded batches come with their lengths, and padded positions are dropped, so a token
 counts once whatever the batching. `skip_tokens` drops the positions holding given token ids besides: Gurnee
-et al. leave out BOS / padding and the newline token, whose activations are outliers shared by every model.
+et al. leave out the padding token (BOS and EOS too in GPT-2 and Pythia) and the newline token, whose activations
+are outliers shared by every model (`special_token_ids`, `newline_token_ids`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "mlp_post_hook_names",
     "neuron_pair_passes",
     "newline_token_ids",
+    "special_token_ids",
     "stream_all_pairs",
     "stream_pair_statistics",
 ]
@@ -146,3 +148,10 @@ def newline_token_ids(tokenizer: Any) -> list[int]:
     spells "\\n" with several tokens."""
     ids = tokenizer.encode("\n", add_special_tokens=False)
     return list(ids) if len(ids) == 1 else []
+
+
+def special_token_ids(tokenizer: Any) -> list[int]:
+    """The ids of the tokenizer's BOS, EOS and padding tokens (those it has), sorted: Gurnee et al. leave out the
+    padding id, which is BOS and EOS in GPT-2 and Pythia; in a held-out corpus they separate the documents."""
+    ids = {tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id}
+    return sorted(int(token) for token in ids if token is not None)
