@@ -3,10 +3,13 @@ refits, and the mid-depth dip test on them (known answers by hand, planted dips 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
 from headstab.neurons.depth import DEPTH_COLUMNS, excess_correlations, excess_pseudo_values, neuron_depth_table
+from headstab.statistics.calibration import calibration_label
 
 
 def _pairs(values: np.ndarray) -> np.ndarray:
@@ -57,9 +60,43 @@ def test_dead_neurons_are_left_out_and_a_dead_layer_is_nan():
     pair_max[:, :, 0, 3] = np.nan  # a neuron dead in every refit
     pair_max[:, :, 1] = np.nan  # a layer without a live neuron
     assert excess_correlations(pair_max, _pairs(np.zeros_like(pair_max))) == pytest.approx([0.9, np.nan], nan_ok=True)
-    row = neuron_depth_table(np.concatenate([pair_max] * 2, axis=2)[:, :, :3], _pairs(np.zeros((3, 3, 3, 4))),
-                             permutations=100, seed=1).iloc[0]  # fmt: skip
-    assert np.isnan(row["p_value"]) and "no live neuron" in row["note"]
+    table = neuron_depth_table(np.concatenate([pair_max] * 2, axis=2)[:, :, :3], _pairs(np.zeros((3, 3, 3, 4))),
+                               permutations=100, seed=1)  # fmt: skip
+    _assert_untested(table, 3, 3, "a layer has no live neuron in some leave-one-out study")
+
+
+def test_one_live_neuron_is_enough_for_a_layer_and_no_warning_is_raised():
+    pair_max = _pairs(np.full((3, 3, 2, 2), 0.7))
+    pair_max[:, :, 1] = np.nan
+    pair_max[0, 1:, 1, 0] = 0.6  # layer 1: only anchor 0's neuron 0 is live (its partners 1 and 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a dead layer is NaN by rule, not by a 0 / 0 warning
+        values = excess_correlations(pair_max, _pairs(np.zeros_like(pair_max)))
+        alone = excess_correlations(pair_max[:, :, 1:], _pairs(np.zeros_like(pair_max[:, :, 1:])))
+    assert values == pytest.approx([0.7, 0.6], abs=1e-15)
+    pair_max[0, 1:, 1, 0] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(excess_correlations(pair_max, _pairs(np.zeros_like(pair_max)))[1])
+    assert alone == pytest.approx([0.6])
+
+
+def test_drawn_sign_vectors_follow_the_seed():
+    """11 refits: 2**11 sign vectors exceed 100 permutations, so the p-value is drawn; it is mid_depth_test's on the
+    pseudo-values with the table's seed, and another seed draws other vectors."""
+    from headstab.statistics.layer_tests import mid_depth_test
+
+    rng = np.random.default_rng(5)
+    pair_max = _pairs(rng.uniform(0.2, 0.8, size=(11, 11, 3, 8)))
+    pair_null = _pairs(np.full_like(pair_max, 0.2))
+    psi = excess_pseudo_values(pair_max, pair_null)
+    p_values = {}
+    for seed in (1, 2):
+        row = neuron_depth_table(pair_max, pair_null, permutations=100, seed=seed).iloc[0]
+        expected = mid_depth_test(psi, 100, seed)
+        assert row["p_value"] == expected["p_value"] and row["n_signs"] == 100
+        p_values[seed] = row["p_value"]
+    assert p_values[1] != p_values[2]
 
 
 def _planted(profile: list[float], n: int = 5) -> tuple[np.ndarray, np.ndarray]:
@@ -74,6 +111,7 @@ def _planted(profile: list[float], n: int = 5) -> tuple[np.ndarray, np.ndarray]:
 def test_a_planted_dip_is_found_at_the_smallest_p_and_a_bump_is_not():
     dip = neuron_depth_table(*_planted([0.6, 0.2, 0.3, 0.5]), permutations=1000, seed=1).iloc[0]
     assert list(dip.index) == DEPTH_COLUMNS
+    assert (dip["statistic"], dip["test"], dip["note"]) == ("excess_correlation", "mid_depth_dip", "")
     assert dip["estimate"] == pytest.approx(0.8 * ((0.6 + 0.5) / 2 - (0.2 + 0.3) / 2), abs=1e-12)
     assert dip["p_value"] == pytest.approx(1 / 32) and dip["min_p"] == pytest.approx(1 / 32)  # 2**5 exact flips
     assert (dip["n_refits"], dip["n_layers"], dip["n_signs"]) == (5, 4, 32)
@@ -87,18 +125,36 @@ def test_the_dip_is_read_from_the_end_layers_not_the_first_two():
     assert row["estimate"] == pytest.approx(0.8 * 0.2, abs=1e-12)
 
 
+def _assert_untested(table, n_refits: int, n_layers: int, note: str) -> None:
+    """One row naming the statistic and test, every number NaN, no sign vector, the registry's label, the reason."""
+    assert list(table.columns) == DEPTH_COLUMNS and len(table) == 1
+    row = table.iloc[0]
+    assert (row["statistic"], row["test"], row["n_refits"], row["n_layers"]) == (
+        "excess_correlation",
+        "mid_depth_dip",
+        n_refits,
+        n_layers,
+    )
+    assert row[["estimate", "p_value", "min_p"]].isna().all() and row["n_signs"] == 0
+    assert row["calibration"] == calibration_label("neuron_mid_depth_sign_flip", n_refits)
+    assert note in row["note"]
+
+
 def test_too_few_layers_or_refits_give_nan_with_the_reason():
-    two_layers = neuron_depth_table(*_planted([0.6, 0.2]), permutations=100, seed=1).iloc[0]
-    assert np.isnan(two_layers["estimate"]) and np.isnan(two_layers["p_value"])
-    assert "at least 3 layers" in two_layers["note"]
-    two_refits = neuron_depth_table(*_planted([0.6, 0.2, 0.6], n=2), permutations=100, seed=1).iloc[0]
-    assert np.isnan(two_refits["p_value"]) and "at least 3 refits" in two_refits["note"]
+    _assert_untested(
+        neuron_depth_table(*_planted([0.6, 0.2]), permutations=100, seed=1), 5, 2, "needs at least 3 layers"
+    )
+    _assert_untested(
+        neuron_depth_table(*_planted([0.6, 0.2, 0.6], n=2), permutations=100, seed=1), 2, 3, "at least 3 refits"
+    )
     with pytest.raises(ValueError, match="at least 3 refits"):
         excess_pseudo_values(*_planted([0.6, 0.2, 0.6], n=2))
 
 
-def test_the_calibration_label_follows_the_registry():
-    row = neuron_depth_table(*_planted([0.6, 0.2, 0.3, 0.5]), permutations=100, seed=1).iloc[0]
-    from headstab.statistics.calibration import calibration_label
+def test_the_calibration_label_follows_the_registry(monkeypatch):
+    import headstab.neurons.depth as depth
 
-    assert row["calibration"] == calibration_label("neuron_mid_depth_sign_flip", 5)
+    monkeypatch.setattr(depth, "calibration_label", lambda method, n: f"{method} at {n}")
+    row = neuron_depth_table(*_planted([0.6, 0.2, 0.3, 0.5]), permutations=100, seed=1).iloc[0]
+    assert row["calibration"] == "neuron_mid_depth_sign_flip at 5"
+    assert calibration_label("neuron_mid_depth_sign_flip", 4) == "calibrated"  # the registry's measured min_n

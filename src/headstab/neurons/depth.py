@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headstab.neurons.shares import UNIVERSAL_THRESHOLD, neuron_scores
+from headstab.neurons.shares import neuron_scores
 from headstab.statistics.calibration import calibration_label
 from headstab.statistics.layer_tests import mid_depth_test
 
@@ -44,11 +44,11 @@ def excess_correlations(pair_max: np.ndarray, pair_null: np.ndarray) -> np.ndarr
     """Per layer, the mean over live anchor neurons of (partner-mean maximum - partner-mean null maximum), float64
     [layer]; NaN for a layer without a live neuron. pair_max, pair_null: [anchor, other, layer, neuron]
     (`stack_pairs`), >= 2 refits."""
-    scores = neuron_scores(pair_max, pair_null, UNIVERSAL_THRESHOLD)
+    scores = neuron_scores(pair_max, pair_null)  # the excess does not depend on the threshold
     live = np.isfinite(scores["max"]) & np.isfinite(scores["null"])  # [anchor, layer, neuron]
     counts = live.sum(axis=(0, 2))
     total = np.where(live, scores["excess"], 0.0).sum(axis=(0, 2))
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore"):  # 0 / 0 for a layer without a live neuron (total is 0 there)
         return np.where(counts > 0, total / counts, np.nan)
 
 
