@@ -80,7 +80,7 @@ def neuron_depth_table(
     when there are fewer than 3 layers or 3 refits, or a layer has no live neuron."""
     n_refits, n_layers = pair_max.shape[0], pair_max.shape[2]
     row = {"statistic": "excess_correlation", "test": "mid_depth_dip", "n_refits": n_refits, "n_layers": n_layers}
-    empty = {"estimate": np.nan, "p_value": np.nan, "min_p": np.nan, "n_signs": 0}
+    empty = {"n_signs": 0}  # estimate, p_value and min_p: NaN, filled in by the columns
     label = calibration_label(DEPTH_METHOD, n_refits)
     if n_refits < 3:
         note = f"needs at least 3 refits for jackknife pseudo-values; this run has {n_refits}"
