@@ -3,6 +3,8 @@ against it, and head stability's ceiling of 1 by construction."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -12,9 +14,16 @@ from helpers.tolerances import reduction_atol
 from headstab.activations.packing import lower_triangle_offsets, n_lower_entries
 from headstab.head_type_thresholds import fixed_thresholds, type_heads
 from headstab.head_types import CRITERIA, HEAD_TYPES, SCORE_COLUMNS
-from headstab.sections.noise_ceiling import CEILING_COLUMNS, CEILING_STATISTICS, noise_ceiling_table, spearman_brown
+from headstab.sections.noise_ceiling import (
+    CEILING_COLUMNS,
+    CEILING_METHOD,
+    CEILING_STATISTICS,
+    noise_ceiling_table,
+    spearman_brown,
+)
 from headstab.similarity.prompt_groups import layer_group_similarity, null_partners, prompt_groups
-from headstab.statistics.calibration import DESCRIPTIVE
+from headstab.statistics.bootstrap import draw_resamples, percentile_interval
+from headstab.statistics.calibration import DESCRIPTIVE, METHODS
 
 THRESHOLD = 0.4
 OPTIONS = {"n_boot": 200, "seed": 0, "confidence": 0.95}
@@ -99,22 +108,24 @@ def test_types_that_agree_across_refits_no_better_than_chance_are_corrected_belo
     assert table[["ci_low", "ci_high"]].isna().all().all()
 
 
-def reference(first, second, best, layer):
-    """Loop form of every statistic's estimate for previous_token at `layer` (scores [refit, layer, head])."""
-    n, _, n_heads = first.shape
+def reference(first, second, best, layer, counts=None):
+    """Loop form of every statistic's estimate for previous_token at `layer` (scores [refit, layer, head]); with
+    counts [refit], of the resample that holds refit a counts[a] times: its copies are refits of their own, paired
+    with every copy of every other refit (never with a copy of itself)."""
+    copies = np.repeat(np.arange(first.shape[0]), np.ones(first.shape[0], int) if counts is None else counts)
+    first, second, best = first[copies], second[copies], best[np.ix_(copies, copies)]
     label = lambda s: s > THRESHOLD  # noqa: E731
     within_x, within_y = first[:, layer].ravel(), second[:, layer].ravel()
     cross_x, cross_y, anchors, partners, cross_agree = [], [], [], [], []
-    for a in range(n):
-        for b in set(range(n)) - {a}:
-            for head in range(n_heads):
-                p = best[a, b, layer, head]
-                for x_half, y_half in ((first, second), (second, first)):
-                    cross_x.append(x_half[a, layer, head])
-                    cross_y.append(y_half[b, layer, p])
-                    cross_agree.append(label(x_half[a, layer, head]) == label(y_half[b, layer, p]))
-                anchors.append((first[a, layer, head], second[a, layer, head]))
-                partners.append((first[b, layer, p], second[b, layer, p]))
+    for a, b in zip(*np.nonzero(copies[:, None] != copies[None, :]), strict=True):
+        for head in range(first.shape[2]):
+            p = best[a, b, layer, head]
+            for x_half, y_half in ((first, second), (second, first)):
+                cross_x.append(x_half[a, layer, head])
+                cross_y.append(y_half[b, layer, p])
+                cross_agree.append(label(x_half[a, layer, head]) == label(y_half[b, layer, p]))
+            anchors.append((first[a, layer, head], second[a, layer, head]))
+            partners.append((first[b, layer, p], second[b, layer, p]))
     anchors, partners = np.array(anchors), np.array(partners)
     r = lambda x, y: np.corrcoef(np.r_[x, y], np.r_[y, x])[0, 1]  # noqa: E731  (double entry)
     own = [np.mean(label(u[:, 0]) == label(u[:, 1])) for u in (anchors, partners)]
@@ -127,7 +138,7 @@ def reference(first, second, best, layer):
         "cross_seed_label": np.mean(cross_agree),
         "cross_seed_score": r(cross_x, cross_y),
         "corrected_label": np.mean(cross_agree) / np.sqrt(own[0] * own[1]),
-        "corrected_score": r(cross_x, cross_y) / np.sqrt(r_xx * r_yy),
+        "corrected_score": r(cross_x, cross_y) / np.sqrt(r_xx * r_yy) if r_xx > 0 and r_yy > 0 else np.nan,
     }
 
 
@@ -178,6 +189,85 @@ def test_the_interval_follows_resampled_refits():
     assert low == 0.25 and high == 1.0
 
 
+def test_every_interval_is_the_percentile_interval_of_its_loop_form_over_the_same_refit_resamples():
+    """Refit resamples of draw_resamples(n_boot, refits, 1, seed): a refit's units count k_a times, a pair's
+    k_a k_b times; each statistic recomputed on the resample, its NaNs left out, at the confidence asked for."""
+    seeds, first, second, best = random_case(np.random.default_rng(4))
+    options = {"n_boot": 40, "seed": 7, "confidence": 0.8}
+    table = noise_ceiling_table(typed(first, seeds), typed(second, seeds), pair_rows(best, seeds), seeds, **options)
+    counts = draw_resamples(40, len(seeds), 1, 7).refit_counts
+    atol = reduction_atol(np.float64, 4 * 4 * 3 * 5 * 2, magnitude=10.0)
+    for layer in (0, 1):
+        rows = rows_of(table, layer=layer)
+        replicates = [reference(first, second, best, layer, k) for k in counts]
+        for statistic in CEILING_STATISTICS:
+            values = np.array([replicate[statistic] for replicate in replicates])
+            low, high = percentile_interval(values[np.isfinite(values)], 0.8)
+            assert rows.loc[statistic, ["ci_low", "ci_high"]].tolist() == pytest.approx([low, high], abs=atol), (
+                statistic
+            )
+
+
+def test_a_score_rescaled_keeps_every_correlation():
+    """r is free of the score's scale: scores a thousandth as large (so no head is typed) have the same r."""
+    seeds, first, second, best = random_case(np.random.default_rng(5))
+    pairs = pair_rows(best, seeds)
+    table = noise_ceiling_table(typed(first, seeds), typed(second, seeds), pairs, seeds, **OPTIONS)
+    small = noise_ceiling_table(typed(first / 1000, seeds), typed(second / 1000, seeds), pairs, seeds, **OPTIONS)
+    assert rows_of(small).loc["typed_share", "estimate"] == 0.0 < rows_of(table).loc["typed_share", "estimate"]
+    scores = ["reliability_score", "reliability_score_full", "cross_seed_score", "corrected_score"]
+    atol = reduction_atol(np.float64, 4 * 3 * 5 * 2, magnitude=10.0)
+    for layer in (0, 1):
+        np.testing.assert_allclose(
+            rows_of(small, layer=layer).loc[scores, "estimate"], rows_of(table, layer=layer).loc[scores, "estimate"],
+            rtol=0, atol=atol,
+        )  # fmt: skip
+
+
+def test_a_score_that_varies_below_the_rounding_of_its_sums_has_no_correlation():
+    """Every score 0.9, every other head's 0.9 + 8.9e-7: the variance, 2e-13, is below 1e-12 of the mean square
+    (0.81), where n x^2 - (sum x)^2 is rounding; r is NaN, not the 1 that the two identical halves would give."""
+    seeds = [1, 2, 3]
+    scores = np.full((3, 1, 4), 0.9)
+    scores[..., ::2] += 8.9e-7
+    table = noise_ceiling_table(
+        typed(scores, seeds), typed(scores, seeds), pair_rows(identity_partners(3, 1, 4), seeds), seeds, **OPTIONS
+    )
+    rows = rows_of(table)
+    assert rows.loc["reliability_label", "estimate"] == 1.0
+    assert rows.loc[["reliability_score", "cross_seed_score", "corrected_score"], "estimate"].isna().all()
+    # a hundred times the spread is a score that varies
+    scores[..., ::2] += 8.9e-5
+    varied = noise_ceiling_table(
+        typed(scores, seeds), typed(scores, seeds), pair_rows(identity_partners(3, 1, 4), seeds), seeds, **OPTIONS
+    )
+    assert rows_of(varied).loc["reliability_score", "estimate"] == pytest.approx(1.0)
+
+
+def test_integer_columns_read_as_floats_give_the_same_table():
+    """A CSV whose layer, head and best_head columns were written from a frame with NaN reads them as floats."""
+    seeds, first, second, best = random_case(np.random.default_rng(6))
+    a, b, pairs = typed(first, seeds), typed(second, seeds), pair_rows(best, seeds)
+    table = noise_ceiling_table(a, b, pairs, seeds, **OPTIONS)
+    floats = {"layer": float, "head": float}
+    as_floats = noise_ceiling_table(
+        a.astype(floats), b.astype(floats), pairs.astype({**floats, "best_layer": float, "best_head": float}), seeds,
+        **OPTIONS,
+    )  # fmt: skip
+    pd.testing.assert_frame_equal(as_floats, table)
+
+
+def test_the_calibration_label_follows_the_registry_at_the_number_of_refits(monkeypatch):
+    seeds, first, second, best = random_case(np.random.default_rng(7))
+    monkeypatch.setitem(METHODS, CEILING_METHOD, dataclasses.replace(METHODS[CEILING_METHOD], min_n=4))
+    for n in (3, 4):
+        chosen = seeds[:n]
+        table = noise_ceiling_table(
+            typed(first[:n], chosen), typed(second[:n], chosen), pair_rows(best[:n, :n], chosen), chosen, **OPTIONS
+        )
+        assert set(table["calibration"]) == {"calibrated" if n == 4 else DESCRIPTIVE}
+
+
 def test_spearman_brown_corrects_a_split_half_r_to_the_whole_probe_set():
     np.testing.assert_allclose(spearman_brown([0.0, 0.5, 1.0, 0.2]), [0.0, 2 / 3, 1.0, 1 / 3])
     assert np.isnan(spearman_brown(-0.5)) and np.isnan(spearman_brown(-1.0))  # no reliability to extend
@@ -213,6 +303,36 @@ def test_bad_inputs_name_what_to_rebuild():
         noise_ceiling_table(a, b, pairs.assign(best_layer=1), seeds, **OPTIONS)
     with pytest.raises(ValueError, match="one threshold rule; got \\['fixed', 'held_out_step0'\\]"):
         noise_ceiling_table(a, b.assign(threshold_rule="held_out_step0"), pairs, seeds, **OPTIONS)
+
+
+def test_head_types_outside_the_grid_or_twice_name_the_half_and_the_grid():
+    seeds, first, second, best = random_case(np.random.default_rng(8), n=3, n_layers=2, n_heads=3)
+    a, b, pairs = typed(first, seeds), typed(second, seeds), pair_rows(best, seeds)
+    message = (
+        "the {} probe half's head types cover refits \\[10, 11, 12\\] in 18 rows; the noise ceiling needs every head "
+        "of refits \\[10, 11, 12\\] x 2 layers x 3 heads once. Rebuild noise_ceiling_scores.csv from the same refits "
+        "as pair_stability.csv$"
+    )
+    with pytest.raises(ValueError, match=message.format("first")):
+        noise_ceiling_table(a.assign(layer=a["layer"].where(a.index != 0, -1)), b, pairs, seeds, **OPTIONS)
+    # a layer or head past the grid, a head below it, a head typed twice: each a ValueError, never an IndexError
+    for column, value in (("layer", 2), ("head", 3), ("head", -1), ("head", 1)):
+        bad = b.assign(**{column: b[column].where(b.index != 0, value)})
+        assert bad[["refit", "layer", "head"]].duplicated().any() == (value == 1)
+        with pytest.raises(ValueError, match=message.format("second")):
+            noise_ceiling_table(a, bad, pairs, seeds, **OPTIONS)
+
+
+def test_pair_rows_missing_unknown_or_of_one_refit_name_the_count():
+    seeds, first, second, best = random_case(np.random.default_rng(9), n=3, n_layers=2, n_heads=3)
+    a, b, pairs = typed(first, seeds), typed(second, seeds), pair_rows(best, seeds)
+    with pytest.raises(ValueError, match="pair_stability rows \\(35\\) must give .* once \\(36 rows\\); select scope"):
+        noise_ceiling_table(a, b, pairs.iloc[1:], seeds, **OPTIONS)
+    first_row = pairs.index == 0
+    for column, value in (("anchor_seed", 99), ("pair_seed", 99), ("pair_seed", pairs.loc[0, "anchor_seed"])):
+        bad = pairs.assign(**{column: pairs[column].where(~first_row, value)})
+        with pytest.raises(ValueError, match="pair_stability rows \\(36\\) must give .* once \\(36 rows\\); select"):
+            noise_ceiling_table(a, b, bad, seeds, **OPTIONS)
 
 
 def test_head_stability_needs_no_ceiling_a_refit_against_itself_is_one_on_every_prompt_group():
