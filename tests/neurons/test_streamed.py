@@ -158,3 +158,16 @@ def test_a_covariance_of_one_token_is_refused():
     stats.update(np.ones((1, 1, 2)), np.ones((1, 1, 2)))
     with pytest.raises(ValueError, match="hold 1 token\\(s\\); a covariance needs at least 2"):
         stats.covariances()
+
+
+def test_statistics_update_on_their_own_device_whatever_torchs_default_device():
+    # A session that set another default device (torch.set_default_device) still sums on the accumulators' device.
+    rng = np.random.default_rng(4)
+    a, b = activations(rng, 30), activations(rng, 30)
+    expected = streamed_pass(a, b, "same_layer", chunk=30)
+    stats = PairStatistics.empty("s1", "s2", N_LAYERS, D_MLP, "same_layer", device="cpu")
+    with torch.device("meta"):
+        stats.update(a, b)
+    assert stats.cross.device.type == "cpu" and stats.n_tokens == 30
+    for name in ("mean_a", "mean_b", "comoment_a", "comoment_b", "cross"):
+        assert torch.equal(getattr(stats, name), getattr(expected, name))
