@@ -222,3 +222,14 @@ def test_streamed_pairs_hand_the_statistics_chunks_left_on_the_device(refits, mo
 
 def test_one_refit_has_no_pair_to_stream(refits):
     assert stream_all_pairs({"seed1": refits[0]}, [np.zeros((1, 4), dtype=np.int64)], "same_layer") == {}
+
+
+def test_the_accumulators_live_on_the_device_asked_for(refits):
+    # No batch is read: the float64 statistics are allocated where the caller asked, before any token.
+    pair = stream_pair_statistics(*refits, [], "cross_layer", ("seed1", "seed2"), device="meta")
+    every = stream_all_pairs(dict(zip(("seed1", "seed2"), refits)), [], "cross_layer", device="meta")
+    for statistics in (pair, every[("seed1", "seed2")]):
+        assert statistics.n_tokens == 0 and statistics.cross.shape == (64, 64)
+        assert {statistics.mean_a.device.type, statistics.comoment_b.device.type, statistics.cross.device.type} == {
+            "meta"
+        }
