@@ -73,7 +73,10 @@ def test_two_refits_streamed_give_the_statistics_of_their_activations(refits):
 
 def test_an_attention_only_model_has_no_neurons_and_says_so():
     model = tiny_bridge(attn_only=True)
-    with pytest.raises(ValueError, match="no hook blocks.0.mlp.hook_post .*give an architecture with MLPs"):
+    with pytest.raises(
+        ValueError,
+        match="no hook blocks.0.mlp.hook_post .*statistics need the MLP activations: give an architecture with MLPs$",
+    ):
         mlp_post_hook_names(model)
 
 
@@ -159,3 +162,74 @@ def test_special_tokens_are_each_id_once_and_only_those_the_tokenizer_has():
     assert special_token_ids(tokenizer(0, 0, None)) == [0]  # a tokenizer without a padding token
     assert special_token_ids(tokenizer(2, 1, None)) == [1, 2]
     assert special_token_ids(tokenizer(None, None, None)) == []
+
+
+def test_the_model_caches_only_the_mlp_hooks(refits, monkeypatch):
+    model = refits[0]
+    run_with_cache, cached = model.run_with_cache, []
+
+    def spy(*args, **kwargs):
+        output, cache = run_with_cache(*args, **kwargs)
+        cached.append(sorted(cache.keys()))
+        return output, cache
+
+    monkeypatch.setattr(model, "run_with_cache", spy)
+    next(mlp_post_chunks(model, [np.zeros((1, 4), dtype=np.int64)]))
+    assert cached == [["blocks.0.mlp.hook_post", "blocks.1.mlp.hook_post"]]
+
+
+def test_token_ids_of_any_integer_dtype_give_the_same_chunks(refits):
+    # Tokenized corpora are stored as uint16 (GPT-2's 50257 ids fit); embeddings index with int64 only.
+    tokens = np.array([[0, 5, 7, 0, 9, 3], [0, 4, 7, 2, 2, 2]])
+    batch = (tokens, np.array([6, 3]))
+    (expected,) = mlp_post_chunks(refits[0], [batch], skip_tokens={0, 7})
+    (narrow,) = mlp_post_chunks(
+        refits[0], [(tokens.astype(np.uint16), batch[1])], skip_tokens=np.array([0, 7], dtype=np.uint16)
+    )
+    np.testing.assert_array_equal(narrow, expected)
+
+
+def test_the_models_device_not_torchs_default_device_decides(refits):
+    # A session that set another default device (torch.set_default_device) still streams on the models' device.
+    tokens = np.array([[0, 5, 7, 0, 9, 3], [0, 4, 7, 2, 2, 2]])
+    batch = (tokens, np.array([6, 3]))
+    (expected,) = mlp_post_chunks(refits[0], [batch], skip_tokens={0, 7})
+    pair = stream_pair_statistics(*refits, [batch], "same_layer", ("seed1", "seed2"), skip_tokens={0, 7})
+    with torch.device("meta"):
+        (chunk,) = mlp_post_chunks(refits[0], [batch], skip_tokens={0, 7})
+        streamed = stream_pair_statistics(*refits, [batch], "same_layer", ("seed1", "seed2"), skip_tokens={0, 7})
+        every = stream_all_pairs(dict(zip(("seed1", "seed2"), refits)), [batch], "same_layer", skip_tokens={0, 7})
+    np.testing.assert_array_equal(chunk, expected)
+    for statistics in (streamed, every[("seed1", "seed2")]):
+        assert statistics.n_tokens == 4 and statistics.cross.device.type == "cpu"
+        assert torch.equal(statistics.cross, pair.cross)
+
+
+def test_streamed_pairs_hand_the_statistics_chunks_left_on_the_device(refits, monkeypatch):
+    # On a GPU a numpy chunk would be a round trip through the host, batch by batch.
+    update, kinds = PairStatistics.update, set()
+
+    def spy(self, anchor_chunk, other_chunk):
+        kinds.update({type(anchor_chunk), type(other_chunk)})
+        update(self, anchor_chunk, other_chunk)
+
+    monkeypatch.setattr(PairStatistics, "update", spy)
+    batches = [np.random.default_rng(6).integers(0, 32, size=(2, 16))]
+    stream_pair_statistics(*refits, batches, "same_layer", ("seed1", "seed2"))
+    stream_all_pairs(dict(zip(("seed1", "seed2"), refits)), batches, "same_layer")
+    assert kinds == {torch.Tensor}
+
+
+def test_one_refit_has_no_pair_to_stream(refits):
+    assert stream_all_pairs({"seed1": refits[0]}, [np.zeros((1, 4), dtype=np.int64)], "same_layer") == {}
+
+
+def test_the_accumulators_live_on_the_device_asked_for(refits):
+    # No batch is read: the float64 statistics are allocated where the caller asked, before any token.
+    pair = stream_pair_statistics(*refits, [], "cross_layer", ("seed1", "seed2"), device="meta")
+    every = stream_all_pairs(dict(zip(("seed1", "seed2"), refits)), [], "cross_layer", device="meta")
+    for statistics in (pair, every[("seed1", "seed2")]):
+        assert statistics.n_tokens == 0 and statistics.cross.shape == (64, 64)
+        assert {statistics.mean_a.device.type, statistics.comoment_b.device.type, statistics.cross.device.type} == {
+            "meta"
+        }

@@ -158,3 +158,88 @@ def test_a_covariance_of_one_token_is_refused():
     stats.update(np.ones((1, 1, 2)), np.ones((1, 1, 2)))
     with pytest.raises(ValueError, match="hold 1 token\\(s\\); a covariance needs at least 2"):
         stats.covariances()
+
+
+def test_statistics_update_on_their_own_device_whatever_torchs_default_device():
+    # A session that set another default device (torch.set_default_device) still sums on the accumulators' device.
+    rng = np.random.default_rng(4)
+    a, b = activations(rng, 30), activations(rng, 30)
+    expected = streamed_pass(a, b, "same_layer", chunk=30)
+    stats = PairStatistics.empty("s1", "s2", N_LAYERS, D_MLP, "same_layer", device="cpu")
+    with torch.device("meta"):
+        stats.update(a, b)
+    assert stats.cross.device.type == "cpu" and stats.n_tokens == 30
+    for name in ("mean_a", "mean_b", "comoment_a", "comoment_b", "cross"):
+        assert torch.equal(getattr(stats, name), getattr(expected, name))
+
+
+def test_statistics_of_no_token_live_on_the_device_asked_for():
+    stats = PairStatistics.empty("s1", "s2", 2, 3, "cross_layer", device="meta")
+    assert {getattr(stats, name).device.type for name in ("mean_a", "mean_b", "comoment_a", "comoment_b", "cross")} == {
+        "meta"
+    }
+
+
+def test_an_empty_chunk_changes_nothing():
+    # A batch whose every position is padding or a skipped token yields a chunk of no token.
+    rng = np.random.default_rng(5)
+    a, b = activations(rng, 20), activations(rng, 20)
+    stats = streamed_pass(a, b, "same_layer", chunk=20)
+    before = {name: getattr(stats, name).clone() for name in ("mean_a", "mean_b", "comoment_a", "comoment_b", "cross")}
+    stats.update(np.zeros((0, N_LAYERS, D_MLP), np.float16), np.zeros((0, N_LAYERS, D_MLP), np.float16))
+    assert stats.n_tokens == 20
+    for name, value in before.items():
+        assert torch.equal(getattr(stats, name), value)
+    fresh = PairStatistics.empty("s1", "s2", N_LAYERS, D_MLP, "same_layer")
+    fresh.update(np.zeros((0, N_LAYERS, D_MLP)), np.zeros((0, N_LAYERS, D_MLP)))
+    assert fresh.n_tokens == 0 and not fresh.cross.any()
+
+
+@pytest.mark.parametrize("scope", ["same_layer", "cross_layer"])
+def test_merging_a_one_token_shard_keeps_its_token_and_never_touches_the_inputs(scope):
+    rng = np.random.default_rng(6)
+    a, b = activations(rng, 40), activations(rng, 40)
+    whole = streamed_pass(a, b, scope, chunk=40)
+    one, rest = streamed_pass(a[:1], b[:1], scope, 1), streamed_pass(a[1:], b[1:], scope, 39)
+    names = ("mean_a", "mean_b", "comoment_a", "comoment_b", "cross")
+    kept = {id(stats): {name: getattr(stats, name).clone() for name in names} for stats in (one, rest)}
+    merged = one.merged(rest)
+    atol = atol_of(a, b, n_tokens=40) * 40  # comoments: sums over the tokens, not means
+    assert merged.n_tokens == 40
+    for name in names:
+        np.testing.assert_allclose(getattr(merged, name).numpy(), getattr(whole, name).numpy(), rtol=0, atol=atol)
+    empty = PairStatistics.empty("s1", "s2", N_LAYERS, D_MLP, scope)
+    for merged in (one.merged(rest), empty.merged(rest), rest.merged(empty)):
+        merged.update(a[:3], b[:3])  # the merged statistics go on streaming: their inputs must not
+    for stats in (one, rest):
+        for name in names:
+            assert torch.equal(getattr(stats, name), kept[id(stats)][name])
+
+
+def test_a_covariance_of_two_tokens_is_computed():
+    stats = PairStatistics.empty("seed1", "seed2", 1, 2, "same_layer")
+    stats.update(np.array([[[1.0, 0.0]], [[3.0, 2.0]]]), np.array([[[0.0, 1.0]], [[0.0, 5.0]]]))
+    sigma_a, _, cross = stats.covariances()
+    # a = (1, 0), (3, 2) about its mean (2, 1): deviations -+1 each, population covariance 1 everywhere.
+    assert sigma_a.tolist() == [[[1.0, 1.0], [1.0, 1.0]]]
+    assert cross.tolist() == [[[0.0, 2.0], [0.0, 2.0]]]  # b's second neuron deviates by -+2, its first not at all
+
+
+def test_the_shape_and_token_messages_name_the_fix_in_full():
+    stats = PairStatistics.empty("seed1", "seed2", 2, 4, "same_layer")
+    with pytest.raises(
+        ValueError,
+        match=r"= \[token, 2, 4\]; capture blocks.\{layer\}.mlp.hook_post of every layer of a model of this "
+        "architecture$",
+    ):
+        stats.update(np.zeros((10, 2, 4)), np.zeros((10, 3, 4)))
+    with pytest.raises(ValueError, match="feed both refits the same token batches in the same order$"):
+        stats.update(np.zeros((10, 2, 4), np.float16), np.zeros((9, 2, 4), np.float16))
+
+
+def test_a_non_finite_activation_names_its_layer_not_its_token():
+    stats = PairStatistics.empty("seed1", "seed2", 3, 4, "same_layer")
+    anchor = np.ones((6, 3, 4), np.float16)
+    anchor[4, 1, 0] = np.nan
+    with pytest.raises(ValueError, match=r"refit 'seed1' has a non-finite activation in layer 1 \(blocks.1.mlp"):
+        stats.update(anchor, np.ones((6, 3, 4), np.float16))

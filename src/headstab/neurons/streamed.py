@@ -105,7 +105,7 @@ class PairStatistics:
         self._absorb(a.shape[0], chunk_a, chunk_b, _layer_products(a, a), _layer_products(b, b), self._cross(a, b))
 
     def _chunk(self, chunk: Any, refit: str) -> torch.Tensor:
-        values = torch.as_tensor(chunk).to(device=self.mean_a.device)  # checked before the upcast: half the bytes
+        values = torch.as_tensor(chunk, device=self.mean_a.device)  # checked before the upcast: half the bytes
         expected = (self.n_layers, self.d_mlp)
         if values.ndim != 3 or tuple(values.shape[1:]) != expected:
             raise ValueError(
