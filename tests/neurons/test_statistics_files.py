@@ -95,5 +95,7 @@ def test_a_file_holding_pickled_objects_is_refused_unread(tmp_path):
     arrays = {name: getattr(stats, name).numpy() for name in ("mean_a", "mean_b", "comoment_a", "comoment_b", "cross")}
     labels = dict(anchor="seed1", other="seed2", n_tokens=40, scope=np.array("same_layer", dtype=object))
     np.savez(tmp_path / "pickled.npz", format=NEURON_STATISTICS_FORMAT, **labels, **arrays)
-    with pytest.raises(ValueError, match="allow_pickle=False"):
+    with pytest.raises(ValueError, match=r"pickled\.npz: holds pickled objects, which are never loaded") as error:
         load_pair_statistics(tmp_path / "pickled.npz")
+    assert str(error.value).endswith("delete it and let the workflow stream it again")
+    assert "allow_pickle=False" in str(error.value.__cause__)  # numpy refused it unread

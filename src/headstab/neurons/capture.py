@@ -2,7 +2,8 @@
 (the activation after the nonlinearity, Gurnee et al.'s neurons) of every layer, float16 [token, layer, d_mlp].
 
 Models are TransformerLens models (the TransformerBridge of `headstab.refits.models`, or a HookedTransformer):
-one `run_with_cache` per batch, only the MLP hooks kept, stopped after the last block. Batches are token ids
+one `run_with_cache` per batch, only the MLP hooks kept (`stop_at_layer` asks to stop after the last block;
+TransformerLens 4's bridge runs the unembedding anyway, which costs time, not numbers). Batches are token ids
 [batch, pos]; right-padded batches come with their lengths, and padded positions are dropped, so a token
 counts once whatever the batching. `skip_tokens` drops the positions holding given token ids besides: Gurnee
 et al. leave out the padding token (BOS and EOS too in GPT-2 and Pythia) and the newline token, whose activations

@@ -40,6 +40,21 @@ def load_pair_statistics(
 ) -> PairStatistics:
     """The statistics saved at `path`; expected_tokens: the token budget the stream should have read."""
     path = Path(path)
+    try:
+        statistics = _read(path, device)
+    except ValueError as error:
+        if "allow_pickle" not in str(error):
+            raise
+        raise ValueError(
+            f"{path}: holds pickled objects, which are never loaded (unpickling can run code); it is not a neuron "
+            "statistics file of this version: delete it and let the workflow stream it again"
+        ) from error
+    _check_counts(path, statistics, expected_tokens)
+    _check_shapes(path, statistics)
+    return statistics
+
+
+def _read(path: Path, device: str | torch.device) -> PairStatistics:
     with np.load(path, allow_pickle=False) as data:
         found = str(data["format"]) if "format" in data.files else None
         if found != NEURON_STATISTICS_FORMAT:
@@ -50,10 +65,7 @@ def load_pair_statistics(
         n_tokens, scope = int(data["n_tokens"]), str(data["scope"])
         anchor, other = str(data["anchor"]), str(data["other"])
         tensors = {name: torch.from_numpy(data[name]).to(device) for name in _TENSORS}
-    statistics = PairStatistics(anchor, other, scope, n_tokens, **tensors)
-    _check_counts(path, statistics, expected_tokens)
-    _check_shapes(path, statistics)
-    return statistics
+    return PairStatistics(anchor, other, scope, n_tokens, **tensors)
 
 
 def _check_counts(path: Path, statistics: PairStatistics, expected_tokens: int | None) -> None:
