@@ -47,6 +47,23 @@ def test_chunks_are_the_mlp_post_hook_in_float16(refits):
     assert mlp_post_hook_names(model) == ["blocks.0.mlp.hook_post", "blocks.1.mlp.hook_post"]
 
 
+def test_the_pass_stops_at_the_last_mlp_and_leaves_no_hook(refits):
+    """Nothing after the last MLP activation runs (the unembedding is the costly part at GPT-2 scale), and the
+    model's next forward pass runs with none of the capture's hooks."""
+    model = refits[0]
+    later = []
+    model.hook_dict["unembed.hook_in"].add_hook(lambda tensor, hook: later.append(tensor.shape))
+    try:
+        tokens = np.random.default_rng(4).integers(0, 32, size=(2, 8))
+        (chunk,) = mlp_post_chunks(model, [tokens])
+        assert later == [] and chunk.shape == (16, 2, 32)
+        model(torch.as_tensor(tokens, dtype=torch.long))
+        assert len(later) == 1
+        np.testing.assert_array_equal(chunk, hook_values(model, tokens).reshape(16, 2, 32).astype(np.float16))
+    finally:
+        model.reset_hooks()
+
+
 def test_padded_positions_are_dropped_prompt_by_prompt(refits):
     model = refits[0]
     tokens = np.random.default_rng(1).integers(0, 32, size=(3, 6))
@@ -164,18 +181,24 @@ def test_special_tokens_are_each_id_once_and_only_those_the_tokenizer_has():
     assert special_token_ids(tokenizer(None, None, None)) == []
 
 
-def test_the_model_caches_only_the_mlp_hooks(refits, monkeypatch):
+def test_the_model_is_hooked_at_the_mlp_activations_only(refits, monkeypatch):
     model = refits[0]
-    run_with_cache, cached = model.run_with_cache, []
+    run_with_hooks, hooked = model.run_with_hooks, []
 
-    def spy(*args, **kwargs):
-        output, cache = run_with_cache(*args, **kwargs)
-        cached.append(sorted(cache.keys()))
-        return output, cache
+    def spy(*args, fwd_hooks, **kwargs):
+        hooked.append([name for name, _ in fwd_hooks])
+        return run_with_hooks(*args, fwd_hooks=fwd_hooks, **kwargs)
 
-    monkeypatch.setattr(model, "run_with_cache", spy)
+    monkeypatch.setattr(model, "run_with_hooks", spy)
     next(mlp_post_chunks(model, [np.zeros((1, 4), dtype=np.int64)]))
-    assert cached == [["blocks.0.mlp.hook_post", "blocks.1.mlp.hook_post"]]
+    assert hooked == [["blocks.0.mlp.hook_post", "blocks.1.mlp.hook_post"]]
+
+
+def test_a_pass_that_never_reaches_a_hook_is_an_error_naming_it(refits, monkeypatch):
+    model = refits[0]
+    monkeypatch.setattr(model, "run_with_hooks", lambda *args, **kwargs: None)  # hooks never called
+    with pytest.raises(RuntimeError, match=r"^the forward pass never reached hook blocks\.0\.mlp\.hook_post;"):
+        next(mlp_post_chunks(model, [np.zeros((1, 4), dtype=np.int64)]))
 
 
 def test_token_ids_of_any_integer_dtype_give_the_same_chunks(refits):

@@ -2,8 +2,8 @@
 (the activation after the nonlinearity, Gurnee et al.'s neurons) of every layer, float16 [token, layer, d_mlp].
 
 Models are TransformerLens models (the TransformerBridge of `headstab.refits.models`, or a HookedTransformer):
-one `run_with_cache` per batch, only the MLP hooks kept (`stop_at_layer` asks to stop after the last block;
-TransformerLens 4's bridge runs the unembedding anyway, which costs time, not numbers). Batches are token ids
+one forward pass per batch with a hook on each MLP activation, stopped by the last one (TransformerLens 4's bridge
+ignores `stop_at_layer`, and the unembedding of GPT-2 small alone is [batch, pos, 50257] floats a batch). Batches are token ids
 [batch, pos]; right-padded batches come with their lengths, and padded positions are dropped, so a token
 counts once whatever the batching. `skip_tokens` drops the positions holding given token ids besides: Gurnee
 et al. leave out the padding token (BOS and EOS too in GPT-2 and Pythia) and the newline token, whose activations
@@ -55,6 +55,35 @@ def _split(batch: Batch) -> tuple[np.ndarray, np.ndarray | None]:
     return np.asarray(batch), None
 
 
+class _StopForward(Exception):
+    """Raised by the last MLP hook: nothing after it is needed."""
+
+
+def _mlp_post(model: Any, ids: Any, names: list[str]) -> dict[str, Any]:
+    """{hook name: [batch, pos, d_mlp]} of one forward pass stopped at the last of `names`; no hook is left on the
+    model (run_with_hooks removes its hooks however the pass ends)."""
+    store: dict[str, Any] = {}
+
+    def keeper(name: str, last: bool):
+        def keep(tensor: Any, hook: Any) -> Any:
+            store[name] = tensor.detach()
+            if last:
+                raise _StopForward
+            return tensor
+
+        return keep
+
+    hooks = [(name, keeper(name, index == len(names) - 1)) for index, name in enumerate(names)]
+    try:
+        model.run_with_hooks(ids, fwd_hooks=hooks)
+    except _StopForward:
+        pass
+    missing = [name for name in names if name not in store]
+    if missing:
+        raise RuntimeError(f"the forward pass never reached hook {missing[0]}; its activations cannot be read")
+    return store
+
+
 def mlp_post_chunks(
     model: Any, batches: Iterable[Batch], on_device: bool = False, skip_tokens: Collection[int] = ()
 ) -> Iterator[Any]:
@@ -65,13 +94,12 @@ def mlp_post_chunks(
     import torch
 
     names = mlp_post_hook_names(model)
-    wanted = set(names)
     device = next(model.parameters()).device
     for batch in batches:
         tokens, lengths = _split(batch)
         ids = torch.as_tensor(tokens, dtype=torch.long, device=device)
         with torch.inference_mode():
-            _, cache = model.run_with_cache(ids, names_filter=lambda name: name in wanted, stop_at_layer=len(names))
+            cache = _mlp_post(model, ids, names)
         stacked = torch.stack([cache[name] for name in names], dim=2)  # [batch, pos, layer, d_mlp]
         keep = ~torch.isin(ids, torch.as_tensor(list(skip_tokens), dtype=torch.long, device=device))
         if lengths is not None:
