@@ -3,9 +3,9 @@
 
 Models are TransformerLens models (the TransformerBridge of `headstab.refits.models`, or a HookedTransformer):
 one forward pass per batch with a hook on each MLP activation, stopped by the last one (TransformerLens 4's bridge
-ignores `stop_at_layer`, and the unembedding of GPT-2 small alone is [batch, pos, 50257] floats a batch). Batches are token ids
-[batch, pos]; right-padded batches come with their lengths, and padded positions are dropped, so a token
-counts once whatever the batching. `skip_tokens` drops the positions holding given token ids besides: Gurnee
+ignores `stop_at_layer`, and the unembedding of GPT-2 small alone is [batch, pos, 50257] floats a batch).
+Batches are token ids [batch, pos]; right-padded batches come with their lengths, and padded positions are
+dropped, so a token counts once whatever the batching. `skip_tokens` drops the positions holding given token ids besides: Gurnee
 et al. leave out the padding token (BOS and EOS too in GPT-2 and Pythia) and the newline token, whose activations
 are outliers shared by every model (`special_token_ids`, `newline_token_ids`).
 """
