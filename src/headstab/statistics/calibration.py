@@ -312,7 +312,7 @@ _SECTION_METHODS = (
         "refit_bootstrap_mean_effective_rank",
         "interval",
         "refits",
-        12,
+        50,
         "percentile interval of the mean PR over heads and refits, refits resampled "
         "(effective_rank_correlation.csv pr_mean, pr_uncentred_mean)",
     ),
@@ -320,7 +320,7 @@ _SECTION_METHODS = (
         "refit_bootstrap_pearson_effective_rank",
         "interval",
         "refits",
-        12,
+        None,
         "percentile interval of Pearson's r over head (or head-pair) rows, refits resampled "
         "(effective_rank_correlation.csv pr_vs_stability, pr_anchor_vs_match, pr_uncentred_vs_stability)",
     ),
