@@ -30,6 +30,13 @@ def _failing(rng, n):
     raise AssertionError("a kept row was recomputed")
 
 
+def write_files(root: Path, files: dict[str, str]) -> None:
+    """Each relative path of `files` under root, with its text."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
 @pytest.fixture()
 def runner(monkeypatch):
     spec = importlib.util.spec_from_file_location("calibration_run", REPO / "calibration" / "run.py")
@@ -86,9 +93,7 @@ def test_the_digest_covers_what_the_cases_import_and_nothing_else(runner, tmp_pa
         "src/headstab/statistics/y.py": "h = 1\n",
         "src/headstab/neurons/z.py": "k = 1\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    write_files(tmp_path, files)
     listed = {str(path.relative_to(tmp_path)) for path in module.source_files(tmp_path)}
     assert listed == set(files) - {"src/headstab/neurons/z.py"}
     before = module.source_digest(tmp_path)
@@ -109,9 +114,7 @@ def test_an_edit_to_one_case_module_changes_only_its_cases_digest(runner, tmp_pa
         "src/headstab/statistics/calibration.py": "METHODS = {}\n",
         "src/headstab/statistics/x.py": "g = 1\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    write_files(tmp_path, files)
     cases = {}
     for name in ("a", "b"):
         fake = types.ModuleType(f"fake_case_{name}")
