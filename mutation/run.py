@@ -13,6 +13,7 @@ thread pool spin, and survivors show up as timeouts.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import shutil
@@ -43,14 +44,21 @@ EXTRA_TESTS = {
 }
 
 
+def has_code(path: Path) -> bool:
+    """Whether a module defines a function or class: a module of constants alone (a registry's rows) computes
+    nothing, and mutmut mutates code inside functions only."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for node in tree.body)
+
+
 def discover_modules() -> dict[str, tuple[str, list[str]]]:
-    """module name -> (source file, its test files), test files that exist only."""
+    """module name -> (source file, its test files), test files that exist only; modules of constants left out."""
     names = list(CORE)
     for package in PACKAGES:
         names += sorted(
             f"{package}/{path.stem}"
             for path in (ROOT / "src/headstab" / package).glob("*.py")
-            if path.stem != "__init__"
+            if path.stem != "__init__" and has_code(path)
         )
     modules = {}
     for name in names:

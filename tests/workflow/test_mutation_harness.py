@@ -81,3 +81,16 @@ def test_equivalent_entries_are_read_with_their_reason(harness, tmp_path, monkey
     listing.write_text("# comment\n\ncka | f | a = 2 | the value is overwritten | before use\n")
     monkeypatch.setattr(harness, "EQUIVALENT", listing)
     assert harness.equivalent_mutants() == {("cka", "f", "a = 2"): "the value is overwritten | before use"}
+
+
+def test_every_listed_module_has_code_and_a_test_file_and_registries_of_constants_are_left_out(harness, tmp_path):
+    assert all(tests for _, tests in harness.MODULES.values()), "a listed module would be skipped, not scored"
+    assert "statistics/beyond_methods" not in harness.MODULES
+    assert "statistics/neuron_methods" not in harness.MODULES
+    assert {"statistics/calibration", "statistics/hypothesis", "stability"} <= set(harness.MODULES)
+    constants = tmp_path / "rows.py"
+    constants.write_text('"""Rows."""\n\nROWS = (("a", 1),)\n\nif ROWS:\n    NAMES = [r[0] for r in ROWS]\n')
+    assert not harness.has_code(constants)
+    for body in ("def f():\n    return 1\n", "class C:\n    pass\n", "async def g():\n    return 1\n"):
+        constants.write_text(body)
+        assert harness.has_code(constants)
