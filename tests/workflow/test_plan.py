@@ -120,6 +120,21 @@ def test_a_templated_config_file_stops_the_plan_naming_the_key(tmp_path):
     assert "python -m headstab.check FILE" in output
 
 
+def test_a_templated_profile_from_outside_the_checkout_stops_the_plan_naming_it(tmp_path):
+    """A profile is read by Snakemake before any rule file too (docs/operations.md): the run stops, naming it."""
+    marker = tmp_path / "ran"
+    profile = tmp_path / "theirs"
+    profile.mkdir()
+    (profile / "config.yaml").write_text(
+        f"__use_yte__: true\n?if __import__('pathlib').Path({str(marker)!r}).touch() is None:\n  cores: 1\n"
+    )
+    result = _dry_run("--configfile", "tests/config/tiny.yaml", "--profile", str(profile))
+    output = result.stdout + result.stderr
+    assert marker.exists()  # Snakemake ran it
+    assert result.returncode != 0 and "Building DAG of jobs" not in output, output[-2000:]
+    assert f"Invalid configuration: profile {profile / 'config.yaml'}: key '__use_yte__' makes Snakemake run" in output
+
+
 def test_a_key_given_twice_in_a_config_value_fails_the_plan_naming_it():
     value = "{cka_max_tokens: 100, cka_max_tokens: 50}"  # Snakemake keeps 50 without a word
     result = _dry_run("--configfile", "tests/config/tiny.yaml", "--config", f"analysis={value}")

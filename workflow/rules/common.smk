@@ -19,13 +19,15 @@ from headstab.plan.config import architecture_spec, selected_architectures
 from headstab.plan.spec import ConfigError, paired_by_seed
 from headstab.plan.formats import CACHE_FORMAT_VERSION, GROUPED_FORMAT_VERSION, SIMILARITY_FORMAT_VERSION
 from headstab.plan.layout import ANALYSIS_ROOT_RULES, Layout
+from headstab.plan.profiles import profile_files, refuse_templated_profiles
 from headstab.sections import architecture_facts, architecture_summary
 from headstab.plan.seed_design import BLOCK_WILDCARD, SEED_WILDCARD, refit_blocks, refit_seeds, train_blocks
 
 # One environment for every rule with `--sdm conda` (the pins of requirements.txt), relative to the rule files.
 CONDA_ENV = "../../envs/headstab.yaml"
 
-try:  # the config as Snakemake read it, and each --configfile and --config value read again strictly
+try:  # the profiles Snakemake read, the config as it read it, and each --configfile and --config value read strictly
+    refuse_templated_profiles(profile_files(sys.argv[1:], os.environ, workflow.main_snakefile), workflow.basedir)
     SOURCES, _prompt_sets = check_configuration(
         config,
         workflow.configfiles,
