@@ -354,3 +354,22 @@ def test_the_first_number_given_twice_is_named():
     ]
     with pytest.raises(ValueError, match=r"^paper values give a 'layer stability' layer 0 twice in paper_text;"):
         paper_values_frame({"paper_text": twice})
+
+
+def test_a_jackknife_t_row_shows_the_jackknife_t_interval_and_label_beside_its_p_not_the_bootstraps():
+    """optimizer_tests.csv: p_value is the jackknife-t test's, ci_low/ci_high the paired multi-bootstrap's."""
+    tables, _ = _inputs()
+    tests = tables["tests"].assign(
+        test=["paired_tost", "jackknife_t", "jackknife_t"],
+        jackknife_ci_low=[np.nan, 0.005, -0.04],
+        jackknife_ci_high=[np.nan, 0.035, 0.02],
+        jackknife_calibration=[np.nan, "calibrated", "descriptive"],
+        ci_calibration=["calibrated", "descriptive", "calibrated"],
+    )
+    table = headline_table("l2_h8", "primary", 0.9, tests=tests).set_index(["statistic", "layer"])
+    first, second = table.loc[("AdamW - Adam layer stability", 0)], table.loc[("AdamW - Adam layer stability", 1)]
+    assert (first["ci_low"], first["ci_high"], first["ci_calibration"]) == (0.005, 0.035, "calibrated")
+    assert (second["ci_low"], second["ci_high"], second["ci_calibration"]) == (-0.04, 0.02, "descriptive")
+    assert first["interval"] == "jackknife_t 95%; p small: differ" and first["p_value"] == 0.03
+    perplexity = table.loc[("AdamW - Adam validation perplexity", -1)]  # the TOST keeps its own interval
+    assert (perplexity["ci_low"], perplexity["ci_high"], perplexity["ci_calibration"]) == (-1.0, 1.2, "calibrated")

@@ -222,8 +222,9 @@ rule headline_summary:
         legend=(
             "Rows: statistic and layer (0-based; -1: one number per architecture). estimate with ci_low/ci_high "
             "(interval says which): every refit as anchor, pooled; null: chance level (prompts permuted); init: "
-            "the same refits at step 0; p_value: the AdamW - Adam sign-flip test (small p: the members differ) or, "
-            "for perplexity, the paired TOST (small p: within the margin), as interval says; ci_calibration, "
+            "the same refits at step 0; p_value: the AdamW - Adam paired jackknife-t test over seeds, with its interval "
+            "(small p: the members differ) or, for perplexity, the paired TOST (small p: within the margin), as "
+            "interval says; ci_calibration, "
             "p_calibration: the interval and p-value calibrated at the row's refits or descriptive (a description "
             "of spread, no test; docs/statistics.md, Calibration); the closing rows: the effect each claim's test "
             "detects with 80% power at the run's refits; anchor_estimate: the same statistic the "

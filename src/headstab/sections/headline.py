@@ -202,6 +202,20 @@ def _cka(inputs: HeadlineInputs) -> list[pd.DataFrame]:
     ]
 
 
+def _interval_of_the_test(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose p is a jackknife-t test's take that test's interval and its label (optimizer_tests.csv's ci_low,
+    ci_high are the paired multi-bootstrap's), so that a row's interval, its label and its p belong together."""
+    if "jackknife_ci_low" not in rows.columns:
+        return rows
+    rows = rows.copy()
+    jackknife = rows["test"] == "jackknife_t"
+    pairs = {"ci_low": "jackknife_ci_low", "ci_high": "jackknife_ci_high", "ci_calibration": "jackknife_calibration"}
+    for column, source in pairs.items():
+        if source in rows.columns:
+            rows[column] = rows[column].where(~jackknife, rows[source])
+    return rows
+
+
 def _optimizer_tests(inputs: HeadlineInputs) -> list[pd.DataFrame]:
     tests = inputs.tables["tests"]
     anchor = inputs.tables.get("tests_anchor")
@@ -210,7 +224,7 @@ def _optimizer_tests(inputs: HeadlineInputs) -> list[pd.DataFrame]:
         ("layer_stability", "AdamW - Adam layer stability"),
         ("perplexity", "AdamW - Adam validation perplexity"),
     ):
-        rows = tests[tests["statistic"] == statistic]
+        rows = _interval_of_the_test(tests[tests["statistic"] == statistic])
         percent, tost = (100 * rows["confidence"]).round().astype(int).astype(str), rows["test"].str.endswith("tost")
         meaning = np.where(tost, "%; p small: within the margin", "%; p small: differ")
         label = rows["test"].astype(str) + " " + percent + meaning
