@@ -27,15 +27,8 @@ import pandas as pd
 from headstab.sections.headline_power import detectable_rows
 from headstab.sections.stability_gap import stability_gap_table
 
-__all__ = [
-    "HEADLINE_COLUMNS",
-    "HEADLINE_SECTIONS",
-    "PAPER_ORIGINS",
-    "PAPER_SOURCES",
-    "anchor_layer_difference",
-    "headline_table",
-    "paper_values_frame",
-]
+__all__ = ["HEADLINE_COLUMNS", "HEADLINE_SECTIONS", "PAPER_ORIGINS", "PAPER_SOURCES", "anchor_layer_difference",
+           "headline_table", "paper_values_frame"]  # fmt: skip
 
 # Where the paper's numbers come from (the keys of resources/paper_values.yaml), each a column of the headline.
 PAPER_ORIGINS = ("paper_text", "authors_notebooks")
@@ -203,17 +196,10 @@ def _cka(inputs: HeadlineInputs) -> list[pd.DataFrame]:
 
 
 def _interval_of_the_test(rows: pd.DataFrame) -> pd.DataFrame:
-    """Rows whose p is a jackknife-t test's take that test's interval and its label (optimizer_tests.csv's ci_low,
-    ci_high are the paired multi-bootstrap's), so that a row's interval, its label and its p belong together."""
-    if "jackknife_ci_low" not in rows.columns:
-        return rows
-    rows = rows.copy()
+    """A jackknife-t row's interval and label are its test's (optimizer_tests.csv's ci_* are the multi-bootstrap's)."""
     jackknife = rows["test"] == "jackknife_t"
     pairs = {"ci_low": "jackknife_ci_low", "ci_high": "jackknife_ci_high", "ci_calibration": "jackknife_calibration"}
-    for column, source in pairs.items():
-        if source in rows.columns:
-            rows[column] = rows[column].where(~jackknife, rows[source])
-    return rows
+    return rows.assign(**{c: rows[c].where(~jackknife, rows[s]) for c, s in pairs.items() if s in rows.columns})
 
 
 def _optimizer_tests(inputs: HeadlineInputs) -> list[pd.DataFrame]:
