@@ -18,6 +18,8 @@ from headstab.provenance.relocation import rebased, results_root
         ("/x/l2_h4/similarity/primary.groups.h5", "/x"),
         ("l2_h4/similarity/primary.h5", "."),
         ("r/l2_h4/checkpoints/seed3/final.pt", "r"),
+        ("r/l2_h4/checkpoints/seed3/training/meta.json", "r"),
+        ("r/l2_h4/checkpoints/seed3/training/snapshots/step4/final.pt", "r"),
         ("r/l2_h4/snapshots/step0/weights/seed1/final.pt", "r"),
         ("r/l2_h4/snapshots/step40/caches/seed1.h5", "r"),
         ("r/data/toy/meta.json", "r"),

@@ -17,13 +17,14 @@ __all__ = ["rebased", "results_root"]
 _ROOT = "results_root"
 
 
-def _anchor(path: str | PurePath) -> tuple[int, int] | None:
-    """(index in _FILES of the pattern `path` matches, number of path components the match spans); None when the
-    workflow does not write `path`."""
+def _anchor(path: str | PurePath) -> tuple[str, int] | None:
+    """(the directory where the layout pattern `path` matches starts, e.g. "caches"; the number of path components
+    the match spans); None when the workflow does not write `path`."""
     text = "/" + PurePath(path).as_posix().lstrip("/")
-    for index, (pattern, _, _) in enumerate(_FILES):
+    for pattern, _, _ in _FILES:
         if match := re.search(pattern, text):
-            return index, text[match.start() :].count("/")
+            matched = text[match.start() :]
+            return matched.split("/")[1], matched.count("/")
     return None
 
 
@@ -43,15 +44,18 @@ def _layout_paths(value: str) -> list[str]:
 
 
 @cache
-def _depths() -> dict[tuple[int, str], int]:
-    """(pattern index, table scope) -> directories between the results directory and where the pattern's match
-    starts (0 for data/, 1 for an architecture's caches/, 2 for compare/<arch>/tables/), measured on Layout's paths;
-    steps 0 and 1 so that both snapshot patterns are met; a pattern met at two depths has none."""
-    measured: dict[tuple[int, str], set[int]] = {}
+def _depths() -> dict[tuple[str, str], int]:
+    """(anchor directory, table scope) -> directories between the results directory and the anchor (0 for data/, 1
+    for an architecture's caches/, 2 for compare/<arch>/tables/), measured on Layout's paths (a file in a directory
+    Layout names, such as checkpoints/seed1/training/, shares its anchor's depth); an anchor met at two depths has
+    none."""
+    measured: dict[tuple[str, str], set[int]] = {}
     for path in _layout_paths("0") + _layout_paths("1"):
         if (anchor := _anchor(path)) is not None and (parsed := parse_path(path)) is not None:
-            index, spanned = anchor
-            measured.setdefault((index, parsed.scope), set()).add(len(PurePath(path).parts) - 1 - spanned)
+            directory, spanned = anchor
+            if spanned == 1:  # the match is the file's name alone (a report page): no directory to measure from
+                continue
+            measured.setdefault((directory, parsed.scope), set()).add(len(PurePath(path).parts) - 1 - spanned)
     return {key: depths.pop() for key, depths in measured.items() if len(depths) == 1}  # one depth, or none known
 
 
