@@ -77,15 +77,30 @@ def test_without_verify_hashes_are_listed_not_recomputed(tmp_path):
 @pytest.fixture
 def built_run(tmp_path, tiny_spec):
     """A checkpoint with its meta.json, a cache built from it, a similarity file, a table and a figure drawn from
-    it, laid out as the workflow does."""
+    it, laid out as the workflow does (every recorded path absolute)."""
+    return _build_run(tmp_path, tiny_spec())
+
+
+@pytest.fixture
+def relative_run(tmp_path, tiny_spec, monkeypatch):
+    """built_run as Snakemake writes it: from working directory tmp_path into results/, every recorded path
+    relative to that working directory."""
+    monkeypatch.chdir(tmp_path)
+    return _build_run(Path("results"), tiny_spec())
+
+
+def _build_run(root: Path, spec, tokenizer: Path | None = None, origin: str = "hub") -> dict[str, Path]:
+    """built_run's files under `root`; with `tokenizer`, the corpus and the cache record that directory (a copy of
+    tokenizers/toy_bpe) and {"source": origin} instead."""
     from headstab.activations.writer import CacheOptions, write_activation_cache
     from headstab.refits.models import build_model, save_weights
     from headstab.similarity.null_pairs import null_pair_similarity_from_caches
     from headstab.similarity.pairs import pair_similarity_from_caches, write_pair_similarity
     from headstab.similarity.prompt_groups import GroupedSimilarity, write_grouped_similarity
 
-    weights = fake_run(tmp_path, tokenizer=True)  # tokenizer, corpus, shards and checkpoint meta.json
-    spec = tiny_spec()
+    weights = fake_run(root, tokenizer=True)  # tokenizer, corpus, shards and checkpoint meta.json
+    if tokenizer is not None:
+        _record_tokenizer(root, weights, tokenizer, origin)
     model = build_model(spec, seed=1)
     save_weights(model, weights)
     meta = read_json(weights.parent / "meta.json")
@@ -104,7 +119,7 @@ def built_run(tmp_path, tiny_spec):
             "seed": 1,
             "checkpoint": str(weights),
             "checkpoint_sha256": sha256_file(weights),
-            "tokenizer_identity": read_json(tmp_path / "data/toy/meta.json")["tokenizer"],
+            "tokenizer_identity": read_json(root / "data/toy/meta.json")["tokenizer"],
         },
     )
     similarity = arch / "similarity" / "primary.h5"
@@ -129,6 +144,21 @@ def built_run(tmp_path, tiny_spec):
     write_figure_records(Job("stability_figures", [str(table)], [str(figure)]))
     paths = {"checkpoint": weights, "cache": cache, "similarity": similarity, "groups": groups, "table": table}
     return paths | {"figure": figure}
+
+
+def _record_tokenizer(root: Path, weights: Path, directory: Path, origin: str) -> None:
+    """The corpus of fake_run(root) recorded as made with a copy of its tokenizer at `directory`, from `origin`; the
+    checkpoint's meta.json records the corpus meta so changed."""
+    shutil.copytree(root / "tokenizers" / "toy_bpe", directory)
+    corpus_meta = root / "data" / "toy" / "meta.json"
+    corpus = read_json(corpus_meta)
+    write_json_atomic(
+        corpus_meta,
+        corpus | {"tokenizer": corpus["tokenizer"] | {"path": str(directory), "origin": {"source": origin}}},
+    )
+    meta = read_json(weights.parent / "meta.json")
+    corpus_record = meta["corpus"] | {"meta_sha256": sha256_file(corpus_meta)}
+    write_json_atomic(weights.parent / "meta.json", meta | {"corpus": corpus_record})
 
 
 def _save_png(path: Path) -> None:
@@ -356,6 +386,91 @@ def test_a_results_directory_moved_whole_keeps_its_tables_lineage(built_run, tmp
         str(moved / "l2_h4/similarity/primary.h5"),
         str(moved / "l2_h4/similarity/primary.groups.h5"),
     ]
+
+
+def _flip_a_cache_chunk(cache: Path) -> None:
+    """One bit flipped inside the data of a hook_pattern chunk, before its fletcher32 checksum."""
+    import h5py
+
+    with h5py.File(cache) as handle:
+        info = handle["primary/hook_pattern"].id.get_chunk_info_by_coord((1, 0, 0))
+    flip_middle_byte(cache, info.byte_offset, info.size - 4)
+
+
+def _traced_files(chain) -> list[Path]:
+    """Every file of the chain that lies on disk, resolved (a prompt file's node names its prompt set)."""
+    return sorted({Path(node.path).resolve() for node in walk(chain) if node.kind != "prompt file"})
+
+
+@pytest.mark.parametrize("run", ["built_run", "relative_run"])
+def test_a_results_directory_moved_whole_is_verified_in_its_own_files(run, request, tmp_path):
+    """The original is gone: every file the moved tables, caches and metas record is found in the moved directory,
+    whether they recorded it absolute or relative to Snakemake's working directory."""
+    table = request.getfixturevalue(run)["table"]
+    old_root = table.parents[2].absolute()
+    moved = tmp_path.with_name(tmp_path.name + "_moved") / "results"
+    shutil.move(old_root, moved)
+    chain = trace(moved / "l2_h4" / "tables" / "head_stability.csv", verify=True, expand_all=True)
+    nodes = list(walk(chain))
+    assert [(node.path, node.status) for node in nodes if node.status != "ok"] == []
+    assert [node.path for node in nodes if Path(node.path).absolute().is_relative_to(old_root)] == []
+    assert {node.kind for node in nodes} >= {
+        "activation cache",
+        "checkpoint",
+        "corpus meta",
+        "token shard",
+        "tokenizer",
+    }
+    assert main([str(moved / "l2_h4" / "tables" / "head_stability.csv"), "--verify", "--all"]) == 0
+
+
+@pytest.mark.parametrize("run", ["built_run", "relative_run"])
+def test_a_copy_with_a_damaged_cache_fails_and_the_original_still_verifies(run, request, tmp_path, capsys):
+    """The copy is checked in its own cache, not the original's that its files recorded."""
+    table = request.getfixturevalue(run)["table"]
+    original = table.parents[2]
+    copy = original.with_name("copy")
+    shutil.copytree(original, copy)
+    _flip_a_cache_chunk(copy / "l2_h4" / "caches" / "seed1.h5")
+    assert main([str(copy / "l2_h4" / "tables" / "head_stability.csv"), "--verify", "--all"]) == 1
+    out = capsys.readouterr().out
+    assert f"activation cache: {copy / 'l2_h4' / 'caches' / 'seed1.h5'}  [checksum mismatch]" in out
+    assert f"{original / 'l2_h4' / 'caches'}" not in out
+    assert main([str(table), "--verify", "--all"]) == 0
+
+
+@pytest.mark.parametrize("where", ["parent", "results", "architecture"])
+def test_a_trace_from_another_working_directory_reaches_the_same_files(relative_run, tmp_path, monkeypatch, where):
+    """Recorded paths are relative to Snakemake's working directory: traced from its parent, from the results
+    directory or from an architecture's directory (the table named relative to each), the same files, all sound."""
+    expected = _traced_files(trace(relative_run["table"], verify=True, expand_all=True))
+    cwd, table = {
+        "parent": (tmp_path.parent, Path(tmp_path.name, "results/l2_h4/tables/head_stability.csv")),
+        "results": (tmp_path / "results", Path("l2_h4/tables/head_stability.csv")),
+        "architecture": (tmp_path / "results/l2_h4", Path("tables/head_stability.csv")),
+    }[where]
+    monkeypatch.chdir(cwd)
+    chain = trace(table, verify=True, expand_all=True)
+    assert [(node.path, node.status) for node in walk(chain) if node.status != "ok"] == []
+    assert _traced_files(chain) == expected
+    assert {path.name for path in expected} >= {"seed1.h5", "final.pt", "meta.json", "shard_001.npy", "tokenizer.json"}
+
+
+@pytest.mark.parametrize(
+    ("directory", "origin"), [("hub/models--toy/snapshots/abc", "hub"), ("mine/tokenizers/toy", "local")]
+)
+def test_a_recorded_tokenizer_outside_the_results_directory_is_left_where_it_is(
+    tmp_path, tiny_spec, monkeypatch, directory, origin
+):
+    """A hub tokenizer's directory is in no results layout; a `source: local` tokenizer is the user's own
+    directory even where its path looks like one (.../tokenizers/toy): neither follows the moved results."""
+    monkeypatch.chdir(tmp_path)
+    run = _build_run(Path("results"), tiny_spec(), tokenizer=Path(directory), origin=origin)
+    shutil.move("results", "moved")
+    chain = trace(Path("moved") / run["table"].relative_to("results"), verify=True, expand_all=True)
+    tokenizers = {node.path for node in walk(chain) if node.kind == "tokenizer"}
+    assert tokenizers == {str(Path(directory) / "tokenizer.json")}
+    assert [(node.path, node.status) for node in walk(chain) if node.status != "ok"] == []
 
 
 # ---------------------------------------------------------------- figures: their record and their job's inputs

@@ -17,6 +17,7 @@ from headstab.provenance.checks import (
     read_in_full,
     read_record,
 )
+from headstab.provenance.relocation import rebased
 from headstab.similarity.pairs import read_pair_similarity, read_pair_similarity_null
 from headstab.similarity.prompt_groups import read_grouped_similarity
 from headstab.table_files import RECORD_SUFFIX, read_file_record, record_inputs, record_path
@@ -54,16 +55,19 @@ def _corpus_node(meta_path: Path, expected_sha256: str | None, verify: bool) -> 
                 status=check_sha256(shard_path, shard.get("sha256"), verify),
             )
         )
-    node.inputs += _recorded_tokenizer(tokenizer, "corpus meta", verify)
+    node.inputs += _recorded_tokenizer(tokenizer, meta_path, "corpus meta", verify)
     return node
 
 
-def _recorded_tokenizer(record: Any, recorded_by: str, verify: bool) -> list[ProvenanceNode]:
-    """The tokenizer.json a corpus or cache was made with, checked against the sha256 that record holds (not only
-    against the tokenizer's own meta.json, which an edit could have rewritten too); [] when none is recorded."""
+def _recorded_tokenizer(record: Any, holder: Path, recorded_by: str, verify: bool) -> list[ProvenanceNode]:
+    """The tokenizer.json a corpus or cache (at `holder`) was made with, checked against the sha256 that record
+    holds (not only against the tokenizer's own meta.json, which an edit could have rewritten too); [] when none is
+    recorded. A `source: local` tokenizer is the user's own directory, wherever the results directory went."""
     if not isinstance(record, dict) or not record.get("path") or not record.get("tokenizer_json_sha256"):
         return []
     tokenizer_json = Path(record["path"]) / "tokenizer.json"
+    if (record.get("origin") or {}).get("source") != "local":
+        tokenizer_json = rebased(tokenizer_json, holder)
     status = check_sha256(tokenizer_json, record["tokenizer_json_sha256"], verify)
     return [ProvenanceNode(str(tokenizer_json), "tokenizer", {"recorded_by": recorded_by}, status=status)]
 
@@ -105,7 +109,7 @@ def _checkpoint_node(weights: Path, expected_sha256: str | None, verify: bool) -
         node.details["record"] = str(meta_path) if node.status != "ok" else None
     corpus = meta.get("corpus", {})
     if corpus.get("meta"):
-        node.inputs.append(_corpus_node(Path(corpus["meta"]), corpus.get("meta_sha256"), verify))
+        node.inputs.append(_corpus_node(rebased(corpus["meta"], meta_path), corpus.get("meta_sha256"), verify))
     return node
 
 
@@ -153,10 +157,11 @@ def _cache_node(path: Path, verify: bool) -> ProvenanceNode:
 
     read_in_full(node, read)
     if attrs.get("checkpoint"):
-        node.inputs.append(_checkpoint_node(Path(attrs["checkpoint"]), attrs.get("checkpoint_sha256"), verify))
+        checkpoint = rebased(attrs["checkpoint"], path)
+        node.inputs.append(_checkpoint_node(checkpoint, attrs.get("checkpoint_sha256"), verify))
     for name, digest in (attrs.get("prompt_file_sha256") or {}).items():
         node.inputs.append(ProvenanceNode(name, "prompt file", {"sha256": digest}))
-    node.inputs += _recorded_tokenizer(attrs.get("tokenizer_identity"), "activation cache", verify)
+    node.inputs += _recorded_tokenizer(attrs.get("tokenizer_identity"), path, "activation cache", verify)
     return node
 
 
@@ -178,11 +183,11 @@ def _result_node(path: Path, verify: bool, expand_all: bool) -> ProvenanceNode:
         "git_commit": (attrs.get("environment") or {}).get("git_commit"),
     }
     caches = attrs.get("inputs") or attrs.get("caches") or []
-    for index, cache_path in enumerate(caches):
+    for index, cache_path in enumerate(rebased(cache, path) for cache in caches):
         if index == 0 or expand_all:
-            node.inputs.append(_cache_node(Path(cache_path), verify))
+            node.inputs.append(_cache_node(cache_path, verify))
         else:
-            node.inputs.append(ProvenanceNode(cache_path, "activation cache", {"expanded": "no (use --all)"}))
+            node.inputs.append(ProvenanceNode(str(cache_path), "activation cache", {"expanded": "no (use --all)"}))
     return node
 
 
