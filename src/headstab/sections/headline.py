@@ -27,8 +27,15 @@ import pandas as pd
 from headstab.sections.headline_power import detectable_rows
 from headstab.sections.stability_gap import stability_gap_table
 
-__all__ = ["HEADLINE_COLUMNS", "HEADLINE_SECTIONS", "PAPER_ORIGINS", "PAPER_SOURCES", "anchor_layer_difference",
-           "headline_table", "paper_values_frame"]  # fmt: skip
+__all__ = [
+    "HEADLINE_COLUMNS",
+    "HEADLINE_SECTIONS",
+    "PAPER_ORIGINS",
+    "PAPER_SOURCES",
+    "anchor_layer_difference",
+    "headline_table",
+    "paper_values_frame",
+]
 
 # Where the paper's numbers come from (the keys of resources/paper_values.yaml), each a column of the headline.
 PAPER_ORIGINS = ("paper_text", "authors_notebooks")
@@ -378,16 +385,9 @@ def paper_values_frame(document: Mapping[str, Sequence[Mapping] | None]) -> pd.D
                     f"paper value {dict(entry)} ({origin}) needs a statistic of {sorted(PAPER_SOURCES)} and its "
                     "source (table, figure or notebook)"
                 )
-            layer = entry.get("layer")
+            layer = -1 if entry.get("layer") is None else int(entry["layer"])
             rows.append(
-                (
-                    entry["architecture"],
-                    entry["statistic"],
-                    -1 if layer is None else int(layer),
-                    float(entry["value"]),
-                    entry["source"],
-                    origin,
-                )
+                (entry["architecture"], entry["statistic"], layer, float(entry["value"]), entry["source"], origin)
             )
     frame = pd.DataFrame(rows, columns=["architecture", "statistic", "layer", "value", "source", "origin"])
     twice = frame[frame.duplicated(["origin", "architecture", "statistic", "layer"], keep=False)]
