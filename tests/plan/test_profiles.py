@@ -63,10 +63,19 @@ def test_a_templated_profile_is_refused_naming_it_and_a_plain_one_passes(workdir
         refuse_templated_profiles(found, REPO)
 
 
-def test_the_checkouts_own_profiles_are_its_code_and_pass_even_templated():
-    """slurm/config.yaml reads its settings from environment variables through YTE."""
+def test_the_shipped_profiles_pass_templated_and_a_templated_profile_inside_the_checkout_does_not(tmp_path):
+    """The shipped profiles read settings from environment variables through YTE; a profile someone drops into
+    the checkout is not the workflow's code."""
     files = [REPO / "slurm" / "config.yaml", REPO / "profiles" / "workstation" / "config.yaml"]
-    assert "__use_yte__: true" in files[0].read_text()
+    assert all("__use_yte__: true" in path.read_text() for path in files)
     refuse_templated_profiles(files, REPO)
     with pytest.raises(ConfigError, match=r"slurm/config\.yaml: key '__use_yte__'"):
         refuse_templated_profiles(files, REPO / "src")
+    checkout = tmp_path / "checkout"
+    (checkout / "slurm").mkdir(parents=True)
+    (checkout / "slurm" / "config.yaml").write_text(TEMPLATED)
+    (checkout / "theirs").mkdir()
+    (checkout / "theirs" / "config.yaml").write_text(TEMPLATED)
+    refuse_templated_profiles([checkout / "slurm" / "config.yaml"], checkout)
+    with pytest.raises(ConfigError, match=r"theirs/config\.yaml: key '__use_yte__'"):
+        refuse_templated_profiles([checkout / "theirs" / "config.yaml"], checkout)

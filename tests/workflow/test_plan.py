@@ -120,15 +120,21 @@ def test_a_templated_config_file_stops_the_plan_naming_the_key(tmp_path):
     assert "python -m headstab.check FILE" in output
 
 
-def test_a_templated_profile_from_outside_the_checkout_stops_the_plan_naming_it(tmp_path):
-    """A profile is read by Snakemake before any rule file too (docs/operations.md): the run stops, naming it."""
+@pytest.mark.parametrize("inside_the_checkout", [False, True], ids=["outside", "inside"])
+def test_a_templated_profile_stops_the_plan_naming_it(tmp_path, inside_the_checkout):
+    """A profile is read by Snakemake before any rule file too (docs/operations.md): the run stops, naming it, also
+    when someone's profile is put into the checkout (only the workflow's own two are its code)."""
     marker = tmp_path / "ran"
-    profile = tmp_path / "theirs"
+    profile = (REPO if inside_the_checkout else tmp_path) / f"theirs_{tmp_path.name}"
     profile.mkdir()
     (profile / "config.yaml").write_text(
         f"__use_yte__: true\n?if __import__('pathlib').Path({str(marker)!r}).touch() is None:\n  cores: 1\n"
     )
-    result = _dry_run("--configfile", "tests/config/tiny.yaml", "--profile", str(profile))
+    try:
+        result = _dry_run("--configfile", "tests/config/tiny.yaml", "--profile", str(profile))
+    finally:
+        if inside_the_checkout:
+            shutil.rmtree(profile)
     output = result.stdout + result.stderr
     assert marker.exists()  # Snakemake ran it
     assert result.returncode != 0 and "Building DAG of jobs" not in output, output[-2000:]

@@ -2,7 +2,8 @@
 `profiles/default/`), found as Snakemake 9 finds them (snakemake.cli.parse_args, get_profile_dir), so that a
 templated one is refused: Snakemake runs a profile with `__use_yte__: true` through YTE, which evaluates its
 `?if`, `?for` and `?expression` keys as Python, before any rule file runs; the rule files can only stop the run.
-The profiles of the workflow's own checkout are its code, as the Snakefile is, and are not refused."""
+The templated profiles the workflow ships (slurm/, profiles/workstation/) are its code, as the Snakefile is, and
+are not refused; any other profile, in the checkout or not, is."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from headstab.plan.config import TEMPLATING_KEY
 from headstab.plan.spec import ConfigError
 from headstab.plan.yaml_files import YamlFileError, load_yaml_file
 
-__all__ = ["profile_files", "refuse_templated_profiles"]
+__all__ = ["SHIPPED_PROFILES", "profile_files", "refuse_templated_profiles"]
+
+# The profiles the workflow ships that read settings through YTE: the workflow's code, as its Snakefile is.
+SHIPPED_PROFILES = ("slurm/config.yaml", "profiles/workstation/config.yaml")
 
 ProfileResolver = Callable[[str], "tuple[Path, Path] | None"]
 
@@ -67,12 +71,11 @@ def profile_files(
 
 
 def refuse_templated_profiles(files: Sequence[Path], workflow_dir: str | Path) -> None:
-    """ConfigError naming the first profile file outside the workflow's own checkout whose top level holds
-    `__use_yte__` (or that cannot be read as plain YAML), with the fix. The checkout's profiles (slurm/ reads its
-    settings from environment variables through YTE) are the workflow's code, as its Snakefile is."""
-    checkout = Path(workflow_dir).resolve()
+    """ConfigError naming the first profile file whose top level holds `__use_yte__` (or that cannot be read as
+    plain YAML), with the fix; the profiles the workflow ships (SHIPPED_PROFILES under `workflow_dir`) excepted."""
+    shipped = {(Path(workflow_dir) / name).resolve() for name in SHIPPED_PROFILES}
     for path in files:
-        if Path(path).resolve().is_relative_to(checkout):
+        if Path(path).resolve() in shipped:
             continue
         try:
             data = load_yaml_file(path)
@@ -82,5 +85,6 @@ def refuse_templated_profiles(files: Sequence[Path], workflow_dir: str | Path) -
             raise ConfigError(
                 f"profile {path}: key '{TEMPLATING_KEY}' makes Snakemake run the profile's Python expressions (YTE "
                 "templating) while it reads the profile, before headstab sees it (they have run already); headstab "
-                "accepts no profile from outside its checkout that is code: delete the key and write the settings out"
+                "accepts no profile that is code but the ones it ships (slurm/, profiles/workstation/): delete the key and write the "
+                "settings out"
             )
