@@ -73,10 +73,12 @@ MODULES = discover_modules()
 
 
 def record(name: str, entry: dict) -> None:
-    """Set one module's entry in summary.json, re-read just before: concurrent runs keep each other's."""
+    """Set one module's entry in summary.json, re-read just before: concurrent runs keep each other's, and the
+    entries of modules no longer listed are dropped."""
     path = OUT / "summary.json"
     summary = json.loads(path.read_text()) if path.exists() else {}
-    summary.setdefault("modules", {})[name] = entry
+    kept = {module: last for module, last in summary.get("modules", {}).items() if module in MODULES}
+    summary["modules"] = kept | {name: entry}  # a module no longer listed leaves the summary
     summary["mutmut"] = "3.8.1"
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")

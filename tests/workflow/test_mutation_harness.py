@@ -5,6 +5,7 @@ right by hand. The full run is `make mutation` (docs/testing.md)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 import tomllib
@@ -94,3 +95,12 @@ def test_every_listed_module_has_code_and_a_test_file_and_registries_of_constant
     for body in ("def f():\n    return 1\n", "class C:\n    pass\n", "async def g():\n    return 1\n"):
         constants.write_text(body)
         assert harness.has_code(constants)
+
+
+def test_the_summary_keeps_the_other_listed_modules_and_drops_modules_no_longer_listed(harness, tmp_path, monkeypatch):
+    monkeypatch.setattr(harness, "OUT", tmp_path)
+    old = {"stability": {"mutants": 3}, "statistics/beyond_methods": {"skipped": "no test file"}}
+    (tmp_path / "summary.json").write_text(json.dumps({"modules": old, "mutmut": "3.8.1"}))
+    harness.record("cka", {"mutants": 5})
+    modules = json.loads((tmp_path / "summary.json").read_text())["modules"]
+    assert modules == {"stability": {"mutants": 3}, "cka": {"mutants": 5}}
