@@ -47,7 +47,8 @@ def profile_files(
     """The profile files a `snakemake` run with these command-line arguments and environment reads, in
     Snakemake's order: each `--profile` (else `$SNAKEMAKE_PROFILE`; `none` turns both off), then the workflow
     profile (`--workflow-profile`, else `default`, `profiles/default` or `profiles/default` beside the Snakefile,
-    the first that exists; `--workflow-profile none` turns it off). Profiles that resolve to no file are left out (Snakemake refuses them)."""
+    the first that exists; `--workflow-profile none` turns it off). Profiles that resolve to no file are left out
+    (Snakemake refuses them)."""
     args = _profile_arguments(argv)
     profiles = args.profile if args.profile is not None else [environ.get("SNAKEMAKE_PROFILE")]
     profiles = [] if profiles in ([None], ["none"]) else profiles
@@ -85,6 +86,6 @@ def refuse_templated_profiles(files: Sequence[Path], workflow_dir: str | Path) -
             raise ConfigError(
                 f"profile {path}: key '{TEMPLATING_KEY}' makes Snakemake run the profile's Python expressions (YTE "
                 "templating) while it reads the profile, before headstab sees it (they have run already); headstab "
-                "accepts no profile that is code but the ones it ships (slurm/, profiles/workstation/): delete the key and write the "
-                "settings out"
+                "accepts no profile that is code but the ones it ships (slurm/, profiles/workstation/): delete the "
+                "key and write the settings out"
             )
