@@ -125,8 +125,9 @@ def test_a_templated_profile_stops_the_plan_naming_it(tmp_path, inside_the_check
     """A profile is read by Snakemake before any rule file too (docs/operations.md): the run stops, naming it, also
     when someone's profile is put into the checkout (only the workflow's own two are its code)."""
     marker = tmp_path / "ran"
-    profile = (REPO if inside_the_checkout else tmp_path) / f"theirs_{tmp_path.name}"
-    profile.mkdir()
+    # inside: under the checkout's git-ignored results/, so that a killed run leaves nothing for git to see
+    profile = (REPO / "results" if inside_the_checkout else tmp_path) / f"theirs_{tmp_path.name}"
+    profile.mkdir(parents=True)
     (profile / "config.yaml").write_text(
         f"__use_yte__: true\n?if __import__('pathlib').Path({str(marker)!r}).touch() is None:\n  cores: 1\n"
     )
